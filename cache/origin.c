@@ -1,0 +1,1222 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * origin — NFSv3 connection pool over libnfs 4.0. See origin.h for the API.
+ *
+ * Data structures:
+ *
+ *   sfs_origin ──lock──> queue: req <-> req <-> req     (FIFO; re-issues go to the head)
+ *     │
+ *     ├─ nodes[n_nodes]      one per address: health state + atomic counters
+ *     ├─ conns[n_nodes * nconnect]
+ *     │     └─ slots[SFS_ORIGIN_CONN_DEPTH]: one sfs_attempt per RPC in flight
+ *     └─ threads[n_threads]  each owns conns i where i % n_threads == thread index
+ *
+ * A request may have several attempts at once (the first one hung and was
+ * re-issued elsewhere). Attempts of one request are chained through
+ * attempt->req_next from req's private list head (kept in the pool's side
+ * table `att_head` via req->q_* fields is not possible, so we store it in
+ * the attempt chain rooted at a per-request pointer below). The first reply
+ * claims the request (req->completed = true) and detaches every other attempt
+ * (attempt->req = NULL), so a late reply never touches a request its owner
+ * may already have freed.
+ *
+ * Locking: pool->lock protects the queue, every req's private fields, and
+ * every attempt's req/req_next. It is a leaf lock: nothing is called out
+ * (libnfs, completion callbacks) while it is held. Everything else in a conn
+ * is owned by its thread. Node state and counters are atomics.
+ *
+ * libnfs notes (../shared/FACTS.md): auto-reconnect is off, we reconnect with
+ * backoff; timeouts are only checked inside nfs_service(), called every tick;
+ * READ data points into libnfs's buffer and is copied out in the callback.
+ */
+#include "origin.h"
+#include "log.h"
+
+#include <sys/time.h> /* before libnfs.h, which needs struct timeval */
+#include <nfsc/libnfs.h>
+#include <nfsc/libnfs-raw.h>
+#include <nfsc/libnfs-raw-nfs.h>
+
+#include <assert.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Exported by libnfs 4.0 but missing from its public headers; the struct
+ * layout is libnfs-private.h's (stable since 1.x). */
+struct nfs_fh {
+	int len;
+	char *val;
+};
+const struct nfs_fh *nfs_get_rootfh(struct nfs_context *nfs);
+
+#define TICK_MS 100
+#define BACKOFF_MIN_MS 200
+#define BACKOFF_MAX_MS 5000
+
+const double sfs_origin_lat_bounds_s[SFS_ORIGIN_LAT_BUCKETS] = {
+	0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0};
+
+struct sfs_conn;
+
+/* One RPC in flight on one connection. */
+struct sfs_attempt {
+	struct sfs_conn *conn;		/* set at init */
+	struct sfs_origin_req *req;	/* protected by pool->lock; NULL: detached or probe */
+	struct sfs_attempt *req_next;	/* protected by pool->lock: next attempt of req */
+	uint64_t offset;		/* READ: what this attempt asked for */
+	uint32_t count;
+	uint64_t sent_ms;		/* owner thread */
+	bool in_use, probe, reissued;	/* owner thread */
+};
+
+enum conn_state { CONN_DOWN, CONN_CONNECTING, CONN_UP };
+
+struct sfs_conn {
+	struct sfs_origin *pool; /* set at init, then read-only */
+	struct sfs_node *node;	 /* set at init, then read-only */
+	/* everything below is owned by the connection's thread */
+	struct nfs_context *nfs;
+	enum conn_state state;
+	bool broken;		/* fail at the next safe point (not inside libnfs) */
+	uint64_t retry_at_ms, backoff_ms, connect_deadline_ms, probe_at_ms;
+	unsigned n_busy;
+	struct sfs_attempt slots[SFS_ORIGIN_CONN_DEPTH];
+	char err[200];
+};
+
+struct sfs_node {
+	char *addr;		/* set at init, then read-only */
+	int index;
+	int state;		/* atomic: enum sfs_origin_node_state */
+	unsigned conns_up;	/* atomic */
+	uint64_t read_bytes, read_requests, meta_requests, errors, reissued, reconnects; /* atomic */
+	uint64_t lat_count, lat_sum_ns, lat_buckets[SFS_ORIGIN_LAT_BUCKETS];		 /* atomic */
+	struct sfs_log_ratelimit warn_rl;
+};
+
+struct sfs_iothread {
+	struct sfs_origin *pool;
+	pthread_t tid;
+	int efd;		/* eventfd: new work or stop */
+	bool sleeping;		/* atomic: in poll(); submitters wake it */
+	unsigned index;
+	struct sfs_conn **conns; /* owned conns, set at start */
+	size_t n_conns;
+	struct pollfd *pfds;
+	struct sfs_conn **pfd_conn;
+};
+
+struct sfs_origin {
+	struct sfs_origin_conf conf; /* copied at open; addrs/export owned */
+	uint64_t timeo_ms, fail_ms;  /* timeo, and timeo * retrans */
+	struct sfs_node *nodes;
+	size_t n_nodes;
+	struct sfs_conn *conns;
+	size_t n_conns;
+	struct sfs_iothread *threads;
+	unsigned n_threads;
+	bool started;
+	bool stopping;		/* atomic */
+	unsigned nodes_up;	/* atomic: nodes in state UP */
+	struct sfs_fh root;	/* set at open, then read-only */
+	uint32_t max_read;	/* atomic: min over mounted connections */
+
+	pthread_mutex_t lock;	/* leaf lock, see file comment */
+	struct sfs_origin_req *q_head, *q_tail; /* protected by lock */
+	size_t q_len;				 /* protected by lock */
+};
+
+/* libnfs keeps unlocked globals in context creation; serialise it. */
+static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* --- helpers ------------------------------------------------------------ */
+
+static void node_set_state(struct sfs_origin *pool, struct sfs_node *node, int state)
+{
+	int old = __atomic_exchange_n(&node->state, state, __ATOMIC_RELAXED);
+
+	if (old == state)
+		return;
+	if (old == SFS_NODE_UP)
+		__atomic_fetch_sub(&pool->nodes_up, 1, __ATOMIC_RELAXED);
+	if (state == SFS_NODE_UP)
+		__atomic_fetch_add(&pool->nodes_up, 1, __ATOMIC_RELAXED);
+	static const char *const names[] = {"up", "suspect", "down"};
+	sfs_log(state == SFS_NODE_UP ? SFS_LOG_INFO : SFS_LOG_WARN, "origin", "node %s is %s",
+		node->addr, names[state]);
+}
+
+static void count(uint64_t *ctr, uint64_t n)
+{
+	__atomic_fetch_add(ctr, n, __ATOMIC_RELAXED);
+}
+
+static void node_record_latency(struct sfs_node *node, uint64_t ns)
+{
+	double s = (double)ns / 1e9;
+
+	count(&node->lat_count, 1);
+	count(&node->lat_sum_ns, ns);
+	for (int i = 0; i < SFS_ORIGIN_LAT_BUCKETS; i++)
+		if (s <= sfs_origin_lat_bounds_s[i])
+			count(&node->lat_buckets[i], 1);
+}
+
+static int nfsstat_to_errno(int st)
+{
+	switch (st) {
+	case NFS3_OK: return 0;
+	case NFS3ERR_PERM: return -EPERM;
+	case NFS3ERR_NOENT: return -ENOENT;
+	case NFS3ERR_NXIO: return -ENXIO;
+	case NFS3ERR_ACCES: return -EACCES;
+	case NFS3ERR_EXIST: return -EEXIST;
+	case NFS3ERR_NOTDIR: return -ENOTDIR;
+	case NFS3ERR_ISDIR: return -EISDIR;
+	case NFS3ERR_INVAL: return -EINVAL;
+	case NFS3ERR_FBIG: return -EFBIG;
+	case NFS3ERR_NOSPC: return -ENOSPC;
+	case NFS3ERR_ROFS: return -EROFS;
+	case NFS3ERR_NAMETOOLONG: return -ENAMETOOLONG;
+	case NFS3ERR_NOTEMPTY: return -ENOTEMPTY;
+	case NFS3ERR_STALE:
+	case NFS3ERR_BADHANDLE: return -ESTALE;
+	case NFS3ERR_NOTSUPP: return -EOPNOTSUPP;
+	case NFS3ERR_JUKEBOX: return -EAGAIN;
+	default: return -EIO;
+	}
+}
+
+static void fattr_to_attr(const fattr3 *f, struct sfs_attr *a)
+{
+	static const uint32_t types[] = {0,	  S_IFREG,  S_IFDIR, S_IFBLK,
+					 S_IFCHR, S_IFLNK, S_IFSOCK, S_IFIFO};
+	a->type = (f->type >= 1 && f->type <= 7) ? types[f->type] : S_IFREG;
+	a->mode = f->mode & 07777;
+	a->nlink = f->nlink;
+	a->uid = f->uid;
+	a->gid = f->gid;
+	a->size = f->size;
+	a->used = f->used;
+	a->fsid = f->fsid;
+	a->fileid = f->fileid;
+	a->rdev_major = f->rdev.specdata1;
+	a->rdev_minor = f->rdev.specdata2;
+	a->atime = (struct timespec){f->atime.seconds, f->atime.nseconds};
+	a->mtime = (struct timespec){f->mtime.seconds, f->mtime.nseconds};
+	a->ctime = (struct timespec){f->ctime.seconds, f->ctime.nseconds};
+}
+
+static void fh_from_nfs(struct sfs_fh *out, const char *val, unsigned len)
+{
+	out->len = len > SFS_FH_MAX ? SFS_FH_MAX : len;
+	memcpy(out->data, val, out->len);
+}
+
+/* --- the queue (caller holds pool->lock) ---------------------------------- */
+
+static void q_unlink(struct sfs_origin *pool, struct sfs_origin_req *req)
+{
+	if (!req->queued)
+		return;
+	if (req->q_prev)
+		req->q_prev->q_next = req->q_next;
+	else
+		pool->q_head = req->q_next;
+	if (req->q_next)
+		req->q_next->q_prev = req->q_prev;
+	else
+		pool->q_tail = req->q_prev;
+	req->q_next = req->q_prev = NULL;
+	req->queued = false;
+	pool->q_len--;
+}
+
+static void q_push(struct sfs_origin *pool, struct sfs_origin_req *req, bool at_head)
+{
+	assert(!req->queued && !req->completed);
+	req->queued = true;
+	if (at_head) {
+		req->q_prev = NULL;
+		req->q_next = pool->q_head;
+		if (pool->q_head)
+			pool->q_head->q_prev = req;
+		else
+			pool->q_tail = req;
+		pool->q_head = req;
+	} else {
+		req->q_next = NULL;
+		req->q_prev = pool->q_tail;
+		if (pool->q_tail)
+			pool->q_tail->q_next = req;
+		else
+			pool->q_head = req;
+		pool->q_tail = req;
+	}
+	pool->q_len++;
+}
+
+/* Claim a request for completion: detach every attempt and dequeue it.
+ * Caller holds pool->lock; returns false if someone claimed it first. */
+static bool req_claim(struct sfs_origin *pool, struct sfs_origin_req *req)
+{
+	if (req->completed)
+		return false;
+	req->completed = true;
+	q_unlink(pool, req);
+	for (struct sfs_attempt *a = req->attempts, *next; a; a = next) {
+		next = a->req_next;
+		a->req = NULL;
+		a->req_next = NULL;
+	}
+	req->attempts = NULL;
+	return true;
+}
+
+static void attempt_unlink(struct sfs_attempt *a)
+{
+	struct sfs_origin_req *req = a->req;
+
+	if (!req)
+		return;
+	for (struct sfs_attempt **p = &req->attempts; *p; p = &(*p)->req_next)
+		if (*p == a) {
+			*p = a->req_next;
+			break;
+		}
+	a->req = NULL;
+	a->req_next = NULL;
+}
+
+static void wake_threads(struct sfs_origin *pool)
+{
+	uint64_t one = 1;
+
+	if (!pool->started)
+		return;
+	for (unsigned i = 0; i < pool->n_threads; i++)
+		if (__atomic_load_n(&pool->threads[i].sleeping, __ATOMIC_ACQUIRE))
+			if (write(pool->threads[i].efd, &one, sizeof(one)) < 0) {
+				/* eventfd counter saturated: already awake */
+			}
+}
+
+/* Complete a claimed request: call the owner's callback. No lock held. */
+static void req_finish(struct sfs_origin_req *req, int result)
+{
+	req->result = result;
+	req->done(req);
+}
+
+/* Put a request back at the head of the queue after a failed attempt.
+ * Caller holds pool->lock. */
+static void req_requeue(struct sfs_origin *pool, struct sfs_origin_req *req, int avoid_node)
+{
+	if (req->completed || req->queued)
+		return;
+	req->avoid_node = (int16_t)avoid_node;
+	q_push(pool, req, true);
+}
+
+/* --- sending -------------------------------------------------------------- */
+
+static void slot_cb(struct rpc_context *rpc, int status, void *data, void *private_data);
+
+/* Send req on conn using a free slot. Called by conn's thread, no lock held.
+ * Returns 0, or -1 if libnfs refused (the request has been re-queued). */
+static int conn_send(struct sfs_conn *conn, struct sfs_attempt *a, struct sfs_origin_req *req)
+{
+	struct sfs_origin *pool = conn->pool;
+	struct rpc_context *rpc = nfs_get_rpc_context(conn->nfs);
+	struct nfs_fh3 fh = {.data = {.data_len = req->fh.len, .data_val = (char *)req->fh.data}};
+	int rc;
+
+	a->in_use = true;
+	a->probe = false;
+	a->reissued = false;
+	a->sent_ms = sfs_now_ms();
+	conn->n_busy++;
+	switch (req->op) {
+	case SFS_ORIGIN_READ: {
+		READ3args args = {.file = fh, .offset = a->offset, .count = a->count};
+		rc = rpc_nfs3_read_async(rpc, slot_cb, &args, a);
+		break;
+	}
+	case SFS_ORIGIN_GETATTR: {
+		GETATTR3args args = {.object = fh};
+		rc = rpc_nfs3_getattr_async(rpc, slot_cb, &args, a);
+		break;
+	}
+	case SFS_ORIGIN_LOOKUP: {
+		LOOKUP3args args = {.what = {.dir = fh, .name = (char *)req->name}};
+		rc = rpc_nfs3_lookup_async(rpc, slot_cb, &args, a);
+		break;
+	}
+	case SFS_ORIGIN_READDIRPLUS: {
+		READDIRPLUS3args args = {.dir = fh,
+					 .cookie = req->cookie,
+					 .dircount = req->dir_max_bytes / 2,
+					 .maxcount = req->dir_max_bytes};
+		memcpy(args.cookieverf, req->cookieverf, sizeof(args.cookieverf));
+		rc = rpc_nfs3_readdirplus_async(rpc, slot_cb, &args, a);
+		break;
+	}
+	case SFS_ORIGIN_READLINK: {
+		READLINK3args args = {.symlink = fh};
+		rc = rpc_nfs3_readlink_async(rpc, slot_cb, &args, a);
+		break;
+	}
+	case SFS_ORIGIN_FSSTAT: {
+		FSSTAT3args args = {.fsroot = fh};
+		rc = rpc_nfs3_fsstat_async(rpc, slot_cb, &args, a);
+		break;
+	}
+	default:
+		rc = -1;
+	}
+	if (rc == 0)
+		return 0;
+	/* Not sent: give the slot back, requeue, and drop the connection. */
+	a->in_use = false;
+	conn->n_busy--;
+	pthread_mutex_lock(&pool->lock);
+	attempt_unlink(a);
+	req->n_outstanding--;
+	req_requeue(pool, req, -1);
+	pthread_mutex_unlock(&pool->lock);
+	snprintf(conn->err, sizeof(conn->err), "send failed: %s", nfs_get_error(conn->nfs) ?: "?");
+	conn->broken = true;
+	return -1;
+}
+
+/* Pick the next request this connection may take. Caller holds pool->lock.
+ * A request that timed out on this node goes elsewhere while any other node
+ * is up. */
+static struct sfs_origin_req *q_pick(struct sfs_origin *pool, struct sfs_node *node)
+{
+	bool others_up = __atomic_load_n(&pool->nodes_up, __ATOMIC_RELAXED) >
+			 (__atomic_load_n(&node->state, __ATOMIC_RELAXED) == SFS_NODE_UP ? 1u : 0u);
+	int scanned = 0;
+
+	for (struct sfs_origin_req *r = pool->q_head; r && scanned < 64; r = r->q_next, scanned++)
+		if (r->avoid_node != node->index || !others_up)
+			return r;
+	return NULL;
+}
+
+/* Fill free slots of an up connection from the shared queue. */
+static void conn_pull(struct sfs_conn *conn)
+{
+	struct sfs_origin *pool = conn->pool;
+
+	if (conn->state != CONN_UP || conn->broken ||
+	    __atomic_load_n(&conn->node->state, __ATOMIC_RELAXED) != SFS_NODE_UP)
+		return;
+	while (conn->n_busy < SFS_ORIGIN_CONN_DEPTH && !conn->broken) {
+		struct sfs_attempt *a = NULL;
+
+		for (unsigned i = 0; i < SFS_ORIGIN_CONN_DEPTH; i++)
+			if (!conn->slots[i].in_use) {
+				a = &conn->slots[i];
+				break;
+			}
+		assert(a);
+		pthread_mutex_lock(&pool->lock);
+		struct sfs_origin_req *req = q_pick(pool, conn->node);
+		if (!req) {
+			pthread_mutex_unlock(&pool->lock);
+			return;
+		}
+		q_unlink(pool, req);
+		if (req->n_attempts > 0)
+			count(&conn->node->reissued, 1);
+		req->n_attempts++;
+		req->n_outstanding++;
+		a->req = req;
+		a->req_next = req->attempts;
+		req->attempts = a;
+		if (req->op == SFS_ORIGIN_READ) {
+			a->offset = req->offset + req->done_bytes;
+			a->count = req->count - req->done_bytes;
+		}
+		pthread_mutex_unlock(&pool->lock);
+		conn_send(conn, a, req);
+	}
+}
+
+/* --- completions ---------------------------------------------------------- */
+
+/* Decode a successful RPC reply for a claimed request. Runs on the I/O
+ * thread without the lock. Returns the result, or 1 if a READ came back
+ * short and must continue (the request was re-queued). */
+static int reply_decode(struct sfs_conn *conn, struct sfs_attempt *a, struct sfs_origin_req *req,
+			void *data)
+{
+	struct sfs_node *node = conn->node;
+	int err;
+
+	switch (req->op) {
+	case SFS_ORIGIN_READ: {
+		READ3res *res = data;
+		if ((err = nfsstat_to_errno(res->status)))
+			return err;
+		READ3resok *ok = &res->READ3res_u.resok;
+		uint32_t n = ok->data.data_len < a->count ? ok->data.data_len : a->count;
+		memcpy((char *)req->buf + (a->offset - req->offset), ok->data.data_val, n);
+		count(&node->read_bytes, n);
+		count(&node->read_requests, 1);
+		if (ok->file_attributes.attributes_follow) {
+			fattr_to_attr(&ok->file_attributes.post_op_attr_u.attributes, &req->attr);
+			req->have_attr = true;
+		}
+		req->done_bytes = (uint32_t)(a->offset - req->offset) + n;
+		if (ok->eof || n == 0 || req->done_bytes >= req->count) {
+			req->eof = ok->eof || (n == 0);
+			return (int)req->done_bytes;
+		}
+		return 1; /* short read, not at EOF: continue from done_bytes */
+	}
+	case SFS_ORIGIN_GETATTR: {
+		GETATTR3res *res = data;
+		count(&node->meta_requests, 1);
+		if ((err = nfsstat_to_errno(res->status)))
+			return err;
+		fattr_to_attr(&res->GETATTR3res_u.resok.obj_attributes, &req->attr);
+		req->have_attr = true;
+		return 0;
+	}
+	case SFS_ORIGIN_LOOKUP: {
+		LOOKUP3res *res = data;
+		count(&node->meta_requests, 1);
+		if ((err = nfsstat_to_errno(res->status)))
+			return err;
+		LOOKUP3resok *ok = &res->LOOKUP3res_u.resok;
+		fh_from_nfs(&req->out_fh, ok->object.data.data_val, ok->object.data.data_len);
+		req->have_attr = ok->obj_attributes.attributes_follow;
+		if (req->have_attr)
+			fattr_to_attr(&ok->obj_attributes.post_op_attr_u.attributes, &req->attr);
+		return 0;
+	}
+	case SFS_ORIGIN_READDIRPLUS: {
+		READDIRPLUS3res *res = data;
+		count(&node->meta_requests, 1);
+		if ((err = nfsstat_to_errno(res->status)))
+			return err;
+		READDIRPLUS3resok *ok = &res->READDIRPLUS3res_u.resok;
+		memcpy(req->cookieverf, ok->cookieverf, sizeof(req->cookieverf));
+		req->eof = ok->reply.eof;
+		for (entryplus3 *e = ok->reply.entries; e; e = e->nextentry) {
+			struct sfs_attr attr, *ap = NULL;
+			struct sfs_fh fh, *fp = NULL;
+			if (e->name_attributes.attributes_follow) {
+				fattr_to_attr(&e->name_attributes.post_op_attr_u.attributes, &attr);
+				ap = &attr;
+			}
+			if (e->name_handle.handle_follows) {
+				fh_from_nfs(&fh, e->name_handle.post_op_fh3_u.handle.data.data_val,
+					    e->name_handle.post_op_fh3_u.handle.data.data_len);
+				fp = &fh;
+			}
+			if (req->dirent(req, e->name, e->cookie, ap, fp)) {
+				req->eof = false;
+				break;
+			}
+		}
+		return 0;
+	}
+	case SFS_ORIGIN_READLINK: {
+		READLINK3res *res = data;
+		count(&node->meta_requests, 1);
+		if ((err = nfsstat_to_errno(res->status)))
+			return err;
+		req->link = strdup(res->READLINK3res_u.resok.data);
+		return req->link ? 0 : -ENOMEM;
+	}
+	case SFS_ORIGIN_FSSTAT: {
+		FSSTAT3res *res = data;
+		count(&node->meta_requests, 1);
+		if ((err = nfsstat_to_errno(res->status)))
+			return err;
+		FSSTAT3resok *ok = &res->FSSTAT3res_u.resok;
+		req->fsstat = (struct sfs_fsstat){ok->tbytes, ok->fbytes, ok->abytes,
+						  ok->tfiles, ok->ffiles, ok->afiles};
+		return 0;
+	}
+	}
+	return -EINVAL;
+}
+
+static void slot_cb(struct rpc_context *rpc, int status, void *data, void *private_data)
+{
+	struct sfs_attempt *a = private_data;
+	struct sfs_conn *conn = a->conn;
+	struct sfs_origin *pool = conn->pool;
+	struct sfs_node *node = conn->node;
+	struct sfs_origin_req *req;
+	bool probe = a->probe;
+
+	(void)rpc;
+	a->in_use = false;
+	conn->n_busy--;
+	if (status == RPC_STATUS_SUCCESS)
+		node_record_latency(node, (sfs_now_ms() - a->sent_ms) * 1000000u);
+
+	pthread_mutex_lock(&pool->lock);
+	req = a->req;
+	attempt_unlink(a);
+	if (req)
+		req->n_outstanding--;
+	if (status != RPC_STATUS_SUCCESS) {
+		if (status != RPC_STATUS_CANCEL)
+			count(&node->errors, 1);
+		if (req) {
+			req->last_err = -EIO;
+			req_requeue(pool, req, node->index);
+		}
+		pthread_mutex_unlock(&pool->lock);
+		if (status != RPC_STATUS_CANCEL && !conn->broken) {
+			snprintf(conn->err, sizeof(conn->err), "%s",
+				 status == RPC_STATUS_TIMEOUT ? "RPC timed out"
+							      : (data ? (char *)data : "RPC error"));
+			conn->broken = true;
+		}
+		return;
+	}
+	/* A reply from a suspect node proves it is alive again. */
+	if (__atomic_load_n(&node->state, __ATOMIC_RELAXED) == SFS_NODE_SUSPECT)
+		node_set_state(pool, node, SFS_NODE_UP);
+	if (probe || !req || !req_claim(pool, req)) {
+		pthread_mutex_unlock(&pool->lock);
+		return; /* probe, or a late duplicate of a request served elsewhere */
+	}
+	pthread_mutex_unlock(&pool->lock);
+
+	int result = reply_decode(conn, a, req, data);
+	if (result == -EAGAIN || result == 1) {
+		/* JUKEBOX or a short read: back in the queue (claimed requests
+		 * have no attempts left, so this is the only owner). */
+		pthread_mutex_lock(&pool->lock);
+		req->completed = false;
+		req_requeue(pool, req, -1);
+		pthread_mutex_unlock(&pool->lock);
+		return;
+	}
+	if (result < 0 && result != -ENOENT)
+		count(&node->errors, 1);
+	req_finish(req, result);
+}
+
+/* --- connections ---------------------------------------------------------- */
+
+static void conn_set_socket_options(struct sfs_conn *conn)
+{
+	int fd = nfs_get_fd(conn->nfs), one = 1, idle = 10, intvl = 5, cnt = 3;
+
+	/* libnfs 4.0 sets neither (FACTS.md). NODELAY: small metadata RPCs must not
+	 * wait behind Nagle; keepalive: find silently dead peers on idle links. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+}
+
+static void mount_cb(int err, struct nfs_context *nfs, void *data, void *private_data)
+{
+	struct sfs_conn *conn = private_data;
+	struct sfs_origin *pool = conn->pool;
+
+	if (conn->nfs != nfs || conn->state != CONN_CONNECTING)
+		return; /* teardown of an abandoned attempt */
+	if (err) {
+		snprintf(conn->err, sizeof(conn->err), "%s", data ? (char *)data : strerror(-err));
+		conn->broken = true;
+		return;
+	}
+	conn->state = CONN_UP;
+	conn->backoff_ms = BACKOFF_MIN_MS;
+	conn->err[0] = 0;
+	conn_set_socket_options(conn);
+	uint64_t readmax = nfs_get_readmax(nfs);
+	uint32_t cur = __atomic_load_n(&pool->max_read, __ATOMIC_RELAXED);
+	while (readmax && readmax < cur &&
+	       !__atomic_compare_exchange_n(&pool->max_read, &cur, (uint32_t)readmax, false,
+					    __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+	}
+	if (__atomic_fetch_add(&conn->node->conns_up, 1, __ATOMIC_RELAXED) == 0)
+		node_set_state(pool, conn->node, SFS_NODE_UP);
+}
+
+static void conn_connect(struct sfs_conn *conn, uint64_t now)
+{
+	struct sfs_origin *pool = conn->pool;
+	struct nfs_context *nfs;
+
+	pthread_mutex_lock(&create_lock);
+	nfs = nfs_init_context();
+	pthread_mutex_unlock(&create_lock);
+	if (!nfs) {
+		snprintf(conn->err, sizeof(conn->err), "cannot create an NFS context");
+		conn->retry_at_ms = now + conn->backoff_ms;
+		return;
+	}
+	nfs_set_autoreconnect(nfs, 0); /* broken in 4.0: we reconnect ourselves */
+	nfs_set_version(nfs, NFS_V3);
+	nfs_set_uid(nfs, (int)pool->conf.uid);
+	nfs_set_gid(nfs, (int)pool->conf.gid);
+	/* A backstop: our own timers re-issue after timeo and drop the
+	 * connection after timeo * retrans; libnfs's timer frees the PDUs. */
+	nfs_set_timeout(nfs, (int)(pool->fail_ms + TICK_MS));
+	nfs_set_tcp_syncnt(nfs, 2);
+	conn->nfs = nfs;
+	conn->state = CONN_CONNECTING;
+	conn->broken = false;
+	conn->connect_deadline_ms = now + (pool->fail_ms > 2000 ? pool->fail_ms : 2000);
+	if (nfs_mount_async(nfs, conn->node->addr, pool->conf.export_path, mount_cb, conn) != 0) {
+		snprintf(conn->err, sizeof(conn->err), "%s", nfs_get_error(nfs) ?: "mount failed");
+		conn->broken = true;
+	}
+}
+
+/* Tear a connection down (never from inside a libnfs callback): in-flight
+ * requests are re-queued by their CANCEL callbacks, a reconnect is scheduled. */
+static void conn_teardown(struct sfs_conn *conn, uint64_t now)
+{
+	struct sfs_origin *pool = conn->pool;
+	struct sfs_node *node = conn->node;
+	struct nfs_context *nfs = conn->nfs;
+	bool was_up = conn->state == CONN_UP;
+
+	conn->state = CONN_DOWN;
+	conn->nfs = NULL;
+	if (nfs)
+		nfs_destroy_context(nfs); /* CANCEL callbacks re-queue the attempts */
+	assert(conn->n_busy == 0);
+	conn->broken = false;
+	conn->retry_at_ms = now + conn->backoff_ms;
+	conn->backoff_ms = conn->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : conn->backoff_ms * 2;
+	if (was_up) {
+		count(&node->reconnects, 1);
+		if (sfs_log_ratelimit(&node->warn_rl, 5000))
+			sfs_log(SFS_LOG_WARN, "origin", "connection to %s lost: %s", node->addr,
+				conn->err[0] ? conn->err : "closed");
+		if (__atomic_sub_fetch(&node->conns_up, 1, __ATOMIC_RELAXED) == 0)
+			node_set_state(pool, node, SFS_NODE_DOWN);
+	}
+	wake_threads(pool); /* re-queued work may now go to another thread's conns */
+}
+
+/* Per tick: timeouts of this connection's attempts, health probes, reconnects. */
+static void conn_tick(struct sfs_conn *conn, uint64_t now)
+{
+	struct sfs_origin *pool = conn->pool;
+	struct sfs_node *node = conn->node;
+
+	if (conn->state == CONN_DOWN) {
+		if (now >= conn->retry_at_ms && !__atomic_load_n(&pool->stopping, __ATOMIC_RELAXED))
+			conn_connect(conn, now);
+		return;
+	}
+	if (conn->state == CONN_CONNECTING) {
+		if (now >= conn->connect_deadline_ms && !conn->broken) {
+			snprintf(conn->err, sizeof(conn->err), "no answer within %llu ms",
+				 (unsigned long long)(conn->connect_deadline_ms - now + pool->fail_ms));
+			conn->broken = true;
+		}
+		return;
+	}
+	if (nfs_service(conn->nfs, 0) < 0 && !conn->broken) { /* libnfs's own timeouts */
+		snprintf(conn->err, sizeof(conn->err), "%s", nfs_get_error(conn->nfs) ?: "error");
+		conn->broken = true;
+	}
+	for (unsigned i = 0; i < SFS_ORIGIN_CONN_DEPTH; i++) {
+		struct sfs_attempt *a = &conn->slots[i];
+		if (!a->in_use)
+			continue;
+		uint64_t age = now - a->sent_ms;
+		if (age >= pool->fail_ms) {
+			snprintf(conn->err, sizeof(conn->err), "no reply for %llu ms",
+				 (unsigned long long)age);
+			conn->broken = true; /* a hung node: drop it, reconnect later */
+		} else if (age >= pool->timeo_ms && !a->reissued) {
+			a->reissued = true;
+			if (__atomic_load_n(&node->state, __ATOMIC_RELAXED) == SFS_NODE_UP)
+				node_set_state(pool, node, SFS_NODE_SUSPECT);
+			pthread_mutex_lock(&pool->lock);
+			if (a->req)
+				req_requeue(pool, a->req, node->index);
+			pthread_mutex_unlock(&pool->lock);
+			wake_threads(pool);
+		}
+	}
+	/* A suspect node gets no new work; an idle connection probes it. */
+	if (__atomic_load_n(&node->state, __ATOMIC_RELAXED) == SFS_NODE_SUSPECT && conn->n_busy == 0 &&
+	    now >= conn->probe_at_ms && !conn->broken) {
+		struct sfs_attempt *a = &conn->slots[0];
+		a->in_use = true;
+		a->probe = true;
+		a->reissued = true;
+		a->req = NULL;
+		a->sent_ms = now;
+		conn->n_busy++;
+		conn->probe_at_ms = now + pool->timeo_ms;
+		if (rpc_nfs3_null_async(nfs_get_rpc_context(conn->nfs), slot_cb, a) != 0) {
+			a->in_use = false;
+			conn->n_busy--;
+			conn->broken = true;
+		}
+	}
+}
+
+/* --- the I/O loop --------------------------------------------------------- */
+
+/* Fail queued requests whose soft deadline passed. One thread does this. */
+static void queue_expire(struct sfs_origin *pool, uint64_t now)
+{
+	struct sfs_origin_req *expired = NULL;
+
+	if (pool->conf.hard)
+		return;
+	pthread_mutex_lock(&pool->lock);
+	for (struct sfs_origin_req *r = pool->q_head, *next; r; r = next) {
+		next = r->q_next;
+		if (now >= r->deadline_ms && req_claim(pool, r)) {
+			r->q_next = expired; /* reuse the link for a private list */
+			expired = r;
+		}
+	}
+	pthread_mutex_unlock(&pool->lock);
+	while (expired) {
+		struct sfs_origin_req *r = expired;
+		expired = r->q_next;
+		r->q_next = NULL;
+		req_finish(r, -EIO);
+	}
+}
+
+/* One iteration over a set of connections: poll, service, tick, pull.
+ * Returns after at most timeout_ms. */
+static void io_iterate(struct sfs_iothread *t, uint64_t *next_tick, int timeout_ms)
+{
+	struct sfs_origin *pool = t->pool;
+	nfds_t n = 0;
+
+	if (t->efd >= 0)
+		t->pfds[n++] = (struct pollfd){.fd = t->efd, .events = POLLIN};
+	for (size_t i = 0; i < t->n_conns; i++) {
+		struct sfs_conn *c = t->conns[i];
+		if (!c->nfs || c->broken || c->state == CONN_DOWN)
+			continue;
+		t->pfds[n] = (struct pollfd){.fd = nfs_get_fd(c->nfs),
+					     .events = (short)nfs_which_events(c->nfs)};
+		t->pfd_conn[n++] = c;
+	}
+	uint64_t now = sfs_now_ms();
+	int wait = *next_tick > now ? (int)(*next_tick - now) : 0;
+	if (wait > timeout_ms)
+		wait = timeout_ms;
+	__atomic_store_n(&t->sleeping, true, __ATOMIC_RELEASE);
+	/* Re-check for work after announcing sleep, so no wake-up is lost. */
+	if (__atomic_load_n(&pool->q_len, __ATOMIC_RELAXED) && wait > 0)
+		wait = 0;
+	int rc = poll(t->pfds, n, wait);
+	__atomic_store_n(&t->sleeping, false, __ATOMIC_RELAXED);
+	if (rc > 0) {
+		for (nfds_t i = 0; i < n; i++) {
+			if (!t->pfds[i].revents)
+				continue;
+			if (t->pfds[i].fd == t->efd && i == 0) {
+				uint64_t v;
+				if (read(t->efd, &v, sizeof(v)) < 0) {
+					/* EAGAIN: nothing pending */
+				}
+				continue;
+			}
+			struct sfs_conn *c = t->pfd_conn[i];
+			if (c->broken || !c->nfs)
+				continue;
+			if (nfs_service(c->nfs, t->pfds[i].revents) < 0 && !c->broken) {
+				snprintf(c->err, sizeof(c->err), "%s",
+					 nfs_get_error(c->nfs) ?: "connection failed");
+				c->broken = true;
+			}
+		}
+	}
+	now = sfs_now_ms();
+	if (now >= *next_tick) {
+		*next_tick = now + TICK_MS;
+		for (size_t i = 0; i < t->n_conns; i++)
+			conn_tick(t->conns[i], now);
+		if (t->index == 0)
+			queue_expire(pool, now);
+	}
+	for (size_t i = 0; i < t->n_conns; i++) {
+		struct sfs_conn *c = t->conns[i];
+		if (c->broken)
+			conn_teardown(c, now);
+	}
+	for (size_t i = 0; i < t->n_conns; i++)
+		conn_pull(t->conns[i]);
+}
+
+static void *io_thread_main(void *arg)
+{
+	struct sfs_iothread *t = arg;
+	uint64_t next_tick = sfs_now_ms() + TICK_MS;
+
+	while (!__atomic_load_n(&t->pool->stopping, __ATOMIC_ACQUIRE))
+		io_iterate(t, &next_tick, TICK_MS);
+	return NULL;
+}
+
+/* --- public API ----------------------------------------------------------- */
+
+static int iothread_init(struct sfs_origin *pool, struct sfs_iothread *t, unsigned index,
+			 size_t max_conns, bool with_eventfd)
+{
+	t->pool = pool;
+	t->index = index;
+	t->efd = -1;
+	t->conns = calloc(max_conns ? max_conns : 1, sizeof(*t->conns));
+	t->pfds = calloc(max_conns + 1, sizeof(*t->pfds));
+	t->pfd_conn = calloc(max_conns + 1, sizeof(*t->pfd_conn));
+	if (!t->conns || !t->pfds || !t->pfd_conn)
+		return -ENOMEM;
+	if (with_eventfd) {
+		t->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (t->efd < 0)
+			return -errno;
+	}
+	return 0;
+}
+
+static void iothread_free(struct sfs_iothread *t)
+{
+	if (t->efd >= 0)
+		close(t->efd);
+	free(t->conns);
+	free(t->pfds);
+	free(t->pfd_conn);
+}
+
+static int classify_mount_error(const char *msg)
+{
+	if (strstr(msg, "NOENT") || strstr(msg, "No such file"))
+		return -ENOENT;
+	if (strstr(msg, "ACCES") || strstr(msg, "PERM") || strstr(msg, "ermission"))
+		return -EACCES;
+	return -EHOSTUNREACH;
+}
+
+int sfs_origin_open(const struct sfs_origin_conf *conf, sfs_origin **out, char *err_msg,
+		    size_t err_len)
+{
+	struct sfs_origin *pool;
+	struct sfs_iothread boot = {0};
+	int err = -ENOMEM;
+
+	if (conf->n_addrs == 0 || conf->nconnect == 0)
+		return -EINVAL;
+	pool = calloc(1, sizeof(*pool));
+	if (!pool)
+		return -ENOMEM;
+	pthread_mutex_init(&pool->lock, NULL);
+	pool->conf = *conf;
+	pool->conf.addrs = NULL;
+	pool->conf.export_path = strdup(conf->export_path);
+	pool->timeo_ms = (uint64_t)conf->timeo_ds * 100u;
+	pool->fail_ms = pool->timeo_ms * (conf->retrans ? conf->retrans : 1);
+	pool->max_read = conf->rsize_bytes;
+	pool->n_nodes = conf->n_addrs;
+	pool->nodes = calloc(pool->n_nodes, sizeof(*pool->nodes));
+	pool->n_conns = pool->n_nodes * conf->nconnect;
+	pool->conns = calloc(pool->n_conns, sizeof(*pool->conns));
+	if (!pool->conf.export_path || !pool->nodes || !pool->conns)
+		goto err_free;
+	for (size_t i = 0; i < pool->n_nodes; i++) {
+		pool->nodes[i].addr = strdup(conf->addrs[i]);
+		pool->nodes[i].index = (int)i;
+		pool->nodes[i].state = SFS_NODE_DOWN;
+		if (!pool->nodes[i].addr)
+			goto err_free;
+	}
+	for (size_t i = 0; i < pool->n_conns; i++) {
+		struct sfs_conn *c = &pool->conns[i];
+		c->pool = pool;
+		c->node = &pool->nodes[i / conf->nconnect];
+		c->backoff_ms = BACKOFF_MIN_MS;
+		for (unsigned s = 0; s < SFS_ORIGIN_CONN_DEPTH; s++)
+			c->slots[s].conn = c;
+	}
+
+	/* Mount every connection concurrently from this thread, then judge. */
+	err = iothread_init(pool, &boot, 0, pool->n_conns, false);
+	if (err)
+		goto err_boot;
+	uint64_t now = sfs_now_ms(), next_tick = now + TICK_MS;
+	for (size_t i = 0; i < pool->n_conns; i++) {
+		boot.conns[boot.n_conns++] = &pool->conns[i];
+		conn_connect(&pool->conns[i], now);
+	}
+	for (;;) {
+		bool pending = false;
+		for (size_t i = 0; i < pool->n_conns; i++)
+			if (pool->conns[i].state == CONN_CONNECTING && !pool->conns[i].broken)
+				pending = true;
+		if (!pending)
+			break;
+		io_iterate(&boot, &next_tick, TICK_MS);
+		/* io_iterate tears broken conns down and schedules a retry; at
+		 * open time one failed try per connection is the answer. */
+		for (size_t i = 0; i < pool->n_conns; i++)
+			pool->conns[i].retry_at_ms = UINT64_MAX;
+	}
+	for (size_t i = 0; i < pool->n_conns; i++) {
+		struct sfs_conn *c = &pool->conns[i];
+		if (c->broken)
+			conn_teardown(c, sfs_now_ms());
+		c->retry_at_ms = sfs_now_ms() + c->backoff_ms;
+	}
+	struct sfs_conn *first_up = NULL, *first_err = NULL;
+	for (size_t i = 0; i < pool->n_conns; i++) {
+		if (pool->conns[i].state == CONN_UP && !first_up)
+			first_up = &pool->conns[i];
+		if (pool->conns[i].state != CONN_UP && !first_err)
+			first_err = &pool->conns[i];
+	}
+	if (!first_up) {
+		/* Prefer a reason from the server (missing export) over a
+		 * transport error from an unreachable address. */
+		for (size_t i = 0; i < pool->n_conns; i++)
+			if (classify_mount_error(pool->conns[i].err) != -EHOSTUNREACH) {
+				first_err = &pool->conns[i];
+				break;
+			}
+		err = classify_mount_error(first_err->err);
+		if (pool->n_nodes > 1 && err == -EHOSTUNREACH)
+			snprintf(err_msg, err_len, "no node could mount %s (e.g. %s: %s)",
+				 conf->export_path, first_err->node->addr, first_err->err);
+		else
+			snprintf(err_msg, err_len, "cannot mount %s:%s: %s", first_err->node->addr,
+				 conf->export_path, first_err->err);
+		goto err_conns;
+	}
+	const struct nfs_fh *rfh = nfs_get_rootfh(first_up->nfs);
+	fh_from_nfs(&pool->root, rfh->val, (unsigned)rfh->len);
+	for (size_t i = 0; i < pool->n_nodes; i++)
+		if (__atomic_load_n(&pool->nodes[i].conns_up, __ATOMIC_RELAXED) == 0) {
+			for (size_t k = 0; k < pool->n_conns; k++)
+				if (pool->conns[k].node == &pool->nodes[i]) {
+					sfs_log(SFS_LOG_WARN, "origin",
+						"node %s is down at mount time (%s); will retry",
+						pool->nodes[i].addr, pool->conns[k].err);
+					break;
+				}
+		}
+	iothread_free(&boot);
+	*out = pool;
+	return 0;
+
+err_conns:
+	for (size_t i = 0; i < pool->n_conns; i++)
+		if (pool->conns[i].nfs)
+			nfs_destroy_context(pool->conns[i].nfs);
+err_boot:
+	iothread_free(&boot);
+err_free:
+	for (size_t i = 0; pool->nodes && i < pool->n_nodes; i++)
+		free(pool->nodes[i].addr);
+	free(pool->nodes);
+	free(pool->conns);
+	free((char *)pool->conf.export_path);
+	pthread_mutex_destroy(&pool->lock);
+	free(pool);
+	return err;
+}
+
+int sfs_origin_start(sfs_origin *pool)
+{
+	unsigned n = pool->conf.n_threads;
+	int err;
+
+	if (n == 0) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		n = cpus > 0 ? (unsigned)cpus : 1;
+	}
+	if (n > pool->n_conns)
+		n = (unsigned)pool->n_conns;
+	pool->threads = calloc(n, sizeof(*pool->threads));
+	if (!pool->threads)
+		return -ENOMEM;
+	pool->n_threads = n;
+	for (unsigned i = 0; i < n; i++) {
+		err = iothread_init(pool, &pool->threads[i], i, pool->n_conns / n + 1, true);
+		if (err)
+			return err;
+	}
+	for (size_t i = 0; i < pool->n_conns; i++) {
+		struct sfs_iothread *t = &pool->threads[i % n];
+		t->conns[t->n_conns++] = &pool->conns[i];
+	}
+	pool->started = true;
+	for (unsigned i = 0; i < n; i++) {
+		err = -pthread_create(&pool->threads[i].tid, NULL, io_thread_main, &pool->threads[i]);
+		if (err) {
+			__atomic_store_n(&pool->stopping, true, __ATOMIC_RELEASE);
+			for (unsigned k = 0; k < i; k++)
+				pthread_join(pool->threads[k].tid, NULL);
+			pool->n_threads = 0;
+			return err;
+		}
+	}
+	return 0;
+}
+
+void sfs_origin_close(sfs_origin *pool)
+{
+	if (!pool)
+		return;
+	__atomic_store_n(&pool->stopping, true, __ATOMIC_RELEASE);
+	wake_threads(pool);
+	for (unsigned i = 0; i < pool->n_threads; i++) {
+		uint64_t one = 1;
+		if (write(pool->threads[i].efd, &one, sizeof(one)) < 0) {
+		}
+		pthread_join(pool->threads[i].tid, NULL);
+	}
+	/* Threads are gone: destroying contexts re-queues their attempts. */
+	for (size_t i = 0; i < pool->n_conns; i++)
+		if (pool->conns[i].nfs) {
+			struct nfs_context *nfs = pool->conns[i].nfs;
+			pool->conns[i].nfs = NULL;
+			pool->conns[i].state = CONN_DOWN;
+			nfs_destroy_context(nfs);
+		}
+	for (;;) {
+		pthread_mutex_lock(&pool->lock);
+		struct sfs_origin_req *r = pool->q_head;
+		if (r)
+			req_claim(pool, r);
+		pthread_mutex_unlock(&pool->lock);
+		if (!r)
+			break;
+		req_finish(r, -ESHUTDOWN);
+	}
+	for (unsigned i = 0; i < pool->n_threads; i++)
+		iothread_free(&pool->threads[i]);
+	free(pool->threads);
+	for (size_t i = 0; i < pool->n_nodes; i++)
+		free(pool->nodes[i].addr);
+	free(pool->nodes);
+	free(pool->conns);
+	free((char *)pool->conf.export_path);
+	pthread_mutex_destroy(&pool->lock);
+	free(pool);
+}
+
+const struct sfs_fh *sfs_origin_root(const sfs_origin *pool)
+{
+	return &pool->root;
+}
+
+uint32_t sfs_origin_max_read(const sfs_origin *pool)
+{
+	return __atomic_load_n(&pool->max_read, __ATOMIC_RELAXED);
+}
+
+void sfs_origin_submit(sfs_origin *pool, struct sfs_origin_req *req)
+{
+	req->result = 0;
+	req->eof = false;
+	req->have_attr = false;
+	req->link = NULL;
+	req->queued = req->completed = false;
+	req->n_attempts = req->n_outstanding = 0;
+	req->avoid_node = -1;
+	req->done_bytes = 0;
+	req->last_err = 0;
+	req->deadline_ms = sfs_now_ms() + pool->fail_ms;
+	if (__atomic_load_n(&pool->stopping, __ATOMIC_ACQUIRE)) {
+		req_finish(req, -ESHUTDOWN);
+		return;
+	}
+	pthread_mutex_lock(&pool->lock);
+	q_push(pool, req, false);
+	pthread_mutex_unlock(&pool->lock);
+	wake_threads(pool);
+}
+
+struct call_wait {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done;
+};
+
+static void call_done(struct sfs_origin_req *req)
+{
+	struct call_wait *w = req->call_wait;
+
+	pthread_mutex_lock(&w->lock);
+	w->done = true;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+int sfs_origin_call(sfs_origin *pool, struct sfs_origin_req *req)
+{
+	struct call_wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+
+	req->done = call_done;
+	req->call_wait = &w;
+	sfs_origin_submit(pool, req);
+	pthread_mutex_lock(&w.lock);
+	while (!w.done)
+		pthread_cond_wait(&w.cond, &w.lock);
+	pthread_mutex_unlock(&w.lock);
+	pthread_cond_destroy(&w.cond);
+	pthread_mutex_destroy(&w.lock);
+	return req->result;
+}
+
+size_t sfs_origin_node_count(const sfs_origin *pool)
+{
+	return pool->n_nodes;
+}
+
+void sfs_origin_node_stats(const sfs_origin *pool, size_t i, struct sfs_origin_node_stats *out)
+{
+	const struct sfs_node *n = &pool->nodes[i];
+#define LOAD(x) __atomic_load_n(&n->x, __ATOMIC_RELAXED)
+	out->addr = n->addr;
+	out->state = (enum sfs_origin_node_state)LOAD(state);
+	out->conns_up = LOAD(conns_up);
+	out->read_bytes = LOAD(read_bytes);
+	out->read_requests = LOAD(read_requests);
+	out->meta_requests = LOAD(meta_requests);
+	out->errors = LOAD(errors);
+	out->reissued = LOAD(reissued);
+	out->reconnects = LOAD(reconnects);
+	out->lat_count = LOAD(lat_count);
+	out->lat_sum_ns = LOAD(lat_sum_ns);
+	for (int b = 0; b < SFS_ORIGIN_LAT_BUCKETS; b++)
+		out->lat_buckets[b] = LOAD(lat_buckets[b]);
+#undef LOAD
+}
+
+size_t sfs_origin_queue_depth(sfs_origin *pool)
+{
+	pthread_mutex_lock(&pool->lock);
+	size_t n = pool->q_len;
+	pthread_mutex_unlock(&pool->lock);
+	return n;
+}

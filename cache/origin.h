@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * origin — the pool of NFSv3 connections to every node of the cluster.
+ *
+ * Owns: one libnfs context per connection (nconnect per node address), the
+ * I/O threads that drive them, the shared request queue, node health
+ * (up / suspect / down), re-issue of requests away from failed or hung nodes,
+ * reconnection with backoff, and the per-node counters.
+ * Does not own: what the bytes mean (prefetch/store), FUSE, caching of
+ * attributes (fs/inode).
+ *
+ * Threading: sfs_origin_submit() and sfs_origin_call() may be called from any
+ * thread. Completion callbacks run on an origin I/O thread and must not block
+ * (no waiting on other origin requests). Every libnfs context is owned by
+ * exactly one I/O thread. origin.c is the only file that includes libnfs.
+ *
+ * Work pulling: submitted requests wait in one FIFO; each connection with a
+ * free slot (SFS_ORIGIN_CONN_DEPTH per connection) pulls the next one. A
+ * fast node empties its slots sooner and so carries more of the load.
+ */
+#ifndef SFS_ORIGIN_H
+#define SFS_ORIGIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define SFS_FH_MAX 64 /* NFSv3 file handles are at most 64 bytes (RFC 1813) */
+#define SFS_ORIGIN_CONN_DEPTH 4
+
+/* An NFSv3 file handle; valid on every node of the cluster. */
+struct sfs_fh {
+	uint32_t len;
+	uint8_t data[SFS_FH_MAX];
+};
+
+/* Attributes of a file as the server reported them (fattr3). */
+struct sfs_attr {
+	uint32_t type; /* S_IFREG, S_IFDIR, S_IFLNK, ... */
+	uint32_t mode; /* permission bits only */
+	uint32_t nlink, uid, gid;
+	uint64_t size, used;
+	uint64_t fsid, fileid;
+	uint32_t rdev_major, rdev_minor;
+	struct timespec atime, mtime, ctime;
+};
+
+enum sfs_origin_op {
+	SFS_ORIGIN_READ,
+	SFS_ORIGIN_GETATTR,
+	SFS_ORIGIN_LOOKUP,
+	SFS_ORIGIN_READDIRPLUS,
+	SFS_ORIGIN_READLINK,
+	SFS_ORIGIN_FSSTAT,
+};
+
+struct sfs_origin_req;
+struct sfs_attempt;
+
+/*
+ * Called once per READDIRPLUS reply entry, on the I/O thread, before the
+ * request completes. attr/fh are NULL when the server sent none. Returning
+ * non-zero stops delivery of further entries of this reply (the caller's
+ * buffer is full); the request still completes normally.
+ */
+typedef int (*sfs_origin_dirent_fn)(struct sfs_origin_req *req, const char *name,
+				    uint64_t cookie, const struct sfs_attr *attr,
+				    const struct sfs_fh *fh);
+
+struct sfs_fsstat {
+	uint64_t total_bytes, free_bytes, avail_bytes;
+	uint64_t total_files, free_files, avail_files;
+};
+
+/*
+ * One request. The caller owns the memory and fills the "in" fields; the
+ * pool owns it from sfs_origin_submit() until done() is called; after done()
+ * the caller may free or reuse it.
+ */
+struct sfs_origin_req {
+	/* in */
+	enum sfs_origin_op op;
+	struct sfs_fh fh;	  /* file or directory */
+	uint64_t offset;	  /* READ: byte offset */
+	uint32_t count;		  /* READ: bytes wanted (<= sfs_origin_max_read) */
+	void *buf;		  /* READ: destination of count bytes */
+	const char *name;	  /* LOOKUP: entry name (caller keeps it alive) */
+	uint64_t cookie;	  /* READDIRPLUS: resume cookie, 0 to start */
+	uint8_t cookieverf[8];	  /* READDIRPLUS: verifier from the previous reply */
+	uint32_t dir_max_bytes;	  /* READDIRPLUS: maxcount hint */
+	sfs_origin_dirent_fn dirent; /* READDIRPLUS */
+	void (*done)(struct sfs_origin_req *req);
+	void *arg; /* for the caller */
+
+	/* out, valid in done() */
+	int result;	       /* READ: bytes read; others: 0; or -errno */
+	bool eof;	       /* READ: end of file reached; READDIRPLUS: last entry sent */
+	bool have_attr;	       /* attr is valid */
+	struct sfs_attr attr;  /* GETATTR/LOOKUP: the object; READ: post-op attributes */
+	struct sfs_fh out_fh;  /* LOOKUP */
+	char *link;	       /* READLINK: malloc'd target, caller frees */
+	struct sfs_fsstat fsstat;
+
+	/* private to origin.c; protected by the pool lock */
+	struct sfs_origin_req *q_next, *q_prev;
+	struct sfs_attempt *attempts; /* sends in flight, chained */
+	void *call_wait;	      /* sfs_origin_call()'s waiter */
+	bool queued, completed;
+	uint8_t n_attempts;	/* sends so far */
+	uint8_t n_outstanding;	/* sends whose reply has not arrived */
+	int16_t avoid_node;	/* node that timed out on it last, or -1 */
+	uint32_t done_bytes;	/* READ: bytes already placed (short replies) */
+	uint64_t deadline_ms;	/* soft mounts: fail with -EIO after this */
+	int last_err;
+};
+
+struct sfs_origin_conf {
+	char **addrs;	     /* node addresses (numeric), n_addrs of them */
+	size_t n_addrs;
+	const char *export_path; /* e.g. "/ifs" */
+	unsigned nconnect;   /* connections per node, 1..16 */
+	uint32_t rsize_bytes; /* largest READ to send; capped by the server */
+	unsigned timeo_ds;   /* deciseconds before a request is re-issued elsewhere */
+	unsigned retrans;    /* timeouts before a node is declared down / soft fail */
+	bool hard;	     /* hard: wait for the cluster forever; soft: -EIO */
+	uint32_t uid, gid;   /* AUTH_SYS identity */
+	unsigned n_threads;  /* I/O threads; 0 = one per online CPU */
+};
+
+typedef struct sfs_origin sfs_origin;
+
+/*
+ * Connect every connection of every node (concurrently, in the calling
+ * thread) and check the export. Succeeds when at least one node mounted the
+ * export; nodes that failed are retried later with backoff. On failure
+ * writes a one-line reason (naming the node and cause) into err_msg and
+ * returns -errno (-EHOSTUNREACH, -ENOENT for a missing export, -EACCES, ...).
+ * No thread is started: call sfs_origin_start() (after any fork).
+ */
+int sfs_origin_open(const struct sfs_origin_conf *conf, sfs_origin **out, char *err_msg,
+		    size_t err_len);
+
+/* Start the I/O threads. Returns 0 or -errno. */
+int sfs_origin_start(sfs_origin *pool);
+
+/* Stop threads, fail queued requests with -ESHUTDOWN, free everything. */
+void sfs_origin_close(sfs_origin *pool);
+
+/* The export's root file handle. Read-only after open. */
+const struct sfs_fh *sfs_origin_root(const sfs_origin *pool);
+
+/* Largest READ count the pool sends (min of rsize and every server's rtmax). */
+uint32_t sfs_origin_max_read(const sfs_origin *pool);
+
+/* Queue a request; req->done runs on an I/O thread. Never fails. */
+void sfs_origin_submit(sfs_origin *pool, struct sfs_origin_req *req);
+
+/* Submit and wait for completion (sets req->done; leaves req->arg to the
+ * caller, e.g. for the dirent callback). Returns req->result. */
+int sfs_origin_call(sfs_origin *pool, struct sfs_origin_req *req);
+
+enum sfs_origin_node_state {
+	SFS_NODE_UP,
+	SFS_NODE_SUSPECT, /* a request timed out on it; gets no new work */
+	SFS_NODE_DOWN,	  /* no connection; being probed */
+};
+
+#define SFS_ORIGIN_LAT_BUCKETS 12
+extern const double sfs_origin_lat_bounds_s[SFS_ORIGIN_LAT_BUCKETS];
+
+/* A consistent-enough copy of one node's counters (each field atomic). */
+struct sfs_origin_node_stats {
+	const char *addr; /* owned by the pool */
+	enum sfs_origin_node_state state;
+	unsigned conns_up;
+	uint64_t read_bytes, read_requests, meta_requests, errors, reissued, reconnects;
+	uint64_t lat_count, lat_sum_ns;
+	uint64_t lat_buckets[SFS_ORIGIN_LAT_BUCKETS]; /* cumulative counts <= bound */
+};
+
+size_t sfs_origin_node_count(const sfs_origin *pool);
+void sfs_origin_node_stats(const sfs_origin *pool, size_t node, struct sfs_origin_node_stats *out);
+
+/* Requests waiting for a connection slot right now. */
+size_t sfs_origin_queue_depth(sfs_origin *pool);
+
+#endif

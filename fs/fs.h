@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fs.h — private to fs/: the daemon's state shared by the FUSE operations,
+ * the stats renderer and main. Other folders never include it.
+ */
+#ifndef SFS_FS_H
+#define SFS_FS_H
+
+#define FUSE_USE_VERSION 35
+#include <fuse_lowlevel.h>
+
+#include "../cache/origin.h"
+#include "../cache/prefetch.h"
+#include "inode.h"
+#include "options.h"
+
+/* FUSE operations we count, by name in the stats file. */
+enum sfs_fuse_op {
+	SFS_OP_LOOKUP,
+	SFS_OP_FORGET,
+	SFS_OP_GETATTR,
+	SFS_OP_READLINK,
+	SFS_OP_OPEN,
+	SFS_OP_READ,
+	SFS_OP_RELEASE,
+	SFS_OP_OPENDIR,
+	SFS_OP_READDIR,
+	SFS_OP_READDIRPLUS,
+	SFS_OP_RELEASEDIR,
+	SFS_OP_STATFS,
+	SFS_OP_WRITE_DENIED, /* any modifying operation, answered EROFS */
+	SFS_OP_OTHER,
+	SFS_OP_COUNT
+};
+
+struct sfs_fs {
+	struct sfs_options *opts;   /* set at start, then read-only */
+	sfs_origin *origin;	    /* set at start, then read-only */
+	sfs_prefetch *prefetch;	    /* set at start, then read-only */
+	sfs_inode_table *inodes;    /* set at start, then read-only */
+	double attr_timeout_s;	    /* set at start, then read-only */
+	uint64_t start_ns;	    /* set at start, then read-only */
+	struct sfs_inode ctl_dir, stats_file; /* the virtual .shardfs/ tree */
+	uint64_t op_count[SFS_OP_COUNT]; /* atomic */
+	uint64_t read_bytes;		 /* atomic: bytes replied to read() */
+	uint64_t read_errors;		 /* atomic */
+};
+
+extern const struct fuse_lowlevel_ops sfs_fuse_ops;
+extern const char *const sfs_fuse_op_names[SFS_OP_COUNT];
+
+/*
+ * Render the stats file into a malloc'd buffer (Prometheus text format).
+ * Returns its length and sets *out, or -ENOMEM.
+ */
+ssize_t sfs_stats_render(struct sfs_fs *fs, char **out);
+
+#endif

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * inode — the FUSE inode table: FUSE node id <-> NFS file handle, with the
+ * attributes last seen and the lookup count the kernel holds.
+ *
+ * Owns: inode lifetime (created by lookup/readdirplus, freed when the
+ * kernel's lookup count drops to zero via FORGET), the (fsid, fileid) index
+ * that gives one file one node id, cached attributes and their expiry.
+ * The FUSE node id of an inode is its address; the root is FUSE_ROOT_ID.
+ * Memory is per inode the kernel remembers, never per byte.
+ *
+ * Threading: the table lock protects the index and every nlookup; each
+ * inode's lock protects its attr fields and open state. Order: table lock,
+ * then inode lock (never the reverse).
+ */
+#ifndef SFS_INODE_H
+#define SFS_INODE_H
+
+#include "../cache/origin.h"
+#include "../cache/prefetch.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+enum sfs_inode_kind {
+	SFS_INODE_NFS,
+	SFS_INODE_CTL_DIR, /* MOUNTPOINT/.shardfs */
+	SFS_INODE_STATS,   /* MOUNTPOINT/.shardfs/stats */
+};
+
+struct sfs_inode {
+	enum sfs_inode_kind kind; /* set at creation */
+	uint64_t fsid, fileid;	  /* set at creation: the index key */
+	struct sfs_fh fh;	  /* set at creation */
+	struct sfs_inode *hash_next; /* protected by the table lock */
+	uint64_t nlookup;	     /* protected by the table lock */
+
+	pthread_mutex_t lock;
+	struct sfs_attr attr;	  /* protected by lock */
+	uint64_t attr_time_ms;	  /* protected by lock: when attr was fetched */
+	sfs_pf_file *pf;	  /* protected by lock: fetch state for current opens */
+	struct sfs_attr pf_attr;  /* protected by lock: attributes pf was made for */
+};
+
+typedef struct sfs_inode_table sfs_inode_table;
+
+int sfs_inode_table_open(const struct sfs_fh *root_fh, sfs_inode_table **out);
+void sfs_inode_table_close(sfs_inode_table *t);
+
+struct sfs_inode *sfs_inode_root(sfs_inode_table *t);
+
+/*
+ * Find or create the inode for (attr->fsid, attr->fileid) and add one
+ * lookup reference. Refreshes its attributes. Returns NULL on ENOMEM.
+ */
+struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
+				const struct sfs_attr *attr, uint64_t now_ms);
+
+/* Drop n lookup references (FUSE forget); frees the inode at zero. */
+void sfs_inode_forget(sfs_inode_table *t, struct sfs_inode *ino, uint64_t n);
+
+/* Store fresh attributes (GETATTR result). */
+void sfs_inode_set_attr(struct sfs_inode *ino, const struct sfs_attr *attr, uint64_t now_ms);
+
+/* Inodes the kernel currently knows (for stats). */
+uint64_t sfs_inode_count(sfs_inode_table *t);
+
+#endif

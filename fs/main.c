@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * main — startup and shutdown of the shardfs daemon.
+ *
+ * Order matters: every check that can fail (options, mountpoint, names,
+ * every node's mount of the export) runs before the FUSE mount, so a refusal
+ * leaves nothing mounted. The origin's threads start only after
+ * fuse_daemonize() has forked (threads do not survive fork; its sockets do).
+ */
+#include "fs.h"
+#include "../cache/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int die(const char *fmt, const char *a, const char *b)
+{
+	fprintf(stderr, "shardfs: ");
+	fprintf(stderr, fmt, a, b);
+	fputc('\n', stderr);
+	return 1;
+}
+
+static int check_mountpoint(const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) != 0)
+		return die("mountpoint '%s': %s", path, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return die("mountpoint '%s': %s", path, "not a directory");
+	if (access(path, R_OK | X_OK) != 0)
+		return die("mountpoint '%s': %s", path, strerror(errno));
+	return 0;
+}
+
+/* FUSE's own arguments, built from ours: always read-only; fsname is the
+ * source (escaped: it contains commas) so mount(8) and df show it. */
+static int build_fuse_args(const struct sfs_options *o, struct fuse_args *args, const char *argv0)
+{
+	char *opts = NULL, *fsname = NULL;
+	int rc = -ENOMEM;
+
+	if (asprintf(&fsname, "fsname=%s", o->source) < 0)
+		return -ENOMEM;
+	if (!fuse_opt_add_opt(&opts, "ro") && !fuse_opt_add_opt(&opts, "subtype=shardfs") &&
+	    !fuse_opt_add_opt_escaped(&opts, fsname) &&
+	    !(o->allow_other && fuse_opt_add_opt(&opts, "allow_other")) &&
+	    !(o->default_permissions && fuse_opt_add_opt(&opts, "default_permissions")) &&
+	    !fuse_opt_add_arg(args, argv0) && !fuse_opt_add_arg(args, "-o") &&
+	    !fuse_opt_add_arg(args, opts))
+		rc = 0;
+	free(fsname);
+	free(opts);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct sfs_options o;
+	struct sfs_fs fs = {0};
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_session *se = NULL;
+	char err[512] = "";
+	char **addrs = NULL;
+	int n_addrs = 0, rc, status = 1;
+
+	if (sfs_options_parse(argc, argv, &o, err, sizeof(err)) != 0) {
+		fprintf(stderr, "shardfs: %s (see shardfs --help)\n", err);
+		sfs_options_free(&o);
+		return 1;
+	}
+	if (o.help) {
+		sfs_options_usage(stdout, "shardfs");
+		return 0;
+	}
+	if (o.version) {
+		printf("shardfs %s\n", SFS_VERSION);
+		return 0;
+	}
+	if (o.debug)
+		sfs_log_max_level = SFS_LOG_DEBUG;
+	if (check_mountpoint(o.mountpoint))
+		goto out_opts;
+	n_addrs = sfs_resolve_hosts(o.hosts, &addrs, err, sizeof(err));
+	if (n_addrs < 0) {
+		fprintf(stderr, "shardfs: %s\n", err);
+		n_addrs = 0;
+		goto out_opts;
+	}
+	struct sfs_origin_conf oc = {
+		.addrs = addrs,
+		.n_addrs = (size_t)n_addrs,
+		.export_path = o.export_path,
+		.nconnect = o.nconnect,
+		.rsize_bytes = o.rsize,
+		.timeo_ds = o.timeo_ds,
+		.retrans = o.retrans,
+		.hard = o.hard,
+		.uid = o.uid,
+		.gid = o.gid,
+		.n_threads = o.io_threads,
+	};
+	rc = sfs_origin_open(&oc, &fs.origin, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "shardfs: %s\n", err[0] ? err : strerror(-rc));
+		goto out_addrs;
+	}
+	fs.opts = &o;
+	fs.attr_timeout_s = o.actimeo_s;
+	fs.start_ns = sfs_now_ns();
+	fs.ctl_dir.kind = SFS_INODE_CTL_DIR;
+	fs.ctl_dir.fileid = UINT64_MAX - 1;
+	fs.stats_file.kind = SFS_INODE_STATS;
+	fs.stats_file.fileid = UINT64_MAX - 2;
+	if ((rc = sfs_inode_table_open(sfs_origin_root(fs.origin), &fs.inodes)) < 0 ||
+	    (rc = sfs_prefetch_open(&(struct sfs_prefetch_conf){
+					    .mem_bytes = o.prefetch_mem,
+					    .window_chunks = (unsigned)(2 * (size_t)n_addrs * o.nconnect)},
+				    fs.origin, &fs.prefetch)) < 0) {
+		fprintf(stderr, "shardfs: %s\n", strerror(-rc));
+		goto out_origin;
+	}
+	if (build_fuse_args(&o, &args, argv[0]) != 0) {
+		fprintf(stderr, "shardfs: out of memory\n");
+		goto out_origin;
+	}
+	se = fuse_session_new(&args, &sfs_fuse_ops, sizeof(sfs_fuse_ops), &fs);
+	if (!se) {
+		fprintf(stderr, "shardfs: cannot create the FUSE session\n");
+		goto out_origin;
+	}
+	if (fuse_set_signal_handlers(se) != 0) {
+		fprintf(stderr, "shardfs: cannot install signal handlers\n");
+		goto out_session;
+	}
+	if (fuse_session_mount(se, o.mountpoint) != 0) {
+		fprintf(stderr, "shardfs: cannot mount on '%s' (see the fuse: message above)\n",
+			o.mountpoint);
+		goto out_signals;
+	}
+	if (fuse_daemonize(o.foreground) != 0) {
+		fprintf(stderr, "shardfs: cannot detach from the terminal\n");
+		goto out_unmount;
+	}
+	if (!o.foreground)
+		sfs_log_use_syslog();
+	if ((rc = sfs_origin_start(fs.origin)) < 0) {
+		sfs_log(SFS_LOG_ERR, "main", "cannot start I/O threads: %s", strerror(-rc));
+		goto out_unmount;
+	}
+	sfs_log(SFS_LOG_INFO, "main", "mounted %s on %s (%d node addresses, %u connections each)",
+		o.source, o.mountpoint, n_addrs, o.nconnect);
+
+	struct fuse_loop_config *lc = fuse_loop_cfg_create();
+	if (!lc)
+		goto out_unmount;
+	fuse_loop_cfg_set_max_threads(lc, o.max_threads);
+	fuse_loop_cfg_set_idle_threads(lc, o.max_threads < 16 ? o.max_threads : 16);
+	rc = fuse_session_loop_mt(se, lc);
+	fuse_loop_cfg_destroy(lc);
+	status = rc == 0 ? 0 : 1;
+	sfs_log(SFS_LOG_INFO, "main", "unmounting %s", o.mountpoint);
+
+out_unmount:
+	fuse_session_unmount(se);
+out_signals:
+	fuse_remove_signal_handlers(se);
+out_session:
+	fuse_session_destroy(se);
+out_origin:
+	fuse_opt_free_args(&args);
+	sfs_inode_table_close(fs.inodes);
+	sfs_origin_close(fs.origin); /* before prefetch: completions touch its files */
+	sfs_prefetch_close(fs.prefetch);
+out_addrs:
+	sfs_addrs_free(addrs, (size_t)n_addrs);
+out_opts:
+	sfs_options_free(&o);
+	return status;
+}

@@ -1,0 +1,383 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * options — argv and -o parsing, validation, host resolution. See options.h.
+ */
+#include "options.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+enum opt_kind { OPT_FLAG, OPT_UINT, OPT_SIZE, OPT_IGNORED, OPT_IGNORED_VALUE };
+
+/* The one option table: name, kind, range, and where the value goes. */
+struct opt_def {
+	const char *name;
+	enum opt_kind kind;
+	uint64_t min, max;
+	size_t offset; /* into struct sfs_options */
+	int width;     /* bytes of the destination, or the flag's value (0/1) */
+};
+
+#define UINT_OPT(n, field, lo, hi)                                                                 \
+	{n, OPT_UINT, lo, hi, offsetof(struct sfs_options, field),                                 \
+	 (int)sizeof(((struct sfs_options *)0)->field)}
+#define FLAG_OPT(n, field, val) {n, OPT_FLAG, 0, 0, offsetof(struct sfs_options, field), val}
+
+static const struct opt_def opt_table[] = {
+	UINT_OPT("nconnect", nconnect, 1, 16),
+	{"rsize", OPT_SIZE, 4096, 1u << 20, offsetof(struct sfs_options, rsize), 4},
+	UINT_OPT("timeo", timeo_ds, 1, 6000),
+	UINT_OPT("retrans", retrans, 1, 100),
+	FLAG_OPT("soft", hard, 0),
+	FLAG_OPT("hard", hard, 1),
+	UINT_OPT("actimeo", actimeo_s, 0, 86400),
+	UINT_OPT("uid", uid, 0, 4294967294u),
+	UINT_OPT("gid", gid, 0, 4294967294u),
+	FLAG_OPT("allow_other", allow_other, 1),
+	FLAG_OPT("default_permissions", default_permissions, 1),
+	UINT_OPT("io_threads", io_threads, 0, 64),
+	UINT_OPT("max_threads", max_threads, 1, 1024),
+	{"prefetch_mem", OPT_SIZE, 4u << 20, 1ull << 40, offsetof(struct sfs_options, prefetch_mem), 8},
+	/* Generic mount(8) options that mount.fuse3 may pass on: accepted and
+	 * ignored (the mount is always read-only, nodev, nosuid). */
+	{"ro", OPT_IGNORED, 0, 0, 0, 0},	{"rw", OPT_IGNORED, 0, 0, 0, 0},
+	{"defaults", OPT_IGNORED, 0, 0, 0, 0},	{"auto", OPT_IGNORED, 0, 0, 0, 0},
+	{"noauto", OPT_IGNORED, 0, 0, 0, 0},	{"_netdev", OPT_IGNORED, 0, 0, 0, 0},
+	{"nofail", OPT_IGNORED, 0, 0, 0, 0},	{"user", OPT_IGNORED, 0, 0, 0, 0},
+	{"nouser", OPT_IGNORED, 0, 0, 0, 0},	{"users", OPT_IGNORED, 0, 0, 0, 0},
+	{"dev", OPT_IGNORED, 0, 0, 0, 0},	{"nodev", OPT_IGNORED, 0, 0, 0, 0},
+	{"suid", OPT_IGNORED, 0, 0, 0, 0},	{"nosuid", OPT_IGNORED, 0, 0, 0, 0},
+	{"exec", OPT_IGNORED, 0, 0, 0, 0},	{"noexec", OPT_IGNORED, 0, 0, 0, 0},
+	{"async", OPT_IGNORED, 0, 0, 0, 0},	{"atime", OPT_IGNORED, 0, 0, 0, 0},
+	{"noatime", OPT_IGNORED, 0, 0, 0, 0},	{"relatime", OPT_IGNORED, 0, 0, 0, 0},
+	{"nodiratime", OPT_IGNORED, 0, 0, 0, 0}, {"comment", OPT_IGNORED_VALUE, 0, 0, 0, 0},
+};
+
+static int fail(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, len, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+int sfs_parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	uint64_t mult = 1;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno)
+		return -EINVAL;
+	switch (*end) {
+	case 0: break;
+	case 'k': case 'K': mult = 1ull << 10; end++; break;
+	case 'm': case 'M': mult = 1ull << 20; end++; break;
+	case 'g': case 'G': mult = 1ull << 30; end++; break;
+	case 't': case 'T': mult = 1ull << 40; end++; break;
+	default: return -EINVAL;
+	}
+	if (*end || (v && mult > UINT64_MAX / v))
+		return -EINVAL;
+	*out = v * mult;
+	return 0;
+}
+
+static int parse_uint(const char *s, uint64_t *out)
+{
+	char *end;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || *end)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static void store(struct sfs_options *o, const struct opt_def *d, uint64_t v)
+{
+	char *p = (char *)o + d->offset;
+
+	switch (d->width) {
+	case 1: *(bool *)p = v != 0; break;
+	case 4: *(uint32_t *)p = (uint32_t)v; break;
+	case 8: *(uint64_t *)p = v; break;
+	}
+}
+
+/* One "name[=value]" item of -o. */
+static int parse_one(struct sfs_options *o, char *item, char *err, size_t len)
+{
+	char *val = strchr(item, '=');
+
+	if (val)
+		*val++ = 0;
+	if (!*item)
+		return fail(err, len, "empty mount option");
+	if (!strncmp(item, "x-", 2))
+		return 0; /* userspace mount hints (x-systemd.*) are not ours */
+	for (size_t i = 0; i < sizeof(opt_table) / sizeof(opt_table[0]); i++) {
+		const struct opt_def *d = &opt_table[i];
+		uint64_t v;
+		if (strcmp(d->name, item))
+			continue;
+		switch (d->kind) {
+		case OPT_IGNORED:
+		case OPT_FLAG:
+			if (val)
+				return fail(err, len, "mount option '%s' takes no value", item);
+			if (d->kind == OPT_FLAG)
+				*(bool *)((char *)o + d->offset) = d->width;
+			return 0;
+		case OPT_IGNORED_VALUE:
+			return 0;
+		case OPT_UINT:
+		case OPT_SIZE:
+			if (!val || !*val)
+				return fail(err, len, "mount option '%s' needs a value", item);
+			if ((d->kind == OPT_UINT ? parse_uint(val, &v) : sfs_parse_size(val, &v)) < 0)
+				return fail(err, len, "mount option '%s=%s': not a%s number", item, val,
+					    d->kind == OPT_SIZE ? " size or" : "n unsigned");
+			if (v < d->min || v > d->max)
+				return fail(err, len,
+					    "mount option '%s=%s' is out of range (%llu..%llu)", item,
+					    val, (unsigned long long)d->min,
+					    (unsigned long long)d->max);
+			store(o, d, v);
+			return 0;
+		}
+	}
+	return fail(err, len, "unknown mount option '%s'", item);
+}
+
+static int parse_opt_list(struct sfs_options *o, const char *list, char *err, size_t len)
+{
+	char *copy = strdup(list), *save = NULL;
+	int rc = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	if (!*copy)
+		rc = fail(err, len, "empty -o option list");
+	for (char *tok = strtok_r(copy, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save))
+		rc = parse_one(o, tok, err, len);
+	if (!rc && (list[0] == ',' || strstr(list, ",,") || list[strlen(list) - 1] == ','))
+		rc = fail(err, len, "empty mount option in '%s'", list);
+	free(copy);
+	return rc;
+}
+
+static int parse_source(struct sfs_options *o, const char *src, char *err, size_t len)
+{
+	const char *colon = strstr(src, ":/");
+
+	if (!*src)
+		return fail(err, len, "empty source: expected HOST[,HOST...]:/EXPORT");
+	if (!colon)
+		return fail(err, len, "source '%s' is not HOST[,HOST...]:/EXPORT", src);
+	if (colon == src)
+		return fail(err, len, "source '%s' names no host", src);
+	o->hosts = strndup(src, (size_t)(colon - src));
+	o->export_path = strdup(colon + 1);
+	o->source = strdup(src);
+	if (!o->hosts || !o->export_path || !o->source)
+		return -ENOMEM;
+	/* Hosts: letters, digits, '-', '.', separated by single commas. */
+	const char *h = o->hosts;
+	if (*h == ',' || h[strlen(h) - 1] == ',' || strstr(h, ",,"))
+		return fail(err, len, "source '%s' has an empty host in its list", src);
+	for (; *h; h++)
+		if (!isalnum((unsigned char)*h) && !strchr("-._,", *h))
+			return fail(err, len, "source '%s': invalid character '%c' in host list", src,
+				    *h);
+	if (strlen(o->export_path) > 1024)
+		return fail(err, len, "export path too long");
+	return 0;
+}
+
+int sfs_options_parse(int argc, char **argv, struct sfs_options *o, char *err, size_t len)
+{
+	const char *pos[2];
+	int n_pos = 0, rc;
+
+	memset(o, 0, sizeof(*o));
+	o->nconnect = SFS_DEFAULT_NCONNECT;
+	o->rsize = SFS_DEFAULT_RSIZE;
+	o->timeo_ds = SFS_DEFAULT_TIMEO_DS;
+	o->retrans = SFS_DEFAULT_RETRANS;
+	o->actimeo_s = SFS_DEFAULT_ACTIMEO_S;
+	o->max_threads = 64;
+	o->uid = getuid(); /* like the kernel NFS client: the mounter's identity */
+	o->gid = getgid();
+	o->prefetch_mem = SFS_DEFAULT_PREFETCH_MEM;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			o->help = true;
+			return 0;
+		}
+		if (!strcmp(a, "-V") || !strcmp(a, "--version")) {
+			o->version = true;
+			return 0;
+		}
+		if (!strcmp(a, "-f")) {
+			o->foreground = true;
+		} else if (!strcmp(a, "-d")) {
+			o->debug = o->foreground = true;
+		} else if (!strcmp(a, "-s")) {
+			/* single-threaded: accepted for FUSE compatibility, ignored */
+		} else if (!strncmp(a, "-o", 2)) {
+			const char *list = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
+			if (!list)
+				return fail(err, len, "option -o needs an argument");
+			if ((rc = parse_opt_list(o, list, err, len)))
+				return rc;
+		} else if (a[0] == '-' && a[1]) {
+			return fail(err, len, "unknown option '%s'", a);
+		} else if (n_pos < 2) {
+			pos[n_pos++] = a;
+		} else {
+			return fail(err, len, "unexpected argument '%s'", a);
+		}
+	}
+	if (n_pos < 2)
+		return fail(err, len, n_pos ? "missing MOUNTPOINT" : "missing source and MOUNTPOINT");
+	if ((rc = parse_source(o, pos[0], err, len)))
+		return rc;
+	if (!*pos[1])
+		return fail(err, len, "empty mountpoint");
+	o->mountpoint = strdup(pos[1]);
+	if (!o->mountpoint)
+		return -ENOMEM;
+	if (o->rsize % 4096)
+		o->rsize -= o->rsize % 4096; /* nfs(5) rounds rsize down, so do we */
+	return 0;
+}
+
+void sfs_options_free(struct sfs_options *o)
+{
+	free(o->source);
+	free(o->hosts);
+	free(o->export_path);
+	free(o->mountpoint);
+	memset(o, 0, sizeof(*o));
+}
+
+void sfs_addrs_free(char **addrs, size_t n)
+{
+	for (size_t i = 0; addrs && i < n; i++)
+		free(addrs[i]);
+	free(addrs);
+}
+
+static int addr_add(char ***addrs, size_t *n, const char *a)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (!strcmp((*addrs)[i], a))
+			return 0;
+	char **na = realloc(*addrs, (*n + 1) * sizeof(char *));
+	if (!na)
+		return -ENOMEM;
+	*addrs = na;
+	if (!(na[*n] = strdup(a)))
+		return -ENOMEM;
+	(*n)++;
+	return 0;
+}
+
+int sfs_resolve_hosts(const char *hosts, char ***out, char *err, size_t len)
+{
+	char *copy = strdup(hosts), *save = NULL, **addrs = NULL;
+	size_t n = 0;
+	int rc = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	for (char *h = strtok_r(copy, ",", &save); h && !rc; h = strtok_r(NULL, ",", &save)) {
+		struct in_addr in;
+		if (inet_pton(AF_INET, h, &in) == 1) {
+			rc = addr_add(&addrs, &n, h);
+			continue;
+		}
+		struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
+		int g = getaddrinfo(h, NULL, &hints, &res);
+		if (g) {
+			snprintf(err, len, "cannot resolve host '%s': %s", h, gai_strerror(g));
+			rc = -EHOSTUNREACH;
+			break;
+		}
+		for (struct addrinfo *ai = res; ai && !rc; ai = ai->ai_next) {
+			char buf[INET_ADDRSTRLEN];
+			inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, buf,
+				  sizeof(buf));
+			rc = addr_add(&addrs, &n, buf);
+		}
+		freeaddrinfo(res);
+	}
+	free(copy);
+	if (rc) {
+		sfs_addrs_free(addrs, n);
+		return rc;
+	}
+	*out = addrs;
+	return (int)n;
+}
+
+void sfs_options_usage(FILE *out, const char *prog)
+{
+	fprintf(out,
+		"usage: %s [-f] [-d] [-o OPT[,OPT...]] HOST[,HOST...]:/EXPORT MOUNTPOINT\n"
+		"\n"
+		"Mount an NFSv3 export served by every HOST (the nodes of a scale-out cluster)\n"
+		"read-only at MOUNTPOINT, striping reads across all nodes. A HOST is an IPv4\n"
+		"address or a DNS name; a name with several addresses contributes them all.\n"
+		"\n"
+		"  -f                  stay in the foreground (log to stderr)\n"
+		"  -d                  debug logging (implies -f)\n"
+		"  -h, --help          this text\n"
+		"  -V, --version       print the version\n"
+		"\n"
+		"Mount options (-o):\n"
+		"  nconnect=N          TCP connections per node address, 1..16 (default %u)\n"
+		"  rsize=BYTES         largest READ, 4096..1048576, capped by the server (default %u)\n"
+		"  timeo=DECISECONDS   a request without a reply after this is re-issued on\n"
+		"                      another node, 1..6000 (default %u = %.1f s)\n"
+		"  retrans=N           after timeo*retrans without a reply a connection is dropped\n"
+		"                      and, under soft, a request no node can serve fails with EIO\n"
+		"                      (default %u)\n"
+		"  soft                fail reads with EIO when no node answers (default)\n"
+		"  hard                wait for the cluster to come back instead\n"
+		"  actimeo=SECONDS     attribute and directory entry cache time, 0..86400\n"
+		"                      (default %u)\n"
+		"  uid=N, gid=N        AUTH_SYS identity sent to NFS (default: the caller's)\n"
+		"  allow_other         let users other than the mounter access the mount\n"
+		"  default_permissions let the kernel check file modes\n"
+		"  prefetch_mem=SIZE   memory for fetch buffers in flight, K/M/G suffixes\n"
+		"                      (default %lluM)\n"
+		"  io_threads=N        NFS I/O threads, 0 = one per CPU (default 0)\n"
+		"  max_threads=N       FUSE worker threads (default 64)\n"
+		"Generic mount options (ro, rw, _netdev, nofail, noauto, defaults, ...) are\n"
+		"accepted and ignored: the mount is always read-only.\n"
+		"\n"
+		"Statistics: MOUNTPOINT/.shardfs/stats (Prometheus text format).\n",
+		prog, SFS_DEFAULT_NCONNECT, SFS_DEFAULT_RSIZE, SFS_DEFAULT_TIMEO_DS,
+		SFS_DEFAULT_TIMEO_DS / 10.0, SFS_DEFAULT_RETRANS, SFS_DEFAULT_ACTIMEO_S,
+		(unsigned long long)(SFS_DEFAULT_PREFETCH_MEM >> 20));
+}

@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * stats — renders MOUNTPOINT/.shardfs/stats in the Prometheus text
+ * exposition format (version 0.0.4) from every module's counters.
+ * Runs on a FUSE worker at open of the stats file; reads atomics only.
+ */
+#include "fs.h"
+#include "../cache/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static void help(FILE *f, const char *name, const char *type, const char *text)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
+}
+
+ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	size_t n_nodes = sfs_origin_node_count(fs->origin);
+	struct sfs_origin_node_stats ns;
+	struct sfs_prefetch_stats ps;
+
+	if (!f)
+		return -ENOMEM;
+	help(f, "shardfs_build_info", "gauge", "Version of the running daemon.");
+	fprintf(f, "shardfs_build_info{version=\"%s\"} 1\n", SFS_VERSION);
+	help(f, "shardfs_uptime_seconds", "gauge", "Seconds since the daemon mounted.");
+	fprintf(f, "shardfs_uptime_seconds %.3f\n", (double)(sfs_now_ns() - fs->start_ns) / 1e9);
+
+#define PER_NODE(metric, type, text, expr)                                                         \
+	do {                                                                                       \
+		help(f, metric, type, text);                                                       \
+		for (size_t i = 0; i < n_nodes; i++) {                                             \
+			sfs_origin_node_stats(fs->origin, i, &ns);                                 \
+			fprintf(f, metric "{node=\"%s\"} %llu\n", ns.addr,                          \
+				(unsigned long long)(expr));                                       \
+		}                                                                                  \
+	} while (0)
+	PER_NODE("shardfs_node_up", "gauge",
+		 "1 if the node has a connection and answers in time, else 0.",
+		 ns.state == SFS_NODE_UP);
+	help(f, "shardfs_node_state", "gauge", "Health of the node: up, suspect (timed out, probed) or down.");
+	for (size_t i = 0; i < n_nodes; i++) {
+		static const char *const names[] = {"up", "suspect", "down"};
+		sfs_origin_node_stats(fs->origin, i, &ns);
+		for (int s = 0; s < 3; s++)
+			fprintf(f, "shardfs_node_state{node=\"%s\",state=\"%s\"} %d\n", ns.addr,
+				names[s], (int)ns.state == s);
+	}
+	PER_NODE("shardfs_node_connections", "gauge", "Connections to the node that are up.",
+		 ns.conns_up);
+	PER_NODE("shardfs_node_read_bytes_total", "counter", "Bytes read from the node.",
+		 ns.read_bytes);
+	PER_NODE("shardfs_node_read_requests_total", "counter", "READ requests the node answered.",
+		 ns.read_requests);
+	PER_NODE("shardfs_node_metadata_requests_total", "counter",
+		 "LOOKUP, GETATTR, READDIRPLUS, READLINK and FSSTAT requests the node answered.",
+		 ns.meta_requests);
+	PER_NODE("shardfs_node_errors_total", "counter",
+		 "Failed requests and broken connections on the node.", ns.errors);
+	PER_NODE("shardfs_node_reissued_total", "counter",
+		 "Requests that this node took over after they failed or hung elsewhere.",
+		 ns.reissued);
+	PER_NODE("shardfs_node_reconnects_total", "counter", "Connections to the node lost and re-made.",
+		 ns.reconnects);
+#undef PER_NODE
+	help(f, "shardfs_node_latency_seconds", "histogram", "Time from sending a request to its reply.");
+	for (size_t i = 0; i < n_nodes; i++) {
+		sfs_origin_node_stats(fs->origin, i, &ns);
+		for (int b = 0; b < SFS_ORIGIN_LAT_BUCKETS; b++)
+			fprintf(f, "shardfs_node_latency_seconds_bucket{node=\"%s\",le=\"%g\"} %llu\n",
+				ns.addr, sfs_origin_lat_bounds_s[b],
+				(unsigned long long)ns.lat_buckets[b]);
+		fprintf(f, "shardfs_node_latency_seconds_bucket{node=\"%s\",le=\"+Inf\"} %llu\n",
+			ns.addr, (unsigned long long)ns.lat_count);
+		fprintf(f, "shardfs_node_latency_seconds_sum{node=\"%s\"} %.6f\n", ns.addr,
+			(double)ns.lat_sum_ns / 1e9);
+		fprintf(f, "shardfs_node_latency_seconds_count{node=\"%s\"} %llu\n", ns.addr,
+			(unsigned long long)ns.lat_count);
+	}
+	help(f, "shardfs_origin_queue_depth", "gauge", "Requests waiting for a free connection slot.");
+	fprintf(f, "shardfs_origin_queue_depth %zu\n", sfs_origin_queue_depth(fs->origin));
+
+	help(f, "shardfs_fuse_requests_total", "counter", "FUSE requests by operation.");
+	for (int op = 0; op < SFS_OP_COUNT; op++)
+		fprintf(f, "shardfs_fuse_requests_total{op=\"%s\"} %llu\n", sfs_fuse_op_names[op],
+			(unsigned long long)__atomic_load_n(&fs->op_count[op], __ATOMIC_RELAXED));
+	help(f, "shardfs_fuse_read_bytes_total", "counter", "Bytes returned to read() callers.");
+	fprintf(f, "shardfs_fuse_read_bytes_total %llu\n",
+		(unsigned long long)__atomic_load_n(&fs->read_bytes, __ATOMIC_RELAXED));
+	help(f, "shardfs_fuse_read_errors_total", "counter", "read() calls answered with an error.");
+	fprintf(f, "shardfs_fuse_read_errors_total %llu\n",
+		(unsigned long long)__atomic_load_n(&fs->read_errors, __ATOMIC_RELAXED));
+	help(f, "shardfs_inodes", "gauge", "Inodes the kernel holds references to.");
+	fprintf(f, "shardfs_inodes %llu\n", (unsigned long long)sfs_inode_count(fs->inodes));
+
+	sfs_prefetch_get_stats(fs->prefetch, &ps);
+	help(f, "shardfs_prefetch_inflight_bytes", "gauge", "Chunk bytes being fetched from NFS now.");
+	fprintf(f, "shardfs_prefetch_inflight_bytes %llu\n", (unsigned long long)ps.inflight_bytes);
+	help(f, "shardfs_prefetch_buffer_bytes", "gauge", "Memory held in chunk buffers.");
+	fprintf(f, "shardfs_prefetch_buffer_bytes %llu\n", (unsigned long long)ps.buffer_bytes);
+	help(f, "shardfs_prefetch_fetched_bytes_total", "counter", "Bytes fetched from NFS for reads and readahead.");
+	fprintf(f, "shardfs_prefetch_fetched_bytes_total %llu\n", (unsigned long long)ps.fetched_bytes);
+	help(f, "shardfs_prefetch_readahead_chunks_total", "counter", "Chunks fetched ahead of the reader.");
+	fprintf(f, "shardfs_prefetch_readahead_chunks_total %llu\n",
+		(unsigned long long)ps.readahead_chunks);
+	help(f, "shardfs_prefetch_wasted_chunks_total", "counter", "Readahead chunks dropped unread.");
+	fprintf(f, "shardfs_prefetch_wasted_chunks_total %llu\n", (unsigned long long)ps.wasted_chunks);
+	help(f, "shardfs_prefetch_files_total", "counter", "File versions opened for fetching.");
+	fprintf(f, "shardfs_prefetch_files_total %llu\n", (unsigned long long)ps.files_opened);
+
+	if (fclose(f) != 0) {
+		free(buf);
+		return -ENOMEM;
+	}
+	*out = buf;
+	return (ssize_t)len;
+}
