@@ -111,6 +111,7 @@ struct sfs_iothread {
 	bool sleeping;		/* atomic: in poll(); submitters wake it */
 	unsigned index;
 	struct sfs_conn **conns; /* owned conns, set at start */
+	size_t pull_start;	 /* rotates the first connection offered work */
 	size_t n_conns;
 	struct pollfd *pfds;
 	struct sfs_conn **pfd_conn;
@@ -414,44 +415,40 @@ static struct sfs_origin_req *q_pick(struct sfs_origin *pool, struct sfs_node *n
 	return NULL;
 }
 
-/* Fill free slots of an up connection from the shared queue. */
-static void conn_pull(struct sfs_conn *conn)
+/* Give one queued request to a connection with a free slot. Returns true if
+ * it sent one (and may take more). */
+static bool conn_pull_one(struct sfs_conn *conn)
 {
 	struct sfs_origin *pool = conn->pool;
+	struct sfs_attempt *a = NULL;
 
-	if (conn->state != CONN_UP || conn->broken ||
+	if (conn->state != CONN_UP || conn->broken || conn->n_busy >= SFS_ORIGIN_CONN_DEPTH ||
 	    __atomic_load_n(&conn->node->state, __ATOMIC_RELAXED) != SFS_NODE_UP)
-		return;
-	while (conn->n_busy < SFS_ORIGIN_CONN_DEPTH && !conn->broken) {
-		struct sfs_attempt *a = NULL;
-
-		for (unsigned i = 0; i < SFS_ORIGIN_CONN_DEPTH; i++)
-			if (!conn->slots[i].in_use) {
-				a = &conn->slots[i];
-				break;
-			}
-		assert(a);
-		pthread_mutex_lock(&pool->lock);
-		struct sfs_origin_req *req = q_pick(pool, conn->node);
-		if (!req) {
-			pthread_mutex_unlock(&pool->lock);
-			return;
+		return false;
+	for (unsigned i = 0; i < SFS_ORIGIN_CONN_DEPTH; i++)
+		if (!conn->slots[i].in_use) {
+			a = &conn->slots[i];
+			break;
 		}
-		q_unlink(pool, req);
-		if (req->n_attempts > 0)
-			count(&conn->node->reissued, 1);
-		req->n_attempts++;
-		req->n_outstanding++;
-		a->req = req;
-		a->req_next = req->attempts;
-		req->attempts = a;
-		if (req->op == SFS_ORIGIN_READ) {
-			a->offset = req->offset + req->done_bytes;
-			a->count = req->count - req->done_bytes;
-		}
+	assert(a);
+	pthread_mutex_lock(&pool->lock);
+	struct sfs_origin_req *req = q_pick(pool, conn->node);
+	if (!req) {
 		pthread_mutex_unlock(&pool->lock);
-		conn_send(conn, a, req);
+		return false;
 	}
+	q_unlink(pool, req);
+	req->n_attempts++;
+	req->n_outstanding++;
+	a->req = req;
+	a->req_next = req->attempts;
+	req->attempts = a;
+	if (req->op == SFS_ORIGIN_READ) {
+		a->offset = req->offset + req->done_bytes;
+		a->count = req->count - req->done_bytes;
+	}
+	pthread_mutex_unlock(&pool->lock);
+	return conn_send(conn, a, req) == 0;
 }
 
 /* --- completions ---------------------------------------------------------- */
@@ -579,9 +576,10 @@ static void slot_cb(struct rpc_context *rpc, int status, void *data, void *priva
 	if (status != RPC_STATUS_SUCCESS) {
 		if (status != RPC_STATUS_CANCEL)
 			count(&node->errors, 1);
-		if (req) {
+		if (req && !req->completed && !req->queued) {
 			req->last_err = -EIO;
 			req_requeue(pool, req, node->index);
+			count(&node->reissued, 1);
 		}
 		pthread_mutex_unlock(&pool->lock);
 		if (status != RPC_STATUS_CANCEL && !conn->broken) {
@@ -707,6 +705,7 @@ static void conn_teardown(struct sfs_conn *conn, uint64_t now)
 	conn->backoff_ms = conn->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : conn->backoff_ms * 2;
 	if (was_up) {
 		count(&node->reconnects, 1);
+		count(&node->errors, 1);
 		if (sfs_log_ratelimit(&node->warn_rl, 5000))
 			sfs_log(SFS_LOG_WARN, "origin", "connection to %s lost: %s", node->addr,
 				conn->err[0] ? conn->err : "closed");
@@ -753,8 +752,10 @@ static void conn_tick(struct sfs_conn *conn, uint64_t now)
 			if (__atomic_load_n(&node->state, __ATOMIC_RELAXED) == SFS_NODE_UP)
 				node_set_state(pool, node, SFS_NODE_SUSPECT);
 			pthread_mutex_lock(&pool->lock);
-			if (a->req)
+			if (a->req && !a->req->completed && !a->req->queued) {
 				req_requeue(pool, a->req, node->index);
+				count(&node->reissued, 1);
+			}
 			pthread_mutex_unlock(&pool->lock);
 			wake_threads(pool);
 		}
@@ -865,8 +866,18 @@ static void io_iterate(struct sfs_iothread *t, uint64_t *next_tick, int timeout_
 		if (c->broken)
 			conn_teardown(c, now);
 	}
-	for (size_t i = 0; i < t->n_conns; i++)
-		conn_pull(t->conns[i]);
+	/* Breadth first, from a rotating start: one request per connection per
+	 * pass, so a shallow queue is spread over every node instead of
+	 * filling the first connection's slots. */
+	for (bool more = true; more && __atomic_load_n(&pool->q_len, __ATOMIC_RELAXED);) {
+		more = false;
+		for (size_t k = 0; k < t->n_conns; k++) {
+			struct sfs_conn *c = t->conns[(t->pull_start + k) % t->n_conns];
+			if (conn_pull_one(c))
+				more = true;
+		}
+		t->pull_start++;
+	}
 }
 
 static void *io_thread_main(void *arg)

@@ -10,11 +10,17 @@
 #include "fs.h"
 #include "../cache/log.h"
 
+/* Kernel readahead for the mount: deep enough for 1 MiB requests to reach
+ * every node at once. */
+#define SFS_READ_AHEAD_KB 8192
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 static int die(const char *fmt, const char *a, const char *b)
@@ -59,6 +65,30 @@ static int build_fuse_args(const struct sfs_options *o, struct fuse_args *args, 
 	return rc;
 }
 
+/*
+ * The kernel caps a FUSE mount's readahead at its bdi's read_ahead_kb
+ * (128 KiB by default), whatever max_readahead we ask for in init, and then
+ * sends 128 KiB reads. Raise it once the mount answers. Needs root; without
+ * it reads still work, in smaller requests.
+ */
+static void *tune_readahead(void *arg)
+{
+	const char *mnt = arg;
+	struct stat st;
+	char path[64];
+
+	if (stat(mnt, &st) != 0)
+		return NULL;
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", major(st.st_dev),
+		 minor(st.st_dev));
+	FILE *f = fopen(path, "w");
+	if (!f || fprintf(f, "%u\n", SFS_READ_AHEAD_KB) < 0 || fclose(f) != 0)
+		sfs_log(SFS_LOG_DEBUG, "main", "cannot raise %s: %s", path, strerror(errno));
+	else
+		sfs_log(SFS_LOG_DEBUG, "main", "readahead of %s set to %u KiB", mnt, SFS_READ_AHEAD_KB);
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	struct sfs_options o;
@@ -86,6 +116,13 @@ int main(int argc, char **argv)
 		sfs_log_max_level = SFS_LOG_DEBUG;
 	if (check_mountpoint(o.mountpoint))
 		goto out_opts;
+	char *abs_mnt = realpath(o.mountpoint, NULL); /* daemonizing moves to "/" */
+	if (!abs_mnt) {
+		die("mountpoint '%s': %s", o.mountpoint, strerror(errno));
+		goto out_opts;
+	}
+	free(o.mountpoint);
+	o.mountpoint = abs_mnt;
 	n_addrs = sfs_resolve_hosts(o.hosts, &addrs, err, sizeof(err));
 	if (n_addrs < 0) {
 		fprintf(stderr, "shardfs: %s\n", err);
@@ -155,6 +192,10 @@ int main(int argc, char **argv)
 	}
 	sfs_log(SFS_LOG_INFO, "main", "mounted %s on %s (%d node addresses, %u connections each)",
 		o.source, o.mountpoint, n_addrs, o.nconnect);
+
+	pthread_t tuner;
+	if (pthread_create(&tuner, NULL, tune_readahead, o.mountpoint) == 0)
+		pthread_detach(tuner);
 
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
 	if (!lc)

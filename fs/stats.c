@@ -64,7 +64,7 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	PER_NODE("shardfs_node_errors_total", "counter",
 		 "Failed requests and broken connections on the node.", ns.errors);
 	PER_NODE("shardfs_node_reissued_total", "counter",
-		 "Requests that this node took over after they failed or hung elsewhere.",
+		 "Requests re-issued to other nodes because this node failed or did not answer within timeo.",
 		 ns.reissued);
 	PER_NODE("shardfs_node_reconnects_total", "counter", "Connections to the node lost and re-made.",
 		 ns.reconnects);
