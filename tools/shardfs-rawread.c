@@ -28,8 +28,10 @@
 #include <string.h>
 #include <time.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/time.h>   /* before libnfs.h: it uses struct timeval */
 #include <nfsc/libnfs.h>
+#include <nfsc/libnfs-raw-nfs.h>   /* NFS_V3 */
 
 #define TIMEOUT_MS 30000
 #define SERVICE_TICK_MS 100

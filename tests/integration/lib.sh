@@ -1,0 +1,99 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Shared fixture for integration tests: a real nfs-ganesha cluster from
+# tools/shardfs-cluster, a real FUSE mount of build/fs/shardfs, TAP output.
+# Source it; call sfs_require, then sfs_cluster_up, then sfs_mount.
+set -u
+
+SRC_ROOT=${SFS_SRC_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+SHARDFS=${SFS_SHARDFS:-$SRC_ROOT/build/fs/shardfs}
+CLUSTER=$SRC_ROOT/tools/shardfs-cluster
+GENDATA=$SRC_ROOT/tools/shardfs-gendata
+TEST_NAME=$(basename "$0" .sh)
+# Cluster ids are short ([a-z0-9]{1,6}): a prefix per test and the pid.
+CID=${CID:-t$(( $$ % 99999 ))}
+WORK=${SFS_TEST_TMP:-/tmp}/shardfs-$TEST_NAME-$$
+MNT=$WORK/mnt
+EXPORT=$WORK/export
+ADDRS=
+N_TESTS=0
+N_FAILED=0
+
+skip() { echo "1..0 # SKIP $*"; exit 77; }
+
+# Skip (exit 77, with the reason) where the test cannot run at all.
+sfs_require() {
+	[ "$(id -u)" = 0 ] || skip "needs root (network namespaces, FUSE mounts)"
+	[ -c /dev/fuse ] || skip "no /dev/fuse"
+	command -v ganesha.nfsd >/dev/null || skip "nfs-ganesha is not installed"
+	command -v rpcbind >/dev/null || [ -x /usr/sbin/rpcbind ] || skip "rpcbind is not installed"
+	[ -x "$SHARDFS" ] || skip "daemon not built: $SHARDFS"
+	unshare --net true 2>/dev/null || skip "cannot create network namespaces"
+}
+
+ok() { N_TESTS=$((N_TESTS + 1)); echo "ok $N_TESTS - $*"; }
+not_ok() { N_TESTS=$((N_TESTS + 1)); N_FAILED=$((N_FAILED + 1)); echo "not ok $N_TESTS - $*"; }
+# check DESCRIPTION COMMAND...: one TAP line from the command's status.
+check() { local d=$1; shift; if "$@"; then ok "$d"; else not_ok "$d"; fi; }
+diag() { echo "# $*"; }
+
+sfs_cleanup() {
+	set +e
+	if mountpoint -q "$MNT" 2>/dev/null; then
+		umount "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null
+	fi
+	# The daemon exits when unmounted; make sure no process of ours stays.
+	pkill -f "shardfs .* $MNT( |\$)" 2>/dev/null
+	"$CLUSTER" stop "$CID" >/dev/null 2>&1
+	rm -rf "$WORK"
+}
+
+sfs_finish() {
+	echo "1..$N_TESTS"
+	[ "$N_FAILED" = 0 ] && exit 0
+	echo "# $N_FAILED of $N_TESTS failed"
+	exit 1
+}
+
+# sfs_cluster_up NODES: start the cluster on $EXPORT (fill it first).
+sfs_cluster_up() {
+	mkdir -p "$EXPORT" "$MNT"
+	ADDRS=$("$CLUSTER" start --id "$CID" --nodes "${1:-4}" --export "$EXPORT" \
+		--state "$WORK/cluster" 2>"$WORK/cluster.log" | tail -1) || {
+		cat "$WORK/cluster.log"
+		echo "Bail out! cannot start the NFS cluster"
+		exit 1
+	}
+	diag "cluster $CID: $ADDRS"
+}
+
+# Run a command in the client network namespace.
+in_ns() { "$CLUSTER" exec "$CID" -- "$@"; }
+
+# sfs_mount [OPTS]: mount all nodes at $MNT (daemonized); logs in $WORK/daemon.log
+sfs_mount() {
+	local opts=${1:-}
+	in_ns "$SHARDFS" "$ADDRS:/ifs" "$MNT" ${opts:+-o "$opts"} 2>>"$WORK/daemon.log" || {
+		cat "$WORK/daemon.log"
+		echo "Bail out! mount failed"
+		exit 1
+	}
+	mountpoint -q "$MNT" || { echo "Bail out! not mounted"; exit 1; }
+}
+
+sfs_umount() {
+	umount "$MNT" 2>/dev/null || umount -l "$MNT"
+	for _ in $(seq 50); do pgrep -f "shardfs .* $MNT( |\$)" >/dev/null || return 0; sleep 0.1; done
+	return 1
+}
+
+drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+
+# same_bytes A B: byte-for-byte comparison
+same_bytes() { cmp -s "$1" "$2"; }
+
+# stat_value METRIC_WITH_LABELS: value from the stats file
+stat_value() { grep -F "$1 " "$MNT/.shardfs/stats" | awk '{print $2}' | head -1; }
+
+trap sfs_cleanup EXIT
+trap 'exit 130' INT TERM
