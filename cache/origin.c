@@ -728,8 +728,9 @@ static void conn_tick(struct sfs_conn *conn, uint64_t now)
 	}
 	if (conn->state == CONN_CONNECTING) {
 		if (now >= conn->connect_deadline_ms && !conn->broken) {
-			snprintf(conn->err, sizeof(conn->err), "no answer within %llu ms",
-				 (unsigned long long)(conn->connect_deadline_ms - now + pool->fail_ms));
+			snprintf(conn->err, sizeof(conn->err),
+				 "no answer within %llu ms (timeo x retrans)",
+				 (unsigned long long)(pool->fail_ms > 2000 ? pool->fail_ms : 2000));
 			conn->broken = true;
 		}
 		return;
@@ -929,6 +930,21 @@ static int classify_mount_error(const char *msg)
 	return -EHOSTUNREACH;
 }
 
+/* libnfs's words for a failed mount, and ours for what they mean. */
+static void explain_mount_error(struct sfs_conn *c)
+{
+	char raw[sizeof(c->err) - 64];
+	const char *why = NULL;
+
+	snprintf(raw, sizeof(raw), "%s", c->err);
+	if (strstr(raw, "POLLHUP") || strstr(raw, "refused"))
+		why = "connection refused (no NFS server at this address?)";
+	else if (strstr(raw, "MNT3ERR_ACCES") || strstr(raw, "MNT3ERR_NOENT"))
+		why = "the server does not export this path to us";
+	if (why)
+		snprintf(c->err, sizeof(c->err), "%s [%s]", why, raw);
+}
+
 int sfs_origin_open(const struct sfs_origin_conf *conf, sfs_origin **out, char *err_msg,
 		    size_t err_len)
 {
@@ -1000,6 +1016,8 @@ int sfs_origin_open(const struct sfs_origin_conf *conf, sfs_origin **out, char *
 	}
 	struct sfs_conn *first_up = NULL, *first_err = NULL;
 	for (size_t i = 0; i < pool->n_conns; i++) {
+		if (pool->conns[i].state != CONN_UP)
+			explain_mount_error(&pool->conns[i]);
 		if (pool->conns[i].state == CONN_UP && !first_up)
 			first_up = &pool->conns[i];
 		if (pool->conns[i].state != CONN_UP && !first_err)
