@@ -936,7 +936,7 @@ static void explain_mount_error(struct sfs_conn *c)
 	char raw[sizeof(c->err) - 64];
 	const char *why = NULL;
 
-	snprintf(raw, sizeof(raw), "%s", c->err);
+	snprintf(raw, sizeof(raw), "%.*s", (int)sizeof(raw) - 1, c->err);
 	if (strstr(raw, "POLLHUP") || strstr(raw, "refused"))
 		why = "connection refused (no NFS server at this address?)";
 	else if (strstr(raw, "MNT3ERR_ACCES") || strstr(raw, "MNT3ERR_NOENT"))
