@@ -153,8 +153,10 @@ static void node_set_state(struct sfs_origin *pool, struct sfs_node *node, int s
 	if (state == SFS_NODE_UP)
 		__atomic_fetch_add(&pool->nodes_up, 1, __ATOMIC_RELAXED);
 	static const char *const names[] = {"up", "suspect", "down"};
-	sfs_log(state == SFS_NODE_UP ? SFS_LOG_INFO : SFS_LOG_WARN, "origin", "node %s is %s",
-		node->addr, names[state]);
+	/* At mount time only failures are news; later every change is. */
+	if (pool->started || state != SFS_NODE_UP)
+		sfs_log(state == SFS_NODE_UP ? SFS_LOG_INFO : SFS_LOG_WARN, "origin",
+			"node %s is %s", node->addr, names[state]);
 }
 
 static void count(uint64_t *ctr, uint64_t n)
