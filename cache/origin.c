@@ -1165,7 +1165,7 @@ uint32_t sfs_origin_max_read(const sfs_origin *pool)
 	return __atomic_load_n(&pool->max_read, __ATOMIC_RELAXED);
 }
 
-void sfs_origin_submit(sfs_origin *pool, struct sfs_origin_req *req)
+static void req_reset(sfs_origin *pool, struct sfs_origin_req *req, uint64_t now)
 {
 	req->result = 0;
 	req->eof = false;
@@ -1176,15 +1176,31 @@ void sfs_origin_submit(sfs_origin *pool, struct sfs_origin_req *req)
 	req->avoid_node = -1;
 	req->done_bytes = 0;
 	req->last_err = 0;
-	req->deadline_ms = sfs_now_ms() + pool->fail_ms;
+	req->attempts = NULL;
+	req->deadline_ms = now + pool->fail_ms;
+}
+
+void sfs_origin_submit_batch(sfs_origin *pool, struct sfs_origin_req **reqs, size_t n)
+{
+	uint64_t now = sfs_now_ms();
+
+	for (size_t i = 0; i < n; i++)
+		req_reset(pool, reqs[i], now);
 	if (__atomic_load_n(&pool->stopping, __ATOMIC_ACQUIRE)) {
-		req_finish(req, -ESHUTDOWN);
+		for (size_t i = 0; i < n; i++)
+			req_finish(reqs[i], -ESHUTDOWN);
 		return;
 	}
 	pthread_mutex_lock(&pool->lock);
-	q_push(pool, req, false);
+	for (size_t i = 0; i < n; i++)
+		q_push(pool, reqs[i], false);
 	pthread_mutex_unlock(&pool->lock);
 	wake_threads(pool);
+}
+
+void sfs_origin_submit(sfs_origin *pool, struct sfs_origin_req *req)
+{
+	sfs_origin_submit_batch(pool, &req, 1);
 }
 
 struct call_wait {

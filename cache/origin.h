@@ -156,6 +156,9 @@ uint32_t sfs_origin_max_read(const sfs_origin *pool);
 /* Queue a request; req->done runs on an I/O thread. Never fails. */
 void sfs_origin_submit(sfs_origin *pool, struct sfs_origin_req *req);
 
+/* Queue n requests in order with one lock round and one wake-up. */
+void sfs_origin_submit_batch(sfs_origin *pool, struct sfs_origin_req **reqs, size_t n);
+
 /* Submit and wait for completion (sets req->done; leaves req->arg to the
  * caller, e.g. for the dirent callback). Returns req->result. */
 int sfs_origin_call(sfs_origin *pool, struct sfs_origin_req *req);

@@ -140,15 +140,16 @@ static void chunk_free(struct sfs_pf_file *f, size_t slot)
 }
 
 /* Make room for one more chunk: drop an idle chunk behind `cur` (the reader
- * has passed it), else the idle one farthest ahead. Returns false if every
- * chunk is pinned or in flight. */
-static bool chunk_evict_one(struct sfs_pf_file *f, uint64_t cur)
+ * has passed it), lowest first; only a reader's own demand may also drop the
+ * idle chunk farthest ahead (readahead never throws away readahead). Returns
+ * false if nothing may go. */
+static bool chunk_evict_one(struct sfs_pf_file *f, uint64_t cur, bool demand)
 {
 	size_t best = SIZE_MAX;
 
 	for (size_t i = 0; i < f->n_chunks; i++) {
 		struct pf_chunk *c = f->chunks[i];
-		if (c->refs || c->state == CHUNK_FETCHING)
+		if (c->refs || c->state == CHUNK_FETCHING || (!demand && c->index >= cur))
 			continue;
 		if (best == SIZE_MAX) {
 			best = i;
@@ -177,7 +178,9 @@ static struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint6
 				    bool demand)
 {
 	sfs_prefetch *pf = f->pf;
-	size_t limit = pf->conf.window_chunks + 4;
+	/* Room for the window, the kernel's own readahead requests in flight
+	 * (8 MiB) and a few chunks behind the reader. */
+	size_t limit = pf->conf.window_chunks + 12;
 	uint64_t start = index << SFS_CHUNK_SHIFT;
 	uint32_t len = (uint32_t)(f->size - start < SFS_CHUNK_BYTES ? f->size - start : SFS_CHUNK_BYTES);
 	uint32_t max_read = sfs_origin_max_read(pf->origin);
@@ -187,7 +190,7 @@ static struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint6
 		max_read = SFS_CHUNK_BYTES;
 	n_parts = (len + max_read - 1) / max_read;
 	while (f->n_chunks >= limit)
-		if (!chunk_evict_one(f, cur))
+		if (!chunk_evict_one(f, cur, demand))
 			break;
 	if (f->n_chunks >= limit && !demand)
 		return NULL;
@@ -275,9 +278,19 @@ static void part_done(struct sfs_origin_req *req)
 
 static void submit_chunks(struct sfs_pf_file *f, struct pf_chunk **started, size_t n)
 {
+	struct sfs_origin_req *batch[64];
+	size_t n_batch = 0;
+
 	for (size_t i = 0; i < n; i++)
-		for (unsigned p = 0; p < started[i]->n_parts; p++)
-			sfs_origin_submit(f->pf->origin, &started[i]->parts[p]);
+		for (unsigned p = 0; p < started[i]->n_parts; p++) {
+			batch[n_batch++] = &started[i]->parts[p];
+			if (n_batch == sizeof(batch) / sizeof(batch[0])) {
+				sfs_origin_submit_batch(f->pf->origin, batch, n_batch);
+				n_batch = 0;
+			}
+		}
+	if (n_batch)
+		sfs_origin_submit_batch(f->pf->origin, batch, n_batch);
 }
 
 /* --- public API ----------------------------------------------------------- */

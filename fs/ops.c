@@ -333,6 +333,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	pthread_mutex_unlock(&i->lock);
 	fi->fh = (uintptr_t)pf;
 	fi->keep_cache = unchanged;
+	fi->direct_io = fs->opts->direct_io;
 	if (fuse_reply_open(req, fi) != 0)
 		sfs_pf_file_unref(pf);
 }

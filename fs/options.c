@@ -42,6 +42,7 @@ static const struct opt_def opt_table[] = {
 	UINT_OPT("gid", gid, 0, 4294967294u),
 	FLAG_OPT("allow_other", allow_other, 1),
 	FLAG_OPT("default_permissions", default_permissions, 1),
+	FLAG_OPT("direct_io", direct_io, 1),
 	UINT_OPT("io_threads", io_threads, 0, 64),
 	UINT_OPT("max_threads", max_threads, 1, 1024),
 	{"prefetch_mem", OPT_SIZE, 4u << 20, 1ull << 40, offsetof(struct sfs_options, prefetch_mem), 8},
@@ -369,6 +370,8 @@ void sfs_options_usage(FILE *out, const char *prog)
 		"  uid=N, gid=N        AUTH_SYS identity sent to NFS (default: the caller's)\n"
 		"  allow_other         let users other than the mounter access the mount\n"
 		"  default_permissions let the kernel check file modes\n"
+		"  direct_io           bypass the kernel page cache: one copy less per byte,\n"
+		"                      no sharing of cached pages between readers\n"
 		"  prefetch_mem=SIZE   memory for fetch buffers in flight, K/M/G suffixes\n"
 		"                      (default %lluM)\n"
 		"  io_threads=N        NFS I/O threads, 0 = one per CPU (default 0)\n"

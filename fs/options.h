@@ -37,6 +37,7 @@ struct sfs_options {
 	unsigned actimeo_s;
 	uint32_t uid, gid;
 	bool allow_other, default_permissions;
+	bool direct_io;		  /* bypass the kernel page cache for file data */
 	unsigned io_threads;	  /* 0 = one per CPU */
 	unsigned max_threads;	  /* FUSE worker threads */
 	uint64_t prefetch_mem;	  /* budget for fetch buffers in memory */

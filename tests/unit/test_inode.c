@@ -1,0 +1,318 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * test_inode — the inode table of fs/inode.c.
+ *
+ * Linked with fs/inode.c only. inode.c's one call into prefetch,
+ * sfs_pf_file_unref(), is faked here: it records which fetch states were
+ * dropped, so the test can tell which inodes were freed. The fake pointers
+ * handed out as sfs_pf_file are addresses in pf_tokens[], never dereferenced.
+ */
+#include "inode.h"
+#include "tap.h"
+
+#include <pthread.h>
+#include <string.h>
+
+/* --- fake neighbour: prefetch ---------------------------------------------- */
+
+#define N_TOKENS 64
+static char pf_tokens[N_TOKENS];
+static int pf_unrefs[N_TOKENS]; /* protected by pf_lock */
+static pthread_mutex_t pf_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static sfs_pf_file *token(int i)
+{
+	return (sfs_pf_file *)(void *)&pf_tokens[i];
+}
+
+void sfs_pf_file_unref(sfs_pf_file *f)
+{
+	char *p = (char *)(void *)f;
+
+	if (p < pf_tokens || p >= pf_tokens + N_TOKENS) {
+		printf("Bail out! sfs_pf_file_unref(%p): not a token\n", (void *)f);
+		exit(1);
+	}
+	pthread_mutex_lock(&pf_lock);
+	pf_unrefs[p - pf_tokens]++;
+	pthread_mutex_unlock(&pf_lock);
+}
+
+static int unrefs(int i)
+{
+	pthread_mutex_lock(&pf_lock);
+	int n = pf_unrefs[i];
+	pthread_mutex_unlock(&pf_lock);
+	return n;
+}
+
+/* --- helpers --------------------------------------------------------------- */
+
+static struct sfs_fh mkfh(uint64_t a, uint64_t b)
+{
+	struct sfs_fh fh = {.len = 24};
+
+	memcpy(fh.data, &a, 8);
+	memcpy(fh.data + 8, &b, 8);
+	memcpy(fh.data + 16, "testfh!!", 8);
+	return fh;
+}
+
+static struct sfs_attr mkattr(uint64_t fsid, uint64_t fileid, uint64_t size)
+{
+	struct sfs_attr a = {.type = 0100000, .mode = 0644, .nlink = 1, .size = size};
+
+	a.fsid = fsid;
+	a.fileid = fileid;
+	return a;
+}
+
+static bool same_fh(const struct sfs_fh *a, const struct sfs_fh *b)
+{
+	return a->len == b->len && !memcmp(a->data, b->data, a->len);
+}
+
+/* --- tests ----------------------------------------------------------------- */
+
+static void test_basic(void)
+{
+	struct sfs_fh root_fh = mkfh(0, 1);
+	sfs_inode_table *t;
+
+	ok(sfs_inode_table_open(&root_fh, &t) == 0, "table opens");
+	struct sfs_inode *root = sfs_inode_root(t);
+	ok(root && same_fh(&root->fh, &root_fh) && root->kind == SFS_INODE_NFS,
+	   "root inode holds the root handle");
+	ok(sfs_inode_count(t) == 0, "empty table counts 0");
+
+	struct sfs_fh fa = mkfh(1, 100);
+	struct sfs_attr aa = mkattr(1, 100, 10);
+	struct sfs_inode *a = sfs_inode_get(t, &fa, &aa, 1000);
+	ok(a && a != root && a->kind == SFS_INODE_NFS && a->fsid == 1 && a->fileid == 100 &&
+		   same_fh(&a->fh, &fa) && a->nlookup == 1,
+	   "get creates an inode with key, handle and one lookup");
+	ok(a && a->attr.size == 10 && a->attr_time_ms == 1000, "get stores attributes and time");
+	ok(sfs_inode_count(t) == 1, "count 1");
+
+	aa.size = 20;
+	struct sfs_inode *a2 = sfs_inode_get(t, &fa, &aa, 2000);
+	ok(a2 == a && a->nlookup == 2, "same file again: same inode, 2 lookups (%llu)",
+	   a ? (unsigned long long)a->nlookup : 0);
+	ok(a->attr.size == 20 && a->attr_time_ms == 2000, "a second get refreshes attributes");
+
+	struct sfs_fh fb = mkfh(2, 100);
+	struct sfs_attr ab = mkattr(2, 100, 5);
+	struct sfs_inode *b = sfs_inode_get(t, &fb, &ab, 2000);
+	ok(b && b != a && sfs_inode_count(t) == 2, "same fileid, other fsid: another inode");
+
+	struct sfs_attr an = mkattr(1, 100, 30);
+	sfs_inode_set_attr(a, &an, 3000);
+	ok(a->attr.size == 30 && a->attr_time_ms == 3000, "set_attr stores attributes and time");
+
+	/* forget: freed exactly when the count reaches zero */
+	a->pf = token(1);
+	sfs_inode_forget(t, a, 1);
+	ok(unrefs(1) == 0 && sfs_inode_count(t) == 2, "forget 1 of 2: inode kept");
+	ok(sfs_inode_get(t, &fa, &aa, 4000) == a && a->nlookup == 2,
+	   "still found after a partial forget");
+	sfs_inode_forget(t, a, 2);
+	ok(unrefs(1) == 1 && sfs_inode_count(t) == 1,
+	   "forget to zero frees the inode and drops its fetch state");
+	struct sfs_inode *a3 = sfs_inode_get(t, &fa, &aa, 5000);
+	ok(a3 && a3->nlookup == 1 && a3->pf == NULL, "after the free, get makes a fresh inode");
+	sfs_inode_forget(t, a3, 1000);
+	ok(sfs_inode_count(t) == 1, "forget of more than nlookup frees");
+
+	/* root */
+	struct sfs_attr ar = mkattr(1, 2, 4096);
+	ar.type = 0040000;
+	struct sfs_inode *r = sfs_inode_get(t, &root_fh, &ar, 6000);
+	ok(r == root && root->nlookup == 0 && root->attr.size == 4096 && root->attr_time_ms == 6000,
+	   "get with the root handle returns the root, refreshing its attributes");
+	ok(sfs_inode_count(t) == 1, "root lookups do not count");
+	sfs_inode_forget(t, root, 5);
+	ok(sfs_inode_root(t) == root && same_fh(&root->fh, &root_fh),
+	   "forget of the root is ignored");
+
+	/* close frees what is left and drops every fetch state */
+	b->pf = token(2);
+	root->pf = token(3);
+	sfs_inode_table_close(t);
+	ok(unrefs(2) == 1 && unrefs(3) == 1, "close frees remaining inodes and the root's state");
+}
+
+static void test_reuse(void)
+{
+	struct sfs_fh root_fh = mkfh(0, 1);
+	sfs_inode_table *t;
+
+	sfs_inode_table_open(&root_fh, &t);
+	struct sfs_fh f1 = mkfh(3, 7), f2 = mkfh(3, 0x7007);
+	struct sfs_attr a1 = mkattr(3, 7, 111), a2 = mkattr(3, 7, 222);
+
+	struct sfs_inode *old = sfs_inode_get(t, &f1, &a1, 1);
+	old->pf = token(10);
+	struct sfs_inode *cur = sfs_inode_get(t, &f2, &a2, 2);
+	ok(cur && cur != old && same_fh(&cur->fh, &f2) && cur->nlookup == 1 &&
+		   cur->attr.size == 222,
+	   "fileid reused with a new handle: a new inode");
+	ok(same_fh(&old->fh, &f1) && old->nlookup == 1 && old->attr.size == 111 &&
+		   old->pf == token(10) && unrefs(10) == 0,
+	   "the old inode stays valid until forgotten");
+	ok(sfs_inode_get(t, &f2, &a2, 3) == cur && cur->nlookup == 2,
+	   "the new handle now maps to the new inode");
+
+	sfs_inode_forget(t, old, 1);
+	ok(unrefs(10) == 1, "forgetting the old inode frees it");
+	ok(sfs_inode_get(t, &f2, &a2, 4) == cur && cur->nlookup == 3,
+	   "the new inode is still found after the old one is freed");
+	sfs_inode_forget(t, cur, 3);
+	ok(sfs_inode_count(t) == 0, "count back to 0 (%llu)", (unsigned long long)sfs_inode_count(t));
+
+	/* A replaced inode the kernel never forgot is still freed at close. */
+	old = sfs_inode_get(t, &f1, &a1, 5);
+	old->pf = token(11);
+	cur = sfs_inode_get(t, &f2, &a2, 6);
+	cur->pf = token(12);
+	sfs_inode_table_close(t);
+	ok(unrefs(11) == 1 && unrefs(12) == 1,
+	   "close frees a replaced (reused-fileid) inode still referenced (unrefs %d, %d)",
+	   unrefs(11), unrefs(12));
+}
+
+static void test_growth(void)
+{
+	enum { N = 100000 };
+	struct sfs_fh root_fh = mkfh(0, 1);
+	sfs_inode_table *t;
+	struct sfs_inode **ino = calloc(2 * N, sizeof(*ino));
+
+	sfs_inode_table_open(&root_fh, &t);
+	/* N files on fsid 9 with spread-out fileids, and the same fileids on fsid 10 */
+	for (uint64_t i = 0; i < 2 * N; i++) {
+		uint64_t fsid = 9 + i / N, fileid = (i % N) * 7919 + 3;
+		struct sfs_fh fh = mkfh(fsid, fileid);
+		struct sfs_attr a = mkattr(fsid, fileid, i);
+		ino[i] = sfs_inode_get(t, &fh, &a, 1);
+	}
+	ok(sfs_inode_count(t) == 2 * N, "%d inodes (%llu)", 2 * N,
+	   (unsigned long long)sfs_inode_count(t));
+	int bad = 0;
+	for (uint64_t i = 0; i < 2 * N; i++) {
+		uint64_t fsid = 9 + i / N, fileid = (i % N) * 7919 + 3;
+		struct sfs_fh fh = mkfh(fsid, fileid);
+		struct sfs_attr a = mkattr(fsid, fileid, i);
+		struct sfs_inode *p = sfs_inode_get(t, &fh, &a, 2);
+		bad += p != ino[i] || p->nlookup != 2 || p->fileid != fileid || p->fsid != fsid;
+	}
+	ok(bad == 0, "after growth every key finds its own inode (%d wrong)", bad);
+	for (uint64_t i = 0; i < 2 * N; i += 2)
+		sfs_inode_forget(t, ino[i], 2);
+	ok(sfs_inode_count(t) == N, "forgot every other one: %d left (%llu)", N,
+	   (unsigned long long)sfs_inode_count(t));
+	bad = 0;
+	for (uint64_t i = 1; i < 2 * N; i += 2) {
+		uint64_t fsid = 9 + i / N, fileid = (i % N) * 7919 + 3;
+		struct sfs_fh fh = mkfh(fsid, fileid);
+		struct sfs_attr a = mkattr(fsid, fileid, i);
+		bad += sfs_inode_get(t, &fh, &a, 3) != ino[i];
+	}
+	ok(bad == 0, "the rest are still found (%d wrong)", bad);
+	for (uint64_t i = 1; i < 2 * N; i += 2)
+		sfs_inode_forget(t, ino[i], 3);
+	ok(sfs_inode_count(t) == 0, "all forgotten: count 0 (%llu)",
+	   (unsigned long long)sfs_inode_count(t));
+	sfs_inode_table_close(t);
+	free(ino);
+}
+
+/* --- concurrency ----------------------------------------------------------- */
+
+enum { THREADS = 4, KEYS = 2000, CHURN_KEYS = 100, CHURN_ROUNDS = 20000 };
+
+struct worker {
+	sfs_inode_table *t;
+	pthread_barrier_t *barrier;
+	struct sfs_inode *got[KEYS];
+	int bad;
+	uint64_t seed;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+
+	pthread_barrier_wait(w->barrier);
+	for (uint64_t k = 0; k < KEYS; k++) {
+		struct sfs_fh fh = mkfh(1, k);
+		struct sfs_attr a = mkattr(1, k, k);
+		w->got[k] = sfs_inode_get(w->t, &fh, &a, 1);
+	}
+	pthread_barrier_wait(w->barrier); /* main compares got[] now */
+	pthread_barrier_wait(w->barrier);
+	/* forget ours while churning other keys: get + forget pairs */
+	for (uint64_t i = 0; i < CHURN_ROUNDS; i++) {
+		w->seed = w->seed * 6364136223846793005ull + 1442695040888963407ull;
+		uint64_t k = 1000000 + (w->seed >> 33) % CHURN_KEYS;
+		struct sfs_fh fh = mkfh(1, k);
+		struct sfs_attr a = mkattr(1, k, i);
+		struct sfs_inode *p = sfs_inode_get(w->t, &fh, &a, 2);
+		w->bad += !p || p->fileid != k;
+		if (p)
+			sfs_inode_forget(w->t, p, 1);
+		if (i < KEYS)
+			sfs_inode_forget(w->t, w->got[i], 1);
+	}
+	return NULL;
+}
+
+static void test_concurrent(void)
+{
+	struct sfs_fh root_fh = mkfh(0, 1);
+	sfs_inode_table *t;
+	pthread_barrier_t barrier;
+	struct worker *w = calloc(THREADS, sizeof(*w));
+	pthread_t th[THREADS];
+
+	sfs_inode_table_open(&root_fh, &t);
+	pthread_barrier_init(&barrier, NULL, THREADS + 1);
+	for (int i = 0; i < THREADS; i++) {
+		w[i].t = t;
+		w[i].barrier = &barrier;
+		w[i].seed = (uint64_t)i + 1;
+		pthread_create(&th[i], NULL, worker_main, &w[i]);
+	}
+	pthread_barrier_wait(&barrier);
+	pthread_barrier_wait(&barrier);
+	int differ = 0, counts = 0;
+	for (int k = 0; k < KEYS; k++) {
+		for (int i = 1; i < THREADS; i++)
+			differ += w[i].got[k] != w[0].got[k];
+		counts += w[0].got[k]->nlookup != THREADS;
+	}
+	ok(differ == 0 && counts == 0 && sfs_inode_count(t) == KEYS,
+	   "%d threads getting the same %d files get the same inodes, %d lookups each "
+	   "(%d differ, %d miscounted)",
+	   THREADS, KEYS, THREADS, differ, counts);
+	pthread_barrier_wait(&barrier);
+	int bad = 0;
+	for (int i = 0; i < THREADS; i++) {
+		pthread_join(th[i], NULL);
+		bad += w[i].bad;
+	}
+	ok(bad == 0 && sfs_inode_count(t) == 0,
+	   "concurrent forget and get/forget churn: all freed, count 0 (%llu, %d wrong)",
+	   (unsigned long long)sfs_inode_count(t), bad);
+	pthread_barrier_destroy(&barrier);
+	sfs_inode_table_close(t);
+	free(w);
+}
+
+int main(void)
+{
+	test_basic();
+	test_reuse();
+	test_growth();
+	test_concurrent();
+	return tap_done();
+}

@@ -1,0 +1,414 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * test_options — sfs_options_parse, sfs_parse_size and sfs_resolve_hosts.
+ *
+ * Linked against fs/options.c only. Every rejected command line must give a
+ * non-empty one-line message that names the offending text. Host resolution
+ * uses numeric addresses, "localhost" and a name under the reserved ".invalid"
+ * TLD (RFC 6761), so no network is needed.
+ */
+#include "options.h"
+#include "tap.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_ARGS 32
+
+/* argv = { "shardfs", args..., NULL }; err is cleared first. */
+static int parse(const char *const *args, struct sfs_options *o, char *err, size_t len)
+{
+	char *argv[MAX_ARGS + 2];
+	int argc = 0;
+
+	argv[argc++] = "shardfs";
+	for (; args[argc - 1]; argc++)
+		argv[argc] = (char *)args[argc - 1];
+	argv[argc] = NULL;
+	memset(err, 0, len);
+	return sfs_options_parse(argc, argv, o, err, len);
+}
+
+#define ARGV(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* The command line must be rejected with -EINVAL and a one-line message
+ * that contains needle. */
+static void check_err(const char *what, const char *needle, const char *const *args)
+{
+	struct sfs_options o;
+	char err[512];
+	int rc = parse(args, &o, err, sizeof(err));
+
+	ok(rc == -EINVAL && err[0] && !strchr(err, '\n') && strstr(err, needle),
+	   "reject %s: message names '%s' (rc %d, \"%s\")", what, needle, rc, err);
+	sfs_options_free(&o);
+}
+#define ERR(needle, ...) check_err(#__VA_ARGS__, needle, ARGV(__VA_ARGS__))
+
+static uint64_t field(const struct sfs_options *o, size_t off, size_t width)
+{
+	const char *p = (const char *)o + off;
+
+	switch (width) {
+	case sizeof(bool): return *(const bool *)p;
+	case sizeof(uint32_t): return *(const uint32_t *)p;
+	case sizeof(uint64_t): return *(const uint64_t *)p;
+	}
+	abort();
+}
+#define FIELD(name) offsetof(struct sfs_options, name), sizeof(((struct sfs_options *)0)->name)
+
+/* "-o opt" must parse and set the field to want. */
+static void check_opt(const char *opt, size_t off, size_t width, uint64_t want)
+{
+	struct sfs_options o;
+	char err[512];
+	int rc = parse(ARGV("-o", opt, "h1:/ifs", "/mnt"), &o, err, sizeof(err));
+	uint64_t got = rc == 0 ? field(&o, off, width) : 0;
+
+	ok(rc == 0 && got == want, "-o %s -> %llu (rc %d, got %llu, \"%s\")", opt,
+	   (unsigned long long)want, rc, (unsigned long long)got, err);
+	sfs_options_free(&o);
+}
+
+static void test_defaults(void)
+{
+	struct sfs_options o;
+	char err[512];
+	int rc = parse(ARGV("h1:/ifs", "/mnt"), &o, err, sizeof(err));
+
+	ok(rc == 0, "plain SOURCE MOUNTPOINT parses (rc %d, \"%s\")", rc, err);
+	ok(o.nconnect == 2 && o.nconnect == SFS_DEFAULT_NCONNECT, "default nconnect 2 (%u)", o.nconnect);
+	ok(o.rsize == 1048576 && o.rsize == SFS_DEFAULT_RSIZE, "default rsize 1 MiB (%u)", o.rsize);
+	ok(o.timeo_ds == 50 && o.timeo_ds == SFS_DEFAULT_TIMEO_DS, "default timeo 50 (%u)", o.timeo_ds);
+	ok(o.retrans == 2 && o.retrans == SFS_DEFAULT_RETRANS, "default retrans 2 (%u)", o.retrans);
+	ok(!o.hard, "default soft");
+	ok(o.actimeo_s == 60 && o.actimeo_s == SFS_DEFAULT_ACTIMEO_S, "default actimeo 60 (%u)",
+	   o.actimeo_s);
+	ok(o.prefetch_mem == SFS_DEFAULT_PREFETCH_MEM, "default prefetch_mem (%llu)",
+	   (unsigned long long)o.prefetch_mem);
+	ok(o.uid == getuid() && o.gid == getgid(), "default uid/gid are the caller's (%u/%u)", o.uid,
+	   o.gid);
+	ok(!o.foreground && !o.debug && !o.help && !o.version && !o.allow_other &&
+		   !o.default_permissions && o.io_threads == 0,
+	   "default flags off, io_threads 0");
+	ok(o.source && !strcmp(o.source, "h1:/ifs") && o.hosts && !strcmp(o.hosts, "h1") &&
+		   o.export_path && !strcmp(o.export_path, "/ifs") && o.mountpoint &&
+		   !strcmp(o.mountpoint, "/mnt"),
+	   "source split into hosts 'h1' and export '/ifs', mountpoint '/mnt'");
+	sfs_options_free(&o);
+	ok(!o.source && !o.hosts && !o.export_path && !o.mountpoint, "sfs_options_free clears");
+}
+
+static void test_values(void)
+{
+	check_opt("nconnect=1", FIELD(nconnect), 1);
+	check_opt("nconnect=16", FIELD(nconnect), 16);
+	check_opt("nconnect=3,nconnect=5", FIELD(nconnect), 5);
+	check_opt("rsize=4096", FIELD(rsize), 4096);
+	check_opt("rsize=1048576", FIELD(rsize), 1048576);
+	check_opt("rsize=1M", FIELD(rsize), 1048576);
+	check_opt("rsize=64K", FIELD(rsize), 65536);
+	check_opt("rsize=4097", FIELD(rsize), 4096);
+	check_opt("rsize=8191", FIELD(rsize), 4096);
+	check_opt("rsize=1048575", FIELD(rsize), 1044480);
+	check_opt("timeo=1", FIELD(timeo_ds), 1);
+	check_opt("timeo=6000", FIELD(timeo_ds), 6000);
+	check_opt("retrans=1", FIELD(retrans), 1);
+	check_opt("retrans=100", FIELD(retrans), 100);
+	check_opt("actimeo=0", FIELD(actimeo_s), 0);
+	check_opt("actimeo=86400", FIELD(actimeo_s), 86400);
+	check_opt("uid=0", FIELD(uid), 0);
+	check_opt("uid=4294967294", FIELD(uid), 4294967294u);
+	check_opt("gid=1234", FIELD(gid), 1234);
+	check_opt("allow_other", FIELD(allow_other), 1);
+	check_opt("default_permissions", FIELD(default_permissions), 1);
+	check_opt("io_threads=0", FIELD(io_threads), 0);
+	check_opt("io_threads=64", FIELD(io_threads), 64);
+	check_opt("max_threads=1", FIELD(max_threads), 1);
+	check_opt("max_threads=1024", FIELD(max_threads), 1024);
+	check_opt("prefetch_mem=1G", FIELD(prefetch_mem), 1ull << 30);
+	check_opt("prefetch_mem=4M", FIELD(prefetch_mem), 4ull << 20);
+	check_opt("prefetch_mem=4194304", FIELD(prefetch_mem), 4194304);
+	check_opt("prefetch_mem=1T", FIELD(prefetch_mem), 1ull << 40);
+	check_opt("hard", FIELD(hard), 1);
+	check_opt("soft", FIELD(hard), 0);
+	check_opt("hard,soft", FIELD(hard), 0);
+	check_opt("soft,hard", FIELD(hard), 1);
+}
+
+static void test_value_errors(void)
+{
+	ERR("nconnect=0", "-o", "nconnect=0", "h1:/ifs", "/mnt");
+	ERR("nconnect=17", "-o", "nconnect=17", "h1:/ifs", "/mnt");
+	ERR("rsize=4095", "-o", "rsize=4095", "h1:/ifs", "/mnt");
+	ERR("rsize=1048577", "-o", "rsize=1048577", "h1:/ifs", "/mnt");
+	ERR("rsize=2M", "-o", "rsize=2M", "h1:/ifs", "/mnt");
+	ERR("timeo=0", "-o", "timeo=0", "h1:/ifs", "/mnt");
+	ERR("timeo=6001", "-o", "timeo=6001", "h1:/ifs", "/mnt");
+	ERR("retrans=0", "-o", "retrans=0", "h1:/ifs", "/mnt");
+	ERR("retrans=101", "-o", "retrans=101", "h1:/ifs", "/mnt");
+	ERR("actimeo=86401", "-o", "actimeo=86401", "h1:/ifs", "/mnt");
+	ERR("uid=-1", "-o", "uid=-1", "h1:/ifs", "/mnt");
+	ERR("uid=4294967295", "-o", "uid=4294967295", "h1:/ifs", "/mnt");
+	ERR("gid=abc", "-o", "gid=abc", "h1:/ifs", "/mnt");
+	ERR("io_threads=65", "-o", "io_threads=65", "h1:/ifs", "/mnt");
+	ERR("max_threads=0", "-o", "max_threads=0", "h1:/ifs", "/mnt");
+	ERR("prefetch_mem=2X", "-o", "prefetch_mem=2X", "h1:/ifs", "/mnt");
+	ERR("prefetch_mem=3M", "-o", "prefetch_mem=3M", "h1:/ifs", "/mnt");
+	ERR("prefetch_mem=2T", "-o", "prefetch_mem=2T", "h1:/ifs", "/mnt");
+	ERR("nconnect=4x", "-o", "nconnect=4x", "h1:/ifs", "/mnt");
+	ERR("nconnect= 4", "-o", "nconnect= 4", "h1:/ifs", "/mnt");
+	ERR("nconnect=+4", "-o", "nconnect=+4", "h1:/ifs", "/mnt");
+	ERR("nconnect=99999999999999999999999", "-o", "nconnect=99999999999999999999999",
+	    "h1:/ifs", "/mnt");
+	ERR("nconnect", "-o", "nconnect=", "h1:/ifs", "/mnt");
+	ERR("nconnect", "-o", "nconnect", "h1:/ifs", "/mnt");
+	ERR("soft", "-o", "soft=1", "h1:/ifs", "/mnt");
+	ERR("hard", "-o", "hard=0", "h1:/ifs", "/mnt");
+	ERR("allow_other", "-o", "allow_other=yes", "h1:/ifs", "/mnt");
+	ERR("ro", "-o", "ro=1", "h1:/ifs", "/mnt");
+	ERR("bogus", "-o", "bogus", "h1:/ifs", "/mnt");
+	ERR("foo", "-o", "foo=bar", "h1:/ifs", "/mnt");
+	ERR("vers", "-o", "ro,vers=3", "h1:/ifs", "/mnt");
+	/* a bad option in the second -o still fails the mount */
+	ERR("bogus", "-o", "nconnect=4", "-o", "bogus", "h1:/ifs", "/mnt");
+}
+
+static void test_list_syntax(void)
+{
+	ERR(",nconnect=2", "-o", ",nconnect=2", "h1:/ifs", "/mnt");
+	ERR("nconnect=2,,", "-o", "nconnect=2,,", "h1:/ifs", "/mnt");
+	ERR("nconnect=2,", "-o", "nconnect=2,", "h1:/ifs", "/mnt");
+	ERR("nconnect=2,,ro", "-o", "nconnect=2,,ro", "h1:/ifs", "/mnt");
+	ERR("-o", "-o", "", "h1:/ifs", "/mnt");
+	ERR("=5", "-o", "=5", "h1:/ifs", "/mnt");
+	ERR("-o", "h1:/ifs", "/mnt", "-o");
+	ERR("-x", "-x", "h1:/ifs", "/mnt");
+	ERR("--foreground", "--foreground", "h1:/ifs", "/mnt");
+
+	struct sfs_options o;
+	char err[512];
+	int rc;
+
+	rc = parse(ARGV("-onconnect=4", "h1:/ifs", "/mnt"), &o, err, sizeof(err));
+	ok(rc == 0 && o.nconnect == 4, "glued -onconnect=4 (rc %d, \"%s\")", rc, err);
+	sfs_options_free(&o);
+
+	rc = parse(ARGV("-o", "nconnect=4", "-o", "rsize=64K", "-otimeo=7", "h1:/ifs", "/mnt"), &o,
+		   err, sizeof(err));
+	ok(rc == 0 && o.nconnect == 4 && o.rsize == 65536 && o.timeo_ds == 7,
+	   "several -o accumulate (rc %d, \"%s\")", rc, err);
+	sfs_options_free(&o);
+
+	rc = parse(ARGV("-o", "nconnect=4", "-o", "nconnect=8", "h1:/ifs", "/mnt"), &o, err,
+		   sizeof(err));
+	ok(rc == 0 && o.nconnect == 8, "later -o wins (%u)", o.nconnect);
+	sfs_options_free(&o);
+
+	rc = parse(ARGV("-o", "hard", "-o", "soft", "h1:/ifs", "/mnt"), &o, err, sizeof(err));
+	ok(rc == 0 && !o.hard, "-o hard -o soft: soft wins");
+	sfs_options_free(&o);
+
+	/* mount.fuse3 style: options after the positionals */
+	rc = parse(ARGV("h1,h2:/ifs", "/mnt/x", "-o", "ro,nconnect=3,_netdev"), &o, err,
+		   sizeof(err));
+	ok(rc == 0 && o.nconnect == 3 && !strcmp(o.hosts, "h1,h2") &&
+		   !strcmp(o.mountpoint, "/mnt/x"),
+	   "options after positionals (rc %d, \"%s\")", rc, err);
+	sfs_options_free(&o);
+
+	rc = parse(ARGV("-o", "nconnect=3", "h1:/ifs", "-o", "timeo=9", "/mnt", "-f"), &o, err,
+		   sizeof(err));
+	ok(rc == 0 && o.nconnect == 3 && o.timeo_ds == 9 && o.foreground &&
+		   !strcmp(o.export_path, "/ifs") && !strcmp(o.mountpoint, "/mnt"),
+	   "options between positionals (rc %d, \"%s\")", rc, err);
+	sfs_options_free(&o);
+
+	rc = parse(ARGV("-o",
+			"ro,rw,_netdev,nofail,defaults,x-systemd.automount,comment=foo,noauto,auto,"
+			"user,nouser,users,dev,nodev,suid,nosuid,exec,noexec,async,atime,noatime,"
+			"relatime,nodiratime,x-systemd.requires=network-online.target,comment",
+			"h1:/ifs", "/mnt"),
+		   &o, err, sizeof(err));
+	ok(rc == 0 && o.nconnect == SFS_DEFAULT_NCONNECT && o.rsize == SFS_DEFAULT_RSIZE &&
+		   !o.hard && !o.allow_other,
+	   "generic mount options accepted and ignored (rc %d, \"%s\")", rc, err);
+	sfs_options_free(&o);
+
+	rc = parse(ARGV("-f", "h1:/ifs", "/mnt"), &o, err, sizeof(err));
+	ok(rc == 0 && o.foreground && !o.debug, "-f: foreground");
+	sfs_options_free(&o);
+	rc = parse(ARGV("-d", "h1:/ifs", "/mnt"), &o, err, sizeof(err));
+	ok(rc == 0 && o.foreground && o.debug, "-d: debug implies foreground");
+	sfs_options_free(&o);
+	rc = parse(ARGV("-s", "h1:/ifs", "/mnt"), &o, err, sizeof(err));
+	ok(rc == 0, "-s accepted (rc %d, \"%s\")", rc, err);
+	sfs_options_free(&o);
+}
+
+static void check_source(const char *src, const char *hosts, const char *export_path)
+{
+	struct sfs_options o;
+	char err[512];
+	int rc = parse(ARGV(src, "/mnt"), &o, err, sizeof(err));
+
+	ok(rc == 0 && !strcmp(o.source, src) && !strcmp(o.hosts, hosts) &&
+		   !strcmp(o.export_path, export_path),
+	   "source '%s' -> hosts '%s', export '%s' (rc %d, \"%s\")", src, hosts, export_path, rc,
+	   err);
+	sfs_options_free(&o);
+}
+
+static void test_sources(void)
+{
+	check_source("h1,h2:/ifs", "h1,h2", "/ifs");
+	check_source("10.0.0.1:/", "10.0.0.1", "/");
+	check_source("node-1.example.com,10.1.2.3:/ifs/data", "node-1.example.com,10.1.2.3",
+		     "/ifs/data");
+	ERR(":/ifs", ":/ifs", "/mnt");
+	ERR("h1", "h1", "/mnt");
+	ERR("h1:ifs", "h1:ifs", "/mnt");
+	ERR("source", "", "/mnt");
+	ERR("h1,,h2:/ifs", "h1,,h2:/ifs", "/mnt");
+	ERR(",h1:/ifs", ",h1:/ifs", "/mnt");
+	ERR("h1,:/ifs", "h1,:/ifs", "/mnt");
+	ERR("h 1:/x", "h 1:/x", "/mnt");
+	ERR("h1;rm:/x", "h1;rm:/x", "/mnt");
+	ERR("MOUNTPOINT", "h1:/ifs");
+	ERR("MOUNTPOINT", "-f");
+	ERR("mountpoint", "h1:/ifs", "");
+	ERR("extra", "h1:/ifs", "/mnt", "extra");
+
+	struct sfs_options o;
+	char err[512];
+	int rc;
+
+	rc = parse(ARGV("-h"), &o, err, sizeof(err));
+	ok(rc == 0 && o.help, "-h alone: help");
+	sfs_options_free(&o);
+	rc = parse(ARGV("h1:/ifs", "/mnt", "--help"), &o, err, sizeof(err));
+	ok(rc == 0 && o.help, "--help after positionals: help");
+	sfs_options_free(&o);
+	rc = parse(ARGV("-V"), &o, err, sizeof(err));
+	ok(rc == 0 && o.version && !o.help, "-V: version");
+	sfs_options_free(&o);
+	rc = parse(ARGV("--version"), &o, err, sizeof(err));
+	ok(rc == 0 && o.version, "--version: version");
+	sfs_options_free(&o);
+
+	char *big = malloc(2100);
+	memcpy(big, "h1:/", 4);
+	memset(big + 4, 'a', 2000);
+	big[2004] = 0;
+	ERR("too long", big, "/mnt");
+	free(big);
+}
+
+static void test_parse_size(void)
+{
+	static const struct {
+		const char *s;
+		uint64_t want;
+	} good[] = {
+		{"0", 0},
+		{"0K", 0},
+		{"123", 123},
+		{"64K", 64ull << 10},
+		{"64k", 64ull << 10},
+		{"256M", 256ull << 20},
+		{"256m", 256ull << 20},
+		{"2G", 2ull << 30},
+		{"1T", 1ull << 40},
+		{"16777215T", 16777215ull << 40},
+		{"17179869183G", 17179869183ull << 30},
+		{"18446744073709551615", UINT64_MAX},
+	};
+	static const char *const bad[] = {
+		"", "K", "-1", "+1", " 1", "1 ", "1.5G", "1KB", "1P", "0x10", "12a",
+		"16777216T", "17179869184G", "18446744073709551616", "99999999999999999999999K",
+	};
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		uint64_t v = 42;
+		int rc = sfs_parse_size(good[i].s, &v);
+		ok(rc == 0 && v == good[i].want, "sfs_parse_size(\"%s\") = %llu (rc %d, got %llu)",
+		   good[i].s, (unsigned long long)good[i].want, rc, (unsigned long long)v);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		uint64_t v = 42;
+		int rc = sfs_parse_size(bad[i], &v);
+		ok(rc == -EINVAL, "sfs_parse_size(\"%s\") rejected (rc %d, got %llu)", bad[i], rc,
+		   (unsigned long long)v);
+	}
+	uint64_t v;
+	ok(sfs_parse_size(NULL, &v) == -EINVAL, "sfs_parse_size(NULL) rejected");
+}
+
+static bool has_addr(char **addrs, int n, const char *a)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(addrs[i], a))
+			return true;
+	return false;
+}
+
+static void test_resolve(void)
+{
+	char **addrs = NULL, err[512] = "";
+	int n;
+
+	n = sfs_resolve_hosts("10.0.0.1,10.0.0.2,10.0.0.1,10.0.0.3,10.0.0.2", &addrs, err,
+			      sizeof(err));
+	ok(n == 3 && !strcmp(addrs[0], "10.0.0.1") && !strcmp(addrs[1], "10.0.0.2") &&
+		   !strcmp(addrs[2], "10.0.0.3"),
+	   "numeric list deduplicated in order (n %d, \"%s\")", n, err);
+	if (n > 0)
+		sfs_addrs_free(addrs, (size_t)n);
+
+	addrs = NULL;
+	n = sfs_resolve_hosts("localhost", &addrs, err, sizeof(err));
+	ok(n >= 1 && has_addr(addrs, n, "127.0.0.1"), "localhost contributes 127.0.0.1 (n %d, \"%s\")",
+	   n, err);
+	if (n > 0)
+		sfs_addrs_free(addrs, (size_t)n);
+
+	addrs = NULL;
+	n = sfs_resolve_hosts("127.0.0.1,localhost,127.0.0.1", &addrs, err, sizeof(err));
+	ok(n == 1 && !strcmp(addrs[0], "127.0.0.1"),
+	   "a name resolving to an address already listed adds nothing (n %d)", n);
+	if (n > 0)
+		sfs_addrs_free(addrs, (size_t)n);
+
+	addrs = NULL;
+	memset(err, 0, sizeof(err));
+	n = sfs_resolve_hosts("no-such-host.invalid", &addrs, err, sizeof(err));
+	ok(n < 0 && err[0] && !strchr(err, '\n') && strstr(err, "no-such-host.invalid"),
+	   "unresolvable name fails naming it (n %d, \"%s\")", n, err);
+	if (n > 0)
+		sfs_addrs_free(addrs, (size_t)n);
+
+	/* the addresses collected before the bad name are freed (ASan checks) */
+	addrs = NULL;
+	memset(err, 0, sizeof(err));
+	n = sfs_resolve_hosts("10.0.0.1,localhost,no-such-host.invalid,10.0.0.2", &addrs, err,
+			      sizeof(err));
+	ok(n < 0 && strstr(err, "no-such-host.invalid"),
+	   "bad name after good ones fails naming it (n %d, \"%s\")", n, err);
+	if (n > 0)
+		sfs_addrs_free(addrs, (size_t)n);
+}
+
+int main(void)
+{
+	test_defaults();
+	test_values();
+	test_value_errors();
+	test_list_syntax();
+	test_sources();
+	test_parse_size();
+	test_resolve();
+	return tap_done();
+}

@@ -1,0 +1,928 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * test_prefetch — cache/prefetch.c against a fake origin (fake_origin.c).
+ *
+ * Linked with prefetch.c and log.c only; origin.c is replaced by the fake,
+ * whose files are synthetic (byte i of file `seed` is fake_fill(seed, i)) and
+ * whose requests complete on its own worker threads. Every read is compared
+ * byte for byte with what the file holds.
+ *
+ * Each test opens its own fake origin and prefetch instance and closes them
+ * in the order the daemon must: unref files, let fetches land (drain), close
+ * prefetch, close origin.
+ */
+#include "fake_origin.h"
+#include "prefetch.h"
+#include "tap.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MiB (1ull << 20)
+#define KiB (1ull << 10)
+
+static sfs_origin *org;
+static sfs_prefetch *pf;
+
+static void setup(uint32_t max_read, unsigned delay_us, unsigned n_threads, uint64_t mem_bytes,
+		  unsigned window)
+{
+	org = fake_origin_new(&(struct fake_origin_conf){
+		.max_read = max_read, .n_threads = n_threads, .delay_us = delay_us});
+	int rc = sfs_prefetch_open(&(struct sfs_prefetch_conf){.mem_bytes = mem_bytes,
+							       .window_chunks = window},
+				   org, &pf);
+	if (rc) {
+		printf("Bail out! sfs_prefetch_open: %d\n", rc);
+		exit(1);
+	}
+}
+
+static void teardown(void)
+{
+	fake_origin_release(org);
+	fake_origin_drain(org);
+	sfs_prefetch_close(pf);
+	fake_origin_free(org);
+	pf = NULL;
+	org = NULL;
+}
+
+static struct sfs_prefetch_stats pstats(void)
+{
+	struct sfs_prefetch_stats s;
+
+	sfs_prefetch_get_stats(pf, &s);
+	return s;
+}
+
+static struct fake_origin_stats ostats(void)
+{
+	struct fake_origin_stats s;
+
+	fake_origin_stats(org, &s);
+	return s;
+}
+
+struct tfile {
+	sfs_pf_file *f;
+	uint32_t seed;
+	uint64_t size;	      /* what prefetch was told */
+	uint64_t server_size; /* what the fake serves */
+};
+
+static struct tfile topen(uint32_t seed, uint64_t size, uint64_t server_size)
+{
+	struct tfile t = {.seed = seed, .size = size, .server_size = server_size};
+	struct sfs_fh fh;
+
+	fake_fh(&fh, seed, server_size);
+	int rc = sfs_pf_file_open(pf, &fh, size, &t.f);
+	if (rc) {
+		printf("Bail out! sfs_pf_file_open: %d\n", rc);
+		exit(1);
+	}
+	return t;
+}
+
+static size_t expected_len(const struct tfile *t, uint64_t off, size_t len)
+{
+	uint64_t eff = t->size < t->server_size ? t->size : t->server_size;
+
+	if (off >= eff)
+		return 0;
+	return len < eff - off ? len : (size_t)(eff - off);
+}
+
+/* Compares view v of [off, off + want) with the file's bytes. Returns 0, or
+ * -1 with the first difference described in why. */
+static int view_check(const struct tfile *t, uint64_t off, const struct sfs_pf_view *v, size_t want,
+		      char *why, size_t why_len)
+{
+	size_t total = 0;
+	int rc = 0;
+
+	if (v->bytes != want || v->n_iov < 0 || v->n_iov > 3 || (want && !v->n_iov)) {
+		snprintf(why, why_len, "view of [%llu,+%zu): bytes %zu n_iov %d, want %zu bytes",
+			 (unsigned long long)off, want, v->bytes, v->n_iov, want);
+		return -1;
+	}
+	uint8_t *exp = malloc(want + 1);
+	fake_fill(t->seed, off, exp, want);
+	for (int i = 0; i < v->n_iov && !rc; i++) {
+		const uint8_t *p = v->iov[i].iov_base;
+		size_t n = v->iov[i].iov_len;
+		if (total + n > want) {
+			snprintf(why, why_len, "view of [%llu,+%zu): iovs hold more than bytes",
+				 (unsigned long long)off, want);
+			rc = -1;
+		} else if (memcmp(p, exp + total, n)) {
+			size_t k = 0;
+			while (p[k] == exp[total + k])
+				k++;
+			snprintf(why, why_len,
+				 "read at %llu len %zu: byte %llu is 0x%02x, want 0x%02x",
+				 (unsigned long long)off, want, (unsigned long long)(off + total + k),
+				 p[k], exp[total + k]);
+			rc = -1;
+		}
+		total += n;
+	}
+	if (!rc && total != want) {
+		snprintf(why, why_len, "view of [%llu,+%zu): iovs hold %zu bytes",
+			 (unsigned long long)off, want, total);
+		rc = -1;
+	}
+	free(exp);
+	return rc;
+}
+
+/* Reads [off, off + len) and checks result and bytes. The view is released,
+ * or, when right and keep is set, handed to *keep. Returns 0, or -1 with why
+ * set. */
+static int read_check(const struct tfile *t, uint64_t off, size_t len, struct sfs_pf_view *keep,
+		      char *why, size_t why_len)
+{
+	struct sfs_pf_view v;
+	size_t want = expected_len(t, off, len);
+	ssize_t rc = sfs_pf_read(t->f, off, len, &v);
+	int ret = 0;
+
+	if (rc != (ssize_t)want) {
+		snprintf(why, why_len, "read(%llu, %zu) returned %zd, want %zu",
+			 (unsigned long long)off, len, rc, want);
+		ret = -1;
+	} else {
+		ret = view_check(t, off, &v, want, why, why_len);
+	}
+	if (keep && ret == 0)
+		*keep = v;
+	else
+		sfs_pf_view_release(t->f, &v);
+	return ret;
+}
+
+#define CHECK_READ(t, off, len, ...)                                                               \
+	do {                                                                                       \
+		char why_[256] = "";                                                               \
+		int r_ = read_check((t), (off), (len), NULL, why_, sizeof(why_));                  \
+		ok(r_ == 0, __VA_ARGS__);                                                          \
+		if (r_)                                                                            \
+			diag("%s", why_);                                                          \
+	} while (0)
+
+static uint64_t rng_next(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+/* --- byte-exact reads ------------------------------------------------------ */
+
+static void test_exact(uint32_t max_read)
+{
+	diag("byte-exact reads, max_read %u", max_read);
+	setup(max_read, 0, 2, 64 * MiB, 4);
+	uint64_t size = 10 * MiB + 12345;
+	struct tfile t = topen(1, size, size);
+
+	CHECK_READ(&t, 0, 1, "max_read %u: first byte", max_read);
+	CHECK_READ(&t, 0, 4096, "max_read %u: first page", max_read);
+	CHECK_READ(&t, MiB - 1, 2, "max_read %u: 2 bytes across a chunk boundary", max_read);
+	CHECK_READ(&t, 3 * MiB + 99999, 100001, "max_read %u: [3 MiB + 99999, +100001)", max_read);
+	CHECK_READ(&t, 10 * MiB, MiB, "max_read %u: the last, partial chunk", max_read);
+	CHECK_READ(&t, 9 * MiB + 7, MiB, "max_read %u: into the last chunk", max_read);
+	CHECK_READ(&t, size - 1, 10, "max_read %u: last byte", max_read);
+	CHECK_READ(&t, size - 10, 100, "max_read %u: across end of file", max_read);
+
+	struct sfs_pf_view v;
+	ssize_t rc = sfs_pf_read(t.f, MiB - 100, 200, &v);
+	ok(rc == 200 && v.n_iov == 2 && v.iov[0].iov_len == 100 && v.n_pins == 2,
+	   "max_read %u: a read across one boundary has 2 pieces (rc %zd, n_iov %d)", max_read, rc,
+	   v.n_iov);
+	sfs_pf_view_release(t.f, &v);
+	rc = sfs_pf_read(t.f, 4 * MiB + 512 * KiB, 2 * MiB, &v);
+	ok(rc == (ssize_t)(2 * MiB) && v.n_iov == 3 && v.iov[1].iov_len == MiB && v.n_pins == 3,
+	   "max_read %u: a 2 MiB read across two boundaries has 3 pieces (rc %zd, n_iov %d)",
+	   max_read, rc, v.n_iov);
+	sfs_pf_view_release(t.f, &v);
+	CHECK_READ(&t, 4 * MiB + 512 * KiB, 2 * MiB, "max_read %u: 2 MiB over 3 chunks", max_read);
+	CHECK_READ(&t, 0, 2 * MiB + 1, "max_read %u: 2 MiB + 1 from 0 (3 chunks)", max_read);
+	rc = sfs_pf_read(t.f, MiB - 1, 2 * MiB + 2, &v);
+	ok(rc == -EINVAL && v.bytes == 0, "max_read %u: a read over 4 chunks is -EINVAL (%zd)",
+	   max_read, rc);
+	sfs_pf_view_release(t.f, &v);
+
+	uint64_t req0 = ostats().requests;
+	rc = sfs_pf_read(t.f, size, 1, &v);
+	ok(rc == 0 && v.bytes == 0 && v.n_iov == 0, "max_read %u: read at EOF gives 0 (%zd)",
+	   max_read, rc);
+	sfs_pf_view_release(t.f, &v);
+	rc = sfs_pf_read(t.f, size + 5, 10, &v);
+	ok(rc == 0 && v.n_iov == 0, "max_read %u: read after EOF gives 0 (%zd)", max_read, rc);
+	sfs_pf_view_release(t.f, &v);
+	rc = sfs_pf_read(t.f, UINT64_MAX - 1, 100, &v);
+	ok(rc == 0 && v.n_iov == 0, "max_read %u: read at 2^64-2 gives 0 (%zd)", max_read, rc);
+	sfs_pf_view_release(t.f, &v);
+	rc = sfs_pf_read(t.f, 5, 0, &v);
+	ok(rc == 0 && v.n_iov == 0, "max_read %u: zero-length read gives 0 (%zd)", max_read, rc);
+	sfs_pf_view_release(t.f, &v);
+	ok(ostats().requests == req0, "max_read %u: reads at/after EOF ask the origin nothing",
+	   max_read);
+
+	/* Random ranges, len up to 1 MiB + 64 KiB, some beyond EOF. */
+	uint64_t s = 0x1234567 + max_read;
+	int bad = 0;
+	char why[256] = "", first[256] = "";
+	for (int i = 0; i < 300; i++) {
+		uint64_t off = rng_next(&s) % (size + 2 * MiB);
+		size_t len = (size_t)(rng_next(&s) % (MiB + 64 * KiB + 1));
+		if (rng_next(&s) % 4 == 0)
+			off = (off >> 20) << 20; /* chunk-aligned */
+		if (read_check(&t, off, len, NULL, why, sizeof(why)) && !bad++)
+			memcpy(first, why, sizeof(first));
+	}
+	ok(bad == 0, "max_read %u: 300 random ranges byte-exact (%d wrong)", max_read, bad);
+	if (bad)
+		diag("%s", first);
+
+	/* Parts: a 1 MiB chunk is fetched as ceil(1 MiB / max_read) requests. */
+	sfs_pf_file_unref(t.f);
+	fake_origin_drain(org);
+	struct tfile u = topen(2, 3 * MiB, 3 * MiB);
+	req0 = ostats().requests;
+	CHECK_READ(&u, 2 * MiB, MiB + 10, "max_read %u: file of exactly 3 MiB, last chunk", max_read);
+	uint64_t parts = (MiB + max_read - 1) / max_read;
+	uint64_t reqs = ostats().requests - req0;
+	ok(reqs == parts, "max_read %u: one chunk is %llu requests (%llu)", max_read,
+	   (unsigned long long)parts, (unsigned long long)reqs);
+	sfs_pf_file_unref(u.f);
+
+	struct tfile z = topen(3, 0, 0);
+	req0 = ostats().requests;
+	rc = sfs_pf_read(z.f, 0, 100, &v);
+	ok(rc == 0 && ostats().requests == req0, "max_read %u: empty file reads 0, asks nothing",
+	   max_read);
+	sfs_pf_view_release(z.f, &v);
+	sfs_pf_file_unref(z.f);
+
+	fake_origin_drain(org);
+	ok(pstats().inflight_bytes == 0, "max_read %u: nothing in flight after drain", max_read);
+	ok(ostats().wrong_thread == 0, "max_read %u: completions ran on origin threads", max_read);
+	teardown();
+}
+
+/* --- readahead ------------------------------------------------------------- */
+
+static void test_sequential(void)
+{
+	const unsigned window = 8;
+	const uint64_t size = 40 * MiB;
+
+	setup(256 * KiB, 0, 2, 64 * MiB, window);
+	struct tfile t = topen(4, size, size);
+
+	fake_origin_hold_from(org, MiB);
+	CHECK_READ(&t, 0, 128 * KiB, "sequential: first read");
+	struct fake_origin_stats os = ostats();
+	ok(os.held == window * 4 && os.max_end == (1 + window) * MiB,
+	   "sequential: the first read starts %u chunks of readahead (held %llu parts, up to %llu MiB)",
+	   window, (unsigned long long)os.held, (unsigned long long)(os.max_end >> 20));
+	fake_origin_release(org);
+	fake_origin_drain(org);
+
+	int over = 0, bad = 0;
+	uint64_t max_lead = 0;
+	char why[256] = "", first[256] = "";
+	for (uint64_t off = 128 * KiB; off < size; off += 128 * KiB) {
+		if (read_check(&t, off, 128 * KiB, NULL, why, sizeof(why)) && !bad++)
+			memcpy(first, why, sizeof(first));
+		uint64_t cur = (off + 128 * KiB - 1) >> 20;
+		os = ostats();
+		uint64_t ahead = (os.max_end >> 20) - (cur + 1);
+		if (os.max_end > (cur + 1 + window) * MiB)
+			over++;
+		if (ahead > max_lead)
+			max_lead = ahead;
+	}
+	ok(bad == 0, "sequential: 40 MiB in 128 KiB reads byte-exact (%d wrong)", bad);
+	if (bad)
+		diag("%s", first);
+	ok(over == 0, "sequential: readahead never beyond %u chunks (%d reads were)", window, over);
+	ok(max_lead == window, "sequential: readahead reached %u chunks ahead (%llu)", window,
+	   (unsigned long long)max_lead);
+	os = ostats();
+	ok(os.max_outstanding <= (window + 3) * 4,
+	   "sequential: at most %u requests outstanding (%llu)", (window + 3) * 4,
+	   (unsigned long long)os.max_outstanding);
+	int refetched = 0;
+	for (uint64_t c = 0; c < size / MiB; c++)
+		refetched += fake_origin_chunk_bytes(org, c) != MiB;
+	ok(refetched == 0, "sequential: every chunk fetched exactly once (%d not)", refetched);
+	struct sfs_prefetch_stats ps = pstats();
+	ok(ps.readahead_chunks == size / MiB - 1,
+	   "sequential: every chunk after the first came from readahead (%llu)",
+	   (unsigned long long)ps.readahead_chunks);
+	ok(ps.fetched_bytes == size, "sequential: fetched_bytes %llu == file size",
+	   (unsigned long long)ps.fetched_bytes);
+	sfs_pf_file_unref(t.f);
+	fake_origin_drain(org);
+	ok(pstats().wasted_chunks == 0, "sequential: no readahead wasted (%llu)",
+	   (unsigned long long)pstats().wasted_chunks);
+	teardown();
+
+	/* A sequential reader that starts mid-file (its first read looks random)
+	 * gets readahead from its second read, still inside the same chunk. */
+	setup(MiB, 0, 2, 64 * MiB, 4);
+	t = topen(21, 40 * MiB, 40 * MiB);
+	CHECK_READ(&t, 5 * MiB + 100 * KiB, 128 * KiB, "mid-file reader: first read");
+	fake_origin_drain(org);
+	uint64_t ra0 = pstats().readahead_chunks;
+	CHECK_READ(&t, 5 * MiB + 228 * KiB, 128 * KiB, "mid-file reader: second read");
+	fake_origin_drain(org);
+	ok(ra0 == 0 && pstats().readahead_chunks == 4,
+	   "mid-file reader: no readahead after one read, 4 chunks after the second (%llu, %llu)",
+	   (unsigned long long)ra0, (unsigned long long)pstats().readahead_chunks);
+	sfs_pf_file_unref(t.f);
+	teardown();
+
+	/* window 0 means the default (16); more than SFS_PF_MAX_WINDOW is capped. */
+	static const struct {
+		unsigned conf, want;
+	} w[] = {{0, 16}, {100, SFS_PF_MAX_WINDOW}, {1, 1}};
+	for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++) {
+		setup(MiB, 0, 2, 256 * MiB, w[i].conf);
+		t = topen(5, 200 * MiB, 200 * MiB);
+		fake_origin_hold_from(org, MiB);
+		CHECK_READ(&t, 0, 4096, "window_chunks %u: first read", w[i].conf);
+		os = ostats();
+		ok(os.held == w[i].want, "window_chunks %u reads ahead %u chunks (%llu)", w[i].conf,
+		   w[i].want, (unsigned long long)os.held);
+		sfs_pf_file_unref(t.f);
+		teardown();
+	}
+}
+
+static void test_random_reader(void)
+{
+	setup(MiB, 0, 2, 64 * MiB, 16);
+	const uint64_t size = 1024 * MiB;
+	struct tfile t = topen(6, size, size);
+	uint64_t s = 0xfeedbeef, touched = 0;
+	int bad = 0;
+	char why[256] = "", first[256] = "";
+
+	for (int i = 0; i < 200; i++) {
+		uint64_t off = MiB + rng_next(&s) % (size - 2 * MiB);
+		touched += ((off + 128 * KiB - 1) >> 20) - (off >> 20) + 1;
+		if (read_check(&t, off, 128 * KiB, NULL, why, sizeof(why)) && !bad++)
+			memcpy(first, why, sizeof(first));
+	}
+	ok(bad == 0, "random reader: 200 reads byte-exact (%d wrong)", bad);
+	if (bad)
+		diag("%s", first);
+	struct sfs_prefetch_stats ps = pstats();
+	ok(ps.readahead_chunks <= 16, "random reader: little readahead (%llu chunks for 200 reads)",
+	   (unsigned long long)ps.readahead_chunks);
+	ok(ps.fetched_bytes <= (touched + 16) * MiB,
+	   "random reader: fetched %llu MiB for 200 reads touching %llu chunks",
+	   (unsigned long long)(ps.fetched_bytes >> 20), (unsigned long long)touched);
+	sfs_pf_file_unref(t.f);
+	teardown();
+}
+
+/* --- memory budget --------------------------------------------------------- */
+
+static void test_budget(void)
+{
+	const uint64_t mem = 4 * MiB, slack = 3 * MiB; /* one reader's in-flight demand */
+	uint64_t max_buf = 0;
+	char why[256] = "";
+	int bad = 0;
+
+	/* One random reader, 40 distinct chunks, each view released at once. */
+	setup(MiB, 0, 2, mem, 16);
+	struct tfile t = topen(7, 1024 * MiB, 1024 * MiB);
+	for (uint64_t i = 0; i < 40; i++) {
+		bad += read_check(&t, (5 + i * 23) * MiB + 4096, 64 * KiB, NULL, why, sizeof(why));
+		uint64_t b = pstats().buffer_bytes;
+		if (b > max_buf)
+			max_buf = b;
+	}
+	ok(bad == 0, "budget: random reads byte-exact (%d wrong)", bad);
+	ok(max_buf <= mem + slack,
+	   "budget: one random reader stays within prefetch_mem + its demand chunks "
+	   "(buffer_bytes peaked at %llu MiB, budget %llu MiB + %llu)",
+	   (unsigned long long)(max_buf >> 20), (unsigned long long)(mem >> 20),
+	   (unsigned long long)(slack >> 20));
+	sfs_pf_file_unref(t.f);
+	teardown();
+
+	/* 30 open files, one read each, nothing pinned: only one reader at a time. */
+	setup(MiB, 0, 2, mem, 16);
+	struct tfile many[30];
+	max_buf = 0;
+	bad = 0;
+	for (uint32_t i = 0; i < 30; i++) {
+		many[i] = topen(100 + i, 8 * MiB, 8 * MiB);
+		bad += read_check(&many[i], 3 * MiB, 64 * KiB, NULL, why, sizeof(why));
+		uint64_t b = pstats().buffer_bytes;
+		if (b > max_buf)
+			max_buf = b;
+	}
+	ok(bad == 0, "budget: 30 files read byte-exact (%d wrong)", bad);
+	ok(max_buf <= mem + slack,
+	   "budget: 30 idle open files stay within prefetch_mem + one reader's demand "
+	   "(buffer_bytes peaked at %llu MiB, budget %llu MiB + %llu)",
+	   (unsigned long long)(max_buf >> 20), (unsigned long long)(mem >> 20),
+	   (unsigned long long)(slack >> 20));
+	for (int i = 0; i < 30; i++)
+		sfs_pf_file_unref(many[i].f);
+	teardown();
+
+	/* A sequential reader with a budget smaller than its window. */
+	setup(MiB, 0, 2, mem, 16);
+	t = topen(8, 40 * MiB, 40 * MiB);
+	max_buf = 0;
+	bad = 0;
+	for (uint64_t off = 0; off < 40 * MiB; off += 128 * KiB) {
+		bad += read_check(&t, off, 128 * KiB, NULL, why, sizeof(why));
+		fake_origin_drain(org);
+		uint64_t b = pstats().buffer_bytes;
+		if (b > max_buf)
+			max_buf = b;
+	}
+	struct sfs_prefetch_stats ps = pstats();
+	ok(bad == 0, "budget: small-budget sequential read byte-exact (%d wrong)", bad);
+	ok(max_buf <= mem + slack,
+	   "budget: a sequential reader stays within prefetch_mem + its demand chunks "
+	   "(buffer_bytes peaked at %llu MiB, budget %llu MiB)",
+	   (unsigned long long)(max_buf >> 20), (unsigned long long)(mem >> 20));
+	ok(ps.readahead_chunks >= 30,
+	   "budget: readahead goes on through the file within a 4 MiB budget "
+	   "(%llu of 39 chunks read ahead)",
+	   (unsigned long long)ps.readahead_chunks);
+	sfs_pf_file_unref(t.f);
+	teardown();
+
+	/* An idle open file must not starve another file's readahead. */
+	setup(MiB, 0, 2, 16 * MiB, 8);
+	struct tfile a = topen(9, 32 * MiB, 32 * MiB), b = topen(10, 32 * MiB, 32 * MiB);
+	for (uint64_t off = 0; off < 32 * MiB; off += 128 * KiB) {
+		read_check(&a, off, 128 * KiB, NULL, why, sizeof(why));
+		fake_origin_drain(org);
+	}
+	uint64_t ra0 = pstats().readahead_chunks;
+	CHECK_READ(&b, 0, 128 * KiB, "budget: second file, first read");
+	fake_origin_drain(org);
+	uint64_t ra = pstats().readahead_chunks - ra0;
+	ok(ra == 8,
+	   "budget: a file read after another (now idle) one still reads ahead 8 chunks "
+	   "(%llu; buffer_bytes %llu MiB of 16)",
+	   (unsigned long long)ra, (unsigned long long)(pstats().buffer_bytes >> 20));
+	sfs_pf_file_unref(a.f);
+	sfs_pf_file_unref(b.f);
+	teardown();
+}
+
+/* --- failures -------------------------------------------------------------- */
+
+struct waiter {
+	struct tfile *t;
+	uint64_t off;
+	ssize_t rc;
+	int bad;
+	char why[256];
+};
+
+static void *waiter_thread(void *arg)
+{
+	struct waiter *w = arg;
+	struct sfs_pf_view v;
+
+	w->rc = sfs_pf_read(w->t->f, w->off, 64 * KiB, &v);
+	if (w->rc >= 0) {
+		w->bad = view_check(w->t, w->off, &v, expected_len(w->t, w->off, 64 * KiB), w->why,
+				    sizeof(w->why)) != 0;
+		sfs_pf_view_release(w->t->f, &v);
+	}
+	return NULL;
+}
+
+static void test_failures(void)
+{
+	setup(256 * KiB, 0, 2, 64 * MiB, 4);
+	struct tfile t = topen(11, 16 * MiB, 16 * MiB);
+	struct sfs_pf_view v;
+	uint64_t r0 = ostats().requests;
+
+	/* The third of chunk 5's four parts fails (a random first read: no readahead). */
+	fake_origin_fail(org, r0 + 3, 1, -EIO);
+	ssize_t rc = sfs_pf_read(t.f, 5 * MiB + 100, 64 * KiB, &v);
+	ok(rc == -EIO && v.bytes == 0 && v.n_iov == 0 && v.n_pins == 0,
+	   "failure: a failed part fails the read with -EIO and an empty view (rc %zd)", rc);
+	sfs_pf_view_release(t.f, &v);
+	ok(ostats().requests - r0 == 4 && ostats().failed == 1,
+	   "failure: the chunk was 4 requests, one failed");
+	fake_origin_fail(org, 0, 0, 0);
+	CHECK_READ(&t, 5 * MiB + 100, 64 * KiB, "failure: the same read retried succeeds");
+
+	/* A read over chunks 12 and 13 whose chunk 13 fails (not sequential:
+	 * the retry above read ahead chunks 6..9). */
+	fake_origin_drain(org);
+	r0 = ostats().requests;
+	fake_origin_fail(org, r0 + 5, 1, -EIO);
+	rc = sfs_pf_read(t.f, 13 * MiB - 64 * KiB, 128 * KiB, &v);
+	ok(rc == -EIO && v.bytes == 0 && v.n_pins == 0,
+	   "failure: a two-chunk read fails when its second chunk does (rc %zd)", rc);
+	sfs_pf_view_release(t.f, &v);
+	fake_origin_fail(org, 0, 0, 0);
+	CHECK_READ(&t, 13 * MiB - 64 * KiB, 128 * KiB, "failure: two-chunk read retried succeeds");
+	sfs_pf_file_unref(t.f);
+	fake_origin_drain(org);
+
+	/* A failed readahead part: at most one read sees -EIO, its retry succeeds. */
+	t = topen(12, 16 * MiB, 16 * MiB);
+	r0 = ostats().requests;
+	fake_origin_fail(org, r0 + 4 * 3 + 2, 1, -EIO); /* chunk 3, read ahead by the first read */
+	int eio = 0, bad = 0, other = 0;
+	char why[256] = "", first[256] = "";
+	for (uint64_t off = 0; off < 16 * MiB; off += 128 * KiB) {
+		rc = sfs_pf_read(t.f, off, 128 * KiB, &v);
+		if (rc == -EIO) {
+			eio++;
+			rc = sfs_pf_read(t.f, off, 128 * KiB, &v);
+		}
+		if (rc < 0) {
+			other++;
+			continue;
+		}
+		if (view_check(&t, off, &v, 128 * KiB, why, sizeof(why)) && !bad++)
+			memcpy(first, why, sizeof(first));
+		sfs_pf_view_release(t.f, &v);
+	}
+	ok(ostats().failed == 3 && eio <= 1 && other == 0 && bad == 0,
+	   "failure: a failed readahead costs at most one -EIO and a retry (%d EIO, %d other "
+	   "errors, %d wrong)",
+	   eio, other, bad);
+	if (bad)
+		diag("%s", first);
+	fake_origin_fail(org, 0, 0, 0);
+	sfs_pf_file_unref(t.f);
+	fake_origin_drain(org);
+
+	/* Two readers waiting on the same chunk when it fails. */
+	t = topen(13, 16 * MiB, 16 * MiB);
+	r0 = ostats().requests;
+	fake_origin_fail(org, r0 + 1, 1, -EIO);
+	fake_origin_hold_from(org, 0);
+	struct waiter w[2] = {{.t = &t, .off = 9 * MiB}, {.t = &t, .off = 9 * MiB + 128 * KiB}};
+	pthread_t th[2];
+	pthread_create(&th[0], NULL, waiter_thread, &w[0]);
+	while (ostats().held < 4)
+		usleep(1000);
+	pthread_create(&th[1], NULL, waiter_thread, &w[1]);
+	usleep(100 * 1000); /* let the second reader find the chunk and wait on it */
+	fake_origin_release(org);
+	pthread_join(th[0], NULL);
+	pthread_join(th[1], NULL);
+	ok((w[0].rc == -EIO || w[1].rc == -EIO) && !w[0].bad && !w[1].bad &&
+		   (w[0].rc == -EIO || w[0].rc == 64 * KiB) &&
+		   (w[1].rc == -EIO || w[1].rc == 64 * KiB),
+	   "failure: readers sharing a failed chunk get -EIO (rc %zd, %zd)", w[0].rc, w[1].rc);
+	fake_origin_fail(org, 0, 0, 0);
+	CHECK_READ(&t, 9 * MiB, 256 * KiB, "failure: shared failed chunk, retry succeeds");
+	sfs_pf_file_unref(t.f);
+	fake_origin_drain(org);
+	ok(pstats().inflight_bytes == 0, "failure: nothing left in flight");
+	teardown();
+}
+
+/* --- a file that shrank after its size was taken --------------------------- */
+
+static void test_short(uint32_t max_read)
+{
+	setup(max_read, 0, 2, 64 * MiB, 4);
+	const uint64_t server = 2 * MiB + 512 * KiB + 1234;
+	struct tfile t = topen(14, 4 * MiB + 100, server);
+
+	CHECK_READ(&t, 0, 64 * KiB, "shrunk file (max_read %u): start", max_read);
+	CHECK_READ(&t, 2 * MiB + 512 * KiB, 64 * KiB, "shrunk file (max_read %u): read across new end",
+		   max_read);
+	CHECK_READ(&t, server, 10, "shrunk file (max_read %u): read at new end", max_read);
+	CHECK_READ(&t, 3 * MiB, 10, "shrunk file (max_read %u): read past new end", max_read);
+	CHECK_READ(&t, 2 * MiB, 2 * MiB, "shrunk file (max_read %u): 2 MiB over the new end",
+		   max_read);
+	CHECK_READ(&t, MiB + 5, 2 * MiB, "shrunk file (max_read %u): 3 chunks, new end in the 2nd",
+		   max_read);
+	CHECK_READ(&t, 4 * MiB, 100, "shrunk file (max_read %u): the old last chunk", max_read);
+	CHECK_READ(&t, server - 1, 1, "shrunk file (max_read %u): last byte", max_read);
+	sfs_pf_file_unref(t.f);
+
+	/* Shrunk between two fetches: chunk 3 was read at the old size, then
+	 * the file lost its tail. A read over chunks 2 and 3 must stop at the
+	 * new end in chunk 2, never skip the hole and go on in stale chunk 3. */
+	t = topen(16, 4 * MiB, 4 * MiB);
+	CHECK_READ(&t, 3 * MiB, 64 * KiB, "shrinking file (max_read %u): chunk 3 at the old size",
+		   max_read);
+	fake_origin_set_size(org, 16, 2 * MiB + 100);
+	t.server_size = 2 * MiB + 100;
+	struct sfs_pf_view v;
+	ssize_t rc = sfs_pf_read(t.f, 2 * MiB, 2 * MiB, &v);
+	ok(rc == 100 && v.bytes == 100 && v.n_iov == 1,
+	   "shrinking file (max_read %u): a read over the new end stops there (rc %zd, %d pieces)",
+	   max_read, rc, v.n_iov);
+	sfs_pf_view_release(t.f, &v);
+	sfs_pf_file_unref(t.f);
+
+	/* shrunk to exactly a chunk boundary */
+	t = topen(15, 3 * MiB, 2 * MiB);
+	CHECK_READ(&t, 2 * MiB - 10, 100, "shrunk to 2 MiB (max_read %u): across the new end",
+		   max_read);
+	CHECK_READ(&t, 2 * MiB, 100, "shrunk to 2 MiB (max_read %u): at the new end", max_read);
+	sfs_pf_file_unref(t.f);
+	teardown();
+}
+
+/* --- concurrent readers ---------------------------------------------------- */
+
+struct reader {
+	struct tfile *t;
+	int kind; /* 0 sequential, 1 random, 2 random keeping 3 views pinned */
+	uint64_t start, seed;
+	int reads, bad;
+	char why[300];
+};
+
+static void *reader_thread(void *arg)
+{
+	struct reader *r = arg;
+	struct sfs_pf_view kept[3];
+	uint64_t kept_off[3];
+	size_t kept_len[3];
+	int n_kept = 0;
+	char why[256];
+	uint64_t off = r->start, s = r->seed;
+
+	for (int i = 0; i < r->reads; i++) {
+		size_t len = 64 * KiB + (size_t)(rng_next(&s) % (256 * KiB));
+		if (r->kind)
+			off = rng_next(&s) % (r->t->size + MiB);
+		if (r->kind == 2) {
+			if (n_kept == 3) { /* recheck the oldest pinned view, then drop it */
+				if (view_check(r->t, kept_off[0], &kept[0],
+					       expected_len(r->t, kept_off[0], kept_len[0]), why,
+					       sizeof(why)) &&
+				    !r->bad++)
+					snprintf(r->why, sizeof(r->why), "pinned view changed: %s", why);
+				sfs_pf_view_release(r->t->f, &kept[0]);
+				memmove(kept, kept + 1, 2 * sizeof(kept[0]));
+				memmove(kept_off, kept_off + 1, 2 * sizeof(kept_off[0]));
+				memmove(kept_len, kept_len + 1, 2 * sizeof(kept_len[0]));
+				n_kept--;
+			}
+			if (read_check(r->t, off, len, &kept[n_kept], why, sizeof(why))) {
+				if (!r->bad++)
+					snprintf(r->why, sizeof(r->why), "%s", why);
+				continue;
+			}
+			kept_off[n_kept] = off;
+			kept_len[n_kept++] = len;
+			continue;
+		}
+		if (read_check(r->t, off, len, NULL, why, sizeof(why)) && !r->bad++)
+			snprintf(r->why, sizeof(r->why), "%s", why);
+		if (!r->kind) {
+			off += len;
+			if (off >= r->t->size)
+				off = 0;
+		}
+	}
+	for (int i = 0; i < n_kept; i++)
+		sfs_pf_view_release(r->t->f, &kept[i]);
+	return NULL;
+}
+
+static void test_concurrent(void)
+{
+	setup(100000, 100, 2, 16 * MiB, 4);
+	struct tfile t = topen(16, 24 * MiB + 777, 24 * MiB + 777);
+	struct reader r[5] = {
+		{.t = &t, .kind = 0, .start = 0, .seed = 1, .reads = 150},
+		{.t = &t, .kind = 0, .start = 12 * MiB + 3, .seed = 2, .reads = 150},
+		{.t = &t, .kind = 1, .seed = 3, .reads = 150},
+		{.t = &t, .kind = 1, .seed = 4, .reads = 150},
+		{.t = &t, .kind = 2, .seed = 5, .reads = 150},
+	};
+	pthread_t th[5];
+
+	for (int i = 0; i < 5; i++)
+		pthread_create(&th[i], NULL, reader_thread, &r[i]);
+	int bad = 0;
+	for (int i = 0; i < 5; i++) {
+		pthread_join(th[i], NULL);
+		bad += r[i].bad;
+		if (r[i].bad)
+			diag("reader %d: %s", i, r[i].why);
+	}
+	ok(bad == 0, "concurrent: 5 threads x 150 reads of one file, byte-exact (%d wrong)", bad);
+	ok(ostats().wrong_thread == 0, "concurrent: completions ran on origin threads");
+	sfs_pf_file_unref(t.f);
+	fake_origin_drain(org);
+	ok(pstats().inflight_bytes == 0, "concurrent: nothing left in flight");
+	teardown();
+}
+
+/* --- closing a file with readahead in flight ------------------------------- */
+
+static void test_close_inflight(void)
+{
+	setup(256 * KiB, 0, 2, 64 * MiB, 8);
+	struct tfile t = topen(17, 20 * MiB, 20 * MiB);
+
+	fake_origin_hold_from(org, MiB);
+	CHECK_READ(&t, 0, 64 * KiB, "close in flight: first read");
+	ok(ostats().held == 8 * 4, "close in flight: 8 chunks of readahead held (%llu parts)",
+	   (unsigned long long)ostats().held);
+	uint64_t wasted0 = pstats().wasted_chunks;
+	sfs_pf_file_unref(t.f); /* the last opener goes while 8 chunks are in flight */
+	fake_origin_release(org);
+	fake_origin_drain(org);
+	struct sfs_prefetch_stats ps = pstats();
+	ok(ps.wasted_chunks - wasted0 == 8 && ps.inflight_bytes == 0,
+	   "close in flight: the file is freed when its fetches land, dropping 8 unread chunks "
+	   "(%llu)",
+	   (unsigned long long)(ps.wasted_chunks - wasted0));
+
+	/* An extra reference keeps the file usable after one unref. */
+	t = topen(18, 20 * MiB, 20 * MiB);
+	sfs_pf_file_ref(t.f);
+	CHECK_READ(&t, 0, 64 * KiB, "ref/unref: read");
+	sfs_pf_file_unref(t.f);
+	CHECK_READ(&t, 5 * MiB, 64 * KiB, "ref/unref: still readable after one of two unrefs");
+	sfs_pf_file_unref(t.f);
+	teardown();
+
+	/* Stress: open, read a little sequentially, close at once, while fetches are slow. */
+	setup(256 * KiB, 300, 2, 32 * MiB, 8);
+	int bad = 0;
+	char why[256];
+	for (uint32_t i = 0; i < 40; i++) {
+		t = topen(200 + i, 16 * MiB, 16 * MiB);
+		for (uint64_t k = 0; k <= i % 3; k++)
+			bad += read_check(&t, k * 128 * KiB, 128 * KiB, NULL, why, sizeof(why)) != 0;
+		sfs_pf_file_unref(t.f);
+	}
+	fake_origin_drain(org);
+	ps = pstats();
+	ok(bad == 0 && ps.inflight_bytes == 0 && ps.files_opened == 40,
+	   "close in flight: 40 files closed with readahead pending (%d wrong, %llu in flight)", bad,
+	   (unsigned long long)ps.inflight_bytes);
+	teardown();
+}
+
+/* --- views pin their chunks ------------------------------------------------ */
+
+static void test_pins(void)
+{
+	setup(MiB, 0, 2, 4 * MiB, 1); /* window 1: at most 5 chunks per file */
+	struct tfile t = topen(19, 64 * MiB, 64 * MiB);
+	struct sfs_pf_view v1 = {0}, v3 = {0};
+	char why[256] = "";
+	int bad = 0;
+
+	ok(read_check(&t, 10 * MiB + 1000, 64 * KiB, &v1, why, sizeof(why)) == 0,
+	   "pins: first view %s", why);
+	ok(read_check(&t, 30 * MiB + 512 * KiB, 2 * MiB, &v3, why, sizeof(why)) == 0 &&
+		   v3.n_pins == 3,
+	   "pins: a 3-chunk view pins 3 chunks (%d) %s", v3.n_pins, why);
+	for (uint64_t i = 0; i < 30; i++)
+		bad += read_check(&t, (40 + (i * 7) % 23) * MiB, 100 * KiB, NULL, why,
+				  sizeof(why)) != 0;
+	ok(bad == 0, "pins: 30 reads of other chunks byte-exact (%d wrong)", bad);
+	ok(view_check(&t, 10 * MiB + 1000, &v1, 64 * KiB, why, sizeof(why)) == 0,
+	   "pins: the pinned view is unchanged after eviction pressure %s", why);
+	ok(view_check(&t, 30 * MiB + 512 * KiB, &v3, 2 * MiB, why, sizeof(why)) == 0,
+	   "pins: the pinned 3-chunk view is unchanged %s", why);
+	sfs_pf_view_release(t.f, &v1);
+	ok(v1.n_pins == 0, "pins: release clears the view's pins");
+	sfs_pf_view_release(t.f, &v1); /* a second release is a no-op */
+	sfs_pf_view_release(t.f, &v3);
+	bad = 0;
+	for (uint64_t i = 0; i < 10; i++)
+		bad += read_check(&t, (10 + i * 3) * MiB, 100 * KiB, NULL, why, sizeof(why)) != 0;
+	ok(bad == 0, "pins: reads after release byte-exact (%d wrong)", bad);
+	sfs_pf_file_unref(t.f);
+	teardown();
+}
+
+/* --- a readahead chunk completed and evicted while its submitter runs ------ */
+
+struct race {
+	sfs_origin *org;
+	struct tfile *t;
+	bool armed;
+	int bad;
+};
+
+static void *evictor(void *arg)
+{
+	struct race *r = arg;
+	char why[256];
+
+	/* Four random (non-adjacent) reads fill the file's 5 slots (window 1)
+	 * and make it evict its oldest idle chunk: chunk 1, just read ahead. */
+	for (uint64_t c = 10; c <= 40; c += 10)
+		r->bad += read_check(r->t, c * MiB, 64 * KiB, NULL, why, sizeof(why)) != 0;
+	return NULL;
+}
+
+static void submit_hook(uint64_t offset, uint32_t count, uint64_t seq, void *arg)
+{
+	struct race *r = arg;
+
+	if (!r->armed || offset != MiB)
+		return;
+	r->armed = false;
+	/* Chunk 1 (readahead) has just been queued. Let it complete, then let
+	 * another reader of the file run before sfs_origin_submit() returns, as
+	 * an I/O thread and a second FUSE thread may while this one is preempted. */
+	fake_origin_drain(r->org);
+	pthread_t th;
+	pthread_create(&th, NULL, evictor, r);
+	pthread_join(th, NULL);
+}
+
+static void test_submit_race(void)
+{
+	setup(MiB, 0, 1, 64 * MiB, 1);
+	struct tfile t = topen(20, 64 * MiB, 64 * MiB);
+	struct race r = {.org = org, .t = &t, .armed = true};
+
+	fake_origin_set_hook(org, submit_hook, &r);
+	CHECK_READ(&t, 0, 64 * KiB, "submit race: the first read (its readahead is evicted while "
+				    "it is still submitting)");
+	ok(!r.armed && r.bad == 0, "submit race: the other reader ran and read right (%d wrong)",
+	   r.bad);
+	fake_origin_set_hook(org, NULL, NULL);
+	sfs_pf_file_unref(t.f);
+	teardown();
+}
+
+static void test_exact_1m(void)
+{
+	test_exact(MiB);
+}
+static void test_exact_256k(void)
+{
+	test_exact(256 * KiB);
+}
+static void test_exact_100000(void)
+{
+	test_exact(100000);
+}
+static void test_short_256k(void)
+{
+	test_short(256 * KiB);
+}
+static void test_short_100000(void)
+{
+	test_short(100000);
+}
+
+static const struct {
+	const char *name;
+	void (*fn)(void);
+} tests[] = {
+	{"exact_1m", test_exact_1m},
+	{"exact_256k", test_exact_256k},
+	{"exact_100000", test_exact_100000},
+	{"sequential", test_sequential},
+	{"random_reader", test_random_reader},
+	{"budget", test_budget},
+	{"failures", test_failures},
+	{"short_256k", test_short_256k},
+	{"short_100000", test_short_100000},
+	{"concurrent", test_concurrent},
+	{"close_inflight", test_close_inflight},
+	{"pins", test_pins},
+	{"submit_race", test_submit_race},
+};
+
+/* With no arguments, runs every test; otherwise only the named ones. */
+int main(int argc, char **argv)
+{
+	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+		bool run = argc < 2;
+		for (int a = 1; a < argc; a++)
+			run |= !strcmp(argv[a], tests[i].name);
+		if (run)
+			tests[i].fn();
+	}
+	return tap_done();
+}
