@@ -12,8 +12,8 @@
  * Every chunk in flight holds a reference on its file, so a file closed
  * early is freed when its last fetch lands, and no new readahead starts.
  *
- * Lock order: file->lock, then origin's pool lock (inside submit); buf_lock
- * is a leaf taken with or without file->lock.
+ * Lock order: file->lock, then files_lock (other files are then only
+ * try-locked), then origin's pool lock (inside submit); buf_lock is a leaf.
  */
 #include "prefetch.h"
 #include "log.h"
@@ -37,6 +37,7 @@ struct pf_chunk {
 	unsigned refs;		  /* views pinning the buffer */
 	unsigned parts_pending;
 	bool used;		  /* a reader asked for it */
+	bool consumed;		  /* a read ended at its last byte: the reader moved on */
 	bool readahead;		  /* started before anyone asked */
 	char *buf;
 	unsigned n_parts;
@@ -55,12 +56,15 @@ struct sfs_pf_file {
 	bool sequential;
 	struct pf_chunk **chunks;
 	size_t n_chunks, cap_chunks;
+	struct sfs_pf_file *prev, *next; /* protected by pf->files_lock */
 };
 
 struct sfs_prefetch {
 	sfs_origin *origin;	   /* set at open */
 	struct sfs_prefetch_conf conf; /* set at open */
 	size_t max_buffers;	   /* mem_bytes / SFS_CHUNK_BYTES */
+	pthread_mutex_t files_lock; /* taken with a file's lock held; then only trylock */
+	struct sfs_pf_file *files;  /* protected by files_lock: every live file */
 	pthread_mutex_t buf_lock;
 	void **free_bufs;	   /* protected by buf_lock */
 	size_t n_free, n_buffers;  /* protected by buf_lock */
@@ -99,6 +103,14 @@ static void *buf_get(sfs_prefetch *pf, bool demand)
 	}
 	pthread_mutex_unlock(&pf->buf_lock);
 	return b;
+}
+
+static bool buf_over_budget(sfs_prefetch *pf)
+{
+	pthread_mutex_lock(&pf->buf_lock);
+	bool over = pf->n_free == 0 && pf->n_buffers >= pf->max_buffers;
+	pthread_mutex_unlock(&pf->buf_lock);
+	return over;
 }
 
 static void buf_put(sfs_prefetch *pf, void *b)
@@ -169,6 +181,22 @@ static bool chunk_evict_one(struct sfs_pf_file *f, uint64_t cur, bool demand)
 
 static void part_done(struct sfs_origin_req *req);
 
+/* Evict idle chunks of other files until the budget has room. Caller holds
+ * self->lock; other files are only try-locked (no lock order between files),
+ * and files_lock keeps them from being freed meanwhile. */
+static void reclaim_from_other_files(sfs_prefetch *pf, struct sfs_pf_file *self)
+{
+	pthread_mutex_lock(&pf->files_lock);
+	for (struct sfs_pf_file *o = pf->files; o && buf_over_budget(pf); o = o->next) {
+		if (o == self || pthread_mutex_trylock(&o->lock) != 0)
+			continue;
+		while (buf_over_budget(pf) && chunk_evict_one(o, o->next_seq, true)) {
+		}
+		pthread_mutex_unlock(&o->lock);
+	}
+	pthread_mutex_unlock(&pf->files_lock);
+}
+
 /*
  * Create chunk `index` in FETCHING state with its parts ready to submit
  * (the caller submits them after dropping file->lock). Returns NULL when
@@ -194,6 +222,12 @@ static struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint6
 			break;
 	if (f->n_chunks >= limit && !demand)
 		return NULL;
+	/* Over the memory budget: give back this file's idle chunks first,
+	 * then (for a reader's own chunk) other files' idle chunks. */
+	while (buf_over_budget(pf) && chunk_evict_one(f, cur, demand)) {
+	}
+	if (demand && buf_over_budget(pf))
+		reclaim_from_other_files(pf, f);
 	if (f->n_chunks == f->cap_chunks) {
 		size_t cap = f->cap_chunks ? f->cap_chunks * 2 : 16;
 		struct pf_chunk **n = realloc(f->chunks, cap * sizeof(*n));
@@ -239,6 +273,16 @@ static struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint6
 
 static void file_free(struct sfs_pf_file *f)
 {
+	sfs_prefetch *pf = f->pf;
+
+	pthread_mutex_lock(&pf->files_lock);
+	if (f->prev)
+		f->prev->next = f->next;
+	else
+		pf->files = f->next;
+	if (f->next)
+		f->next->prev = f->prev;
+	pthread_mutex_unlock(&pf->files_lock);
 	while (f->n_chunks)
 		chunk_free(f, f->n_chunks - 1);
 	free(f->chunks);
@@ -276,19 +320,28 @@ static void part_done(struct sfs_origin_req *req)
 		file_free(f);
 }
 
+/*
+ * Hand the parts of freshly started chunks to the origin. A chunk may finish
+ * and be freed by another thread as soon as its last part is submitted, so
+ * never touch a chunk after that: read its part count and array first.
+ * Chunks not yet submitted are FETCHING and cannot be evicted.
+ */
 static void submit_chunks(struct sfs_pf_file *f, struct pf_chunk **started, size_t n)
 {
 	struct sfs_origin_req *batch[64];
 	size_t n_batch = 0;
 
-	for (size_t i = 0; i < n; i++)
-		for (unsigned p = 0; p < started[i]->n_parts; p++) {
-			batch[n_batch++] = &started[i]->parts[p];
+	for (size_t i = 0; i < n; i++) {
+		unsigned n_parts = started[i]->n_parts;
+		struct sfs_origin_req *parts = started[i]->parts;
+		for (unsigned p = 0; p < n_parts; p++) {
+			batch[n_batch++] = &parts[p];
 			if (n_batch == sizeof(batch) / sizeof(batch[0])) {
 				sfs_origin_submit_batch(f->pf->origin, batch, n_batch);
 				n_batch = 0;
 			}
 		}
+	}
 	if (n_batch)
 		sfs_origin_submit_batch(f->pf->origin, batch, n_batch);
 }
@@ -316,6 +369,7 @@ int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin, 
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&pf->buf_lock, NULL);
+	pthread_mutex_init(&pf->files_lock, NULL);
 	*out = pf;
 	return 0;
 }
@@ -328,6 +382,7 @@ void sfs_prefetch_close(sfs_prefetch *pf)
 		free(pf->free_bufs[i]);
 	free(pf->free_bufs);
 	pthread_mutex_destroy(&pf->buf_lock);
+	pthread_mutex_destroy(&pf->files_lock);
 	free(pf);
 }
 
@@ -355,6 +410,12 @@ int sfs_pf_file_open(sfs_prefetch *pf, const struct sfs_fh *fh, uint64_t size, s
 	f->refs = 1;
 	pthread_mutex_init(&f->lock, NULL);
 	pthread_cond_init(&f->cond, NULL);
+	pthread_mutex_lock(&pf->files_lock);
+	f->next = pf->files;
+	if (pf->files)
+		pf->files->prev = f;
+	pf->files = f;
+	pthread_mutex_unlock(&pf->files_lock);
 	count(&pf->stats.files_opened, 1);
 	*out = f;
 	return 0;
@@ -444,6 +505,8 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 		uint64_t to = end < cstart + c->len ? end : cstart + c->len;
 		if (to <= from)
 			break; /* file ended early */
+		if (to == cstart + c->len)
+			c->consumed = true;
 		v->iov[v->n_iov].iov_base = c->buf + (from - cstart);
 		v->iov[v->n_iov].iov_len = (size_t)(to - from);
 		v->n_iov++;
@@ -476,9 +539,31 @@ void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v)
 	if (!v->n_pins)
 		return;
 	pthread_mutex_lock(&f->lock);
-	for (int i = 0; i < v->n_pins; i++)
-		((struct pf_chunk *)v->pins[i])->refs--;
+	for (int i = 0; i < v->n_pins; i++) {
+		struct pf_chunk *c = v->pins[i];
+		c->refs--;
+		/* A sequential reader (and the kernel's page cache) will not ask
+		 * for a chunk read to its end again: free it now, not at eviction,
+		 * so finished chunks never hold the memory budget. */
+		if (c->refs == 0 && c->consumed && c->state == CHUNK_READY)
+			for (size_t k = 0; k < f->n_chunks; k++)
+				if (f->chunks[k] == c) {
+					chunk_free(f, k);
+					break;
+				}
+	}
 	v->n_pins = 0;
 	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&f->lock);
+}
+
+void sfs_pf_file_drop_idle(sfs_pf_file *f)
+{
+	pthread_mutex_lock(&f->lock);
+	for (size_t i = 0; i < f->n_chunks;)
+		if (f->chunks[i]->refs == 0 && f->chunks[i]->state != CHUNK_FETCHING)
+			chunk_free(f, i);
+		else
+			i++;
 	pthread_mutex_unlock(&f->lock);
 }

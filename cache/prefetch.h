@@ -57,6 +57,10 @@ int sfs_pf_file_open(sfs_prefetch *pf, const struct sfs_fh *fh, uint64_t size, s
 void sfs_pf_file_ref(sfs_pf_file *f);
 void sfs_pf_file_unref(sfs_pf_file *f);
 
+/* Free every chunk of f that nobody pins and nobody is fetching (the last
+ * opener closed it; fetches in flight finish and are freed with the file). */
+void sfs_pf_file_drop_idle(sfs_pf_file *f);
+
 /* Bytes of a read, as up to three pieces of pinned chunk buffers. */
 struct sfs_pf_view {
 	struct iovec iov[3];

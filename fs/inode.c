@@ -12,6 +12,8 @@ struct sfs_inode_table {
 	pthread_mutex_t lock;
 	struct sfs_inode **buckets; /* protected by lock */
 	size_t n_buckets, n_inodes; /* protected by lock */
+	struct sfs_inode *orphans;  /* protected by lock: replaced inodes the kernel
+				       still holds (fileid reused), via hash_next */
 	struct sfs_inode root;	    /* never freed; nlookup is not counted */
 };
 
@@ -58,6 +60,10 @@ void sfs_inode_table_close(sfs_inode_table *t)
 			next = i->hash_next;
 			inode_free(i);
 		}
+	for (struct sfs_inode *i = t->orphans, *next; i; i = next) {
+		next = i->hash_next;
+		inode_free(i);
+	}
 	if (t->root.pf)
 		sfs_pf_file_unref(t->root.pf);
 	free(t->buckets);
@@ -117,9 +123,9 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 		while (*p != ino)
 			p = &(*p)->hash_next;
 		*p = ino->hash_next;
-		ino->hash_next = NULL;
-		ino->fileid = ino->fsid = UINT64_MAX; /* never matches again */
-		t->n_inodes--;
+		ino->orphaned = true; /* never matches again; freed on forget */
+		ino->hash_next = t->orphans;
+		t->orphans = ino;
 		ino = NULL;
 	}
 	if (!ino) {
@@ -154,14 +160,13 @@ void sfs_inode_forget(sfs_inode_table *t, struct sfs_inode *ino, uint64_t n)
 		pthread_mutex_unlock(&t->lock);
 		return;
 	}
-	if (ino->fileid != UINT64_MAX || ino->fsid != UINT64_MAX) {
-		struct sfs_inode **p = &t->buckets[bucket_of(t, ino->fsid, ino->fileid)];
-		while (*p && *p != ino)
-			p = &(*p)->hash_next;
-		if (*p) {
-			*p = ino->hash_next;
-			t->n_inodes--;
-		}
+	struct sfs_inode **p = ino->orphaned ? &t->orphans
+					     : &t->buckets[bucket_of(t, ino->fsid, ino->fileid)];
+	while (*p && *p != ino)
+		p = &(*p)->hash_next;
+	if (*p) {
+		*p = ino->hash_next;
+		t->n_inodes--;
 	}
 	pthread_mutex_unlock(&t->lock);
 	inode_free(ino);

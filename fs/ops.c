@@ -276,6 +276,18 @@ static bool same_version(const struct sfs_attr *a, const struct sfs_attr *b)
 	       a->ctime.tv_nsec == b->ctime.tv_nsec;
 }
 
+/* The end of one open of i (its handle holds a reference on pf). When the
+ * last one closes, chunks kept for it go back to the memory budget. */
+static void file_closed(struct sfs_inode *i, sfs_pf_file *pf)
+{
+	pthread_mutex_lock(&i->lock);
+	bool last = --i->n_open == 0 && i->pf == pf;
+	pthread_mutex_unlock(&i->lock);
+	if (last)
+		sfs_pf_file_drop_idle(pf);
+	sfs_pf_file_unref(pf);
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct sfs_fs *fs = FS(req);
@@ -330,12 +342,13 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		i->pf_attr = a;
 	}
 	sfs_pf_file_ref(pf);
+	i->n_open++;
 	pthread_mutex_unlock(&i->lock);
 	fi->fh = (uintptr_t)pf;
 	fi->keep_cache = unchanged;
 	fi->direct_io = fs->opts->direct_io;
 	if (fuse_reply_open(req, fi) != 0)
-		sfs_pf_file_unref(pf);
+		file_closed(i, pf);
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -379,7 +392,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		free(s->text);
 		free(s);
 	} else if (fi->fh) {
-		sfs_pf_file_unref((sfs_pf_file *)(uintptr_t)fi->fh);
+		file_closed(i, (sfs_pf_file *)(uintptr_t)fi->fh);
 	}
 	fuse_reply_err(req, 0);
 }

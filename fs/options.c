@@ -130,7 +130,7 @@ static int parse_one(struct sfs_options *o, char *item, char *err, size_t len)
 	if (val)
 		*val++ = 0;
 	if (!*item)
-		return fail(err, len, "empty mount option");
+		return fail(err, len, "mount option '=%s' has no name", val ? val : "");
 	if (!strncmp(item, "x-", 2))
 		return 0; /* userspace mount hints (x-systemd.*) are not ours */
 	for (size_t i = 0; i < sizeof(opt_table) / sizeof(opt_table[0]); i++) {
@@ -311,6 +311,11 @@ int sfs_resolve_hosts(const char *hosts, char ***out, char *err, size_t len)
 
 	if (!copy)
 		return -ENOMEM;
+	if (!*copy) {
+		free(copy);
+		snprintf(err, len, "no host given");
+		return -EINVAL;
+	}
 	for (char *h = strtok_r(copy, ",", &save); h && !rc; h = strtok_r(NULL, ",", &save)) {
 		struct in_addr in;
 		if (inet_pton(AF_INET, h, &in) == 1) {

@@ -3,16 +3,19 @@
  * fake_origin — an in-memory stand-in for cache/origin.c in unit tests.
  *
  * Implements the origin.h functions that prefetch.c calls
- * (sfs_origin_submit, sfs_origin_max_read) over synthetic files: the file
- * handle carries a seed and the size the "server" has, and byte i of a file
- * is fake_byte(seed, i). Requests complete on the fake's own worker threads,
- * never on the submitting thread, like origin's I/O threads.
+ * (sfs_origin_submit, sfs_origin_submit_batch, sfs_origin_max_read) over
+ * synthetic files: the file handle carries a seed and the size the "server"
+ * has, and byte i of a file is given by fake_fill(seed, i). Requests complete
+ * on the fake's own worker threads, never on the submitting thread, like
+ * origin's I/O threads.
  *
  * Knobs: largest read, a delay per request, failure of the Nth request (or
  * of requests N..N+k-1), holding requests at or beyond an offset until
- * fake_origin_release(), and a hook run inside sfs_origin_submit() after the
- * request is queued (to widen races). Counters: requests, bytes, requests
- * outstanding now and at most, bytes asked for per 1 MiB chunk.
+ * fake_origin_release(), a size override (a file that shrank on the server),
+ * and a hook run inside sfs_origin_submit() after each request is queued (to
+ * widen races; a batch is submitted one request at a time). Counters:
+ * requests, bytes, requests outstanding now and at most, bytes asked for per
+ * 1 MiB chunk.
  *
  * Threading: every function may be called from any thread; the hook runs on
  * the submitting thread with no fake lock held.

@@ -92,7 +92,7 @@ static void test_defaults(void)
 	ok(o.uid == getuid() && o.gid == getgid(), "default uid/gid are the caller's (%u/%u)", o.uid,
 	   o.gid);
 	ok(!o.foreground && !o.debug && !o.help && !o.version && !o.allow_other &&
-		   !o.default_permissions && o.io_threads == 0,
+		   !o.default_permissions && !o.direct_io && o.io_threads == 0,
 	   "default flags off, io_threads 0");
 	ok(o.source && !strcmp(o.source, "h1:/ifs") && o.hosts && !strcmp(o.hosts, "h1") &&
 		   o.export_path && !strcmp(o.export_path, "/ifs") && o.mountpoint &&
@@ -125,6 +125,7 @@ static void test_values(void)
 	check_opt("gid=1234", FIELD(gid), 1234);
 	check_opt("allow_other", FIELD(allow_other), 1);
 	check_opt("default_permissions", FIELD(default_permissions), 1);
+	check_opt("direct_io", FIELD(direct_io), 1);
 	check_opt("io_threads=0", FIELD(io_threads), 0);
 	check_opt("io_threads=64", FIELD(io_threads), 64);
 	check_opt("max_threads=1", FIELD(max_threads), 1);
@@ -169,6 +170,7 @@ static void test_value_errors(void)
 	ERR("soft", "-o", "soft=1", "h1:/ifs", "/mnt");
 	ERR("hard", "-o", "hard=0", "h1:/ifs", "/mnt");
 	ERR("allow_other", "-o", "allow_other=yes", "h1:/ifs", "/mnt");
+	ERR("direct_io", "-o", "direct_io=1", "h1:/ifs", "/mnt");
 	ERR("ro", "-o", "ro=1", "h1:/ifs", "/mnt");
 	ERR("bogus", "-o", "bogus", "h1:/ifs", "/mnt");
 	ERR("foo", "-o", "foo=bar", "h1:/ifs", "/mnt");

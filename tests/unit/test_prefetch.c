@@ -821,24 +821,25 @@ static void test_pins(void)
 	teardown();
 }
 
-/* --- a readahead chunk completed and evicted while its submitter runs ------ */
+/* --- a readahead chunk freed while its submitter is still submitting ------- */
 
 struct race {
 	sfs_origin *org;
 	struct tfile *t;
-	bool armed;
-	int bad;
+	uint64_t trigger_seq;
+	bool fired;
+	ssize_t other_rc;
 };
 
-static void *evictor(void *arg)
+static void *other_reader(void *arg)
 {
 	struct race *r = arg;
-	char why[256];
+	struct sfs_pf_view v;
 
-	/* Four random (non-adjacent) reads fill the file's 5 slots (window 1)
-	 * and make it evict its oldest idle chunk: chunk 1, just read ahead. */
-	for (uint64_t c = 10; c <= 40; c += 10)
-		r->bad += read_check(r->t, c * MiB, 64 * KiB, NULL, why, sizeof(why)) != 0;
+	/* Chunk 40 fails too; on -EIO prefetch drops every failed idle chunk
+	 * of the file, chunk 15 included. */
+	r->other_rc = sfs_pf_read(r->t->f, 40 * MiB, 64 * KiB, &v);
+	sfs_pf_view_release(r->t->f, &v);
 	return NULL;
 }
 
@@ -846,30 +847,39 @@ static void submit_hook(uint64_t offset, uint32_t count, uint64_t seq, void *arg
 {
 	struct race *r = arg;
 
-	if (!r->armed || offset != MiB)
+	if (r->fired || seq != r->trigger_seq)
 		return;
-	r->armed = false;
-	/* Chunk 1 (readahead) has just been queued. Let it complete, then let
-	 * another reader of the file run before sfs_origin_submit() returns, as
-	 * an I/O thread and a second FUSE thread may while this one is preempted. */
+	r->fired = true;
+	/* The last part of readahead chunk 15 has just been queued (the 64th
+	 * request of the read: the end of a 64-request batch). Let everything
+	 * queued complete, then let another reader of the file run before
+	 * submit returns, as an I/O thread and a second FUSE thread may while
+	 * this one is preempted. */
 	fake_origin_drain(r->org);
 	pthread_t th;
-	pthread_create(&th, NULL, evictor, r);
+	pthread_create(&th, NULL, other_reader, r);
 	pthread_join(th, NULL);
 }
 
 static void test_submit_race(void)
 {
-	setup(MiB, 0, 1, 64 * MiB, 1);
+	/* 256 KiB parts, window 16: the first read queues chunks 0..16, 68
+	 * requests; requests 61..64 are chunk 15's parts. */
+	setup(256 * KiB, 0, 1, 64 * MiB, 16);
 	struct tfile t = topen(20, 64 * MiB, 64 * MiB);
-	struct race r = {.org = org, .t = &t, .armed = true};
+	uint64_t r0 = ostats().requests;
+	struct race r = {.org = org, .t = &t, .trigger_seq = r0 + 64};
 
+	fake_origin_fail(org, r0 + 61, 8, -EIO); /* chunk 15, then chunk 40's 4 parts */
 	fake_origin_set_hook(org, submit_hook, &r);
-	CHECK_READ(&t, 0, 64 * KiB, "submit race: the first read (its readahead is evicted while "
-				    "it is still submitting)");
-	ok(!r.armed && r.bad == 0, "submit race: the other reader ran and read right (%d wrong)",
-	   r.bad);
+	CHECK_READ(&t, 0, 64 * KiB,
+		   "submit race: first read, whose readahead chunk 15 fails and is dropped by "
+		   "another reader while this one is still submitting");
+	ok(r.fired && r.other_rc == -EIO, "submit race: the other reader ran and got -EIO (%zd)",
+	   r.other_rc);
 	fake_origin_set_hook(org, NULL, NULL);
+	fake_origin_fail(org, 0, 0, 0);
+	CHECK_READ(&t, 15 * MiB, 64 * KiB, "submit race: chunk 15 read again");
 	sfs_pf_file_unref(t.f);
 	teardown();
 }
