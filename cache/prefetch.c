@@ -1,19 +1,29 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * prefetch — chunk fetching and readahead over the origin pool. See
- * prefetch.h for the contract.
+ * prefetch — chunk fetching, readahead, whole-shard prefetch and the glue
+ * to the store. See prefetch.h for the contract.
  *
- *   sfs_prefetch ──buf_lock──> free list of SFS_CHUNK_BYTES buffers (budget: mem_bytes)
+ *   sfs_prefetch ──buf_lock───> free list of SFS_CHUNK_BYTES buffers (budget: mem_bytes)
+ *               ──files_lock─> every live sfs_pf_file (for reclaim and the pump thread)
  *   sfs_pf_file  ──lock──────> chunks[]: pf_chunk { index, state, buf, refs, parts[] }
+ *                              obj: the store object of this file version (or NULL)
  *
- * A chunk is FETCHING from the moment its parts are queued at the origin
- * until the last part completes; then READY (bytes valid up to len) or
- * FAILED (err). Readers pin chunks (refs) while the kernel copies from them.
- * Every chunk in flight holds a reference on its file, so a file closed
- * early is freed when its last fetch lands, and no new readahead starts.
+ * Where a read's chunk comes from, in order: a chunk in memory (being
+ * fetched, or fetched and not yet dropped); the store's file descriptor if
+ * the chunk is VERIFIED there (no memory, no copy: the reply splices it);
+ * the store's bytes read and checked into a buffer if PRESENT (first read
+ * after a restart); else the origin. Chunks from the origin go to the store
+ * (write-behind; the buffer stays pinned until the write is durable).
+ *
+ * A chunk is LOADING (store read) or FETCHING (origin) until it is READY
+ * (bytes valid up to len) or FAILED (err). Readers pin chunks (refs) while
+ * the kernel copies from them; a store write pins one too. Every chunk being
+ * loaded, fetched or written holds a reference on its file, so a file closed
+ * early is freed when its last operation lands; its shard pump stops at close.
  *
  * Lock order: file->lock, then files_lock (other files are then only
- * try-locked), then origin's pool lock (inside submit); buf_lock is a leaf.
+ * try-locked), then the store's and origin's locks (leaves, inside their
+ * calls); buf_lock is a leaf.
  */
 #include "prefetch.h"
 #include "log.h"
@@ -24,7 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum chunk_state { CHUNK_FETCHING, CHUNK_READY, CHUNK_FAILED };
+enum chunk_state { CHUNK_LOADING, CHUNK_FETCHING, CHUNK_READY, CHUNK_FAILED };
 
 struct pf_chunk {
 	struct sfs_pf_file *file; /* set at creation */
@@ -34,11 +44,12 @@ struct pf_chunk {
 	int err;
 	uint32_t len;		  /* valid bytes once READY */
 	uint32_t fetch_len;	  /* bytes asked for */
-	unsigned refs;		  /* views pinning the buffer */
+	unsigned refs;		  /* views pinning the buffer, plus a store write */
 	unsigned parts_pending;
 	bool used;		  /* a reader asked for it */
 	bool consumed;		  /* a read ended at its last byte: the reader moved on */
 	bool readahead;		  /* started before anyone asked */
+	bool in_store;		  /* its bytes are durable in the store */
 	char *buf;
 	unsigned n_parts;
 	struct sfs_origin_req parts[]; /* owned by origin while FETCHING */
@@ -48,12 +59,18 @@ struct sfs_pf_file {
 	sfs_prefetch *pf;     /* set at open */
 	struct sfs_fh fh;     /* set at open */
 	uint64_t size;	      /* set at open */
+	struct sfs_file_version version; /* set at open (size only if unknown) */
+	bool check_version;   /* set at open */
+	sfs_store_obj *obj;   /* set at open: NULL without a store */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;  /* a chunk finished, or a pin was dropped */
 	/* protected by lock */
-	unsigned refs;	      /* openers + chunks in flight */
+	unsigned refs;	      /* openers + chunks in flight or being written */
+	unsigned openers;     /* sfs_pf_file_opened() minus closes (drop_idle) */
 	uint64_t next_seq;    /* chunk a sequential reader asks for next */
 	bool sequential;
+	bool shard;	      /* the pump fetches every chunk the store lacks */
+	uint64_t shard_next;  /* next chunk the pump considers */
 	struct pf_chunk **chunks;
 	size_t n_chunks, cap_chunks;
 	struct sfs_pf_file *prev, *next; /* protected by pf->files_lock */
@@ -68,6 +85,10 @@ struct sfs_prefetch {
 	pthread_mutex_t buf_lock;
 	void **free_bufs;	   /* protected by buf_lock */
 	size_t n_free, n_buffers;  /* protected by buf_lock */
+	pthread_t pump;		   /* restarts shard pumps stalled on the budget */
+	bool pump_started;
+	bool stopping;		   /* protected by files_lock */
+	pthread_cond_t pump_cond;  /* with files_lock */
 	struct sfs_prefetch_stats stats; /* atomic */
 };
 
@@ -79,8 +100,8 @@ static void count(uint64_t *c, int64_t n)
 /* --- buffers -------------------------------------------------------------- */
 
 /* A chunk buffer, or NULL when the budget is spent and !demand. A reader's
- * own chunk (demand) may exceed the budget: it is bounded by the number of
- * concurrent readers, and refusing it would stall the reader. */
+ * own chunk (demand) may exceed the budget, after idle chunks of every file
+ * were reclaimed: refusing it would stall the reader. */
 static void *buf_get(sfs_prefetch *pf, bool demand)
 {
 	void *b = NULL;
@@ -139,29 +160,43 @@ static struct pf_chunk *chunk_find(struct sfs_pf_file *f, uint64_t index)
 	return NULL;
 }
 
+static bool chunk_busy(const struct pf_chunk *c)
+{
+	return c->refs || c->state == CHUNK_FETCHING || c->state == CHUNK_LOADING;
+}
+
 static void chunk_free(struct sfs_pf_file *f, size_t slot)
 {
 	struct pf_chunk *c = f->chunks[slot];
 
-	assert(c->refs == 0 && c->state != CHUNK_FETCHING);
-	if (c->readahead && !c->used)
+	assert(!chunk_busy(c));
+	if (c->readahead && !c->used && !c->in_store)
 		count(&f->pf->stats.wasted_chunks, 1);
 	buf_put(f->pf, c->buf);
 	free(c);
 	f->chunks[slot] = f->chunks[--f->n_chunks];
 }
 
+static void chunk_free_ptr(struct sfs_pf_file *f, struct pf_chunk *c)
+{
+	for (size_t k = 0; k < f->n_chunks; k++)
+		if (f->chunks[k] == c) {
+			chunk_free(f, k);
+			return;
+		}
+}
+
 /* Make room for one more chunk: drop an idle chunk behind `cur` (the reader
  * has passed it), lowest first; only a reader's own demand may also drop the
- * idle chunk farthest ahead (readahead never throws away readahead). Returns
- * false if nothing may go. */
+ * idle chunk farthest ahead (readahead never throws away readahead), unless
+ * the chunk is safe in the store. Returns false if nothing may go. */
 static bool chunk_evict_one(struct sfs_pf_file *f, uint64_t cur, bool demand)
 {
 	size_t best = SIZE_MAX;
 
 	for (size_t i = 0; i < f->n_chunks; i++) {
 		struct pf_chunk *c = f->chunks[i];
-		if (c->refs || c->state == CHUNK_FETCHING || (!demand && c->index >= cur))
+		if (chunk_busy(c) || (!demand && c->index >= cur && !c->in_store))
 			continue;
 		if (best == SIZE_MAX) {
 			best = i;
@@ -198,12 +233,12 @@ static void reclaim_from_other_files(sfs_prefetch *pf, struct sfs_pf_file *self)
 }
 
 /*
- * Create chunk `index` in FETCHING state with its parts ready to submit
- * (the caller submits them after dropping file->lock). Returns NULL when
- * there is no buffer or, for readahead (!demand), no room.
+ * Create chunk `index`, FETCHING (parts ready; the caller submits them after
+ * dropping file->lock) or LOADING (the caller reads it from the store).
+ * Returns NULL when there is no buffer or, for readahead (!demand), no room.
  */
 static struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint64_t cur,
-				    bool demand)
+				    bool demand, bool loading)
 {
 	sfs_prefetch *pf = f->pf;
 	/* Room for the window, the kernel's own readahead requests in flight
@@ -246,7 +281,7 @@ static struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint6
 	}
 	c->file = f;
 	c->index = index;
-	c->state = CHUNK_FETCHING;
+	c->state = loading ? CHUNK_LOADING : CHUNK_FETCHING;
 	c->len = c->fetch_len = len;
 	c->buf = buf;
 	c->readahead = !demand;
@@ -265,7 +300,8 @@ static struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint6
 	}
 	f->chunks[f->n_chunks++] = c;
 	f->refs++; /* the fetch holds the file */
-	count(&pf->stats.inflight_bytes, len);
+	if (!loading)
+		count(&pf->stats.inflight_bytes, len);
 	if (!demand)
 		count(&pf->stats.readahead_chunks, 1);
 	return c;
@@ -285,38 +321,85 @@ static void file_free(struct sfs_pf_file *f)
 	pthread_mutex_unlock(&pf->files_lock);
 	while (f->n_chunks)
 		chunk_free(f, f->n_chunks - 1);
+	if (f->obj)
+		sfs_store_obj_put(f->obj);
 	free(f->chunks);
 	pthread_cond_destroy(&f->cond);
 	pthread_mutex_destroy(&f->lock);
 	free(f);
 }
 
-/* Origin completion of one part: runs on an I/O thread. */
-static void part_done(struct sfs_origin_req *req)
+static enum sfs_chunk_state store_state(struct sfs_pf_file *f, uint64_t index)
 {
-	struct pf_chunk *c = req->arg;
+	return f->obj ? sfs_store_chunk_state(f->obj, (uint32_t)index) : SFS_CHUNK_ABSENT;
+}
+
+/* Queue more of a whole-file fetch: every chunk the store lacks, in order,
+ * while the budget and the file's chunk limit allow. Caller holds lock;
+ * chunks to submit are appended to started[*n] (room for cap). */
+static void shard_pump(struct sfs_pf_file *f, struct pf_chunk **started, size_t *n, size_t cap)
+{
+	uint64_t last = f->size ? (f->size - 1) >> SFS_CHUNK_SHIFT : 0;
+
+	while (f->shard && f->size && f->shard_next <= last && *n < cap) {
+		uint64_t ci = f->shard_next;
+		if (chunk_find(f, ci) || store_state(f, ci) != SFS_CHUNK_ABSENT) {
+			f->shard_next++;
+			continue;
+		}
+		struct pf_chunk *c = chunk_start(f, ci, f->next_seq, false, false);
+		if (!c)
+			return; /* budget or room: resumed by a completion or the pump thread */
+		started[(*n)++] = c;
+		f->shard_next++;
+	}
+	if (f->shard && f->shard_next > last)
+		f->shard = false; /* every chunk is queued, fetched or cached */
+}
+
+static void write_done(void *arg, int err);
+static void submit_chunks(struct sfs_pf_file *f, struct pf_chunk **started, size_t n);
+
+/* A chunk's bytes are final (READY or FAILED): wake readers, offer the bytes
+ * to the store. Caller holds lock. Returns true if the file's last
+ * reference went (the caller frees it after unlocking). */
+static bool chunk_finish(struct sfs_pf_file *f, struct pf_chunk *c, bool from_origin)
+{
+	if (from_origin)
+		count(&f->pf->stats.inflight_bytes, -(int64_t)c->fetch_len);
+	c->state = c->err ? CHUNK_FAILED : CHUNK_READY;
+	pthread_cond_broadcast(&f->cond);
+	if (from_origin && !c->err && f->obj && c->len == c->fetch_len &&
+	    sfs_store_write_chunk(f->obj, (uint32_t)c->index, c->buf, c->len, write_done, c) == 0) {
+		c->refs++; /* the writer reads the buffer until done */
+		return false; /* the file reference passes to the write */
+	}
+	/* Not admitted (no store, full, offline): it stays in memory for a
+	 * reader until evicted; the chunk limit and budget bound how many. */
+	return --f->refs == 0;
+}
+
+/* Store write completion: runs on the store's writer thread. */
+static void write_done(void *arg, int err)
+{
+	struct pf_chunk *c = arg;
 	struct sfs_pf_file *f = c->file;
-	bool free_file = false;
+	struct pf_chunk *started[SFS_PF_MAX_WINDOW];
+	size_t n_started = 0;
 
 	pthread_mutex_lock(&f->lock);
-	if (req->result < 0) {
-		c->err = req->result;
-	} else if ((uint32_t)req->result < req->count) {
-		/* The file is shorter than its attributes said: end the chunk. */
-		uint32_t end = (uint32_t)(req->offset - (c->index << SFS_CHUNK_SHIFT)) + (uint32_t)req->result;
-		if (end < c->len)
-			c->len = end;
-	}
-	if (req->result > 0)
-		count(&f->pf->stats.fetched_bytes, req->result);
-	if (--c->parts_pending == 0) {
-		count(&f->pf->stats.inflight_bytes, -(int64_t)c->fetch_len);
-		c->state = c->err ? CHUNK_FAILED : CHUNK_READY;
-		pthread_cond_broadcast(&f->cond);
-		free_file = --f->refs == 0;
-	}
+	c->refs--;
+	c->in_store = err == 0;
+	/* Bytes durable in the store need no memory: drop the buffer unless a
+	 * reader pins it or is about to use it (not yet consumed, and near). */
+	if (c->in_store && !chunk_busy(c) && (c->consumed || !c->used))
+		chunk_free_ptr(f, c);
+	pthread_cond_broadcast(&f->cond);
+	shard_pump(f, started, &n_started, SFS_PF_MAX_WINDOW);
+	bool last = --f->refs == 0; /* chunks just started hold their own refs */
 	pthread_mutex_unlock(&f->lock);
-	if (free_file)
+	submit_chunks(f, started, n_started);
+	if (last)
 		file_free(f);
 }
 
@@ -346,6 +429,92 @@ static void submit_chunks(struct sfs_pf_file *f, struct pf_chunk **started, size
 		sfs_origin_submit_batch(f->pf->origin, batch, n_batch);
 }
 
+static bool same_version(const struct sfs_file_version *v, const struct sfs_attr *a)
+{
+	return v->size == a->size && v->mtime_s == a->mtime.tv_sec &&
+	       v->mtime_ns == (uint32_t)a->mtime.tv_nsec && v->ctime_s == a->ctime.tv_sec &&
+	       v->ctime_ns == (uint32_t)a->ctime.tv_nsec;
+}
+
+/* Origin completion of one part: runs on an I/O thread. */
+static void part_done(struct sfs_origin_req *req)
+{
+	struct pf_chunk *c = req->arg;
+	struct sfs_pf_file *f = c->file;
+	struct pf_chunk *started[SFS_PF_MAX_WINDOW];
+	size_t n_started = 0;
+	bool free_file = false;
+
+	pthread_mutex_lock(&f->lock);
+	if (req->result < 0) {
+		c->err = req->result;
+	} else if (f->check_version && req->have_attr && !same_version(&f->version, &req->attr)) {
+		/* The file changed on the server since this open: these bytes
+		 * belong to another version. Never mix them in. */
+		c->err = -ESTALE;
+		count(&f->pf->stats.stale_errors, 1);
+	} else if ((uint32_t)req->result < req->count) {
+		/* The file is shorter than its attributes said: end the chunk. */
+		uint32_t end = (uint32_t)(req->offset - (c->index << SFS_CHUNK_SHIFT)) + (uint32_t)req->result;
+		if (end < c->len)
+			c->len = end;
+	}
+	if (req->result > 0)
+		count(&f->pf->stats.fetched_bytes, req->result);
+	if (--c->parts_pending == 0) {
+		free_file = chunk_finish(f, c, true);
+		shard_pump(f, started, &n_started, SFS_PF_MAX_WINDOW);
+	}
+	pthread_mutex_unlock(&f->lock);
+	submit_chunks(f, started, n_started);
+	if (free_file)
+		file_free(f);
+}
+
+/* Restart shard pumps that stalled on the memory budget with nothing in
+ * flight (so no completion would restart them). */
+static void *pump_main(void *arg)
+{
+	sfs_prefetch *pf = arg;
+
+	pthread_mutex_lock(&pf->files_lock);
+	while (!pf->stopping) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100 * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&pf->pump_cond, &pf->files_lock, &ts);
+		for (struct sfs_pf_file *f = pf->files; f && !pf->stopping; f = f->next) {
+			struct pf_chunk *started[SFS_PF_MAX_WINDOW];
+			size_t n = 0;
+			if (pthread_mutex_trylock(&f->lock) != 0)
+				continue;
+			if (f->shard) {
+				f->refs++; /* keep it across the unlocks below */
+				shard_pump(f, started, &n, SFS_PF_MAX_WINDOW);
+			} else {
+				pthread_mutex_unlock(&f->lock);
+				continue;
+			}
+			pthread_mutex_unlock(&f->lock);
+			pthread_mutex_unlock(&pf->files_lock);
+			submit_chunks(f, started, n);
+			pthread_mutex_lock(&f->lock);
+			bool last = --f->refs == 0;
+			pthread_mutex_unlock(&f->lock);
+			if (last)
+				file_free(f); /* takes files_lock: not held here */
+			pthread_mutex_lock(&pf->files_lock);
+			break; /* the list may have changed; next round */
+		}
+	}
+	pthread_mutex_unlock(&pf->files_lock);
+	return NULL;
+}
+
 /* --- public API ----------------------------------------------------------- */
 
 int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin, sfs_prefetch **out)
@@ -370,6 +539,9 @@ int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin, 
 	}
 	pthread_mutex_init(&pf->buf_lock, NULL);
 	pthread_mutex_init(&pf->files_lock, NULL);
+	pthread_cond_init(&pf->pump_cond, NULL);
+	if (pf->conf.store && pthread_create(&pf->pump, NULL, pump_main, pf) == 0)
+		pf->pump_started = true;
 	*out = pf;
 	return 0;
 }
@@ -378,11 +550,19 @@ void sfs_prefetch_close(sfs_prefetch *pf)
 {
 	if (!pf)
 		return;
+	if (pf->pump_started) {
+		pthread_mutex_lock(&pf->files_lock);
+		pf->stopping = true;
+		pthread_cond_signal(&pf->pump_cond);
+		pthread_mutex_unlock(&pf->files_lock);
+		pthread_join(pf->pump, NULL);
+	}
 	for (size_t i = 0; i < pf->n_free; i++)
 		free(pf->free_bufs[i]);
 	free(pf->free_bufs);
 	pthread_mutex_destroy(&pf->buf_lock);
 	pthread_mutex_destroy(&pf->files_lock);
+	pthread_cond_destroy(&pf->pump_cond);
 	free(pf);
 }
 
@@ -395,10 +575,15 @@ void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out)
 	LOAD(readahead_chunks);
 	LOAD(wasted_chunks);
 	LOAD(files_opened);
+	LOAD(shard_files);
+	LOAD(hit_bytes);
+	LOAD(miss_bytes);
+	LOAD(stale_errors);
 #undef LOAD
 }
 
-int sfs_pf_file_open(sfs_prefetch *pf, const struct sfs_fh *fh, uint64_t size, sfs_pf_file **out)
+int sfs_pf_file_open_version(sfs_prefetch *pf, const struct sfs_fh *fh,
+			     const struct sfs_file_version *v, sfs_pf_file **out)
 {
 	struct sfs_pf_file *f = calloc(1, sizeof(*f));
 
@@ -406,8 +591,14 @@ int sfs_pf_file_open(sfs_prefetch *pf, const struct sfs_fh *fh, uint64_t size, s
 		return -ENOMEM;
 	f->pf = pf;
 	f->fh = *fh;
-	f->size = size;
+	f->size = v->size;
+	f->version = *v;
+	f->check_version = true;
 	f->refs = 1;
+	if (pf->conf.store && !(f->obj = sfs_store_obj_get(pf->conf.store, v))) {
+		free(f);
+		return -ENOMEM;
+	}
 	pthread_mutex_init(&f->lock, NULL);
 	pthread_cond_init(&f->cond, NULL);
 	pthread_mutex_lock(&pf->files_lock);
@@ -419,6 +610,16 @@ int sfs_pf_file_open(sfs_prefetch *pf, const struct sfs_fh *fh, uint64_t size, s
 	count(&pf->stats.files_opened, 1);
 	*out = f;
 	return 0;
+}
+
+int sfs_pf_file_open(sfs_prefetch *pf, const struct sfs_fh *fh, uint64_t size, sfs_pf_file **out)
+{
+	struct sfs_file_version v = {.size = size};
+	int rc = sfs_pf_file_open_version(pf, fh, &v, out);
+
+	if (rc == 0)
+		(*out)->check_version = false;
+	return rc;
 }
 
 void sfs_pf_file_ref(sfs_pf_file *f)
@@ -437,10 +638,82 @@ void sfs_pf_file_unref(sfs_pf_file *f)
 		file_free(f);
 }
 
+/* Start (or restart) the whole-file fetch. */
+static void start_shard(struct sfs_pf_file *f)
+{
+	struct pf_chunk *started[SFS_PF_MAX_WINDOW];
+	size_t n = 0;
+
+	pthread_mutex_lock(&f->lock);
+	if (!f->shard) {
+		f->shard = true;
+		f->shard_next = 0;
+		count(&f->pf->stats.shard_files, 1);
+	}
+	shard_pump(f, started, &n, SFS_PF_MAX_WINDOW);
+	pthread_mutex_unlock(&f->lock);
+	submit_chunks(f, started, n);
+}
+
+void sfs_pf_file_opened(sfs_pf_file *f)
+{
+	sfs_prefetch *pf = f->pf;
+
+	pthread_mutex_lock(&f->lock);
+	f->openers++;
+	pthread_mutex_unlock(&f->lock);
+	/* Only with a store: without one, fetched chunks would have nowhere
+	 * to go but memory, and the readahead window does that job. */
+	if (pf->conf.mode == SFS_PREFETCH_SHARD && pf->conf.store &&
+	    f->size <= pf->conf.shard_max_bytes && f->size > SFS_CHUNK_BYTES)
+		start_shard(f);
+}
+
+int sfs_pf_file_warm(sfs_pf_file *f)
+{
+	if (!f->obj)
+		return -ENOTSUP;
+	start_shard(f);
+	return 0;
+}
+
+uint64_t sfs_pf_file_cached_bytes(sfs_pf_file *f)
+{
+	return f->obj ? sfs_store_obj_cached_bytes(f->obj) : 0;
+}
+
+/* Read a PRESENT chunk from the store and check it; on failure fetch it from
+ * the origin instead. Called without the file lock, on LOADING chunks. */
+static void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c)
+{
+	ssize_t n = sfs_store_read_chunk(f->obj, (uint32_t)c->index, c->buf);
+	bool free_file = false;
+
+	pthread_mutex_lock(&f->lock);
+	if (n == (ssize_t)c->fetch_len) {
+		count(&f->pf->stats.hit_bytes, n);
+		c->in_store = true;
+		free_file = chunk_finish(f, c, false);
+		pthread_mutex_unlock(&f->lock);
+	} else {
+		/* Missing, short or failed its checksum: a miss, never an error. */
+		c->state = CHUNK_FETCHING;
+		count(&f->pf->stats.inflight_bytes, c->fetch_len);
+		pthread_mutex_unlock(&f->lock);
+		submit_chunks(f, &c, 1);
+	}
+	if (free_file)
+		file_free(f);
+}
+
 ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v)
 {
-	struct pf_chunk *want[3], *started[SFS_PF_MAX_WINDOW + 3];
-	size_t n_started = 0;
+	/* want[i]: the chunk for piece i, or NULL when the store serves it by fd */
+	struct pf_chunk *want[3], *started[SFS_PF_MAX_WINDOW * 2 + 3], *loads[3];
+	int want_fd[3];
+	off_t want_fd_off[3];
+	uint32_t want_fd_len[3];
+	size_t n_started = 0, n_loads = 0;
 	int n_want = 0;
 	ssize_t ret = 0;
 
@@ -461,53 +734,81 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 	f->next_seq = c1 + 1;
 	for (uint64_t ci = c0; ci <= c1; ci++) {
 		struct pf_chunk *c;
+		want_fd[n_want] = -1;
 		for (;;) {
 			if ((c = chunk_find(f, ci)))
 				break;
-			if ((c = chunk_start(f, ci, c0, true))) {
-				started[n_started++] = c;
+			enum sfs_chunk_state st = store_state(f, ci);
+			if (st == SFS_CHUNK_VERIFIED &&
+			    (want_fd[n_want] = sfs_store_chunk_fd(f->obj, (uint32_t)ci,
+								  &want_fd_off[n_want],
+								  &want_fd_len[n_want])) >= 0)
+				break;
+			bool load = st == SFS_CHUNK_PRESENT || st == SFS_CHUNK_VERIFIED;
+			if ((c = chunk_start(f, ci, c0, true, load))) {
+				if (load)
+					loads[n_loads++] = c;
+				else
+					started[n_started++] = c;
 				break;
 			}
 			/* Out of memory or room: wait for a pin or fetch to end. */
 			pthread_cond_wait(&f->cond, &f->lock);
 		}
-		c->refs++;
-		c->used = true;
+		if (c) {
+			if (!c->used && c->state == CHUNK_FETCHING && f->obj)
+				count(&f->pf->stats.miss_bytes, c->fetch_len);
+			c->refs++;
+			c->used = true;
+		} else {
+			count(&f->pf->stats.hit_bytes, want_fd_len[n_want]);
+		}
 		want[n_want++] = c;
 	}
-	if (f->sequential) {
+	if (f->sequential && f->pf->conf.mode != SFS_PREFETCH_OFF) {
 		uint64_t last = (f->size - 1) >> SFS_CHUNK_SHIFT;
 		for (uint64_t ci = c1 + 1; ci <= c1 + f->pf->conf.window_chunks && ci <= last;
 		     ci++) {
-			if (chunk_find(f, ci))
+			if (chunk_find(f, ci) || store_state(f, ci) != SFS_CHUNK_ABSENT)
 				continue;
-			struct pf_chunk *c = chunk_start(f, ci, c0, false);
+			struct pf_chunk *c = chunk_start(f, ci, c0, false, false);
 			if (!c)
 				break;
 			started[n_started++] = c;
 		}
 	}
+	shard_pump(f, started, &n_started, SFS_PF_MAX_WINDOW);
 	pthread_mutex_unlock(&f->lock);
 	submit_chunks(f, started, n_started);
+	for (size_t i = 0; i < n_loads; i++)
+		load_chunk(f, loads[i]);
 
 	pthread_mutex_lock(&f->lock);
 	for (int i = 0; i < n_want; i++)
-		while (want[i]->state == CHUNK_FETCHING)
+		while (want[i] && (want[i]->state == CHUNK_FETCHING || want[i]->state == CHUNK_LOADING))
 			pthread_cond_wait(&f->cond, &f->lock);
 	for (int i = 0; i < n_want; i++) {
 		struct pf_chunk *c = want[i];
-		uint64_t cstart = c->index << SFS_CHUNK_SHIFT;
-		if (c->state == CHUNK_FAILED) {
+		uint64_t cstart = (c0 + (uint64_t)i) << SFS_CHUNK_SHIFT;
+		uint32_t clen = c ? c->len : want_fd_len[i];
+		if (c && c->state == CHUNK_FAILED) {
 			ret = c->err;
 			break;
 		}
 		uint64_t from = off > cstart ? off : cstart;
-		uint64_t to = end < cstart + c->len ? end : cstart + c->len;
+		uint64_t to = end < cstart + clen ? end : cstart + clen;
 		if (to <= from)
 			break; /* file ended early */
-		if (to == cstart + c->len)
-			c->consumed = true;
-		v->iov[v->n_iov].iov_base = c->buf + (from - cstart);
+		if (c) {
+			if (to == cstart + c->len)
+				c->consumed = true;
+			v->iov[v->n_iov].iov_base = c->buf + (from - cstart);
+			v->fd[v->n_iov] = -1;
+		} else {
+			v->iov[v->n_iov].iov_base = NULL;
+			v->fd[v->n_iov] = want_fd[i];
+			v->fd_off[v->n_iov] = want_fd_off[i] + (off_t)(from - cstart);
+		}
 		v->iov[v->n_iov].iov_len = (size_t)(to - from);
 		v->n_iov++;
 		v->bytes += (size_t)(to - from);
@@ -515,10 +816,11 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 			break; /* short chunk: end of file */
 	}
 	for (int i = 0; i < n_want; i++)
-		v->pins[v->n_pins++] = want[i];
+		if (want[i])
+			v->pins[v->n_pins++] = want[i];
 	if (ret < 0) {
-		for (int i = 0; i < n_want; i++)
-			want[i]->refs--;
+		for (int i = 0; i < v->n_pins; i++)
+			((struct pf_chunk *)v->pins[i])->refs--;
 		v->n_pins = 0;
 		v->n_iov = 0;
 		v->bytes = 0;
@@ -545,12 +847,8 @@ void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v)
 		/* A sequential reader (and the kernel's page cache) will not ask
 		 * for a chunk read to its end again: free it now, not at eviction,
 		 * so finished chunks never hold the memory budget. */
-		if (c->refs == 0 && c->consumed && c->state == CHUNK_READY)
-			for (size_t k = 0; k < f->n_chunks; k++)
-				if (f->chunks[k] == c) {
-					chunk_free(f, k);
-					break;
-				}
+		if (!chunk_busy(c) && c->consumed && c->state == CHUNK_READY)
+			chunk_free_ptr(f, c);
 	}
 	v->n_pins = 0;
 	pthread_cond_broadcast(&f->cond);
@@ -560,8 +858,12 @@ void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v)
 void sfs_pf_file_drop_idle(sfs_pf_file *f)
 {
 	pthread_mutex_lock(&f->lock);
+	if (f->openers)
+		f->openers--;
+	if (f->openers == 0)
+		f->shard = false; /* a file closed early does not keep the pool busy */
 	for (size_t i = 0; i < f->n_chunks;)
-		if (f->chunks[i]->refs == 0 && f->chunks[i]->state != CHUNK_FETCHING)
+		if (!chunk_busy(f->chunks[i]))
 			chunk_free(f, i);
 		else
 			i++;

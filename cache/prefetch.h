@@ -1,12 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * prefetch — per-file fetch of 1 MiB chunks from the origin pool, with a
- * readahead window that keeps every node busy behind one sequential reader.
+ * prefetch — per-file fetch of 1 MiB chunks: from the local store when it
+ * has them (verified), else from the origin pool; whole-shard prefetch and a
+ * readahead window that keep every node busy ahead of the reader; fetched
+ * chunks are offered to the store.
  *
  * Owns: the chunk buffers in memory (bounded by prefetch_mem), the per-file
- * chunk table, sequential detection and the readahead window.
- * Does not own: the connections (origin), the local NVMe store (store; a
- * later layer between this and origin), FUSE replies (fs).
+ * chunk table, sequential detection, the readahead window, the shard pump
+ * (every chunk of a file queued, bounded), and the check that bytes from
+ * the origin still belong to the file version being read.
+ * Does not own: the connections (origin), chunk files and checksums (store),
+ * FUSE replies (fs).
  *
  * Threading: all functions may be called from any thread except where noted.
  * sfs_prefetch_read() blocks until the chunks it needs are fetched; fetch
@@ -17,6 +21,7 @@
 #define SFS_PREFETCH_H
 
 #include "origin.h"
+#include "store.h"
 
 #include <stdint.h>
 #include <sys/uio.h>
@@ -25,9 +30,18 @@
 #define SFS_CHUNK_BYTES (1u << SFS_CHUNK_SHIFT)
 #define SFS_PF_MAX_WINDOW 64 /* chunks of readahead per file, at most */
 
+enum sfs_prefetch_mode {
+	SFS_PREFETCH_READAHEAD, /* a sliding window ahead of sequential readers */
+	SFS_PREFETCH_SHARD,	/* open() of a file <= prefetch_max fetches it whole */
+	SFS_PREFETCH_OFF,	/* only what readers ask for */
+};
+
 struct sfs_prefetch_conf {
 	uint64_t mem_bytes;	 /* budget for chunk buffers (readahead stops at it) */
 	unsigned window_chunks;	 /* readahead depth for a sequential reader; 0 = auto */
+	enum sfs_prefetch_mode mode;
+	uint64_t shard_max_bytes; /* SHARD: files up to this size are fetched whole */
+	sfs_store *store;	 /* NULL: no local cache */
 };
 
 typedef struct sfs_prefetch sfs_prefetch;
@@ -41,6 +55,10 @@ struct sfs_prefetch_stats {
 	uint64_t readahead_chunks; /* chunks fetched before anyone asked */
 	uint64_t wasted_chunks;	  /* readahead chunks dropped unread */
 	uint64_t files_opened;
+	uint64_t shard_files;	  /* files fetched whole (shard prefetch or warm) */
+	uint64_t hit_bytes;	  /* bytes read from the store */
+	uint64_t miss_bytes;	  /* bytes readers needed that came from the origin */
+	uint64_t stale_errors;	  /* reads refused: the file changed under an open */
 };
 
 int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin,
@@ -54,16 +72,38 @@ void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out);
  * holds one reference; drop it with sfs_pf_file_unref().
  */
 int sfs_pf_file_open(sfs_prefetch *pf, const struct sfs_fh *fh, uint64_t size, sfs_pf_file **out);
+
+/* The same for a known version of the file: chunks are looked up in and
+ * written to the store under its key, and origin replies whose attributes
+ * show another version fail with -ESTALE instead of mixing bytes. */
+int sfs_pf_file_open_version(sfs_prefetch *pf, const struct sfs_fh *fh,
+			     const struct sfs_file_version *v, sfs_pf_file **out);
+
+/* An open of f: in SHARD mode a file up to shard_max_bytes starts its
+ * whole-file fetch. */
+void sfs_pf_file_opened(sfs_pf_file *f);
+
+/* Fetch every chunk of f that the store lacks (warm-up), whatever its size.
+ * Returns 0, or -ENOTSUP without a store. */
+int sfs_pf_file_warm(sfs_pf_file *f);
+
+/* Bytes of f in the store (0 without a store). */
+uint64_t sfs_pf_file_cached_bytes(sfs_pf_file *f);
 void sfs_pf_file_ref(sfs_pf_file *f);
 void sfs_pf_file_unref(sfs_pf_file *f);
 
-/* Free every chunk of f that nobody pins and nobody is fetching (the last
- * opener closed it; fetches in flight finish and are freed with the file). */
+/* One open of f ended (pairs with sfs_pf_file_opened). When none is left,
+ * its shard pump stops and every chunk nobody pins or fetches is freed;
+ * fetches in flight finish and are freed with the file. */
 void sfs_pf_file_drop_idle(sfs_pf_file *f);
 
-/* Bytes of a read, as up to three pieces of pinned chunk buffers. */
+/* Bytes of a read, as up to three pieces: pinned chunk buffers (fd[i] < 0,
+ * iov[i] in memory), or ranges of verified store files (fd[i] >= 0 at
+ * fd_off[i], iov[i].iov_len bytes; valid while the file is open). */
 struct sfs_pf_view {
 	struct iovec iov[3];
+	int fd[3];
+	off_t fd_off[3];
 	int n_iov;
 	size_t bytes;
 	void *pins[3]; /* private: chunks held until sfs_pf_view_release() */

@@ -1,30 +1,116 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * store — the local NVMe chunk cache (seam; filled in by the cache issue).
+ * store — the local NVMe chunk cache.
  *
- * Will own: 1 MiB chunks in files under cache_dir, keyed by XXH3-128 of
- * (fsid, fileid, size, mtime, ctime) — never by path — each with its
- * XXH3-64, visible only once bytes and checksum are durable; the index,
- * recovery after a crash, eviction under cache_size. Sits between prefetch
- * (which asks it first) and origin (which fills it).
+ * Owns: cached file versions ("objects") under cache_dir, one file each:
+ * a header with one record per 1 MiB chunk (XXH3-64 of its bytes, length,
+ * a valid mark) and the chunk bytes at fixed offsets. An object is named by
+ * XXH3-128 of (fsid, fileid, size, mtime, ctime) — never by path — so a
+ * changed file is a new object and old bytes can never be served for it.
+ * Also owns: the in-memory index, recovery at startup, the writer thread
+ * (io_uring batches, fdatasync before a chunk becomes visible), eviction
+ * (lru) or admission control (pin) under cache_size, the lock that keeps a
+ * second daemon off the same cache_dir, and degrading to "no cache" when
+ * the directory is missing, full or failing.
  *
- * Today no store is configured: sfs_store_open() answers -ENOTSUP and
- * prefetch reads straight from the origin.
+ * Chunk states: ABSENT -> WRITING -> VERIFIED (written by us this run), or
+ * PRESENT (found on disk at startup) -> VERIFIED on the first read whose
+ * checksum matches; a mismatch makes it ABSENT again (a miss, never an
+ * error). Only VERIFIED chunks are served from their file descriptor.
+ *
+ * Threading: every function may be called from any thread. One lock
+ * (store->lock, a leaf) protects the index and every object's chunk table.
+ * Write completions run on the writer thread and must not block.
  */
 #ifndef SFS_STORE_H
 #define SFS_STORE_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+
+enum sfs_store_policy {
+	SFS_STORE_LRU, /* evict least recently used files to admit new data */
+	SFS_STORE_PIN, /* once full, admit nothing and keep what is cached */
+};
 
 struct sfs_store_conf {
-	const char *dir;     /* cache_dir */
-	uint64_t capacity_bytes; /* cache_size */
+	const char *dir;	 /* cache_dir; created 0700 */
+	uint64_t capacity_bytes; /* cache_size; 0 = 90% of the filesystem */
+	enum sfs_store_policy policy;
+	uint64_t chunk_bytes;	 /* 1 MiB */
+};
+
+/* The identity of one version of one file. */
+struct sfs_file_version {
+	uint64_t fsid, fileid, size;
+	int64_t mtime_s, ctime_s;
+	uint32_t mtime_ns, ctime_ns;
+};
+
+enum sfs_chunk_state { SFS_CHUNK_ABSENT, SFS_CHUNK_WRITING, SFS_CHUNK_PRESENT, SFS_CHUNK_VERIFIED };
+
+struct sfs_store_stats {
+	uint64_t used_bytes, capacity_bytes;
+	uint64_t write_bytes, evicted_bytes, checksum_failures, errors;
+	uint64_t objects, not_admitted_bytes;
+	bool online;
 };
 
 typedef struct sfs_store sfs_store;
+typedef struct sfs_store_obj sfs_store_obj;
 
-/* Returns 0 with *out set, or -errno (-ENOTSUP until the cache issue lands). */
-int sfs_store_open(const struct sfs_store_conf *conf, sfs_store **out);
+/*
+ * Open (or create) the cache in conf->dir and load its index. Returns 0;
+ * -EBUSY when another daemon holds the directory (err says which pid);
+ * -EINVAL for a bad path. A directory that cannot be used right now
+ * (missing parent, read-only, I/O errors) is not a failure: the store starts
+ * offline, logs once, and retries every few seconds.
+ */
+int sfs_store_open(const struct sfs_store_conf *conf, sfs_store **out, char *err, size_t err_len);
+
+/* Start the writer thread (after any fork: the lock survives fork, threads
+ * do not). Until then writes queue up. Returns 0 or -errno. */
+int sfs_store_start(sfs_store *store);
 void sfs_store_close(sfs_store *store);
+void sfs_store_get_stats(sfs_store *store, struct sfs_store_stats *out);
+
+/* The object for a file version (created in memory if new), referenced.
+ * Returns NULL on ENOMEM. */
+sfs_store_obj *sfs_store_obj_get(sfs_store *store, const struct sfs_file_version *v);
+void sfs_store_obj_put(sfs_store_obj *obj);
+
+enum sfs_chunk_state sfs_store_chunk_state(sfs_store_obj *obj, uint32_t index);
+uint64_t sfs_store_obj_cached_bytes(sfs_store_obj *obj);
+
+/* Bytes cached for a file version, without creating anything. */
+uint64_t sfs_store_cached_bytes(sfs_store *store, const struct sfs_file_version *v);
+
+/*
+ * Read chunk `index` into buf (chunk_bytes) and check it against its
+ * record. Returns its length (and marks it VERIFIED), or -EBADMSG for a
+ * mismatch / short file (the chunk becomes ABSENT), -ENOENT if not on disk,
+ * -errno for an I/O error.
+ */
+ssize_t sfs_store_read_chunk(sfs_store_obj *obj, uint32_t index, void *buf);
+
+/* For a VERIFIED chunk: the object's fd and the chunk's offset and length,
+ * valid while the caller holds its reference. Returns the fd or -ENOENT. */
+int sfs_store_chunk_fd(sfs_store_obj *obj, uint32_t index, off_t *off, uint32_t *len);
+
+/*
+ * Queue chunk `index` (len bytes at buf) for writing. done(arg, err) runs on
+ * the writer thread once the bytes and record are durable (err 0) or the
+ * write was dropped (-ENOSPC, -EIO, ...); buf must stay valid until then.
+ * Returns 0 if queued; -EEXIST if the chunk is present or being written;
+ * -ENOSPC if pin policy is full; -EAGAIN if the store is offline. done is
+ * not called when it returns non-zero.
+ */
+int sfs_store_write_chunk(sfs_store_obj *obj, uint32_t index, const void *buf, uint32_t len,
+			  void (*done)(void *arg, int err), void *arg);
+
+/* Count a checksum failure noticed elsewhere; make the chunk ABSENT. */
+void sfs_store_drop_chunk(sfs_store_obj *obj, uint32_t index);
 
 #endif

@@ -28,6 +28,8 @@ enum sfs_fuse_op {
 	SFS_OP_READDIRPLUS,
 	SFS_OP_RELEASEDIR,
 	SFS_OP_STATFS,
+	SFS_OP_GETXATTR,
+	SFS_OP_IOCTL,
 	SFS_OP_WRITE_DENIED, /* any modifying operation, answered EROFS */
 	SFS_OP_OTHER,
 	SFS_OP_COUNT
@@ -37,6 +39,8 @@ struct sfs_fs {
 	struct sfs_options *opts;   /* set at start, then read-only */
 	sfs_origin *origin;	    /* set at start, then read-only */
 	sfs_prefetch *prefetch;	    /* set at start, then read-only */
+	sfs_store *store;	    /* set at start, then read-only; NULL: no cache */
+	struct fuse_session *se;    /* set at start: for kernel cache invalidation */
 	sfs_inode_table *inodes;    /* set at start, then read-only */
 	double attr_timeout_s;	    /* set at start, then read-only */
 	uint64_t start_ns;	    /* set at start, then read-only */
@@ -44,6 +48,7 @@ struct sfs_fs {
 	uint64_t op_count[SFS_OP_COUNT]; /* atomic */
 	uint64_t read_bytes;		 /* atomic: bytes replied to read() */
 	uint64_t read_errors;		 /* atomic */
+	uint64_t invalidations;		 /* atomic: kernel caches dropped for changed files */
 };
 
 extern const struct fuse_lowlevel_ops sfs_fuse_ops;

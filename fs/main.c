@@ -154,13 +154,20 @@ int main(int argc, char **argv)
 	fs.ctl_dir.fileid = UINT64_MAX - 1;
 	fs.stats_file.kind = SFS_INODE_STATS;
 	fs.stats_file.fileid = UINT64_MAX - 2;
-	if ((rc = sfs_inode_table_open(sfs_origin_root(fs.origin), &fs.inodes)) < 0 ||
-	    (rc = sfs_prefetch_open(&(struct sfs_prefetch_conf){
-					    .mem_bytes = o.prefetch_mem,
-					    .window_chunks = (unsigned)(2 * (size_t)n_addrs * o.nconnect)},
-				    fs.origin, &fs.prefetch)) < 0) {
+	if ((rc = sfs_inode_table_open(sfs_origin_root(fs.origin), &fs.inodes)) < 0) {
 		fprintf(stderr, "shardfs: %s\n", strerror(-rc));
 		goto out_origin;
+	}
+	if (o.cache_dir) {
+		struct sfs_store_conf sc = {.dir = o.cache_dir,
+					    .capacity_bytes = o.cache_size,
+					    .policy = (enum sfs_store_policy)o.cache_policy,
+					    .chunk_bytes = SFS_CHUNK_BYTES};
+		rc = sfs_store_open(&sc, &fs.store, err, sizeof(err));
+		if (rc < 0) { /* another daemon owns it, or a bad path: refuse */
+			fprintf(stderr, "shardfs: %s\n", err[0] ? err : strerror(-rc));
+			goto out_origin;
+		}
 	}
 	if (build_fuse_args(&o, &args, argv[0]) != 0) {
 		fprintf(stderr, "shardfs: out of memory\n");
@@ -186,8 +193,18 @@ int main(int argc, char **argv)
 	}
 	if (!o.foreground)
 		sfs_log_use_syslog();
-	if ((rc = sfs_origin_start(fs.origin)) < 0) {
-		sfs_log(SFS_LOG_ERR, "main", "cannot start I/O threads: %s", strerror(-rc));
+	fs.se = se;
+	if ((rc = sfs_origin_start(fs.origin)) < 0 || (fs.store && (rc = sfs_store_start(fs.store)) < 0) ||
+	    (rc = sfs_prefetch_open(&(struct sfs_prefetch_conf){
+					    .mem_bytes = o.prefetch_mem,
+					    .window_chunks = (unsigned)(2 * (size_t)n_addrs * o.nconnect),
+					    .mode = (enum sfs_prefetch_mode)(o.prefetch == 0   ? SFS_PREFETCH_READAHEAD
+									     : o.prefetch == 1 ? SFS_PREFETCH_SHARD
+											       : SFS_PREFETCH_OFF),
+					    .shard_max_bytes = o.prefetch_max,
+					    .store = fs.store},
+				    fs.origin, &fs.prefetch)) < 0) {
+		sfs_log(SFS_LOG_ERR, "main", "cannot start: %s", strerror(-rc));
 		goto out_unmount;
 	}
 	sfs_log(SFS_LOG_INFO, "main", "mounted %s on %s (%d node addresses, %u connections each)",
@@ -217,6 +234,7 @@ out_origin:
 	fuse_opt_free_args(&args);
 	sfs_inode_table_close(fs.inodes);
 	sfs_origin_close(fs.origin); /* before prefetch: completions touch its files */
+	sfs_store_close(fs.store);   /* finishes queued writes, whose callbacks too */
 	sfs_prefetch_close(fs.prefetch);
 out_addrs:
 	sfs_addrs_free(addrs, (size_t)n_addrs);

@@ -281,10 +281,9 @@ static bool same_version(const struct sfs_attr *a, const struct sfs_attr *b)
 static void file_closed(struct sfs_inode *i, sfs_pf_file *pf)
 {
 	pthread_mutex_lock(&i->lock);
-	bool last = --i->n_open == 0 && i->pf == pf;
+	i->n_open--;
 	pthread_mutex_unlock(&i->lock);
-	if (last)
-		sfs_pf_file_drop_idle(pf);
+	sfs_pf_file_drop_idle(pf); /* pairs with sfs_pf_file_opened() */
 	sfs_pf_file_unref(pf);
 }
 
@@ -328,9 +327,17 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	pthread_mutex_lock(&i->lock);
 	sfs_pf_file *pf = i->pf;
 	bool unchanged = pf && same_version(&i->pf_attr, &a);
+	bool changed = pf && !unchanged;
 	if (!unchanged) {
 		sfs_pf_file *n;
-		rc = sfs_pf_file_open(fs->prefetch, &i->fh, a.size, &n);
+		struct sfs_file_version v = {.fsid = a.fsid,
+					     .fileid = a.fileid,
+					     .size = a.size,
+					     .mtime_s = a.mtime.tv_sec,
+					     .mtime_ns = (uint32_t)a.mtime.tv_nsec,
+					     .ctime_s = a.ctime.tv_sec,
+					     .ctime_ns = (uint32_t)a.ctime.tv_nsec};
+		rc = sfs_pf_file_open_version(fs->prefetch, &i->fh, &v, &n);
 		if (rc < 0) {
 			pthread_mutex_unlock(&i->lock);
 			reply_err(req, rc);
@@ -344,6 +351,14 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	sfs_pf_file_ref(pf);
 	i->n_open++;
 	pthread_mutex_unlock(&i->lock);
+	if (changed) {
+		/* The file changed on the server: pages the kernel cached for the
+		 * old version must go (AUTO_INVAL_DATA also does this on the next
+		 * getattr; this makes it immediate). */
+		__atomic_fetch_add(&fs->invalidations, 1, __ATOMIC_RELAXED);
+		fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
+	}
+	sfs_pf_file_opened(pf);
 	fi->fh = (uintptr_t)pf;
 	fi->keep_cache = unchanged;
 	fi->direct_io = fs->opts->direct_io;
@@ -374,10 +389,36 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	__atomic_fetch_add(&fs->read_bytes, (uint64_t)n, __ATOMIC_RELAXED);
-	if (v.n_iov)
-		fuse_reply_iov(req, v.iov, v.n_iov);
-	else
-		fuse_reply_buf(req, NULL, 0);
+	bool any_fd = false;
+	for (int k = 0; k < v.n_iov; k++)
+		any_fd |= v.fd[k] >= 0;
+	if (!any_fd) {
+		if (v.n_iov)
+			fuse_reply_iov(req, v.iov, v.n_iov);
+		else
+			fuse_reply_buf(req, NULL, 0);
+	} else {
+		/* Cached chunks go from the cache file to the kernel by splice,
+		 * without passing through our memory. */
+		struct {
+			struct fuse_bufvec v;
+			struct fuse_buf more[2];
+		} bv;
+		memset(&bv, 0, sizeof(bv));
+		bv.v.count = (size_t)v.n_iov;
+		for (int k = 0; k < v.n_iov; k++) {
+			struct fuse_buf *b = &bv.v.buf[k];
+			b->size = v.iov[k].iov_len;
+			if (v.fd[k] >= 0) {
+				b->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+				b->fd = v.fd[k];
+				b->pos = v.fd_off[k];
+			} else {
+				b->mem = v.iov[k].iov_base;
+			}
+		}
+		fuse_reply_data(req, &bv.v, FUSE_BUF_SPLICE_MOVE);
+	}
 	sfs_pf_view_release(pf, &v);
 }
 

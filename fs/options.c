@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-enum opt_kind { OPT_FLAG, OPT_UINT, OPT_SIZE, OPT_IGNORED, OPT_IGNORED_VALUE };
+enum opt_kind { OPT_FLAG, OPT_UINT, OPT_SIZE, OPT_STRING, OPT_CHOICE, OPT_IGNORED, OPT_IGNORED_VALUE };
 
 /* The one option table: name, kind, range, and where the value goes. */
 struct opt_def {
@@ -23,16 +23,17 @@ struct opt_def {
 	uint64_t min, max;
 	size_t offset; /* into struct sfs_options */
 	int width;     /* bytes of the destination, or the flag's value (0/1) */
+	const char *choices; /* OPT_CHOICE: "a|b|c", stored as the index */
 };
 
 #define UINT_OPT(n, field, lo, hi)                                                                 \
 	{n, OPT_UINT, lo, hi, offsetof(struct sfs_options, field),                                 \
-	 (int)sizeof(((struct sfs_options *)0)->field)}
-#define FLAG_OPT(n, field, val) {n, OPT_FLAG, 0, 0, offsetof(struct sfs_options, field), val}
+	 (int)sizeof(((struct sfs_options *)0)->field), NULL}
+#define FLAG_OPT(n, field, val) {n, OPT_FLAG, 0, 0, offsetof(struct sfs_options, field), val, NULL}
 
 static const struct opt_def opt_table[] = {
 	UINT_OPT("nconnect", nconnect, 1, 16),
-	{"rsize", OPT_SIZE, 4096, 1u << 20, offsetof(struct sfs_options, rsize), 4},
+	{"rsize", OPT_SIZE, 4096, 1u << 20, offsetof(struct sfs_options, rsize), 4, NULL},
 	UINT_OPT("timeo", timeo_ds, 1, 6000),
 	UINT_OPT("retrans", retrans, 1, 100),
 	FLAG_OPT("soft", hard, 0),
@@ -45,20 +46,25 @@ static const struct opt_def opt_table[] = {
 	FLAG_OPT("direct_io", direct_io, 1),
 	UINT_OPT("io_threads", io_threads, 0, 64),
 	UINT_OPT("max_threads", max_threads, 1, 1024),
-	{"prefetch_mem", OPT_SIZE, 4u << 20, 1ull << 40, offsetof(struct sfs_options, prefetch_mem), 8},
+	{"prefetch_mem", OPT_SIZE, 4u << 20, 1ull << 40, offsetof(struct sfs_options, prefetch_mem), 8, NULL},
+	{"prefetch_max", OPT_SIZE, 0, 1ull << 50, offsetof(struct sfs_options, prefetch_max), 8, NULL},
+	{"prefetch", OPT_CHOICE, 0, 0, offsetof(struct sfs_options, prefetch), 4, "readahead|shard|off"},
+	{"cache_dir", OPT_STRING, 0, 0, offsetof(struct sfs_options, cache_dir), 0, NULL},
+	{"cache_size", OPT_SIZE, 16u << 20, 1ull << 60, offsetof(struct sfs_options, cache_size), 8, NULL},
+	{"cache_policy", OPT_CHOICE, 0, 0, offsetof(struct sfs_options, cache_policy), 4, "lru|pin"},
 	/* Generic mount(8) options that mount.fuse3 may pass on: accepted and
 	 * ignored (the mount is always read-only, nodev, nosuid). */
-	{"ro", OPT_IGNORED, 0, 0, 0, 0},	{"rw", OPT_IGNORED, 0, 0, 0, 0},
-	{"defaults", OPT_IGNORED, 0, 0, 0, 0},	{"auto", OPT_IGNORED, 0, 0, 0, 0},
-	{"noauto", OPT_IGNORED, 0, 0, 0, 0},	{"_netdev", OPT_IGNORED, 0, 0, 0, 0},
-	{"nofail", OPT_IGNORED, 0, 0, 0, 0},	{"user", OPT_IGNORED, 0, 0, 0, 0},
-	{"nouser", OPT_IGNORED, 0, 0, 0, 0},	{"users", OPT_IGNORED, 0, 0, 0, 0},
-	{"dev", OPT_IGNORED, 0, 0, 0, 0},	{"nodev", OPT_IGNORED, 0, 0, 0, 0},
-	{"suid", OPT_IGNORED, 0, 0, 0, 0},	{"nosuid", OPT_IGNORED, 0, 0, 0, 0},
-	{"exec", OPT_IGNORED, 0, 0, 0, 0},	{"noexec", OPT_IGNORED, 0, 0, 0, 0},
-	{"async", OPT_IGNORED, 0, 0, 0, 0},	{"atime", OPT_IGNORED, 0, 0, 0, 0},
-	{"noatime", OPT_IGNORED, 0, 0, 0, 0},	{"relatime", OPT_IGNORED, 0, 0, 0, 0},
-	{"nodiratime", OPT_IGNORED, 0, 0, 0, 0}, {"comment", OPT_IGNORED_VALUE, 0, 0, 0, 0},
+	{"ro", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"rw", OPT_IGNORED, 0, 0, 0, 0, NULL},
+	{"defaults", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"auto", OPT_IGNORED, 0, 0, 0, 0, NULL},
+	{"noauto", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"_netdev", OPT_IGNORED, 0, 0, 0, 0, NULL},
+	{"nofail", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"user", OPT_IGNORED, 0, 0, 0, 0, NULL},
+	{"nouser", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"users", OPT_IGNORED, 0, 0, 0, 0, NULL},
+	{"dev", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"nodev", OPT_IGNORED, 0, 0, 0, 0, NULL},
+	{"suid", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"nosuid", OPT_IGNORED, 0, 0, 0, 0, NULL},
+	{"exec", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"noexec", OPT_IGNORED, 0, 0, 0, 0, NULL},
+	{"async", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"atime", OPT_IGNORED, 0, 0, 0, 0, NULL},
+	{"noatime", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"relatime", OPT_IGNORED, 0, 0, 0, 0, NULL},
+	{"nodiratime", OPT_IGNORED, 0, 0, 0, 0, NULL}, {"comment", OPT_IGNORED_VALUE, 0, 0, 0, 0, NULL},
 };
 
 static int fail(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -148,6 +154,31 @@ static int parse_one(struct sfs_options *o, char *item, char *err, size_t len)
 			return 0;
 		case OPT_IGNORED_VALUE:
 			return 0;
+		case OPT_STRING: {
+			if (!val || !*val)
+				return fail(err, len, "mount option '%s' needs a value", item);
+			char **dst = (char **)((char *)o + d->offset);
+			free(*dst);
+			if (!(*dst = strdup(val)))
+				return -ENOMEM;
+			return 0;
+		}
+		case OPT_CHOICE: {
+			if (!val || !*val)
+				return fail(err, len, "mount option '%s' needs a value (%s)", item,
+					    d->choices);
+			unsigned k = 0;
+			for (const char *c = d->choices; *c; k++) {
+				size_t n = strcspn(c, "|");
+				if (strlen(val) == n && !strncmp(c, val, n)) {
+					*(unsigned *)((char *)o + d->offset) = k;
+					return 0;
+				}
+				c += n + (c[n] == '|');
+			}
+			return fail(err, len, "mount option '%s=%s': expected one of %s", item, val,
+				    d->choices);
+		}
 		case OPT_UINT:
 		case OPT_SIZE:
 			if (!val || !*val)
@@ -227,6 +258,8 @@ int sfs_options_parse(int argc, char **argv, struct sfs_options *o, char *err, s
 	o->uid = getuid(); /* like the kernel NFS client: the mounter's identity */
 	o->gid = getgid();
 	o->prefetch_mem = SFS_DEFAULT_PREFETCH_MEM;
+	o->prefetch_max = SFS_DEFAULT_PREFETCH_MAX;
+	o->prefetch = 1; /* shard */
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -267,6 +300,8 @@ int sfs_options_parse(int argc, char **argv, struct sfs_options *o, char *err, s
 	o->mountpoint = strdup(pos[1]);
 	if (!o->mountpoint)
 		return -ENOMEM;
+	if (o->cache_dir && o->cache_dir[0] != '/')
+		return fail(err, len, "cache_dir '%s' must be an absolute path", o->cache_dir);
 	if (o->rsize % 4096)
 		o->rsize -= o->rsize % 4096; /* nfs(5) rounds rsize down, so do we */
 	return 0;
@@ -278,6 +313,7 @@ void sfs_options_free(struct sfs_options *o)
 	free(o->hosts);
 	free(o->export_path);
 	free(o->mountpoint);
+	free(o->cache_dir);
 	memset(o, 0, sizeof(*o));
 }
 
@@ -379,6 +415,17 @@ void sfs_options_usage(FILE *out, const char *prog)
 		"                      no sharing of cached pages between readers\n"
 		"  prefetch_mem=SIZE   memory for fetch buffers in flight, K/M/G suffixes\n"
 		"                      (default %lluM)\n"
+		"  cache_dir=PATH      keep fetched chunks on local disk (NVMe) in PATH, across\n"
+		"                      epochs and restarts; created 0700. Default: no cache\n"
+		"  cache_size=SIZE     cache capacity, K/M/G/T (default: 90%% of the filesystem;\n"
+		"                      5%% of it, at most 4G, is always left free)\n"
+		"  cache_policy=lru|pin lru: evict least recently used files (dataset fits);\n"
+		"                      pin: once full keep what is cached, admit nothing new\n"
+		"                      (dataset larger than the cache) (default lru)\n"
+		"  prefetch=shard|readahead|off  shard: open() of a file up to prefetch_max\n"
+		"                      fetches it whole into the cache; readahead: a window\n"
+		"                      ahead of sequential readers only (default shard)\n"
+		"  prefetch_max=SIZE   largest file fetched whole on open (default %lluG)\n"
 		"  io_threads=N        NFS I/O threads, 0 = one per CPU (default 0)\n"
 		"  max_threads=N       FUSE worker threads (default 64)\n"
 		"Generic mount options (ro, rw, _netdev, nofail, noauto, defaults, ...) are\n"
@@ -387,5 +434,6 @@ void sfs_options_usage(FILE *out, const char *prog)
 		"Statistics: MOUNTPOINT/.shardfs/stats (Prometheus text format).\n",
 		prog, SFS_DEFAULT_NCONNECT, SFS_DEFAULT_RSIZE, SFS_DEFAULT_TIMEO_DS,
 		SFS_DEFAULT_TIMEO_DS / 10.0, SFS_DEFAULT_RETRANS, SFS_DEFAULT_ACTIMEO_S,
-		(unsigned long long)(SFS_DEFAULT_PREFETCH_MEM >> 20));
+		(unsigned long long)(SFS_DEFAULT_PREFETCH_MEM >> 20),
+		(unsigned long long)(SFS_DEFAULT_PREFETCH_MAX >> 30));
 }

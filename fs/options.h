@@ -22,6 +22,7 @@
 #define SFS_DEFAULT_RETRANS 2
 #define SFS_DEFAULT_ACTIMEO_S 60
 #define SFS_DEFAULT_PREFETCH_MEM (256ull << 20)
+#define SFS_DEFAULT_PREFETCH_MAX (2ull << 30)
 
 struct sfs_options {
 	char *source;	   /* HOST[,HOST...]:/EXPORT as given */
@@ -41,6 +42,11 @@ struct sfs_options {
 	unsigned io_threads;	  /* 0 = one per CPU */
 	unsigned max_threads;	  /* FUSE worker threads */
 	uint64_t prefetch_mem;	  /* budget for fetch buffers in memory */
+	char *cache_dir;	  /* NULL: no local cache */
+	uint64_t cache_size;	  /* 0: 90% of cache_dir's filesystem */
+	unsigned cache_policy;	  /* 0 lru, 1 pin (enum sfs_store_policy) */
+	unsigned prefetch;	  /* 0 readahead, 1 shard, 2 off (enum sfs_prefetch_mode) */
+	uint64_t prefetch_max;	  /* shard: files up to this size are fetched whole */
 };
 
 /*

@@ -1,0 +1,121 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Slurm node prolog: warm the job's dataset on this node's shardfs mount
+# before the job starts, so the first epoch does not wait on the NFS cluster.
+#
+# Install: copy to /etc/slurm/prolog.d/50-shardfs-warm.sh (or name it in
+# slurm.conf: Prolog=/etc/slurm/prolog.d/*), mode 0755, on every node.
+# With PrologFlags=Alloc it runs when the job is allocated, not at its first
+# step.
+#
+# A job names what to warm in its comment, as shardfs-warm=PATH[:PATH...]
+# (paths on a shardfs mount, directories or files):
+#   sbatch --comment=shardfs-warm=/mnt/dataset/imagenet/train job.sh
+# The site may also warm fixed paths for every job: SHARDFS_WARM_PATHS in
+# /etc/default/shardfs-prolog.
+#
+# How: with `shardfs-warm` (from the shardfs package, once it ships; it
+# fetches whole files into the local cache without passing them through
+# this process) when it is on the PATH; otherwise every regular file is read
+# with `cat >/dev/null`, SHARDFS_WARM_JOBS files at a time. Reading through
+# the mount fills the local NVMe cache where the daemon has one; without
+# one, it only fills the kernel's page cache, which helps only when the
+# dataset fits in memory.
+#
+# Safety: the prolog runs as root but the job's comment is the user's, so
+# only paths on a fuse.shardfs mount are warmed, files are read as the
+# job's user (so file permissions apply), symlinks are not followed out of
+# the tree, and the whole warm-up is bounded by SHARDFS_WARM_TIMEOUT
+# seconds. It always exits 0: a failing prolog drains the node, and a cold
+# cache is only slower. What it did goes to syslog (tag shardfs-prolog).
+set -u
+
+SHARDFS_WARM_PATHS=""         # colon-separated, warmed for every job
+SHARDFS_WARM_TIMEOUT=900      # seconds for the whole warm-up
+SHARDFS_WARM_JOBS=16          # files read at once by the fallback
+SHARDFS_WARM_WAIT=1           # 1: the job waits; 0: warm in the background
+# shellcheck disable=SC1091
+[ -r /etc/default/shardfs-prolog ] && . /etc/default/shardfs-prolog
+
+log() { logger -t shardfs-prolog -- "job ${SLURM_JOB_ID:-?}: $*" 2>/dev/null || echo "shardfs-prolog: $*" >&2; }
+
+# The job's comment: in the environment on recent Slurm, else from scontrol.
+job_comment() {
+	if [ -n "${SLURM_JOB_COMMENT:-}" ]; then
+		printf '%s\n' "$SLURM_JOB_COMMENT"
+	elif [ -n "${SLURM_JOB_ID:-}" ] && command -v scontrol >/dev/null; then
+		scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/.* Comment=\(.*\) StdErr=.*/\1/p'
+	fi
+}
+
+# Paths named by the job (shardfs-warm=A:B, anywhere in the comment) and
+# the site, one per line.
+wanted_paths() {
+	local c
+	c=$(job_comment)
+	{
+		printf '%s\n' "$SHARDFS_WARM_PATHS" | tr ':' '\n'
+		printf '%s\n' "$c" | grep -o 'shardfs-warm=[^ ,;]*' | sed 's/^shardfs-warm=//' | tr ':' '\n'
+	} | sed '/^$/d' | sort -u
+}
+
+# on_shardfs PATH: true when PATH exists and lies on a shardfs mount.
+on_shardfs() {
+	[ -e "$1" ] && [ "$(findmnt -n -o FSTYPE -T "$1" 2>/dev/null)" = fuse.shardfs ]
+}
+
+# Run a command as the job's user (root when the job's uid is unknown).
+as_user() {
+	if [ -n "${SLURM_JOB_UID:-}" ] && [ "${SLURM_JOB_UID}" != 0 ]; then
+		setpriv --reuid="$SLURM_JOB_UID" --regid="${SLURM_JOB_GID:-$SLURM_JOB_UID}" --clear-groups -- "$@"
+	else
+		"$@"
+	fi
+}
+
+warm() {
+	local p
+	for p in "$@"; do
+		if command -v shardfs-warm >/dev/null; then
+			as_user shardfs-warm "$p" || log "shardfs-warm $p failed ($?)"
+		else
+			# -xdev: stay on the mount; find does not follow symlinks.
+			as_user find "$p" -xdev -type f -print0 |
+				as_user xargs -0 -r -P "$SHARDFS_WARM_JOBS" -n 32 cat -- >/dev/null 2>&1 ||
+				log "reading $p: some files could not be read"
+		fi
+	done
+}
+
+main() {
+	local paths=() p t0
+	while IFS= read -r p; do
+		if on_shardfs "$p"; then
+			paths+=("$p")
+		else
+			log "not warming $p: not on a shardfs mount"
+		fi
+	done < <(wanted_paths)
+	[ ${#paths[@]} -gt 0 ] || return 0
+	t0=$(date +%s)
+	log "warming ${paths[*]} ($(command -v shardfs-warm >/dev/null && echo shardfs-warm || echo 'cat, fallback'))"
+	if [ "$SHARDFS_WARM_WAIT" = 1 ]; then
+		export -f warm as_user log
+		export SHARDFS_WARM_JOBS
+		timeout "$SHARDFS_WARM_TIMEOUT" bash -c 'warm "$@"' warm "${paths[@]}"
+		case $? in
+		0) log "warmed in $(( $(date +%s) - t0 )) s" ;;
+		124) log "warm-up stopped after ${SHARDFS_WARM_TIMEOUT} s; the job starts anyway" ;;
+		*) log "warm-up ended with errors after $(( $(date +%s) - t0 )) s" ;;
+		esac
+	else
+		export -f warm as_user log
+		export SHARDFS_WARM_JOBS
+		setsid timeout "$SHARDFS_WARM_TIMEOUT" bash -c 'warm "$@"' warm "${paths[@]}" \
+			</dev/null >/dev/null 2>&1 &
+		log "warming in the background (pid $!)"
+	fi
+}
+
+main
+exit 0
