@@ -50,6 +50,7 @@ struct pf_chunk {
 	bool consumed;		  /* a read ended at its last byte: the reader moved on */
 	bool readahead;		  /* started before anyone asked */
 	bool in_store;		  /* its bytes are durable in the store */
+	bool loaded;		  /* its bytes were read from the store */
 	char *buf;
 	unsigned n_parts;
 	struct sfs_origin_req parts[]; /* owned by origin while FETCHING */
@@ -70,6 +71,7 @@ struct sfs_pf_file {
 	uint64_t next_seq;    /* chunk a sequential reader asks for next */
 	bool sequential;
 	bool shard;	      /* the pump fetches every chunk the store lacks */
+	bool warmed;	      /* sfs_pf_file_warm() started a whole-file fetch */
 	uint64_t shard_next;  /* next chunk the pump considers */
 	struct pf_chunk **chunks;
 	size_t n_chunks, cap_chunks;
@@ -669,11 +671,22 @@ void sfs_pf_file_opened(sfs_pf_file *f)
 		start_shard(f);
 }
 
-int sfs_pf_file_warm(sfs_pf_file *f)
+int sfs_pf_file_warm(sfs_pf_file *f, bool *active)
 {
 	if (!f->obj)
 		return -ENOTSUP;
-	start_shard(f);
+	pthread_mutex_lock(&f->lock);
+	bool first = !f->warmed;
+	f->warmed = true;
+	pthread_mutex_unlock(&f->lock);
+	if (first)
+		start_shard(f);
+	pthread_mutex_lock(&f->lock);
+	bool busy = f->shard;
+	for (size_t i = 0; i < f->n_chunks && !busy; i++)
+		busy = chunk_busy(f->chunks[i]);
+	pthread_mutex_unlock(&f->lock);
+	*active = busy;
 	return 0;
 }
 
@@ -691,8 +704,7 @@ static void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c)
 
 	pthread_mutex_lock(&f->lock);
 	if (n == (ssize_t)c->fetch_len) {
-		count(&f->pf->stats.hit_bytes, n);
-		c->in_store = true;
+		c->in_store = c->loaded = true;
 		free_file = chunk_finish(f, c, false);
 		pthread_mutex_unlock(&f->lock);
 	} else {
@@ -756,12 +768,8 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 			pthread_cond_wait(&f->cond, &f->lock);
 		}
 		if (c) {
-			if (!c->used && c->state == CHUNK_FETCHING && f->obj)
-				count(&f->pf->stats.miss_bytes, c->fetch_len);
 			c->refs++;
 			c->used = true;
-		} else {
-			count(&f->pf->stats.hit_bytes, want_fd_len[n_want]);
 		}
 		want[n_want++] = c;
 	}
@@ -799,6 +807,12 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 		uint64_t to = end < cstart + clen ? end : cstart + clen;
 		if (to <= from)
 			break; /* file ended early */
+		/* Hit: the bytes come from the cache (its file, or a chunk read
+		 * from it); miss: they came from NFS. */
+		if (!c || c->loaded)
+			count(&f->pf->stats.hit_bytes, (int64_t)(to - from));
+		else if (f->obj)
+			count(&f->pf->stats.miss_bytes, (int64_t)(to - from));
 		if (c) {
 			if (to == cstart + c->len)
 				c->consumed = true;

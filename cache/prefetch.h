@@ -83,9 +83,10 @@ int sfs_pf_file_open_version(sfs_prefetch *pf, const struct sfs_fh *fh,
  * whole-file fetch. */
 void sfs_pf_file_opened(sfs_pf_file *f);
 
-/* Fetch every chunk of f that the store lacks (warm-up), whatever its size.
- * Returns 0, or -ENOTSUP without a store. */
-int sfs_pf_file_warm(sfs_pf_file *f);
+/* Fetch every chunk of f that the store lacks (warm-up), whatever its size;
+ * only the first call starts it. Reports whether chunks are still being
+ * fetched or written. Returns 0, or -ENOTSUP without a store. */
+int sfs_pf_file_warm(sfs_pf_file *f, bool *active);
 
 /* Bytes of f in the store (0 without a store). */
 uint64_t sfs_pf_file_cached_bytes(sfs_pf_file *f);

@@ -11,6 +11,7 @@
  * private to the request until we reply).
  */
 #include "fs.h"
+#include "shardfs_ioctl.h"
 #include "../cache/log.h"
 
 #include <errno.h>
@@ -571,6 +572,112 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	fuse_reply_err(req, 0);
 }
 
+/* --- cache control: xattr and ioctl ---------------------------------------- */
+
+/* Bytes of the inode's current version in the cache. */
+static uint64_t inode_cached_bytes(struct sfs_fs *fs, struct sfs_inode *i)
+{
+	struct sfs_attr a;
+
+	if (!fs->store || inode_getattr(fs, i, &a, false) < 0)
+		return 0;
+	struct sfs_file_version v = {.fsid = a.fsid,
+				     .fileid = a.fileid,
+				     .size = a.size,
+				     .mtime_s = a.mtime.tv_sec,
+				     .mtime_ns = (uint32_t)a.mtime.tv_nsec,
+				     .ctime_s = a.ctime.tv_sec,
+				     .ctime_ns = (uint32_t)a.ctime.tv_nsec};
+	return sfs_store_cached_bytes(fs->store, &v);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct sfs_fs *fs = FS(req);
+	struct sfs_inode *i = I(fs, ino);
+	char val[32];
+
+	op_count(fs, SFS_OP_GETXATTR);
+	if (strcmp(name, SHARDFS_XATTR_CACHED) != 0 || i->kind != SFS_INODE_NFS) {
+		reply_err(req, -ENODATA);
+		return;
+	}
+	int n = snprintf(val, sizeof(val), "%llu", (unsigned long long)inode_cached_bytes(fs, i));
+	if (size == 0)
+		fuse_reply_xattr(req, (size_t)n);
+	else if (size < (size_t)n)
+		reply_err(req, -ERANGE);
+	else
+		fuse_reply_buf(req, val, (size_t)n);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct sfs_fs *fs = FS(req);
+	struct sfs_inode *i = I(fs, ino);
+	static const char names[] = SHARDFS_XATTR_CACHED; /* one name, NUL included */
+
+	op_count(fs, SFS_OP_GETXATTR);
+	size_t n = i->kind == SFS_INODE_NFS ? sizeof(names) : 0;
+	if (size == 0)
+		fuse_reply_xattr(req, n);
+	else if (size < n)
+		reply_err(req, -ERANGE);
+	else
+		fuse_reply_buf(req, names, n);
+}
+
+static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+		     struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
+		     size_t out_bufsz)
+{
+	struct sfs_fs *fs = FS(req);
+	struct sfs_inode *i = I(fs, ino);
+
+	op_count(fs, SFS_OP_IOCTL);
+	if (flags & FUSE_IOCTL_COMPAT) {
+		reply_err(req, -EOPNOTSUPP); /* 32-bit callers: refused cleanly */
+		return;
+	}
+	if (i->kind != SFS_INODE_NFS || !fi->fh) {
+		reply_err(req, -ENOTTY);
+		return;
+	}
+	switch (cmd) {
+	case SHARDFS_IOC_WARM: {
+		struct shardfs_warm w;
+		if (in_bufsz < sizeof(w) || out_bufsz < sizeof(w)) {
+			reply_err(req, -EINVAL);
+			return;
+		}
+		memcpy(&w, in_buf, sizeof(w));
+		if (w.size != sizeof(w) || w.reserved[0] || w.reserved[1] || w.reserved[2] ||
+		    w.reserved[3]) {
+			reply_err(req, -EINVAL);
+			return;
+		}
+		sfs_pf_file *pf = (sfs_pf_file *)(uintptr_t)fi->fh;
+		bool active = false;
+		int rc = sfs_pf_file_warm(pf, &active);
+		if (rc < 0) {
+			reply_err(req, rc);
+			return;
+		}
+		pthread_mutex_lock(&i->lock);
+		w.file_bytes = i->pf == pf ? i->pf_attr.size : 0;
+		pthread_mutex_unlock(&i->lock);
+		w.cached_bytes = sfs_pf_file_cached_bytes(pf);
+		if (i->pf != pf)
+			w.file_bytes = w.cached_bytes; /* an older version: report what it has */
+		w.flags = active ? SHARDFS_WARM_ACTIVE : 0;
+		fuse_reply_ioctl(req, 0, &w, sizeof(w));
+		return;
+	}
+	default:
+		reply_err(req, -ENOTTY);
+	}
+}
+
 /* --- everything that would modify: EROFS ---------------------------------- */
 
 static void deny(fuse_req_t req)
@@ -651,6 +758,11 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_READDIRPLUS;
 	if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA)
 		conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
+	/* Cache hits are spliced from the cache file into /dev/fuse. */
+	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
+		conn->want |= FUSE_CAP_SPLICE_WRITE;
+	if (conn->capable & FUSE_CAP_SPLICE_MOVE)
+		conn->want |= FUSE_CAP_SPLICE_MOVE;
 	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
 }
 
@@ -661,6 +773,7 @@ const char *const sfs_fuse_op_names[SFS_OP_COUNT] = {
 	[SFS_OP_RELEASE] = "release",	  [SFS_OP_OPENDIR] = "opendir",
 	[SFS_OP_READDIR] = "readdir",	  [SFS_OP_READDIRPLUS] = "readdirplus",
 	[SFS_OP_RELEASEDIR] = "releasedir", [SFS_OP_STATFS] = "statfs",
+	[SFS_OP_GETXATTR] = "getxattr", [SFS_OP_IOCTL] = "ioctl",
 	[SFS_OP_WRITE_DENIED] = "write_denied", [SFS_OP_OTHER] = "other",
 };
 
@@ -679,6 +792,9 @@ const struct fuse_lowlevel_ops sfs_fuse_ops = {
 	.readdirplus = op_readdirplus,
 	.releasedir = op_releasedir,
 	.statfs = op_statfs,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.ioctl = op_ioctl,
 	.setattr = op_setattr,
 	.mknod = op_mknod,
 	.mkdir = op_mkdir,

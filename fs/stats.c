@@ -114,6 +114,49 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	help(f, "shardfs_prefetch_files_total", "counter", "File versions opened for fetching.");
 	fprintf(f, "shardfs_prefetch_files_total %llu\n", (unsigned long long)ps.files_opened);
 
+	help(f, "shardfs_prefetch_shard_files_total", "counter", "Files fetched whole (shard prefetch or shardfs-warm).");
+	fprintf(f, "shardfs_prefetch_shard_files_total %llu\n", (unsigned long long)ps.shard_files);
+	help(f, "shardfs_read_stale_total", "counter",
+	     "Chunks refused because the file changed on the server under an open.");
+	fprintf(f, "shardfs_read_stale_total %llu\n", (unsigned long long)ps.stale_errors);
+	help(f, "shardfs_kernel_cache_invalidations_total", "counter",
+	     "Kernel page caches dropped because a file changed on the server.");
+	fprintf(f, "shardfs_kernel_cache_invalidations_total %llu\n",
+		(unsigned long long)__atomic_load_n(&fs->invalidations, __ATOMIC_RELAXED));
+
+	struct sfs_store_stats cs = {0};
+	if (fs->store)
+		sfs_store_get_stats(fs->store, &cs);
+	help(f, "shardfs_cache_enabled", "gauge", "1 if a cache_dir is configured and usable now.");
+	fprintf(f, "shardfs_cache_enabled %d\n", fs->store && cs.online);
+	help(f, "shardfs_cache_hit_bytes_total", "counter", "Bytes read served from the local cache.");
+	fprintf(f, "shardfs_cache_hit_bytes_total %llu\n", (unsigned long long)ps.hit_bytes);
+	help(f, "shardfs_cache_miss_bytes_total", "counter",
+	     "Bytes readers needed that were not in the local cache (fetched from NFS).");
+	fprintf(f, "shardfs_cache_miss_bytes_total %llu\n",
+		(unsigned long long)(fs->store ? ps.miss_bytes : 0));
+	help(f, "shardfs_cache_used_bytes", "gauge", "Bytes of chunks in the local cache.");
+	fprintf(f, "shardfs_cache_used_bytes %llu\n", (unsigned long long)cs.used_bytes);
+	help(f, "shardfs_cache_capacity_bytes", "gauge", "cache_size in effect.");
+	fprintf(f, "shardfs_cache_capacity_bytes %llu\n", (unsigned long long)cs.capacity_bytes);
+	help(f, "shardfs_cache_objects", "gauge", "File versions with chunks in the local cache.");
+	fprintf(f, "shardfs_cache_objects %llu\n", (unsigned long long)cs.objects);
+	help(f, "shardfs_cache_write_bytes_total", "counter", "Bytes written durably to the local cache.");
+	fprintf(f, "shardfs_cache_write_bytes_total %llu\n", (unsigned long long)cs.write_bytes);
+	help(f, "shardfs_cache_not_admitted_bytes_total", "counter",
+	     "Bytes not cached because the cache was full (pin) or its filesystem ran out of space.");
+	fprintf(f, "shardfs_cache_not_admitted_bytes_total %llu\n",
+		(unsigned long long)cs.not_admitted_bytes);
+	help(f, "shardfs_cache_evicted_bytes_total", "counter", "Bytes evicted to stay under cache_size.");
+	fprintf(f, "shardfs_cache_evicted_bytes_total %llu\n", (unsigned long long)cs.evicted_bytes);
+	help(f, "shardfs_cache_checksum_failures_total", "counter",
+	     "Cached chunks whose bytes did not match their checksum (refetched, never served).");
+	fprintf(f, "shardfs_cache_checksum_failures_total %llu\n",
+		(unsigned long long)cs.checksum_failures);
+	help(f, "shardfs_cache_errors_total", "counter",
+	     "Cache directory errors (missing, unwritable, I/O errors); reads went to NFS.");
+	fprintf(f, "shardfs_cache_errors_total %llu\n", (unsigned long long)cs.errors);
+
 	if (fclose(f) != 0) {
 		free(buf);
 		return -ENOMEM;

@@ -28,6 +28,8 @@
 # the tree, and the whole warm-up is bounded by SHARDFS_WARM_TIMEOUT
 # seconds. It always exits 0: a failing prolog drains the node, and a cold
 # cache is only slower. What it did goes to syslog (tag shardfs-prolog).
+# warm, as_user and log run in a child bash (export -f).
+# shellcheck disable=SC2317
 set -u
 
 SHARDFS_WARM_PATHS=""         # colon-separated, warmed for every job
@@ -39,23 +41,21 @@ SHARDFS_WARM_WAIT=1           # 1: the job waits; 0: warm in the background
 
 log() { logger -t shardfs-prolog -- "job ${SLURM_JOB_ID:-?}: $*" 2>/dev/null || echo "shardfs-prolog: $*" >&2; }
 
-# The job's comment: in the environment on recent Slurm, else from scontrol.
+# The job's comment: in the environment on recent Slurm, else the job's
+# record from scontrol (the shardfs-warm= token is found wherever it is).
 job_comment() {
 	if [ -n "${SLURM_JOB_COMMENT:-}" ]; then
 		printf '%s\n' "$SLURM_JOB_COMMENT"
 	elif [ -n "${SLURM_JOB_ID:-}" ] && command -v scontrol >/dev/null; then
-		scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/.* Comment=\(.*\) StdErr=.*/\1/p'
+		scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null
 	fi
 }
 
-# Paths named by the job (shardfs-warm=A:B, anywhere in the comment) and
-# the site, one per line.
+# Paths named by the site and by the job (shardfs-warm=A:B), one per line.
 wanted_paths() {
-	local c
-	c=$(job_comment)
 	{
 		printf '%s\n' "$SHARDFS_WARM_PATHS" | tr ':' '\n'
-		printf '%s\n' "$c" | grep -o 'shardfs-warm=[^ ,;]*' | sed 's/^shardfs-warm=//' | tr ':' '\n'
+		job_comment | grep -o 'shardfs-warm=[^ ,;]*' | sed 's/^shardfs-warm=//' | tr ':' '\n'
 	} | sed '/^$/d' | sort -u
 }
 
@@ -67,7 +67,8 @@ on_shardfs() {
 # Run a command as the job's user (root when the job's uid is unknown).
 as_user() {
 	if [ -n "${SLURM_JOB_UID:-}" ] && [ "${SLURM_JOB_UID}" != 0 ]; then
-		setpriv --reuid="$SLURM_JOB_UID" --regid="${SLURM_JOB_GID:-$SLURM_JOB_UID}" --clear-groups -- "$@"
+		setpriv --reuid="$SLURM_JOB_UID" --regid="${SLURM_JOB_GID:-$(id -g "$SLURM_JOB_UID")}" \
+			--clear-groups -- "$@"
 	else
 		"$@"
 	fi
