@@ -662,7 +662,8 @@ void sfs_pf_file_opened(sfs_pf_file *f)
 	sfs_prefetch *pf = f->pf;
 
 	pthread_mutex_lock(&f->lock);
-	f->openers++;
+	if (f->openers++ == 0 && pf->conf.store && !f->obj)
+		f->obj = sfs_store_obj_get(pf->conf.store, &f->version); /* NULL: uncached */
 	pthread_mutex_unlock(&f->lock);
 	/* Only with a store: without one, fetched chunks would have nowhere
 	 * to go but memory, and the readahead window does that job. */
@@ -874,12 +875,21 @@ void sfs_pf_file_drop_idle(sfs_pf_file *f)
 	pthread_mutex_lock(&f->lock);
 	if (f->openers)
 		f->openers--;
-	if (f->openers == 0)
+	sfs_store_obj *put = NULL;
+	if (f->openers == 0) {
 		f->shard = false; /* a file closed early does not keep the pool busy */
+		/* A closed file must not keep its cache object from eviction
+		 * (the inode keeps f until the kernel forgets it). Store writes
+		 * in flight hold their own reference. */
+		put = f->obj;
+		f->obj = NULL;
+	}
 	for (size_t i = 0; i < f->n_chunks;)
 		if (!chunk_busy(f->chunks[i]))
 			chunk_free(f, i);
 		else
 			i++;
 	pthread_mutex_unlock(&f->lock);
+	if (put)
+		sfs_store_obj_put(put);
 }

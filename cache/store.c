@@ -296,7 +296,7 @@ static void obj_evict(sfs_store *s, sfs_store_obj *o)
 /* Make room for `need` more bytes under capacity and the free-space floor.
  * lru: evict cold objects nobody holds. Returns true if there is room.
  * Caller holds lock. */
-static bool make_room(sfs_store *s, uint64_t need)
+static bool make_room(sfs_store *s, uint64_t need, uint64_t in_batch)
 {
 	struct statvfs sv;
 	uint64_t fs_avail = UINT64_MAX;
@@ -304,8 +304,10 @@ static bool make_room(sfs_store *s, uint64_t need)
 	if (statvfs(s->conf.dir, &sv) == 0)
 		fs_avail = (uint64_t)sv.f_bavail * sv.f_frsize;
 	for (;;) {
+		/* in_batch: bytes admitted earlier in this batch, not yet
+		 * written, so statvfs does not see them yet. */
 		bool fits = s->used_bytes + need <= s->capacity_bytes &&
-			    fs_avail >= need + s->min_free_bytes;
+			    fs_avail >= need + in_batch + s->min_free_bytes;
 		if (fits)
 			return true;
 		if (s->conf.policy == SFS_STORE_PIN)
@@ -519,6 +521,7 @@ static void write_batch(sfs_store *s, struct write_job **jobs, size_t n)
 		err[i] = 0;
 	}
 	/* Admission and files, under the lock. */
+	uint64_t in_batch = 0;
 	pthread_mutex_lock(&s->lock);
 	for (size_t i = 0; i < n; i++) {
 		struct write_job *j = jobs[i];
@@ -527,7 +530,7 @@ static void write_batch(sfs_store *s, struct write_job **jobs, size_t n)
 			err[i] = -EAGAIN;
 			continue;
 		}
-		if (!make_room(s, j->len)) {
+		if (!make_room(s, j->len, in_batch)) {
 			err[i] = -ENOSPC;
 			count(&s->stats.not_admitted_bytes, j->len);
 			if (!s->full_logged) {
@@ -550,6 +553,7 @@ static void write_batch(sfs_store *s, struct write_job **jobs, size_t n)
 		if (!o->in_index)
 			index_add(s, o);
 		/* Reserve the space now so concurrent batches see it. */
+		in_batch += j->len;
 		s->used_bytes += j->len;
 		o->used_bytes += j->len;
 		ops[n_ops++] = (struct sfs_uring_op){SFS_URING_WRITE, o->fd, (void *)j->buf, j->len,

@@ -93,7 +93,7 @@ drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 same_bytes() { cmp -s "$1" "$2"; }
 
 # stat_value METRIC_WITH_LABELS: value from the stats file
-stat_value() { grep -F "$1 " "$MNT/.shardfs/stats" | awk '{print $2}' | head -1; }
+stat_value() { awk -v m="$1 " 'index($0, m) == 1 { print $2; exit }' "$MNT/.shardfs/stats"; }
 
 trap sfs_cleanup EXIT
 trap 'exit 130' INT TERM

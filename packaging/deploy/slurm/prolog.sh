@@ -14,13 +14,15 @@
 # The site may also warm fixed paths for every job: SHARDFS_WARM_PATHS in
 # /etc/default/shardfs-prolog.
 #
-# How: with `shardfs-warm` (from the shardfs package, once it ships; it
-# fetches whole files into the local cache without passing them through
-# this process) when it is on the PATH; otherwise every regular file is read
-# with `cat >/dev/null`, SHARDFS_WARM_JOBS files at a time. Reading through
-# the mount fills the local NVMe cache where the daemon has one; without
-# one, it only fills the kernel's page cache, which helps only when the
-# dataset fits in memory.
+# How: with `shardfs-warm` (package shardfs) when it is on the PATH: it asks
+# the daemon to fetch each file whole into the local NVMe cache, without
+# passing the bytes through this process, SHARDFS_WARM_JOBS files at a time.
+# Without it (an older package), every regular file is read with
+# `cat >/dev/null`, SHARDFS_WARM_JOBS files at a time: reading through the
+# mount fills the local cache where the daemon has one; without one it only
+# fills the kernel's page cache, which helps only when the dataset fits in
+# memory. A shardfs-warm failure (no cache on the mount, cache full) is
+# logged, not retried with cat.
 #
 # Safety: the prolog runs as root but the job's comment is the user's, so
 # only paths on a fuse.shardfs mount are warmed, files are read as the
@@ -34,10 +36,14 @@ set -u
 
 SHARDFS_WARM_PATHS=""         # colon-separated, warmed for every job
 SHARDFS_WARM_TIMEOUT=900      # seconds for the whole warm-up
-SHARDFS_WARM_JOBS=16          # files read at once by the fallback
+SHARDFS_WARM_JOBS=16          # files warmed (or read) at once
 SHARDFS_WARM_WAIT=1           # 1: the job waits; 0: warm in the background
-# shellcheck disable=SC1091
-[ -r /etc/default/shardfs-prolog ] && . /etc/default/shardfs-prolog
+SHARDFS_WARM_TOOL=shardfs-warm  # a name that is not found selects the fallback
+# Settings for the site; slurmd's environment (not the user's) may name
+# another file.
+SHARDFS_PROLOG_DEFAULTS=${SHARDFS_PROLOG_DEFAULTS:-/etc/default/shardfs-prolog}
+# shellcheck disable=SC1090
+[ -r "$SHARDFS_PROLOG_DEFAULTS" ] && . "$SHARDFS_PROLOG_DEFAULTS"
 
 log() { logger -t shardfs-prolog -- "job ${SLURM_JOB_ID:-?}: $*" 2>/dev/null || echo "shardfs-prolog: $*" >&2; }
 
@@ -75,10 +81,11 @@ as_user() {
 }
 
 warm() {
-	local p
+	local p err
 	for p in "$@"; do
-		if command -v shardfs-warm >/dev/null; then
-			as_user shardfs-warm "$p" || log "shardfs-warm $p failed ($?)"
+		if command -v "$SHARDFS_WARM_TOOL" >/dev/null; then
+			err=$(as_user "$SHARDFS_WARM_TOOL" -q -j "$SHARDFS_WARM_JOBS" -- "$p" 2>&1 >/dev/null) ||
+				log "$SHARDFS_WARM_TOOL $p failed: $(tail -n 1 <<<"$err")"
 		else
 			# -xdev: stay on the mount; find does not follow symlinks.
 			as_user find "$p" -xdev -type f -print0 |
@@ -99,10 +106,10 @@ main() {
 	done < <(wanted_paths)
 	[ ${#paths[@]} -gt 0 ] || return 0
 	t0=$(date +%s)
-	log "warming ${paths[*]} ($(command -v shardfs-warm >/dev/null && echo shardfs-warm || echo 'cat, fallback'))"
+	log "warming ${paths[*]} ($(command -v "$SHARDFS_WARM_TOOL" >/dev/null && echo "$SHARDFS_WARM_TOOL" || echo 'cat, fallback'))"
 	if [ "$SHARDFS_WARM_WAIT" = 1 ]; then
 		export -f warm as_user log
-		export SHARDFS_WARM_JOBS
+		export SHARDFS_WARM_JOBS SHARDFS_WARM_TOOL
 		timeout "$SHARDFS_WARM_TIMEOUT" bash -c 'warm "$@"' warm "${paths[@]}"
 		case $? in
 		0) log "warmed in $(( $(date +%s) - t0 )) s" ;;
@@ -111,7 +118,7 @@ main() {
 		esac
 	else
 		export -f warm as_user log
-		export SHARDFS_WARM_JOBS
+		export SHARDFS_WARM_JOBS SHARDFS_WARM_TOOL
 		setsid timeout "$SHARDFS_WARM_TIMEOUT" bash -c 'warm "$@"' warm "${paths[@]}" \
 			</dev/null >/dev/null 2>&1 &
 		log "warming in the background (pid $!)"

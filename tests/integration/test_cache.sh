@@ -1,0 +1,257 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# The local cache against a real 4-node cluster: epochs from cache, restart
+# after SIGKILL, corrupted / truncated / deleted cache files, ENOSPC, the
+# size limit (lru), pin with a dataset twice the cache, a file rewritten on
+# the server, 32 readers, two daemons, shardfs-warm, a missing cache_dir.
+. "$(dirname "$0")/lib.sh"
+sfs_require
+
+WARM=$SRC_ROOT/tools/shardfs-warm
+CACHE=$WORK/cache
+mkdir -p "$EXPORT/shards"
+for i in 0 1 2 3 4 5 6 7; do head -c $((64 << 20)) /dev/urandom >"$EXPORT/shards/s$i"; done
+head -c $((300 << 20 | 4321)) /dev/urandom >"$EXPORT/big"
+head -c 5000 /dev/urandom >"$EXPORT/small"
+sfs_cluster_up 4
+
+all_exact() {
+	local f
+	for f in "$EXPORT"/shards/s*; do cmp -s "$f" "$MNT/shards/$(basename "$f")" || return 1; done
+}
+fetched() { stat_value shardfs_prefetch_fetched_bytes_total; }
+# wait_idle: until no chunk is in flight (writes to the cache settle)
+wait_idle() {
+	for _ in $(seq 100); do
+		[ "$(stat_value shardfs_prefetch_inflight_bytes)" = 0 ] && sleep 0.3 && return 0
+		sleep 0.1
+	done
+}
+objects() { find "$CACHE/objects" -type f | sort; }
+MB=$((1 << 20))
+
+# --- epochs: the second comes from the cache -------------------------------
+sfs_mount "cache_dir=$CACHE,cache_size=2G,timeo=20"
+check "cache_dir is created 0700" [ "$(stat -c %a "$CACHE")" = 700 ]
+drop_caches
+check "epoch 1: every shard byte-exact" all_exact
+wait_idle
+f1=$(fetched)
+check "epoch 1: whole shards are in the cache" [ "$(stat_value shardfs_cache_used_bytes)" -ge $((8 * 64 * MB)) ]
+drop_caches
+check "epoch 2: every shard byte-exact" all_exact
+f2=$(fetched)
+check "epoch 2: nothing fetched from NFS ($f1 -> $f2)" [ "$f1" = "$f2" ]
+check "epoch 2: hits counted" [ "$(stat_value shardfs_cache_hit_bytes_total)" -ge $((8 * 64 * MB)) ]
+check "xattr user.shardfs.cached = size" \
+	[ "$(python3 -c "import os,sys; print(os.getxattr(sys.argv[1],'user.shardfs.cached').decode())" "$MNT/shards/s3")" = $((64 * MB)) ]
+
+# --- 32 readers on 8 shards -------------------------------------------------
+drop_caches
+pids=()
+for r in $(seq 0 31); do
+	( cmp -s "$MNT/shards/s$((r % 8))" "$EXPORT/shards/s$((r % 8))" ) &
+	pids+=($!)
+done
+bad=0
+for p in "${pids[@]}"; do wait "$p" || bad=$((bad + 1)); done
+check "32 readers on 8 shards: all byte-exact" [ "$bad" = 0 ]
+
+# --- two daemons on one cache_dir -------------------------------------------
+mkdir -p "$WORK/mnt2"
+out=$(in_ns "$SHARDFS" "$ADDRS:/ifs" "$WORK/mnt2" -o "cache_dir=$CACHE" 2>&1)
+rc=$?
+check "second daemon on the same cache_dir refuses: $out" \
+	bash -c "[ $rc != 0 ] && grep -q 'in use by another shardfs' <<<'$out' && ! mountpoint -q '$WORK/mnt2'"
+
+# --- restart: the cache is reused --------------------------------------------
+sfs_umount
+sfs_mount "cache_dir=$CACHE,cache_size=2G"
+drop_caches
+check "after restart: bytes exact" all_exact
+check "after restart: nothing fetched from NFS" [ "$(fetched)" = 0 ]
+check "after restart: no checksum failures" [ "$(stat_value shardfs_cache_checksum_failures_total)" = 0 ]
+
+# --- SIGKILL in the middle of a fill, then remount ---------------------------
+sfs_umount
+rm -rf "$CACHE"
+sfs_mount "cache_dir=$CACHE,cache_size=2G"
+pid=$(pgrep -f "shardfs .* $MNT( |\$)" | head -1)
+( "$WARM" -q "$MNT/big" >/dev/null 2>&1 ) &
+for _ in $(seq 200); do
+	u=$(stat_value shardfs_cache_used_bytes)
+	[ "${u:-0}" -ge $((60 * MB)) ] && break
+	sleep 0.02
+done
+kill -9 "$pid"
+umount -l "$MNT" 2>/dev/null
+wait
+kept=$(find "$CACHE/objects" -type f -exec stat -c %s {} + | head -1)
+sfs_mount "cache_dir=$CACHE,cache_size=2G"
+drop_caches
+cmp "$MNT/big" "$EXPORT/big" >"$WORK/cmp.out" 2>&1 || diag "$(cat "$WORK/cmp.out"; grep -E "^shardfs_(cache|prefetch|fuse_read|read_stale)" "$MNT/.shardfs/stats")"
+check "after SIGKILL mid-fill: bytes exact" cmp -s "$MNT/big" "$EXPORT/big"
+f=$(fetched)
+check "after SIGKILL mid-fill: completed chunks were reused (fetched $((f / MB)) of 300 MiB)" [ "$f" -lt $((300 * MB)) ]
+diag "object file was $((kept / MB)) MiB when killed"
+wait_idle
+check "after SIGKILL mid-fill: shards still exact" all_exact
+wait_idle
+sfs_umount
+
+# --- corrupted, truncated and deleted cache files -----------------------------
+# s0: flip bytes inside its first chunk; s1: truncate its file; s2: delete it;
+# s3: zero its header (the index of its chunks).
+mapfile -t objs < <(find "$CACHE/objects" -type f -size +60M | sort)
+check "one cache object per shard file" [ "${#objs[@]}" -ge 8 ]
+# Find which object holds which shard by comparing a chunk's bytes.
+declare -A obj_for
+for o in "${objs[@]}"; do
+	off=$(python3 -c "n=int(open('$o','rb').read(64)[32:36][::-1].hex() or '0',16); print(((64+16*n)+4095)//4096*4096)" 2>/dev/null)
+	[ -n "$off" ] || continue
+	h=$(dd if="$o" bs=4096 skip=$((off / 4096)) count=16 status=none | md5sum | cut -c1-32)
+	for i in 0 1 2 3; do
+		[ "$(head -c 65536 "$EXPORT/shards/s$i" | md5sum | cut -c1-32)" = "$h" ] && obj_for[$i]=$o
+	done
+done
+check "found the cache objects of s0..s3" [ "${#obj_for[@]}" = 4 ]
+python3 - "${obj_for[0]}" <<'PY'
+import sys
+p = sys.argv[1]
+with open(p, "r+b") as f:
+    n = int.from_bytes(f.read(64)[32:36], "little")
+    data_off = ((64 + 16 * n) + 4095) // 4096 * 4096
+    for off in (data_off + 100, data_off + 500000):
+        f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 0xFF]))
+PY
+truncate -s $((20 * MB)) "${obj_for[1]}"
+rm -f "${obj_for[2]}"
+dd if=/dev/zero of="${obj_for[3]}" bs=64 count=1 conv=notrunc status=none
+sfs_mount "cache_dir=$CACHE,cache_size=2G"
+drop_caches
+check "flipped bytes: detected, refetched, bytes exact" cmp -s "$MNT/shards/s0" "$EXPORT/shards/s0"
+check "flipped bytes: counted as a checksum failure" [ "$(stat_value shardfs_cache_checksum_failures_total)" -ge 1 ]
+check "truncated cache file: bytes exact" cmp -s "$MNT/shards/s1" "$EXPORT/shards/s1"
+check "deleted cache file: bytes exact" cmp -s "$MNT/shards/s2" "$EXPORT/shards/s2"
+check "zeroed header: bytes exact" cmp -s "$MNT/shards/s3" "$EXPORT/shards/s3"
+f=$(fetched)
+check "the damaged files were refetched, the others not ($((f / MB)) MiB fetched)" \
+	test "$f" -gt 0 -a "$f" -le $(( (2 + 45 + 64 + 64) * MB ))
+check "all shards still exact" all_exact
+wait_idle
+sfs_umount
+
+# --- usage stays under cache_size (lru) --------------------------------------
+rm -rf "$CACHE"
+sfs_mount "cache_dir=$CACHE,cache_size=200M,cache_policy=lru"
+drop_caches
+check "lru 200M: bytes exact over 512 MiB" all_exact
+wait_idle
+used=$(stat_value shardfs_cache_used_bytes)
+check "lru 200M: used $((used / MB)) MiB <= 200 MiB" [ "$used" -le $((200 * MB)) ]
+check "lru 200M: on disk too" [ "$(du -sm "$CACHE" | cut -f1)" -le 205 ]
+check "lru 200M: evictions counted" [ "$(stat_value shardfs_cache_evicted_bytes_total)" -gt 0 ]
+sfs_umount
+
+# --- pin with a dataset twice the cache ----------------------------------------
+rm -rf "$CACHE"
+sfs_mount "cache_dir=$CACHE,cache_size=256M,cache_policy=pin"
+drop_caches
+check "pin: epoch 1 bytes exact" all_exact
+wait_idle
+w1=$(stat_value shardfs_cache_write_bytes_total)
+h1=$(stat_value shardfs_cache_hit_bytes_total)
+m1=$(stat_value shardfs_cache_miss_bytes_total)
+check "pin: used <= 256 MiB" [ "$(stat_value shardfs_cache_used_bytes)" -le $((256 * MB)) ]
+drop_caches
+# epoch 2 in a shuffled order
+for i in 5 2 7 0 3 6 1 4; do cmp -s "$MNT/shards/s$i" "$EXPORT/shards/s$i" || not_ok "pin: epoch 2 s$i differs"; done
+w2=$(stat_value shardfs_cache_write_bytes_total)
+h2=$(stat_value shardfs_cache_hit_bytes_total)
+m2=$(stat_value shardfs_cache_miss_bytes_total)
+ratio=$(python3 -c "print(round(($h2 - $h1) / max(1, ($h2 - $h1) + ($m2 - $m1)), 3))")
+check "pin: epoch-2 hit ratio $ratio >= 0.95 x cache/dataset (0.475)" python3 -c "import sys; sys.exit(not $ratio >= 0.475)"
+check "pin: epoch-2 cache writes $(( (w2 - w1) / MB )) MiB <= 10% of the dataset" [ $((w2 - w1)) -le $((512 * MB / 10)) ]
+sfs_umount
+
+# --- ENOSPC: a cache filesystem smaller than cache_size -----------------------
+mkdir -p "$WORK/tiny"
+mount -t tmpfs -o size=48m tmpfs "$WORK/tiny"
+sfs_mount "cache_dir=$WORK/tiny/cache,cache_size=1G"
+drop_caches
+check "ENOSPC: reads succeed, bytes exact" all_exact
+wait_idle
+check "ENOSPC: the filesystem is not filled" [ "$(df --output=avail -B1 "$WORK/tiny" | tail -1)" -gt 0 ]
+check "ENOSPC: cache used stays within the filesystem" [ "$(stat_value shardfs_cache_used_bytes)" -le $((48 * MB)) ]
+check "ENOSPC: cache still serves (hits after the fill)" [ "$(stat_value shardfs_cache_used_bytes)" -gt 0 ]
+sfs_umount
+umount "$WORK/tiny"
+
+# --- cache_dir unusable at mount, then usable ---------------------------------
+sfs_mount "cache_dir=$WORK/later/cache,cache_size=1G"
+check "missing cache_dir parent: mount works, reads exact" cmp -s "$MNT/shards/s4" "$EXPORT/shards/s4"
+check "missing cache_dir parent: error counted" [ "$(stat_value shardfs_cache_errors_total)" -ge 1 ]
+check "missing cache_dir parent: logged once" [ "$(grep -c "later/cache" "$WORK/daemon.log")" = 1 ]
+mkdir -p "$WORK/later"
+for _ in $(seq 100); do [ "$(stat_value shardfs_cache_enabled)" = 1 ] && break; sleep 0.1; done
+check "cache_dir appears: the cache resumes" [ "$(stat_value shardfs_cache_enabled)" = 1 ]
+drop_caches
+cat "$MNT/shards/s5" >/dev/null
+wait_idle
+check "cache_dir appears: new reads are cached" [ "$(stat_value shardfs_cache_used_bytes)" -ge $((64 * MB)) ]
+sfs_umount
+
+# --- a file rewritten on the server ---------------------------------------------
+rm -rf "$CACHE"
+cp "$EXPORT/shards/s6" "$WORK/s6.old"
+sfs_mount "cache_dir=$CACHE,actimeo=1"
+check "rewrite: first version cached and exact" cmp -s "$MNT/shards/s6" "$WORK/s6.old"
+wait_idle
+exec 7<"$MNT/shards/s6"
+head -c $((32 * MB)) <&7 >"$WORK/part1"
+head -c $((64 << 20)) /dev/urandom >"$EXPORT/shards/s6.new" && mv "$EXPORT/shards/s6.new" "$EXPORT/shards/s6"
+cat <&7 >"$WORK/part2" 2>/dev/null
+exec 7<&-
+check "rewrite: an open file sees only its own version" \
+	bash -c "cat '$WORK/part1' '$WORK/part2' | cmp -s - '$WORK/s6.old'"
+sleep 1.5
+drop_caches
+check "rewrite: after actimeo a new open reads the new bytes" cmp -s "$MNT/shards/s6" "$EXPORT/shards/s6"
+check "rewrite: still new on a second read" cmp -s "$MNT/shards/s6" "$EXPORT/shards/s6"
+sfs_umount
+# Without a cache the old bytes are gone from the server: a reader that
+# keeps an old open must get an error, never a mix of versions.
+sfs_mount "prefetch=off,actimeo=1"
+cp "$EXPORT/shards/s7" "$WORK/s7.old"
+exec 7<"$MNT/shards/s7"
+head -c $((8 * MB)) <&7 >"$WORK/p1"
+head -c $((64 << 20)) /dev/urandom >"$EXPORT/shards/s7.new" && mv "$EXPORT/shards/s7.new" "$EXPORT/shards/s7"
+sleep 1.2
+cat <&7 >"$WORK/p2" 2>"$WORK/p2.err"
+rc=$?
+exec 7<&-
+check "no cache, rewritten under an open: old bytes only, then an error (rc=$rc: $(head -c 80 "$WORK/p2.err"))" \
+	bash -c "cat '$WORK/p1' '$WORK/p2' | cmp -s - <(head -c \$(cat '$WORK/p1' '$WORK/p2' | wc -c) '$WORK/s7.old')"
+sfs_umount
+
+# --- shardfs-warm end to end -----------------------------------------------------
+rm -rf "$CACHE"
+sfs_mount "cache_dir=$CACHE,prefetch=off"
+"$WARM" -q "$MNT/shards/s[0-3]" "$MNT/big" >"$WORK/warm.out" 2>&1
+check "shardfs-warm: exit 0 ($(tail -1 "$WORK/warm.out"))" [ $? = 0 ]
+"$WARM" --check "$MNT/shards/s[0-3]" "$MNT/big" >"$WORK/check.out"
+check "shardfs-warm --check: 5/5 files complete" grep -q "5/5 files complete" "$WORK/check.out"
+f=$(fetched)
+drop_caches
+check "warmed files read from the cache, byte-exact" \
+	bash -c "for i in 0 1 2 3; do cmp -s '$MNT/shards/s'\$i '$EXPORT/shards/s'\$i || exit 1; done; cmp -s '$MNT/big' '$EXPORT/big'"
+check "warmed files: nothing more fetched" [ "$(fetched)" = "$f" ]
+"$WARM" "$MNT/no-such-file" >"$WORK/warm.err" 2>&1
+check "shardfs-warm: a missing file fails with its name" bash -c "[ $? != 0 ] && grep -q 'no-such-file' '$WORK/warm.err'"
+sfs_umount
+sfs_mount ""
+"$WARM" -q "$MNT/small" >"$WORK/warm.err" 2>&1
+check "shardfs-warm on a mount without cache_dir: fails, says why" \
+	bash -c "[ $? != 0 ] && grep -q 'no cache_dir' '$WORK/warm.err'"
+check "unmount ends the daemon" sfs_umount
+sfs_finish

@@ -1,0 +1,217 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Packaging: build the .debs with packaging/build-deb, install them
+# system-wide (dpkg -i), mount a real cluster through `mount -t fuse.shardfs`
+# with the INSTALLED daemon and read it byte-exact; build the RPMs with
+# packaging/build-rpm (rpmbuild --nodeps on Debian); every man page renders
+# without warnings; deployment YAML parses and scripts pass bash -n; the
+# Slurm prolog warms through the mount. Leaves the work tree as it was.
+# Packages it installed on a machine that had none are purged at the end.
+. "$(dirname "$0")/lib.sh"
+sfs_require
+for t in dpkg-buildpackage:dpkg-dev dh:debhelper fakeroot:fakeroot; do
+	command -v "${t%%:*}" >/dev/null || skip "${t%%:*} is not installed (package ${t#*:})"
+done
+PKG=$SRC_ROOT/packaging
+OUT=$WORK/pkgs
+VERSION=$(sed -n "s/^ *version *: *'\([^']*\)'.*/\1/p" "$SRC_ROOT/meson.build" | head -1)
+HAD_PACKAGE=no
+dpkg-query -W -f='${Status}' shardfs 2>/dev/null | grep -q "install ok installed" && HAD_PACKAGE=yes
+INSTALLED=no
+
+pkg_cleanup() {
+	set +e
+	if [ "$INSTALLED" = yes ] && [ "$HAD_PACKAGE" = no ]; then
+		mountpoint -q "$MNT" 2>/dev/null && umount -l "$MNT"
+		dpkg --purge shardfs-tools shardfs >/dev/null 2>&1
+	fi
+	sfs_cleanup
+}
+trap pkg_cleanup EXIT
+mkdir -p "$WORK" "$OUT"
+
+tree_state() { git -C "$SRC_ROOT" status --porcelain --untracked-files=all 2>/dev/null; }
+tree_before=$(tree_state)
+
+# --- Debian packages -------------------------------------------------------
+t0=$(date +%s)
+if "$PKG/build-deb" -o "$OUT" --nocheck >"$WORK/deb.list" 2>"$WORK/deb.log"; then
+	ok "build-deb: dpkg-buildpackage -us -uc -b built $(grep -c '\.deb$' "$WORK/deb.list") packages in $(( $(date +%s) - t0 )) s"
+else
+	tail -30 "$WORK/deb.log" | sed 's/^/# /'
+	not_ok "build-deb failed"
+	sfs_finish
+fi
+DEB=$OUT/shardfs_${VERSION}_$(dpkg --print-architecture).deb
+DEB_TOOLS=$OUT/shardfs-tools_${VERSION}_$(dpkg --print-architecture).deb
+check "shardfs and shardfs-tools .debs exist" [ -f "$DEB" -a -f "$DEB_TOOLS" ]
+dpkg-deb -c "$DEB" | awk '{print $6}' >"$WORK/deb.files"
+dpkg-deb -c "$DEB_TOOLS" | awk '{print $6}' >>"$WORK/deb.files"
+for f in ./usr/sbin/shardfs ./usr/bin/shardfs-stat ./usr/bin/shardfs-warm \
+	./usr/share/man/man8/shardfs.8.gz ./usr/share/man/man1/shardfs-stat.1.gz \
+	./usr/share/man/man1/shardfs-bench.1.gz ./usr/bin/shardfs-bench \
+	./usr/lib/shardfs/shardfs-bench ./usr/lib/shardfs/shardfs-cluster \
+	./usr/lib/shardfs/shardfs-gendata ./usr/lib/shardfs/shardfs-rawread \
+	./usr/share/doc/shardfs/examples/systemd/mnt-dataset.mount \
+	./usr/share/doc/shardfs/examples/deploy/slurm/prolog.sh; do
+	check "package ships ${f#.}" grep -qxF "$f" "$WORK/deb.files"
+done
+check "shardfs Depends on fuse3 (mount.fuse3)" \
+	bash -c "dpkg-deb -f '$DEB' Depends | grep -qE '(^|, )fuse3(,|$| )'"
+check "the work tree is unchanged by build-deb" [ "$(tree_state)" = "$tree_before" ]
+
+if dpkg -i "$DEB" "$DEB_TOOLS" >"$WORK/dpkg.log" 2>&1 ||
+	{ apt-get install -f -y -qq >>"$WORK/dpkg.log" 2>&1 && dpkg -i "$DEB" "$DEB_TOOLS" >>"$WORK/dpkg.log" 2>&1; }; then
+	INSTALLED=yes
+	ok "dpkg -i installed shardfs and shardfs-tools"
+else
+	sed 's/^/# /' "$WORK/dpkg.log" | tail -20
+	not_ok "dpkg -i failed"
+fi
+check "shardfs is on root's PATH at /usr/sbin/shardfs" [ "$(command -v shardfs)" = /usr/sbin/shardfs ]
+check "installed shardfs --version is $VERSION" bash -c "shardfs --version | grep -qx 'shardfs $VERSION'"
+check "installed shardfs-stat runs (--help)" bash -c "shardfs-stat --help | grep -q usage"
+check "installed shardfs-bench wrapper runs (--help)" bash -c "shardfs-bench --help | grep -q -- --rawread"
+check "installed python tools use /usr/bin/python3" \
+	bash -c "head -1 /usr/bin/shardfs-stat /usr/lib/shardfs/shardfs-bench | grep -c '^#!/usr/bin/python3$' | grep -qx 2"
+check "man finds the installed shardfs(8)" bash -c "man -w 8 shardfs | grep -q /usr/share/man/man8/shardfs.8"
+
+# --- the installed daemon, through mount(8) -> mount.fuse3 -> shardfs --------
+mkdir -p "$EXPORT"
+"$GENDATA" "$EXPORT" --shards 3 --shard-mib 8 --small 50 --classes 5 --small-kib 20 --seed 5 -q
+chmod -R a+rX "$EXPORT"
+sfs_cluster_up 3
+if in_ns mount -t fuse.shardfs "$ADDRS:/ifs" "$MNT" -o nconnect=2,timeo=20,allow_other,_netdev,nofail \
+	2>"$WORK/mount.err"; then
+	ok "mount -t fuse.shardfs $ADDRS:/ifs"
+else
+	not_ok "mount -t fuse.shardfs failed: $(head -3 "$WORK/mount.err")"
+fi
+check "mounted as fuse.shardfs" bash -c "findmnt -n -o FSTYPE '$MNT' | grep -qx fuse.shardfs"
+pid=$(pgrep -f "shardfs .* $MNT( |\$)" | head -1)
+check "the daemon is the installed binary" [ -n "$pid" -a "$(readlink "/proc/${pid:-0}/exe")" = /usr/sbin/shardfs ]
+drop_caches
+for f in "$EXPORT"/shards/train-*.tfrecord; do
+	check "read ${f#$EXPORT/} byte-exact" same_bytes "$MNT/${f#$EXPORT/}" "$f"
+done
+check "small files byte-exact" bash -c "cd '$EXPORT' && find images -type f | head -20 | while read -r f; do cmp -s \"\$f\" '$MNT'/\"\$f\" || exit 1; done"
+check "installed shardfs-stat reports every node" \
+	bash -c "out=\$(shardfs-stat '$MNT') && for a in ${ADDRS//,/ }; do grep -q \"^\$a \" <<<\"\$out\" || exit 1; done"
+
+# The Slurm prolog: warms what the job's comment names, as the job's user,
+# only on shardfs mounts, and exits 0 whatever happens. First the fallback
+# (cat, what runs without shardfs-warm), then with shardfs-warm, which on
+# this cacheless mount may fail: that is logged, and the prolog exits 0.
+read_bytes() { stat_value shardfs_fuse_read_bytes_total; }
+prolog() {
+	env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin SLURM_JOB_ID=42 "$@" bash "$PKG/deploy/slurm/prolog.sh" \
+		>>"$WORK/prolog.log" 2>&1
+}
+echo "SHARDFS_WARM_TOOL=no-such-tool" >"$WORK/prolog-fallback"
+drop_caches
+b0=$(read_bytes)
+check "prolog (fallback) exits 0 for a directory on the mount, as user nobody" \
+	prolog SHARDFS_PROLOG_DEFAULTS="$WORK/prolog-fallback" SLURM_JOB_COMMENT="shardfs-warm=$MNT/shards" \
+	SLURM_JOB_UID=65534 SLURM_JOB_GID=65534
+b1=$(read_bytes)
+check "prolog (fallback) read the job's shards through the mount ($(( b1 - b0 )) bytes)" \
+	[ $(( b1 - b0 )) -ge $(( 3 * 8 << 20 )) ]
+check "prolog with shardfs-warm exits 0" prolog SLURM_JOB_COMMENT="x shardfs-warm=$MNT/shards:$MNT/images y"
+b0=$(read_bytes)
+check "prolog exits 0 for a path off shardfs" \
+	prolog SHARDFS_PROLOG_DEFAULTS="$WORK/prolog-fallback" SLURM_JOB_COMMENT="shardfs-warm=$EXPORT/shards"
+check "prolog exits 0 without a comment" prolog
+check "... and read nothing through the mount" [ "$(read_bytes)" = "$b0" ]
+check "unmount ends the installed daemon" sfs_umount
+
+# --- RPM ----------------------------------------------------------------------
+if command -v rpmbuild >/dev/null; then
+	t0=$(date +%s)
+	if "$PKG/build-rpm" -o "$OUT" --nocheck >"$WORK/rpm.list" 2>"$WORK/rpm.log"; then
+		ok "build-rpm: rpmbuild -bb built $(grep -c '\.rpm$' "$WORK/rpm.list") packages in $(( $(date +%s) - t0 )) s"
+	else
+		tail -30 "$WORK/rpm.log" | sed 's/^/# /'
+		not_ok "build-rpm failed"
+	fi
+	RPM=$(grep "/shardfs-$VERSION-[^/]*\.rpm$" "$WORK/rpm.list" | head -1)
+	RPM_TOOLS=$(grep "/shardfs-tools-$VERSION-[^/]*\.rpm$" "$WORK/rpm.list" | head -1)
+	check "shardfs rpm ships the daemon, shardfs-stat and shardfs(8)" \
+		bash -c "rpm -qpl '$RPM' >'$WORK/rpm.files' && grep -qx /usr/sbin/shardfs '$WORK/rpm.files' && grep -qx /usr/bin/shardfs-stat '$WORK/rpm.files' && grep -q '^/usr/share/man/man8/shardfs.8' '$WORK/rpm.files'"
+	check "shardfs rpm Requires fuse3" bash -c "rpm -qp --requires '$RPM' | grep -qx fuse3"
+	check "shardfs-tools rpm ships the bench and the cluster" \
+		bash -c "rpm -qpl '$RPM_TOOLS' | grep -q '/shardfs-cluster\$' && rpm -qpl '$RPM_TOOLS' | grep -qx /usr/bin/shardfs-bench"
+	check "the work tree is unchanged by build-rpm" [ "$(tree_state)" = "$tree_before" ]
+else
+	not_ok "rpmbuild is missing (package rpm)"
+fi
+
+# --- man pages ----------------------------------------------------------------
+if command -v man >/dev/null; then
+	for m in "$PKG"/man/*.[1-8]; do
+		check "man --warnings: $(basename "$m") renders without warnings" \
+			bash -c "MANWIDTH=80 man --warnings -l '$m' 2>'$WORK/man.err' >/dev/null && [ ! -s '$WORK/man.err' ] || { sed 's/^/# /' '$WORK/man.err'; false; }"
+		check "$(basename "$m") is in the Debian and RPM packages" \
+			bash -c "grep -qxF 'packaging/man/$(basename "$m")' '$PKG'/debian/*.manpages && grep -q 'packaging/man/\*' '$PKG/rpm/shardfs.spec'"
+	done
+else
+	not_ok "man is missing (package man-db)"
+fi
+missing=
+for o in $(/usr/sbin/shardfs --help | sed -n 's/^  \([a-z_]*\)[= ].*/\1/p'); do
+	grep -qE "^\.BI? $o([= ]|\$)" "$PKG/man/shardfs.8" || missing="$missing $o"
+done
+check "shardfs(8) documents every mount option of shardfs --help${missing:+ (missing:$missing)}" [ -z "$missing" ]
+
+# --- deployment examples and scripts ---------------------------------------------
+if python3 -c 'import yaml' 2>/dev/null; then
+	for y in "$PKG"/deploy/kubernetes/*.yaml; do
+		check "YAML parses: ${y#$PKG/}" python3 -c 'import sys, yaml; docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]; assert docs and all("kind" in d and "apiVersion" in d for d in docs)' "$y"
+	done
+	check "DaemonSet: privileged, /dev/fuse, cache dir, Bidirectional /mnt, shardfs -f, preStop umount" \
+		python3 - "$PKG/deploy/kubernetes/shardfs-daemonset.yaml" <<'PY'
+import sys, yaml
+ds = next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "DaemonSet")
+spec = ds["spec"]["template"]["spec"]
+c = next(c for c in spec["containers"] if c["name"] == "shardfs")
+vols = {v["name"]: v for v in spec["volumes"]}
+mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+assert c["securityContext"]["privileged"] is True
+assert vols[mounts["/dev/fuse"]["name"]]["hostPath"]["path"] == "/dev/fuse"
+assert vols[mounts["/var/cache/shardfs"]["name"]]["hostPath"]["path"] == "/var/cache/shardfs"
+assert mounts["/mnt"]["mountPropagation"] == "Bidirectional"
+assert "shardfs -f" in " ".join(c["command"])
+assert "umount" in " ".join(c["lifecycle"]["preStop"]["exec"]["command"])
+side = [x for x in spec["containers"] if x is not c]
+assert any("mv -f" in " ".join(x["command"]) and ".prom" in " ".join(x["command"]) for x in side)
+PY
+	check "training pod: /mnt/dataset hostPath with HostToContainer" \
+		python3 - "$PKG/deploy/kubernetes/training-pod.yaml" <<'PY'
+import sys, yaml
+pod = next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d)
+vol = next(v for v in pod["spec"]["volumes"] if v.get("hostPath", {}).get("path") == "/mnt/dataset")
+m = next(m for c in pod["spec"]["containers"] for m in c["volumeMounts"] if m["name"] == vol["name"])
+assert m["mountPropagation"] == "HostToContainer"
+PY
+else
+	not_ok "python3-yaml is missing (package python3-yaml)"
+fi
+for s in "$PKG/build-deb" "$PKG/build-rpm" "$PKG/deploy/slurm/prolog.sh" "$PKG/debian/rules"; do
+	case $s in
+	*/rules) check "make -n parses ${s#$PKG/}" bash -c "cd '$WORK' && make -n -f '$s' -p >/dev/null 2>&1 </dev/null; [ \$? -ne 2 ]" ;;
+	*) check "bash -n ${s#$PKG/}" bash -n "$s" ;;
+	esac
+done
+check "sh -n shardfs-bench.in" sh -n "$PKG/shardfs-bench.in"
+if command -v systemd-analyze >/dev/null; then
+	mkdir -p "$WORK/units"
+	cp "$PKG"/systemd/*.mount "$PKG"/systemd/*.automount "$PKG"/systemd/*.service "$PKG"/systemd/*.timer "$WORK/units/"
+	cp "$WORK/units/shardfs-textfile@.timer" "$WORK/units/shardfs-textfile@mnt-dataset.timer"
+	check "systemd-analyze verify accepts the unit examples" bash -c "
+		cd '$WORK/units' && systemd-analyze verify --man=no ./mnt-dataset.mount ./mnt-dataset.automount \
+			./shardfs-dataset.service ./shardfs-textfile@mnt-dataset.timer >'$WORK/verify.log' 2>&1
+		rc=\$?; grep -v 'is not executable' '$WORK/verify.log' | grep -q . && { sed 's/^/# /' '$WORK/verify.log'; exit 1; }
+		exit \$rc"
+else
+	diag "systemd-analyze not installed: unit files not verified"
+fi
+sfs_finish
