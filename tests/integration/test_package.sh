@@ -60,6 +60,7 @@ check "shardfs Depends on fuse3 (mount.fuse3)" \
 	bash -c "dpkg-deb -f '$DEB' Depends | grep -qE '(^|, )fuse3(,|$| )'"
 check "the work tree is unchanged by build-deb" [ "$(tree_state)" = "$tree_before" ]
 
+export DEBIAN_FRONTEND=noninteractive
 if dpkg -i "$DEB" "$DEB_TOOLS" >"$WORK/dpkg.log" 2>&1 ||
 	{ apt-get install -f -y -qq >>"$WORK/dpkg.log" 2>&1 && dpkg -i "$DEB" "$DEB_TOOLS" >>"$WORK/dpkg.log" 2>&1; }; then
 	INSTALLED=yes
