@@ -9,7 +9,7 @@
 # Packages it installed on a machine that had none are purged at the end.
 . "$(dirname "$0")/lib.sh"
 sfs_require
-for t in dpkg-buildpackage:dpkg-dev dh:debhelper fakeroot:fakeroot; do
+for t in dpkg-buildpackage:dpkg-dev dh:debhelper; do
 	command -v "${t%%:*}" >/dev/null || skip "${t%%:*} is not installed (package ${t#*:})"
 done
 PKG=$SRC_ROOT/packaging
