@@ -9,10 +9,11 @@
  *                              obj: the store object of this file version (or NULL)
  *
  * Where a read's chunk comes from, in order: a chunk in memory (being
- * fetched, or fetched and not yet dropped); the store's file descriptor if
- * the chunk is VERIFIED there (no memory, no copy: the reply splices it);
- * the store's bytes read and checked into a buffer if PRESENT (first read
- * after a restart); else the origin. Chunks from the origin go to the store
+ * fetched, or fetched and not yet dropped); the store, read into a buffer
+ * and checked against its XXH3-64 every time it is loaded; else the origin.
+ * (Replying straight from the cache file with splice was tried: libfuse
+ * 3.14's splice path gave short replies under 32 concurrent readers here,
+ * which the kernel takes for EOF. One verified copy is the price.) Chunks from the origin go to the store
  * (write-behind; the buffer stays pinned until the write is durable).
  *
  * A chunk is LOADING (store read) or FETCHING (origin) until it is READY
@@ -721,11 +722,7 @@ static void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c)
 
 ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v)
 {
-	/* want[i]: the chunk for piece i, or NULL when the store serves it by fd */
 	struct pf_chunk *want[3], *started[SFS_PF_MAX_WINDOW * 2 + 3], *loads[3];
-	int want_fd[3];
-	off_t want_fd_off[3];
-	uint32_t want_fd_len[3];
 	size_t n_started = 0, n_loads = 0;
 	int n_want = 0;
 	ssize_t ret = 0;
@@ -747,16 +744,12 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 	f->next_seq = c1 + 1;
 	for (uint64_t ci = c0; ci <= c1; ci++) {
 		struct pf_chunk *c;
-		want_fd[n_want] = -1;
 		for (;;) {
 			if ((c = chunk_find(f, ci)))
 				break;
+			/* In the store: read and check it (every chunk is verified
+			 * each time it is loaded: XXH3 costs far less than the read). */
 			enum sfs_chunk_state st = store_state(f, ci);
-			if (st == SFS_CHUNK_VERIFIED &&
-			    (want_fd[n_want] = sfs_store_chunk_fd(f->obj, (uint32_t)ci,
-								  &want_fd_off[n_want],
-								  &want_fd_len[n_want])) >= 0)
-				break;
 			bool load = st == SFS_CHUNK_PRESENT || st == SFS_CHUNK_VERIFIED;
 			if ((c = chunk_start(f, ci, c0, true, load))) {
 				if (load)
@@ -768,10 +761,8 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 			/* Out of memory or room: wait for a pin or fetch to end. */
 			pthread_cond_wait(&f->cond, &f->lock);
 		}
-		if (c) {
-			c->refs++;
-			c->used = true;
-		}
+		c->refs++;
+		c->used = true;
 		want[n_want++] = c;
 	}
 	if (f->sequential && f->pf->conf.mode != SFS_PREFETCH_OFF) {
@@ -794,36 +785,27 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 
 	pthread_mutex_lock(&f->lock);
 	for (int i = 0; i < n_want; i++)
-		while (want[i] && (want[i]->state == CHUNK_FETCHING || want[i]->state == CHUNK_LOADING))
+		while (want[i]->state == CHUNK_FETCHING || want[i]->state == CHUNK_LOADING)
 			pthread_cond_wait(&f->cond, &f->lock);
 	for (int i = 0; i < n_want; i++) {
 		struct pf_chunk *c = want[i];
-		uint64_t cstart = (c0 + (uint64_t)i) << SFS_CHUNK_SHIFT;
-		uint32_t clen = c ? c->len : want_fd_len[i];
-		if (c && c->state == CHUNK_FAILED) {
+		uint64_t cstart = c->index << SFS_CHUNK_SHIFT;
+		if (c->state == CHUNK_FAILED) {
 			ret = c->err;
 			break;
 		}
 		uint64_t from = off > cstart ? off : cstart;
-		uint64_t to = end < cstart + clen ? end : cstart + clen;
+		uint64_t to = end < cstart + c->len ? end : cstart + c->len;
 		if (to <= from)
 			break; /* file ended early */
-		/* Hit: the bytes come from the cache (its file, or a chunk read
-		 * from it); miss: they came from NFS. */
-		if (!c || c->loaded)
+		/* Hit: the bytes come from the cache; miss: they came from NFS. */
+		if (c->loaded)
 			count(&f->pf->stats.hit_bytes, (int64_t)(to - from));
 		else if (f->obj)
 			count(&f->pf->stats.miss_bytes, (int64_t)(to - from));
-		if (c) {
-			if (to == cstart + c->len)
-				c->consumed = true;
-			v->iov[v->n_iov].iov_base = c->buf + (from - cstart);
-			v->fd[v->n_iov] = -1;
-		} else {
-			v->iov[v->n_iov].iov_base = NULL;
-			v->fd[v->n_iov] = want_fd[i];
-			v->fd_off[v->n_iov] = want_fd_off[i] + (off_t)(from - cstart);
-		}
+		if (to == cstart + c->len)
+			c->consumed = true;
+		v->iov[v->n_iov].iov_base = c->buf + (from - cstart);
 		v->iov[v->n_iov].iov_len = (size_t)(to - from);
 		v->n_iov++;
 		v->bytes += (size_t)(to - from);
@@ -831,8 +813,7 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 			break; /* short chunk: end of file */
 	}
 	for (int i = 0; i < n_want; i++)
-		if (want[i])
-			v->pins[v->n_pins++] = want[i];
+		v->pins[v->n_pins++] = want[i];
 	if (ret < 0) {
 		for (int i = 0; i < v->n_pins; i++)
 			((struct pf_chunk *)v->pins[i])->refs--;

@@ -98,13 +98,9 @@ void sfs_pf_file_unref(sfs_pf_file *f);
  * fetches in flight finish and are freed with the file. */
 void sfs_pf_file_drop_idle(sfs_pf_file *f);
 
-/* Bytes of a read, as up to three pieces: pinned chunk buffers (fd[i] < 0,
- * iov[i] in memory), or ranges of verified store files (fd[i] >= 0 at
- * fd_off[i], iov[i].iov_len bytes; valid while the file is open). */
+/* Bytes of a read, as up to three pieces of pinned chunk buffers. */
 struct sfs_pf_view {
 	struct iovec iov[3];
-	int fd[3];
-	off_t fd_off[3];
 	int n_iov;
 	size_t bytes;
 	void *pins[3]; /* private: chunks held until sfs_pf_view_release() */

@@ -27,6 +27,7 @@
 #include "log.h"
 #include "uring.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -107,6 +108,7 @@ struct sfs_store {
 	uint64_t retry_at_ms;	    /* protected by lock */
 	bool full_logged;	    /* protected by lock */
 	struct write_job *jobs, *jobs_tail; /* protected by lock */
+	uint64_t queued_bytes;	    /* protected by lock: chunk bytes not yet written */
 	bool stopping;		    /* protected by lock */
 
 	pthread_t writer;
@@ -334,7 +336,8 @@ static bool make_room(sfs_store *s, uint64_t need, uint64_t in_batch)
 /* --- loading -------------------------------------------------------------- */
 
 /* Load one object file into the index; delete it if it is not ours or is
- * unusable. Caller holds lock (only at open, single-threaded). */
+ * unusable. Caller holds lock. A key already indexed (an object created in
+ * memory before the directory came back) keeps the in-memory one. */
 static void load_object(sfs_store *s, const char *path, const char *name)
 {
 	struct obj_header h;
@@ -350,6 +353,10 @@ static void load_object(sfs_store *s, const char *path, const char *name)
 	key_hex(h.key, hex);
 	if (strcmp(hex, name) != 0 || h.data_off != header_bytes(h.n_chunks))
 		goto discard;
+	if (index_find(s, h.key)) {
+		close(fd);
+		return;
+	}
 	sfs_store_obj *o = obj_new(s, h.key, h.size);
 	if (!o || o->n_chunks != h.n_chunks) {
 		if (o)
@@ -392,8 +399,9 @@ static void load_index(sfs_store *s)
 	if (!top)
 		return;
 	while ((d = readdir(top))) {
-		if (d->d_name[0] == '.')
-			continue;
+		if (strlen(d->d_name) != 2 || !isxdigit((unsigned char)d->d_name[0]) ||
+		    !isxdigit((unsigned char)d->d_name[1]))
+			continue; /* not one of our KK directories */
 		char sub[4096];
 		snprintf(sub, sizeof(sub), "%s/objects/%.2s", s->conf.dir, d->d_name);
 		DIR *dd = opendir(sub);
@@ -447,6 +455,7 @@ static int store_attach(sfs_store *s, char *err, size_t err_len)
 	if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
 		/* The lock is what matters; the pid is a courtesy. */
 	}
+	pthread_mutex_lock(&s->lock);
 	s->lock_fd = fd;
 	if (s->conf.capacity_bytes == 0) {
 		struct statvfs sv;
@@ -459,6 +468,7 @@ static int store_attach(sfs_store *s, char *err, size_t err_len)
 		s->min_free_bytes = total / 20 < (4ull << 30) ? total / 20 : (4ull << 30);
 	}
 	load_index(s);
+	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
 
@@ -498,6 +508,10 @@ static int obj_open_file(sfs_store *s, sfs_store_obj *o, bool create)
 		o->on_disk = true;
 	}
 	o->fd = fd;
+	/* No readahead on this fd: chunks are spliced out of it only once
+	 * VERIFIED, and readahead past one would cache pages of a neighbour
+	 * that an O_DIRECT write may be filling at that moment (stale pages). */
+	posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
 	if (create && o->dfd < 0) {
 		/* Chunk bytes go to disk with O_DIRECT: no copy into the page
 		 * cache and no writeback later (measured: the buffered copy was
@@ -561,8 +575,6 @@ static void write_batch(sfs_store *s, struct write_job **jobs, size_t n)
 			go_offline(s, rc, "creating a cache file");
 			continue;
 		}
-		if (!o->in_index)
-			index_add(s, o);
 		/* Reserve the space now so concurrent batches see it. */
 		in_batch += j->len;
 		s->used_bytes += j->len;
@@ -629,6 +641,8 @@ static void write_batch(sfs_store *s, struct write_job **jobs, size_t n)
 		if (err[i] != 0 && o->state[j->index] == SFS_CHUNK_WRITING)
 			o->state[j->index] = SFS_CHUNK_ABSENT;
 	}
+	for (size_t i = 0; i < n; i++)
+		s->queued_bytes -= jobs[i]->len;
 	pthread_mutex_unlock(&s->lock);
 	for (size_t i = 0; i < n; i++) {
 		jobs[i]->done(jobs[i]->arg, err[i]);
@@ -786,6 +800,7 @@ void sfs_store_get_stats(sfs_store *s, struct sfs_store_stats *out)
 	out->used_bytes = s->used_bytes;
 	out->capacity_bytes = s->capacity_bytes;
 	out->objects = s->n_objects;
+	out->queued_bytes = s->queued_bytes;
 	out->online = s->online;
 	pthread_mutex_unlock(&s->lock);
 }
@@ -803,7 +818,10 @@ sfs_store_obj *sfs_store_obj_get(sfs_store *s, const struct sfs_file_version *v)
 			pthread_mutex_unlock(&s->lock);
 			return NULL;
 		}
-		/* Not in the index until its first chunk is written. */
+		/* Indexed at once, so that every holder of this version shares
+		 * one object; it gets a file with its first chunk, and leaves
+		 * the index again if its last holder goes before that. */
+		index_add(s, o);
 	} else {
 		lru_touch(s, o);
 	}
@@ -818,7 +836,9 @@ void sfs_store_obj_put(sfs_store_obj *o)
 
 	pthread_mutex_lock(&s->lock);
 	if (--o->refs == 0) {
-		if (!o->in_index) {
+		if (!o->on_disk) {
+			if (o->in_index)
+				index_remove(s, o);
 			pthread_mutex_unlock(&s->lock);
 			obj_free(o);
 			return;
@@ -923,9 +943,13 @@ ssize_t sfs_store_read_chunk(sfs_store_obj *o, uint32_t index, void *buf)
 	}
 	bool good = (uint32_t)n == rec.len && XXH3_64bits(buf, rec.len) == rec.xxh64;
 	pthread_mutex_lock(&s->lock);
-	if (good && o->recs[index].valid == REC_VALID)
+	/* Act only if the chunk is still the one we read (not dropped and
+	 * rewritten meanwhile). */
+	bool same = o->recs[index].xxh64 == rec.xxh64 && o->recs[index].valid == REC_VALID &&
+		    (o->state[index] == SFS_CHUNK_PRESENT || o->state[index] == SFS_CHUNK_VERIFIED);
+	if (same && good)
 		o->state[index] = SFS_CHUNK_VERIFIED;
-	else if (!good)
+	else if (same)
 		chunk_invalidate(s, o, index);
 	pthread_mutex_unlock(&s->lock);
 	if (!good) {
@@ -983,6 +1007,7 @@ int sfs_store_write_chunk(sfs_store_obj *o, uint32_t index, const void *buf, uin
 	}
 	o->state[index] = SFS_CHUNK_WRITING;
 	o->refs++;
+	s->queued_bytes += len;
 	*j = (struct write_job){o, index, len, buf, done, arg, NULL};
 	if (s->jobs_tail)
 		s->jobs_tail->next = j;

@@ -55,6 +55,7 @@ struct sfs_store_stats {
 	uint64_t used_bytes, capacity_bytes;
 	uint64_t write_bytes, evicted_bytes, checksum_failures, errors;
 	uint64_t objects, not_admitted_bytes;
+	uint64_t queued_bytes; /* chunk bytes waiting to be written */
 	bool online;
 };
 

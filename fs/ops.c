@@ -390,36 +390,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	__atomic_fetch_add(&fs->read_bytes, (uint64_t)n, __ATOMIC_RELAXED);
-	bool any_fd = false;
-	for (int k = 0; k < v.n_iov; k++)
-		any_fd |= v.fd[k] >= 0;
-	if (!any_fd) {
-		if (v.n_iov)
-			fuse_reply_iov(req, v.iov, v.n_iov);
-		else
-			fuse_reply_buf(req, NULL, 0);
-	} else {
-		/* Cached chunks go from the cache file to the kernel by splice,
-		 * without passing through our memory. */
-		struct {
-			struct fuse_bufvec v;
-			struct fuse_buf more[2];
-		} bv;
-		memset(&bv, 0, sizeof(bv));
-		bv.v.count = (size_t)v.n_iov;
-		for (int k = 0; k < v.n_iov; k++) {
-			struct fuse_buf *b = &bv.v.buf[k];
-			b->size = v.iov[k].iov_len;
-			if (v.fd[k] >= 0) {
-				b->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-				b->fd = v.fd[k];
-				b->pos = v.fd_off[k];
-			} else {
-				b->mem = v.iov[k].iov_base;
-			}
-		}
-		fuse_reply_data(req, &bv.v, FUSE_BUF_SPLICE_MOVE);
-	}
+	if (v.n_iov)
+		fuse_reply_iov(req, v.iov, v.n_iov);
+	else
+		fuse_reply_buf(req, NULL, 0);
 	sfs_pf_view_release(pf, &v);
 }
 
@@ -758,11 +732,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_READDIRPLUS;
 	if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA)
 		conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
-	/* Cache hits are spliced from the cache file into /dev/fuse. */
-	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
-		conn->want |= FUSE_CAP_SPLICE_WRITE;
-	if (conn->capable & FUSE_CAP_SPLICE_MOVE)
-		conn->want |= FUSE_CAP_SPLICE_MOVE;
+	/* Replies are written from our chunk buffers (writev); libfuse's splice
+	 * path gave short replies under load here (see cache/prefetch.c). */
+	conn->want &= ~(unsigned)(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
 	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
 }
 

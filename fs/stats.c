@@ -143,6 +143,8 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	fprintf(f, "shardfs_cache_objects %llu\n", (unsigned long long)cs.objects);
 	help(f, "shardfs_cache_write_bytes_total", "counter", "Bytes written durably to the local cache.");
 	fprintf(f, "shardfs_cache_write_bytes_total %llu\n", (unsigned long long)cs.write_bytes);
+	help(f, "shardfs_cache_write_queue_bytes", "gauge", "Chunk bytes waiting to be written to the cache.");
+	fprintf(f, "shardfs_cache_write_queue_bytes %llu\n", (unsigned long long)cs.queued_bytes);
 	help(f, "shardfs_cache_not_admitted_bytes_total", "counter",
 	     "Bytes not cached because the cache was full (pin) or its filesystem ran out of space.");
 	fprintf(f, "shardfs_cache_not_admitted_bytes_total %llu\n",

@@ -23,7 +23,8 @@ fetched() { stat_value shardfs_prefetch_fetched_bytes_total; }
 # wait_idle: until no chunk is in flight (writes to the cache settle)
 wait_idle() {
 	for _ in $(seq 100); do
-		[ "$(stat_value shardfs_prefetch_inflight_bytes)" = 0 ] && sleep 0.3 && return 0
+		[ "$(stat_value shardfs_prefetch_inflight_bytes)" = 0 ] &&
+			[ "$(stat_value shardfs_cache_write_queue_bytes)" = 0 ] && return 0
 		sleep 0.1
 	done
 }
@@ -50,11 +51,12 @@ check "xattr user.shardfs.cached = size" \
 drop_caches
 pids=()
 for r in $(seq 0 31); do
-	( cmp -s "$MNT/shards/s$((r % 8))" "$EXPORT/shards/s$((r % 8))" ) &
+	( cmp "$MNT/shards/s$((r % 8))" "$EXPORT/shards/s$((r % 8))" >"$WORK/cmp.$r" 2>&1 ) &
 	pids+=($!)
 done
 bad=0
 for p in "${pids[@]}"; do wait "$p" || bad=$((bad + 1)); done
+[ "$bad" = 0 ] || diag "$(cat "$WORK"/cmp.* | head -5)"
 check "32 readers on 8 shards: all byte-exact" [ "$bad" = 0 ]
 
 # --- two daemons on one cache_dir -------------------------------------------

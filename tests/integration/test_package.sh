@@ -30,7 +30,13 @@ pkg_cleanup() {
 trap pkg_cleanup EXIT
 mkdir -p "$WORK" "$OUT"
 
-tree_state() { git -C "$SRC_ROOT" status --porcelain --untracked-files=all 2>/dev/null; }
+# What a package build could leave behind: new top-level entries (debian/,
+# obj-*/, build-packages/) and anything under packaging/, ignored or not.
+# (Not the whole status: others may edit the tree while this runs.)
+tree_state() {
+	ls -a "$SRC_ROOT"
+	git -C "$SRC_ROOT" status --porcelain --ignored --untracked-files=all -- packaging 2>/dev/null
+}
 tree_before=$(tree_state)
 
 # --- Debian packages -------------------------------------------------------
@@ -58,7 +64,7 @@ for f in ./usr/sbin/shardfs ./usr/bin/shardfs-stat ./usr/bin/shardfs-warm \
 done
 check "shardfs Depends on fuse3 (mount.fuse3)" \
 	bash -c "dpkg-deb -f '$DEB' Depends | grep -qE '(^|, )fuse3(,|$| )'"
-check "the work tree is unchanged by build-deb" [ "$(tree_state)" = "$tree_before" ]
+check "build-deb left nothing in the work tree" [ "$(tree_state)" = "$tree_before" ]
 
 export DEBIAN_FRONTEND=noninteractive
 if dpkg -i "$DEB" "$DEB_TOOLS" >"$WORK/dpkg.log" 2>&1 ||
@@ -141,7 +147,7 @@ if command -v rpmbuild >/dev/null; then
 	check "shardfs rpm Requires fuse3" bash -c "rpm -qp --requires '$RPM' | grep -qx fuse3"
 	check "shardfs-tools rpm ships the bench and the cluster" \
 		bash -c "rpm -qpl '$RPM_TOOLS' | grep -q '/shardfs-cluster\$' && rpm -qpl '$RPM_TOOLS' | grep -qx /usr/bin/shardfs-bench"
-	check "the work tree is unchanged by build-rpm" [ "$(tree_state)" = "$tree_before" ]
+	check "build-rpm left nothing in the work tree" [ "$(tree_state)" = "$tree_before" ]
 else
 	not_ok "rpmbuild is missing (package rpm)"
 fi
@@ -159,9 +165,22 @@ else
 fi
 missing=
 for o in $(/usr/sbin/shardfs --help | sed -n 's/^  \([a-z_]*\)[= ].*/\1/p'); do
-	grep -qE "^\.BI? $o([= ]|\$)" "$PKG/man/shardfs.8" || missing="$missing $o"
+	grep -qE "^\.B[IR]? $o([= ]|\$)" "$PKG/man/shardfs.8" || missing="$missing $o"
 done
 check "shardfs(8) documents every mount option of shardfs --help${missing:+ (missing:$missing)}" [ -z "$missing" ]
+# man_has_options PAGE COMMAND...: every long option of COMMAND --help is in PAGE.
+man_has_options() {
+	local page=$1 o missing=
+	shift
+	for o in $("$@" --help | grep -oE -- '--[a-z][a-z-]*' | sort -u); do
+		grep -qF -- "$(sed 's/-/\\-/g' <<<"$o")" "$page" || missing="$missing $o"
+	done
+	[ -z "$missing" ] || { diag "$(basename "$page") lacks:$missing"; return 1; }
+}
+check "shardfs-stat(1) documents every option of shardfs-stat --help" \
+	man_has_options "$PKG/man/shardfs-stat.1" "$SRC_ROOT/tools/shardfs-stat"
+check "shardfs-bench(1) documents every option of shardfs-bench --help" \
+	man_has_options "$PKG/man/shardfs-bench.1" python3 "$SRC_ROOT/tools/shardfs-bench"
 
 # --- deployment examples and scripts ---------------------------------------------
 if python3 -c 'import yaml' 2>/dev/null; then
