@@ -1,17 +1,187 @@
 // SPDX-License-Identifier: Apache-2.0
-/* staging — seam only; see staging.h. */
+/*
+ * staging — target regions and the copies into them. See staging.h.
+ * Shared-memory regions are mapped here; CUDA regions go through
+ * staging_cuda.c (or its stub).
+ */
 #include "staging.h"
+#include "staging_cuda.h"
+#include "log.h"
 
 #include <errno.h>
-#include <stddef.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct sfs_staging {
+	struct sfs_cuda *cuda; /* set at open; NULL without a usable runtime */
+};
+
+struct sfs_stage_region {
+	sfs_staging *st;	 /* set at creation */
+	enum sfs_stage_kind kind;
+	uint64_t length;
+	/* SHM */
+	void *map;		 /* mapping of [map_off, map_off + map_len) of the object */
+	size_t map_len;
+	char *dst;		 /* the region's first byte inside map */
+	/* CUDA */
+	void *dev_dst;		 /* device pointer of the region's first byte */
+	int device;
+};
 
 int sfs_staging_open(sfs_staging **out)
 {
-	*out = NULL;
-	return -ENOTSUP;
+	sfs_staging *st = calloc(1, sizeof(*st));
+
+	if (!st)
+		return -ENOMEM;
+	if (sfs_cuda_open(&st->cuda) < 0)
+		st->cuda = NULL;
+	unsigned n = st->cuda ? sfs_cuda_gpu_count(st->cuda) : 0;
+	sfs_log(SFS_LOG_DEBUG, "staging", "%u usable GPU%s", n, n == 1 ? "" : "s");
+	*out = st;
+	return 0;
 }
 
 void sfs_staging_close(sfs_staging *st)
 {
-	(void)st;
+	if (!st)
+		return;
+	if (st->cuda)
+		sfs_cuda_close(st->cuda);
+	free(st);
+}
+
+unsigned sfs_staging_gpu_count(sfs_staging *st)
+{
+	return st->cuda ? sfs_cuda_gpu_count(st->cuda) : 0;
+}
+
+int sfs_staging_gpu_uuid(sfs_staging *st, unsigned index, uint8_t uuid[16])
+{
+	return st->cuda ? sfs_cuda_gpu_uuid(st->cuda, index, uuid) : -EINVAL;
+}
+
+int sfs_stage_region_shm(sfs_staging *st, const char *name, uint64_t offset, uint64_t length,
+			 uid_t uid, sfs_stage_region **out)
+{
+	struct stat sb;
+	int fd, err;
+
+	/* A POSIX shm name: one leading '/', no other '/', not "." or "..". */
+	size_t n = strnlen(name, 256);
+	if (n < 2 || n > 255 || name[0] != '/' || strchr(name + 1, '/') || !strcmp(name, "/.") ||
+	    !strcmp(name, "/.."))
+		return -EINVAL;
+	if (length == 0)
+		return -EINVAL;
+	fd = shm_open(name, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+	if (fd < 0)
+		return errno == EACCES ? -EPERM : -errno;
+	if (fstat(fd, &sb) != 0) {
+		err = -errno;
+		goto err_close;
+	}
+	/* The daemon usually runs as root: check ownership ourselves. */
+	if (sb.st_uid != uid) {
+		err = -EPERM;
+		goto err_close;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		err = -EINVAL;
+		goto err_close;
+	}
+	if (offset > (uint64_t)sb.st_size || length > (uint64_t)sb.st_size - offset) {
+		err = -ERANGE;
+		goto err_close;
+	}
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t map_off = offset & ~(page - 1);
+	size_t map_len = (size_t)(offset - map_off + length);
+	void *map = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)map_off);
+	if (map == MAP_FAILED) {
+		err = -errno;
+		goto err_close;
+	}
+	close(fd);
+	sfs_stage_region *r = calloc(1, sizeof(*r));
+	if (!r) {
+		munmap(map, map_len);
+		return -ENOMEM;
+	}
+	r->st = st;
+	r->kind = SFS_STAGE_SHM;
+	r->length = length;
+	r->map = map;
+	r->map_len = map_len;
+	r->dst = (char *)map + (offset - map_off);
+	*out = r;
+	return 0;
+
+err_close:
+	close(fd);
+	return err;
+}
+
+int sfs_stage_region_cuda(sfs_staging *st, const uint8_t handle[64], const uint8_t uuid[16],
+			  uint64_t offset, uint64_t length, uint64_t alloc_size,
+			  sfs_stage_region **out)
+{
+	void *base;
+	int device, rc;
+
+	if (!st->cuda || sfs_cuda_gpu_count(st->cuda) == 0)
+		return -EOPNOTSUPP;
+	if (length == 0 || offset > alloc_size || length > alloc_size - offset)
+		return -ERANGE;
+	rc = sfs_cuda_import(st->cuda, handle, uuid, &base, &device);
+	if (rc < 0)
+		return rc;
+	sfs_stage_region *r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->st = st;
+	r->kind = SFS_STAGE_CUDA;
+	r->length = length;
+	r->dev_dst = (char *)base + offset;
+	r->device = device;
+	*out = r;
+	return 0;
+}
+
+void sfs_stage_region_free(sfs_stage_region *r)
+{
+	if (!r)
+		return;
+	if (r->kind == SFS_STAGE_SHM)
+		munmap(r->map, r->map_len);
+	/* CUDA: the imported handle stays open (cached for the daemon's life). */
+	free(r);
+}
+
+uint64_t sfs_stage_region_length(const sfs_stage_region *r)
+{
+	return r->length;
+}
+
+enum sfs_stage_kind sfs_stage_region_kind(const sfs_stage_region *r)
+{
+	return r->kind;
+}
+
+int sfs_stage_region_put(sfs_stage_region *r, uint64_t off, const struct iovec *iov, int n_iov)
+{
+	if (r->kind == SFS_STAGE_CUDA)
+		return sfs_cuda_copy_to_device(r->st->cuda, r->device, (char *)r->dev_dst + off, iov,
+					       n_iov);
+	char *dst = r->dst + off;
+	for (int i = 0; i < n_iov; i++) {
+		memcpy(dst, iov[i].iov_base, iov[i].iov_len);
+		dst += iov[i].iov_len;
+	}
+	return 0;
 }

@@ -1,22 +1,69 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * staging — placing verified file bytes into a trainer's shared-memory or
- * GPU buffer (seam; filled in by the staging-ioctl issue).
+ * staging — placing verified file bytes into a trainer's memory: a POSIX
+ * shared-memory object, or GPU memory exported with CUDA IPC.
  *
- * Will own: registered target regions (POSIX shm by name, CUDA allocations
- * by IPC handle), their lifetime per open file and uid, and the copy from
- * cache chunks into them. staging_cuda.c will be the only file that
- * includes CUDA; builds without CUDA get a stub that answers -ENOTSUP.
+ * Owns: target regions (mapping a shm object after checking its owner;
+ * importing a CUDA IPC handle once per handle and GPU), the copies into
+ * them, and the CUDA runtime, which is optional at build time (meson feature
+ * `cuda`) and at run time (loaded with dlopen; no GPU, no driver or no
+ * library at all just means zero GPUs). staging_cuda.c is the only file
+ * that knows CUDA; builds without it compile staging_cuda_stub.c.
+ * Does not own: where the bytes come from (prefetch), the ioctl ABI (fs).
  *
- * Today sfs_staging_open() answers -ENOTSUP.
+ * Threading: sfs_staging_* may be called from any thread. A region is used
+ * by one thread at a time (the fs layer serialises per open file).
  */
 #ifndef SFS_STAGING_H
 #define SFS_STAGING_H
 
-typedef struct sfs_staging sfs_staging;
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 
-/* Returns 0 with *out set, or -errno (-ENOTSUP until the staging issue lands). */
+typedef struct sfs_staging sfs_staging;
+typedef struct sfs_stage_region sfs_stage_region;
+
+enum sfs_stage_kind { SFS_STAGE_SHM = 1, SFS_STAGE_CUDA = 2 };
+
+/* Probe CUDA (if built in) and set up. Never fails for lack of a GPU.
+ * Returns 0 or -ENOMEM. */
 int sfs_staging_open(sfs_staging **out);
 void sfs_staging_close(sfs_staging *st);
+
+/* Usable GPUs (0 without CUDA) and their UUIDs. */
+unsigned sfs_staging_gpu_count(sfs_staging *st);
+int sfs_staging_gpu_uuid(sfs_staging *st, unsigned index, uint8_t uuid[16]);
+
+/*
+ * A region of `length` bytes at `offset` inside the shm object `name`
+ * (as for shm_open). The object must belong to `uid` (else -EPERM) and
+ * hold offset + length bytes (else -ERANGE); -ENOENT if it does not exist,
+ * -EINVAL for a bad name.
+ */
+int sfs_stage_region_shm(sfs_staging *st, const char *name, uint64_t offset, uint64_t length,
+			 uid_t uid, sfs_stage_region **out);
+
+/*
+ * A region of `length` bytes at `offset` inside the CUDA allocation of
+ * `alloc_size` bytes exported as `handle` on the GPU `uuid`. -EOPNOTSUPP
+ * without CUDA, -EINVAL for an unknown GPU or a bad handle, -ERANGE if the
+ * view is outside the allocation.
+ */
+int sfs_stage_region_cuda(sfs_staging *st, const uint8_t handle[64], const uint8_t uuid[16],
+			  uint64_t offset, uint64_t length, uint64_t alloc_size,
+			  sfs_stage_region **out);
+
+void sfs_stage_region_free(sfs_stage_region *r);
+uint64_t sfs_stage_region_length(const sfs_stage_region *r);
+enum sfs_stage_kind sfs_stage_region_kind(const sfs_stage_region *r);
+
+/*
+ * Copy the bytes of iov[0..n) to offset `off` of the region (the caller
+ * checked the bounds). Returns 0 or -errno. For CUDA the copy has finished
+ * (device memory written) when this returns.
+ */
+int sfs_stage_region_put(sfs_stage_region *r, uint64_t off, const struct iovec *iov, int n_iov);
 
 #endif

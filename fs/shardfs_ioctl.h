@@ -1,12 +1,22 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shardfs_ioctl.h — the ioctl ABI of a shardfs mount (installed as
- * <shardfs/shardfs_ioctl.h>). Issue an ioctl on a file opened on the mount.
+ * <shardfs/shardfs_ioctl.h>). Issue the ioctls on a file opened on the mount.
  *
- * Rules of this ABI (FUSE allows only "restricted" ioctls): fixed-width
+ * Rules of this ABI (FUSE allows only "restricted" ioctls, whose argument
+ * the kernel copies by the size encoded in the command): fixed-width
  * fields, 8-byte alignment, no pointers and no file descriptors inside, a
- * size field first so the struct can grow, reserved words that must be
- * zero. Refusals come back as errno values, never ENOSYS.
+ * `size` field first (the caller's sizeof, so structs can grow), reserved
+ * words that must be zero, at most 16383 bytes each way. Refusals come back
+ * as errno values, never ENOSYS (which the caller would see as ENOTTY).
+ * 32-bit callers are refused with EOPNOTSUPP.
+ *
+ * Staging: a trainer registers a target region (a POSIX shared-memory
+ * object it owns, or a CUDA allocation by IPC handle), then asks shardfs to
+ * place byte ranges of the open file into it. Only verified bytes are
+ * placed: chunks missing from the local cache are fetched (and checked)
+ * first. A region belongs to the open file and the uid that registered it
+ * and is dropped when the file is closed.
  */
 #ifndef SHARDFS_IOCTL_H
 #define SHARDFS_IOCTL_H
@@ -15,13 +25,108 @@
 #include <stdint.h>
 
 #define SHARDFS_IOC_MAGIC 'S'
+#define SHARDFS_ABI_VERSION 1
 
-/* SHARDFS_IOC_WARM: fetch the whole file into the local cache (whatever
- * prefetch_max says) and report progress. The first call starts the fetch;
- * every call returns immediately with the state so far, so a caller polls
- * until cached_bytes == file_bytes or SHARDFS_WARM_ACTIVE clears.
- * Errors: ENOTSUP (the mount has no cache_dir), EINVAL (bad size field or
- * reserved words not zero). */
+/* --- SHARDFS_IOC_QUERY: what this mount can do --------------------------- */
+
+#define SHARDFS_CAP_SHM 0x1u	   /* shared-memory regions */
+#define SHARDFS_CAP_CUDA_IPC 0x2u  /* CUDA regions (a usable GPU and runtime) */
+#define SHARDFS_CAP_WARM 0x4u	   /* SHARDFS_IOC_WARM (the mount has a cache) */
+
+#define SHARDFS_MAX_GPUS 8
+
+struct shardfs_query {
+	uint32_t size;		    /* in: sizeof(struct shardfs_query) */
+	uint32_t abi_version;	    /* out: SHARDFS_ABI_VERSION */
+	uint32_t caps;		    /* out: SHARDFS_CAP_* */
+	uint32_t n_gpus;	    /* out: usable GPUs (0 without CUDA) */
+	uint32_t max_ranges;	    /* out: ranges per SHARDFS_IOC_STAGE */
+	uint32_t max_regions;	    /* out: regions per open file */
+	uint64_t max_stage_bytes;   /* out: bytes per SHARDFS_IOC_STAGE call */
+	uint8_t gpu_uuid[SHARDFS_MAX_GPUS][16]; /* out: the first GPUs' UUIDs */
+	uint64_t reserved[8];	    /* in: zero */
+};
+#define SHARDFS_IOC_QUERY _IOWR(SHARDFS_IOC_MAGIC, 0x01, struct shardfs_query)
+
+/* --- SHARDFS_IOC_REGISTER: a target region -------------------------------- */
+
+#define SHARDFS_REGION_SHM 1
+#define SHARDFS_REGION_CUDA 2
+
+struct shardfs_region {
+	uint32_t size;		    /* in: sizeof(struct shardfs_region) */
+	uint32_t kind;		    /* in: SHARDFS_REGION_* */
+	uint64_t region_id;	    /* out: names the region in STAGE/UNREGISTER */
+	uint64_t offset;	    /* in: SHM: offset of the region in the object;
+				       CUDA: offset of the view in the allocation */
+	uint64_t length;	    /* in: bytes of the region */
+	uint64_t alloc_size;	    /* in: CUDA: size of the whole allocation */
+	char shm_name[256];	    /* in: SHM: "/name" as given to shm_open(3) */
+	uint8_t cuda_ipc_handle[64]; /* in: CUDA: cudaIpcMemHandle_t of the allocation base */
+	uint8_t gpu_uuid[16];	    /* in: CUDA: the GPU holding the allocation */
+	uint64_t reserved[4];	    /* in: zero */
+};
+#define SHARDFS_IOC_REGISTER _IOWR(SHARDFS_IOC_MAGIC, 0x02, struct shardfs_region)
+
+/* --- SHARDFS_IOC_STAGE: place ranges of the file into a region ------------ */
+
+#define SHARDFS_STAGE_MAX_RANGES 64
+
+struct shardfs_range {
+	uint64_t region_offset; /* in: where in the region */
+	uint64_t file_offset;	/* in: where in the file */
+	uint64_t length;	/* in: bytes */
+	uint64_t placed;	/* out: bytes placed (short only at end of file) */
+};
+
+#define SHARDFS_PATH_CACHE 0x1u	  /* bytes came from the local cache */
+#define SHARDFS_PATH_NFS 0x2u	  /* bytes were fetched from NFS first */
+#define SHARDFS_PATH_SHM_COPY 0x10u /* placed by a copy into shared memory */
+#define SHARDFS_PATH_CUDA_PINNED 0x20u /* placed through pinned staging buffers */
+
+struct shardfs_stage {
+	uint32_t size;		/* in: sizeof(struct shardfs_stage) */
+	uint32_t n_ranges;	/* in: 1..SHARDFS_STAGE_MAX_RANGES */
+	uint64_t region_id;	/* in */
+	uint64_t bytes_placed;	/* out: sum of ranges[].placed */
+	uint32_t path;		/* out: SHARDFS_PATH_* bits of how they moved */
+	uint32_t reserved0;	/* in: zero */
+	uint64_t reserved[4];	/* in: zero */
+	struct shardfs_range ranges[SHARDFS_STAGE_MAX_RANGES];
+};
+#define SHARDFS_IOC_STAGE _IOWR(SHARDFS_IOC_MAGIC, 0x03, struct shardfs_stage)
+
+/* --- SHARDFS_IOC_UNREGISTER ---------------------------------------------- */
+
+struct shardfs_unregister {
+	uint32_t size;	      /* in: sizeof(struct shardfs_unregister) */
+	uint32_t reserved0;   /* in: zero */
+	uint64_t region_id;   /* in */
+	uint64_t reserved[2]; /* in: zero */
+};
+#define SHARDFS_IOC_UNREGISTER _IOW(SHARDFS_IOC_MAGIC, 0x04, struct shardfs_unregister)
+
+/*
+ * errno values:
+ *   EINVAL     bad size field, non-zero reserved words, unknown kind, zero or
+ *              too many ranges, a CUDA handle for a GPU we do not have
+ *   ERANGE     a range outside its region, or a region outside its object
+ *   ENOENT     no such region on this open file, or no such shm object
+ *   EPERM      the shm object belongs to another uid, or the region was
+ *              registered by another uid
+ *   EOPNOTSUPP a 32-bit caller, or CUDA without a usable GPU and runtime
+ *   ENOSPC     too many regions on this open file
+ *   EIO        the bytes could not be fetched (no NFS node could serve)
+ *   ESTALE     the file changed on the server under this open
+ *   ENOTTY     not a shardfs file (or an ioctl we do not know)
+ */
+
+/* --- SHARDFS_IOC_WARM: fetch the whole file into the local cache ---------- */
+
+/* The first call starts the fetch (whatever prefetch_max says); every call
+ * returns at once with the state so far, so a caller polls until
+ * cached_bytes == file_bytes or SHARDFS_WARM_ACTIVE clears.
+ * Errors: ENOTSUP (the mount has no cache_dir), EINVAL. */
 struct shardfs_warm {
 	uint32_t size;	       /* in: sizeof(struct shardfs_warm) */
 	uint32_t flags;	       /* out: SHARDFS_WARM_* */

@@ -55,6 +55,7 @@ dpkg-deb -c "$DEB" | awk '{print $6}' >"$WORK/deb.files"
 dpkg-deb -c "$DEB_TOOLS" | awk '{print $6}' >>"$WORK/deb.files"
 for f in ./usr/sbin/shardfs ./usr/bin/shardfs-stat ./usr/bin/shardfs-warm \
 	./usr/share/man/man8/shardfs.8.gz ./usr/share/man/man1/shardfs-stat.1.gz \
+	./usr/share/man/man1/shardfs-warm.1.gz \
 	./usr/share/man/man1/shardfs-bench.1.gz ./usr/bin/shardfs-bench \
 	./usr/lib/shardfs/shardfs-bench ./usr/lib/shardfs/shardfs-cluster \
 	./usr/lib/shardfs/shardfs-gendata ./usr/lib/shardfs/shardfs-rawread \
@@ -181,6 +182,8 @@ check "shardfs-stat(1) documents every option of shardfs-stat --help" \
 	man_has_options "$PKG/man/shardfs-stat.1" "$SRC_ROOT/tools/shardfs-stat"
 check "shardfs-bench(1) documents every option of shardfs-bench --help" \
 	man_has_options "$PKG/man/shardfs-bench.1" python3 "$SRC_ROOT/tools/shardfs-bench"
+check "shardfs-warm(1) documents every option of shardfs-warm --help" \
+	man_has_options "$PKG/man/shardfs-warm.1" "$SRC_ROOT/tools/shardfs-warm"
 
 # --- deployment examples and scripts ---------------------------------------------
 if python3 -c 'import yaml' 2>/dev/null; then

@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * staging_cuda.h — private to cache/staging*.c: the CUDA half of staging.
+ * Implemented by staging_cuda.c (CUDA runtime loaded with dlopen at run
+ * time) or staging_cuda_stub.c (builds without CUDA: no GPU, -EOPNOTSUPP).
+ */
+#ifndef SFS_STAGING_CUDA_H
+#define SFS_STAGING_CUDA_H
+
+#include <stdint.h>
+#include <sys/uio.h>
+
+struct sfs_cuda;
+
+/* Load the runtime and list GPUs. Returns 0 with *out set (possibly with
+ * zero GPUs), or -ENOTSUP when there is no usable runtime (*out NULL). */
+int sfs_cuda_open(struct sfs_cuda **out);
+void sfs_cuda_close(struct sfs_cuda *cu);
+unsigned sfs_cuda_gpu_count(struct sfs_cuda *cu);
+int sfs_cuda_gpu_uuid(struct sfs_cuda *cu, unsigned index, uint8_t uuid[16]);
+
+/* Open an IPC handle on the GPU `uuid` (cached: one open per handle and
+ * GPU for the daemon's life, as CUDA allows one per process). Sets the
+ * device pointer of the allocation base. Returns 0 or -errno. */
+int sfs_cuda_import(struct sfs_cuda *cu, const uint8_t handle[64], const uint8_t uuid[16],
+		    void **base, int *device);
+
+/* Copy host iovecs to device memory dst on `device` through pinned staging
+ * buffers with overlapping transfers; returns when the copy is complete.
+ * Returns 0 or -errno. */
+int sfs_cuda_copy_to_device(struct sfs_cuda *cu, int device, void *dst, const struct iovec *iov,
+			    int n_iov);
+
+#endif

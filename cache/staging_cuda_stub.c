@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+/* staging_cuda_stub — the CUDA half for builds without CUDA: no GPU. */
+#include "staging_cuda.h"
+
+#include <errno.h>
+#include <stddef.h>
+
+int sfs_cuda_open(struct sfs_cuda **out)
+{
+	*out = NULL;
+	return -ENOTSUP;
+}
+
+void sfs_cuda_close(struct sfs_cuda *cu)
+{
+	(void)cu;
+}
+
+unsigned sfs_cuda_gpu_count(struct sfs_cuda *cu)
+{
+	(void)cu;
+	return 0;
+}
+
+int sfs_cuda_gpu_uuid(struct sfs_cuda *cu, unsigned index, uint8_t uuid[16])
+{
+	(void)cu, (void)index, (void)uuid;
+	return -EINVAL;
+}
+
+int sfs_cuda_import(struct sfs_cuda *cu, const uint8_t handle[64], const uint8_t uuid[16],
+		    void **base, int *device)
+{
+	(void)cu, (void)handle, (void)uuid, (void)base, (void)device;
+	return -EOPNOTSUPP;
+}
+
+int sfs_cuda_copy_to_device(struct sfs_cuda *cu, int device, void *dst, const struct iovec *iov,
+			    int n_iov)
+{
+	(void)cu, (void)device, (void)dst, (void)iov, (void)n_iov;
+	return -EOPNOTSUPP;
+}
