@@ -11,6 +11,7 @@
 
 #include "../cache/origin.h"
 #include "../cache/prefetch.h"
+#include "../cache/staging.h"
 #include "inode.h"
 #include "options.h"
 
@@ -35,11 +36,26 @@ enum sfs_fuse_op {
 	SFS_OP_COUNT
 };
 
+/* Staging counters: by target and by refusal reason. */
+enum sfs_stage_target { SFS_STAGE_T_SHM, SFS_STAGE_T_CUDA, SFS_STAGE_T_COUNT };
+enum sfs_stage_reason {
+	SFS_STAGE_E_INVALID,	/* EINVAL: bad struct, sizes, reserved words */
+	SFS_STAGE_E_RANGE,	/* ERANGE */
+	SFS_STAGE_E_NOREGION,	/* ENOENT */
+	SFS_STAGE_E_PERM,	/* EPERM */
+	SFS_STAGE_E_UNSUPPORTED, /* EOPNOTSUPP */
+	SFS_STAGE_E_IO,		/* EIO, ESTALE and others while placing bytes */
+	SFS_STAGE_E_COUNT
+};
+extern const char *const sfs_stage_target_names[SFS_STAGE_T_COUNT];
+extern const char *const sfs_stage_reason_names[SFS_STAGE_E_COUNT];
+
 struct sfs_fs {
 	struct sfs_options *opts;   /* set at start, then read-only */
 	sfs_origin *origin;	    /* set at start, then read-only */
 	sfs_prefetch *prefetch;	    /* set at start, then read-only */
 	sfs_store *store;	    /* set at start, then read-only; NULL: no cache */
+	sfs_staging *staging;	    /* set at start, then read-only */
 	struct fuse_session *se;    /* set at start: for kernel cache invalidation */
 	sfs_inode_table *inodes;    /* set at start, then read-only */
 	double attr_timeout_s;	    /* set at start, then read-only */
@@ -49,9 +65,35 @@ struct sfs_fs {
 	uint64_t read_bytes;		 /* atomic: bytes replied to read() */
 	uint64_t read_errors;		 /* atomic */
 	uint64_t invalidations;		 /* atomic: kernel caches dropped for changed files */
+	uint64_t stage_bytes[SFS_STAGE_T_COUNT];    /* atomic */
+	uint64_t stage_requests[SFS_STAGE_T_COUNT]; /* atomic */
+	uint64_t stage_errors[SFS_STAGE_E_COUNT];   /* atomic */
+};
+
+
+#define SFS_MAX_REGIONS 16 /* per open file */
+
+/* What fi->fh points to for an open NFS file. */
+struct sfs_open_file {
+	sfs_pf_file *pf;	/* set at open: the file version this open reads */
+	uid_t uid;		/* set at open: the opener */
+	pthread_mutex_t lock;	/* serialises ioctls on this open file */
+	struct {
+		uint64_t id;	/* 0: free slot */
+		uid_t uid;
+		sfs_stage_region *region;
+	} regions[SFS_MAX_REGIONS]; /* protected by lock */
+	uint64_t next_region_id;    /* protected by lock */
 };
 
 extern const struct fuse_lowlevel_ops sfs_fuse_ops;
+
+/* The ioctl handler (fs/ioctl.c). */
+void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+		  struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
+		  size_t out_bufsz);
+/* Drop an open file's regions (release). */
+void sfs_open_file_drop_regions(struct sfs_open_file *of);
 extern const char *const sfs_fuse_op_names[SFS_OP_COUNT];
 
 /*

@@ -207,6 +207,11 @@ int main(int argc, char **argv)
 		sfs_log(SFS_LOG_ERR, "main", "cannot start: %s", strerror(-rc));
 		goto out_unmount;
 	}
+	/* After the fork: the CUDA runtime (if any) must live in the daemon. */
+	if ((rc = sfs_staging_open(&fs.staging)) < 0) {
+		sfs_log(SFS_LOG_ERR, "main", "cannot set up staging: %s", strerror(-rc));
+		goto out_unmount;
+	}
 	sfs_log(SFS_LOG_INFO, "main", "mounted %s on %s (%d node addresses, %u connections each)",
 		o.source, o.mountpoint, n_addrs, o.nconnect);
 
@@ -236,6 +241,7 @@ out_origin:
 	sfs_origin_close(fs.origin); /* before prefetch: completions touch its files */
 	sfs_store_close(fs.store);   /* finishes queued writes, whose callbacks too */
 	sfs_prefetch_close(fs.prefetch);
+	sfs_staging_close(fs.staging);
 out_addrs:
 	sfs_addrs_free(addrs, (size_t)n_addrs);
 out_opts:

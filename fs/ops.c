@@ -360,11 +360,24 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
 	}
 	sfs_pf_file_opened(pf);
-	fi->fh = (uintptr_t)pf;
+	struct sfs_open_file *of = calloc(1, sizeof(*of));
+	if (!of) {
+		file_closed(i, pf);
+		reply_err(req, -ENOMEM);
+		return;
+	}
+	of->pf = pf;
+	of->uid = fuse_req_ctx(req)->uid;
+	of->next_region_id = 1;
+	pthread_mutex_init(&of->lock, NULL);
+	fi->fh = (uintptr_t)of;
 	fi->keep_cache = unchanged;
 	fi->direct_io = fs->opts->direct_io;
-	if (fuse_reply_open(req, fi) != 0)
+	if (fuse_reply_open(req, fi) != 0) {
+		pthread_mutex_destroy(&of->lock);
+		free(of);
 		file_closed(i, pf);
+	}
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -381,7 +394,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_buf(req, s->text + from, n);
 		return;
 	}
-	sfs_pf_file *pf = (sfs_pf_file *)(uintptr_t)fi->fh;
+	sfs_pf_file *pf = ((struct sfs_open_file *)(uintptr_t)fi->fh)->pf;
 	struct sfs_pf_view v;
 	ssize_t n = sfs_pf_read(pf, (uint64_t)off, size, &v);
 	if (n < 0) {
@@ -408,7 +421,11 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		free(s->text);
 		free(s);
 	} else if (fi->fh) {
-		file_closed(i, (sfs_pf_file *)(uintptr_t)fi->fh);
+		struct sfs_open_file *of = (struct sfs_open_file *)(uintptr_t)fi->fh;
+		sfs_open_file_drop_regions(of); /* regions belong to the open file */
+		file_closed(i, of->pf);
+		pthread_mutex_destroy(&of->lock);
+		free(of);
 	}
 	fuse_reply_err(req, 0);
 }
@@ -601,57 +618,6 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		fuse_reply_buf(req, names, n);
 }
 
-static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
-		     struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
-		     size_t out_bufsz)
-{
-	struct sfs_fs *fs = FS(req);
-	struct sfs_inode *i = I(fs, ino);
-
-	op_count(fs, SFS_OP_IOCTL);
-	if (flags & FUSE_IOCTL_COMPAT) {
-		reply_err(req, -EOPNOTSUPP); /* 32-bit callers: refused cleanly */
-		return;
-	}
-	if (i->kind != SFS_INODE_NFS || !fi->fh) {
-		reply_err(req, -ENOTTY);
-		return;
-	}
-	switch (cmd) {
-	case SHARDFS_IOC_WARM: {
-		struct shardfs_warm w;
-		if (in_bufsz < sizeof(w) || out_bufsz < sizeof(w)) {
-			reply_err(req, -EINVAL);
-			return;
-		}
-		memcpy(&w, in_buf, sizeof(w));
-		if (w.size != sizeof(w) || w.reserved[0] || w.reserved[1] || w.reserved[2] ||
-		    w.reserved[3]) {
-			reply_err(req, -EINVAL);
-			return;
-		}
-		sfs_pf_file *pf = (sfs_pf_file *)(uintptr_t)fi->fh;
-		bool active = false;
-		int rc = sfs_pf_file_warm(pf, &active);
-		if (rc < 0) {
-			reply_err(req, rc);
-			return;
-		}
-		pthread_mutex_lock(&i->lock);
-		w.file_bytes = i->pf == pf ? i->pf_attr.size : 0;
-		pthread_mutex_unlock(&i->lock);
-		w.cached_bytes = sfs_pf_file_cached_bytes(pf);
-		if (i->pf != pf)
-			w.file_bytes = w.cached_bytes; /* an older version: report what it has */
-		w.flags = active ? SHARDFS_WARM_ACTIVE : 0;
-		fuse_reply_ioctl(req, 0, &w, sizeof(w));
-		return;
-	}
-	default:
-		reply_err(req, -ENOTTY);
-	}
-}
-
 /* --- everything that would modify: EROFS ---------------------------------- */
 
 static void deny(fuse_req_t req)
@@ -766,7 +732,7 @@ const struct fuse_lowlevel_ops sfs_fuse_ops = {
 	.statfs = op_statfs,
 	.getxattr = op_getxattr,
 	.listxattr = op_listxattr,
-	.ioctl = op_ioctl,
+	.ioctl = sfs_op_ioctl,
 	.setattr = op_setattr,
 	.mknod = op_mknod,
 	.mkdir = op_mkdir,

@@ -159,6 +159,21 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	     "Cache directory errors (missing, unwritable, I/O errors); reads went to NFS.");
 	fprintf(f, "shardfs_cache_errors_total %llu\n", (unsigned long long)cs.errors);
 
+	help(f, "shardfs_gpus", "gauge", "GPUs usable for staging (0 without CUDA).");
+	fprintf(f, "shardfs_gpus %u\n", fs->staging ? sfs_staging_gpu_count(fs->staging) : 0);
+	help(f, "shardfs_stage_bytes_total", "counter", "Bytes placed by SHARDFS_IOC_STAGE, by target.");
+	for (int t = 0; t < SFS_STAGE_T_COUNT; t++)
+		fprintf(f, "shardfs_stage_bytes_total{target=\"%s\"} %llu\n", sfs_stage_target_names[t],
+			(unsigned long long)__atomic_load_n(&fs->stage_bytes[t], __ATOMIC_RELAXED));
+	help(f, "shardfs_stage_requests_total", "counter", "SHARDFS_IOC_STAGE calls served, by target.");
+	for (int t = 0; t < SFS_STAGE_T_COUNT; t++)
+		fprintf(f, "shardfs_stage_requests_total{target=\"%s\"} %llu\n", sfs_stage_target_names[t],
+			(unsigned long long)__atomic_load_n(&fs->stage_requests[t], __ATOMIC_RELAXED));
+	help(f, "shardfs_stage_errors_total", "counter", "Staging ioctls refused or failed, by reason.");
+	for (int r = 0; r < SFS_STAGE_E_COUNT; r++)
+		fprintf(f, "shardfs_stage_errors_total{reason=\"%s\"} %llu\n", sfs_stage_reason_names[r],
+			(unsigned long long)__atomic_load_n(&fs->stage_errors[r], __ATOMIC_RELAXED));
+
 	if (fclose(f) != 0) {
 		free(buf);
 		return -ENOMEM;

@@ -1,0 +1,326 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * ioctl — the ioctl ABI of fs/shardfs_ioctl.h: query, staging regions,
+ * staging ranges of the open file into them, and warm-up.
+ *
+ * Owns: validating every struct that comes in (size field, reserved words,
+ * bounds), the per-open-file region table and its uid rule, and counting
+ * bytes, requests and refusals. Bytes come from cache/prefetch (verified,
+ * fetched first when missing); cache/staging moves them into the target.
+ * Threading: runs on FUSE workers; ioctls on one open file are serialised
+ * by its lock (regions are used by one thread at a time). Never replies
+ * with a lock held.
+ */
+#include "fs.h"
+#include "shardfs_ioctl.h"
+#include "../cache/log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(sizeof(struct shardfs_query) % 8 == 0, "ABI: 8-byte multiple");
+_Static_assert(sizeof(struct shardfs_region) % 8 == 0, "ABI: 8-byte multiple");
+_Static_assert(sizeof(struct shardfs_stage) % 8 == 0, "ABI: 8-byte multiple");
+_Static_assert(sizeof(struct shardfs_stage) <= 16383, "ABI: FUSE restricted ioctl limit");
+_Static_assert(sizeof(struct shardfs_region) <= 16383, "ABI: FUSE restricted ioctl limit");
+
+/* The most one STAGE call may move: it runs on one FUSE worker, so bound
+ * how long it holds it. */
+#define SFS_MAX_STAGE_BYTES (1ull << 30)
+
+const char *const sfs_stage_target_names[SFS_STAGE_T_COUNT] = {"shm", "cuda"};
+const char *const sfs_stage_reason_names[SFS_STAGE_E_COUNT] = {
+	"invalid", "out_of_range", "no_region", "permission", "unsupported", "io"};
+
+static void count_error(struct sfs_fs *fs, int err)
+{
+	enum sfs_stage_reason r;
+
+	switch (-err) {
+	case EINVAL: case ENOSPC: r = SFS_STAGE_E_INVALID; break;
+	case ERANGE: r = SFS_STAGE_E_RANGE; break;
+	case ENOENT: r = SFS_STAGE_E_NOREGION; break;
+	case EPERM: case EACCES: r = SFS_STAGE_E_PERM; break;
+	case EOPNOTSUPP: r = SFS_STAGE_E_UNSUPPORTED; break;
+	default: r = SFS_STAGE_E_IO; break;
+	}
+	__atomic_fetch_add(&fs->stage_errors[r], 1, __ATOMIC_RELAXED);
+}
+
+static bool all_zero(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	for (size_t i = 0; i < n; i++)
+		if (b[i])
+			return false;
+	return true;
+}
+
+/* Copy the request struct in and check its size field. */
+static int take_in(void *dst, size_t want, const void *in_buf, size_t in_bufsz, size_t out_bufsz,
+		   bool out_too)
+{
+	if (in_bufsz < want || (out_too && out_bufsz < want))
+		return -EINVAL;
+	memcpy(dst, in_buf, want);
+	if (*(const uint32_t *)dst != want)
+		return -EINVAL;
+	return 0;
+}
+
+static int do_query(struct sfs_fs *fs, struct shardfs_query *q)
+{
+	if (!all_zero(q->reserved, sizeof(q->reserved)))
+		return -EINVAL;
+	unsigned n = fs->staging ? sfs_staging_gpu_count(fs->staging) : 0;
+	memset((char *)q + sizeof(q->size), 0, sizeof(*q) - sizeof(q->size));
+	q->abi_version = SHARDFS_ABI_VERSION;
+	q->caps = SHARDFS_CAP_SHM | (n ? SHARDFS_CAP_CUDA_IPC : 0) | (fs->store ? SHARDFS_CAP_WARM : 0);
+	q->n_gpus = n;
+	q->max_ranges = SHARDFS_STAGE_MAX_RANGES;
+	q->max_regions = SFS_MAX_REGIONS;
+	q->max_stage_bytes = SFS_MAX_STAGE_BYTES;
+	for (unsigned i = 0; i < n && i < SHARDFS_MAX_GPUS; i++)
+		sfs_staging_gpu_uuid(fs->staging, i, q->gpu_uuid[i]);
+	return 0;
+}
+
+/* Caller holds of->lock. */
+static int do_register(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid,
+		       struct shardfs_region *r)
+{
+	sfs_stage_region *region = NULL;
+	int slot = -1, rc;
+
+	if (!all_zero(r->reserved, sizeof(r->reserved)))
+		return -EINVAL;
+	for (int i = 0; i < SFS_MAX_REGIONS && slot < 0; i++)
+		if (!of->regions[i].id)
+			slot = i;
+	if (slot < 0)
+		return -ENOSPC;
+	switch (r->kind) {
+	case SHARDFS_REGION_SHM:
+		if (!memchr(r->shm_name, 0, sizeof(r->shm_name)))
+			return -EINVAL;
+		rc = sfs_stage_region_shm(fs->staging, r->shm_name, r->offset, r->length, uid, &region);
+		break;
+	case SHARDFS_REGION_CUDA:
+		rc = sfs_stage_region_cuda(fs->staging, r->cuda_ipc_handle, r->gpu_uuid, r->offset,
+					   r->length, r->alloc_size, &region);
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (rc < 0)
+		return rc;
+	of->regions[slot].id = of->next_region_id++;
+	of->regions[slot].uid = uid;
+	of->regions[slot].region = region;
+	r->region_id = of->regions[slot].id;
+	return 0;
+}
+
+/* The region `id` of this open file, if `uid` may use it. Caller holds of->lock. */
+static int find_region(struct sfs_open_file *of, uint64_t id, uid_t uid, int *slot)
+{
+	for (int i = 0; i < SFS_MAX_REGIONS; i++)
+		if (id && of->regions[i].id == id) {
+			if (of->regions[i].uid != uid)
+				return -EPERM;
+			*slot = i;
+			return 0;
+		}
+	return -ENOENT;
+}
+
+/* Place the ranges. Caller holds of->lock. */
+static int do_stage(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid,
+		    struct shardfs_stage *s)
+{
+	int slot, rc;
+	uint64_t total = 0;
+
+	if (s->n_ranges == 0 || s->n_ranges > SHARDFS_STAGE_MAX_RANGES || s->reserved0 ||
+	    !all_zero(s->reserved, sizeof(s->reserved)))
+		return -EINVAL;
+	if ((rc = find_region(of, s->region_id, uid, &slot)) < 0)
+		return rc;
+	sfs_stage_region *region = of->regions[slot].region;
+	uint64_t rlen = sfs_stage_region_length(region);
+	/* Check everything before moving anything. */
+	for (uint32_t i = 0; i < s->n_ranges; i++) {
+		struct shardfs_range *g = &s->ranges[i];
+		if (g->region_offset > rlen || g->length > rlen - g->region_offset)
+			return -ERANGE;
+		if (g->length > SFS_MAX_STAGE_BYTES - total)
+			return -EINVAL;
+		total += g->length;
+		g->placed = 0;
+	}
+	s->bytes_placed = 0;
+	s->path = sfs_stage_region_kind(region) == SFS_STAGE_CUDA ? SHARDFS_PATH_CUDA_PINNED
+								  : SHARDFS_PATH_SHM_COPY;
+	struct sfs_prefetch_stats p0, p1;
+	sfs_prefetch_get_stats(fs->prefetch, &p0);
+	for (uint32_t i = 0; i < s->n_ranges; i++) {
+		struct shardfs_range *g = &s->ranges[i];
+		while (g->placed < g->length) {
+			/* One view covers at most the rest of the current chunk and
+			 * the next one: 1 MiB pieces keep pins short. */
+			uint64_t off = g->file_offset + g->placed;
+			size_t want = g->length - g->placed;
+			if (want > SFS_CHUNK_BYTES)
+				want = SFS_CHUNK_BYTES;
+			struct sfs_pf_view v;
+			ssize_t n = sfs_pf_read(of->pf, off, want, &v);
+			if (n < 0)
+				return (int)n;
+			if (n == 0)
+				break; /* end of file: short only here */
+			rc = sfs_stage_region_put(region, g->region_offset + g->placed, v.iov, v.n_iov);
+			sfs_pf_view_release(of->pf, &v);
+			if (rc < 0)
+				return rc;
+			g->placed += (uint64_t)n;
+		}
+		s->bytes_placed += g->placed;
+	}
+	sfs_prefetch_get_stats(fs->prefetch, &p1);
+	if (p1.hit_bytes > p0.hit_bytes)
+		s->path |= SHARDFS_PATH_CACHE;
+	if (p1.miss_bytes > p0.miss_bytes || p1.fetched_bytes > p0.fetched_bytes)
+		s->path |= SHARDFS_PATH_NFS;
+	enum sfs_stage_target t =
+		sfs_stage_region_kind(region) == SFS_STAGE_CUDA ? SFS_STAGE_T_CUDA : SFS_STAGE_T_SHM;
+	__atomic_fetch_add(&fs->stage_bytes[t], s->bytes_placed, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&fs->stage_requests[t], 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+void sfs_open_file_drop_regions(struct sfs_open_file *of)
+{
+	pthread_mutex_lock(&of->lock);
+	for (int i = 0; i < SFS_MAX_REGIONS; i++)
+		if (of->regions[i].id) {
+			sfs_stage_region_free(of->regions[i].region);
+			of->regions[i].id = 0;
+			of->regions[i].region = NULL;
+		}
+	pthread_mutex_unlock(&of->lock);
+}
+
+static int do_warm(struct sfs_fs *fs, struct sfs_inode *i, struct sfs_open_file *of,
+		   struct shardfs_warm *w)
+{
+	bool active = false;
+	int rc;
+
+	if (!all_zero(w->reserved, sizeof(w->reserved)))
+		return -EINVAL;
+	if ((rc = sfs_pf_file_warm(of->pf, &active)) < 0)
+		return rc;
+	pthread_mutex_lock(&i->lock);
+	bool current = i->pf == of->pf;
+	w->file_bytes = i->pf_attr.size;
+	pthread_mutex_unlock(&i->lock);
+	w->cached_bytes = sfs_pf_file_cached_bytes(of->pf);
+	if (!current)
+		w->file_bytes = w->cached_bytes; /* an older version: report what it has */
+	w->flags = active ? SHARDFS_WARM_ACTIVE : 0;
+	(void)fs;
+	return 0;
+}
+
+void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+		  struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
+		  size_t out_bufsz)
+{
+	struct sfs_fs *fs = fuse_req_userdata(req);
+	struct sfs_inode *i = ino == FUSE_ROOT_ID ? sfs_inode_root(fs->inodes)
+						  : (struct sfs_inode *)(uintptr_t)ino;
+	struct sfs_open_file *of = (struct sfs_open_file *)(uintptr_t)fi->fh;
+	uid_t uid = fuse_req_ctx(req)->uid;
+	int rc;
+
+	(void)arg;
+	__atomic_fetch_add(&fs->op_count[SFS_OP_IOCTL], 1, __ATOMIC_RELAXED);
+	if (flags & FUSE_IOCTL_COMPAT) {
+		count_error(fs, -EOPNOTSUPP);
+		fuse_reply_err(req, EOPNOTSUPP); /* 32-bit callers: refused cleanly */
+		return;
+	}
+	if (i->kind != SFS_INODE_NFS || !of || flags & FUSE_IOCTL_DIR) {
+		fuse_reply_err(req, ENOTTY);
+		return;
+	}
+	union {
+		struct shardfs_query q;
+		struct shardfs_region r;
+		struct shardfs_stage s;
+		struct shardfs_unregister u;
+		struct shardfs_warm w;
+	} *buf = malloc(sizeof(*buf)); /* 2 KiB: not on a worker's stack */
+	size_t out_len = 0;
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	switch (cmd) {
+	case SHARDFS_IOC_QUERY:
+		if (!(rc = take_in(&buf->q, sizeof(buf->q), in_buf, in_bufsz, out_bufsz, true)))
+			rc = do_query(fs, &buf->q);
+		out_len = sizeof(buf->q);
+		break;
+	case SHARDFS_IOC_REGISTER:
+		if (!(rc = take_in(&buf->r, sizeof(buf->r), in_buf, in_bufsz, out_bufsz, true))) {
+			pthread_mutex_lock(&of->lock);
+			rc = do_register(fs, of, uid, &buf->r);
+			pthread_mutex_unlock(&of->lock);
+		}
+		out_len = sizeof(buf->r);
+		break;
+	case SHARDFS_IOC_STAGE:
+		if (!(rc = take_in(&buf->s, sizeof(buf->s), in_buf, in_bufsz, out_bufsz, true))) {
+			pthread_mutex_lock(&of->lock);
+			rc = do_stage(fs, of, uid, &buf->s);
+			pthread_mutex_unlock(&of->lock);
+		}
+		out_len = sizeof(buf->s);
+		break;
+	case SHARDFS_IOC_UNREGISTER:
+		if (!(rc = take_in(&buf->u, sizeof(buf->u), in_buf, in_bufsz, 0, false))) {
+			int slot;
+			if (buf->u.reserved0 || !all_zero(buf->u.reserved, sizeof(buf->u.reserved))) {
+				rc = -EINVAL;
+			} else {
+				pthread_mutex_lock(&of->lock);
+				if (!(rc = find_region(of, buf->u.region_id, uid, &slot))) {
+					sfs_stage_region_free(of->regions[slot].region);
+					of->regions[slot].id = 0;
+					of->regions[slot].region = NULL;
+				}
+				pthread_mutex_unlock(&of->lock);
+			}
+		}
+		break;
+	case SHARDFS_IOC_WARM:
+		if (!(rc = take_in(&buf->w, sizeof(buf->w), in_buf, in_bufsz, out_bufsz, true)))
+			rc = do_warm(fs, i, of, &buf->w);
+		out_len = sizeof(buf->w);
+		break;
+	default:
+		free(buf);
+		fuse_reply_err(req, ENOTTY);
+		return;
+	}
+	if (rc < 0) {
+		if (cmd != SHARDFS_IOC_WARM && cmd != SHARDFS_IOC_QUERY)
+			count_error(fs, rc);
+		fuse_reply_err(req, -rc);
+	} else {
+		fuse_reply_ioctl(req, 0, out_len ? (void *)buf : NULL, out_len);
+	}
+	free(buf);
+}
