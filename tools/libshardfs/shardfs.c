@@ -1,0 +1,256 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * shardfs.c — libshardfs: the ioctls of a shardfs mount for trainers, and
+ * shared-memory staging buffers. Contracts in shardfs.h. No state, no
+ * threads, no allocation; only libc.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fallocate */
+#endif
+#include "shardfs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The ABI promises these; a header edit that breaks them fails the build. */
+_Static_assert(sizeof(struct shardfs_query) % 8 == 0, "query: 8-byte multiple");
+_Static_assert(sizeof(struct shardfs_region) % 8 == 0, "region: 8-byte multiple");
+_Static_assert(sizeof(struct shardfs_stage) % 8 == 0, "stage: 8-byte multiple");
+_Static_assert(sizeof(struct shardfs_stage) <= 16383, "stage: FUSE ioctl limit");
+_Static_assert(sizeof(struct shardfs_region) <= 16383, "region: FUSE ioctl limit");
+
+/* "/name" of at most 255 bytes in out[256] from name with or without the
+ * leading slash. Returns 0, -EINVAL (NULL, empty) or -ENAMETOOLONG. */
+static int shm_name_norm(const char *name, char out[256])
+{
+	size_t len;
+
+	if (!name)
+		return -EINVAL;
+	if (name[0] == '/')
+		name++;
+	len = strlen(name);
+	if (len == 0)
+		return -EINVAL;
+	if (len + 1 > 255)
+		return -ENAMETOOLONG;
+	out[0] = '/';
+	memcpy(out + 1, name, len + 1);
+	return 0;
+}
+
+static int sfs_ioctl(int fd, unsigned long cmd, void *arg)
+{
+	if (ioctl(fd, cmd, arg) < 0)
+		return -errno;
+	return 0;
+}
+
+int shardfs_query(int fd, struct shardfs_query *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->size = sizeof(*out);
+	return sfs_ioctl(fd, SHARDFS_IOC_QUERY, out);
+}
+
+static int do_register(int fd, struct shardfs_region *r, uint64_t *region_id)
+{
+	int err;
+
+	r->size = sizeof(*r);
+	err = sfs_ioctl(fd, SHARDFS_IOC_REGISTER, r);
+	if (err == 0 && region_id)
+		*region_id = r->region_id;
+	return err;
+}
+
+int shardfs_register_shm(int fd, const char *shm_name, uint64_t offset, uint64_t length,
+			 uint64_t *region_id)
+{
+	struct shardfs_region r;
+	int err;
+
+	memset(&r, 0, sizeof(r));
+	err = shm_name_norm(shm_name, r.shm_name);
+	if (err)
+		return err;
+	r.kind = SHARDFS_REGION_SHM;
+	r.offset = offset;
+	r.length = length;
+	return do_register(fd, &r, region_id);
+}
+
+int shardfs_register_cuda(int fd, const void *ipc_handle64, const uint8_t uuid[16], uint64_t offset,
+			  uint64_t length, uint64_t alloc_size, uint64_t *region_id)
+{
+	struct shardfs_region r;
+
+	if (!ipc_handle64 || !uuid)
+		return -EINVAL;
+	memset(&r, 0, sizeof(r));
+	r.kind = SHARDFS_REGION_CUDA;
+	r.offset = offset;
+	r.length = length;
+	r.alloc_size = alloc_size;
+	memcpy(r.cuda_ipc_handle, ipc_handle64, sizeof(r.cuda_ipc_handle));
+	memcpy(r.gpu_uuid, uuid, sizeof(r.gpu_uuid));
+	return do_register(fd, &r, region_id);
+}
+
+/*
+ * Batches: the next piece to send is ranges[i] from byte `done` of it. A
+ * batch takes pieces until it holds max_ranges of them or max_bytes bytes
+ * (0: no byte limit); only a byte limit cuts a range into pieces. idx[]
+ * maps each piece back to its range so that placed adds up per range.
+ */
+int shardfs_stage(int fd, uint64_t region_id, struct shardfs_range *ranges, unsigned n,
+		  uint64_t *bytes_placed, uint32_t *path)
+{
+	struct shardfs_stage st;
+	unsigned idx[SHARDFS_STAGE_MAX_RANGES];
+	unsigned max_ranges = SHARDFS_STAGE_MAX_RANGES;
+	uint64_t max_bytes = 0, total = 0, done = 0;
+	uint32_t bits = 0;
+	bool asked = false;
+	unsigned i = 0;
+	int err = 0;
+
+	for (unsigned k = 0; k < n; k++)
+		ranges[k].placed = 0;
+	while (i < n) {
+		unsigned first_i = i, m = 0;
+		uint64_t first_done = done, batch_bytes = 0;
+
+		memset(&st, 0, sizeof(st));
+		while (i < n && m < max_ranges && !(max_bytes && batch_bytes >= max_bytes)) {
+			uint64_t take = ranges[i].length - done;
+
+			if (max_bytes && take > max_bytes - batch_bytes)
+				take = max_bytes - batch_bytes;
+			st.ranges[m].region_offset = ranges[i].region_offset + done;
+			st.ranges[m].file_offset = ranges[i].file_offset + done;
+			st.ranges[m].length = take;
+			idx[m++] = i;
+			batch_bytes += take;
+			done += take;
+			if (done == ranges[i].length) {
+				i++;
+				done = 0;
+			}
+		}
+		st.size = sizeof(st);
+		st.n_ranges = m;
+		st.region_id = region_id;
+		err = sfs_ioctl(fd, SHARDFS_IOC_STAGE, &st);
+		if (err) {
+			struct shardfs_query q;
+
+			/* Refused: if the batch broke the mount's limits, learn
+			 * them once and send this batch again, split to fit. */
+			if (!asked && shardfs_query(fd, &q) == 0 &&
+			    ((q.max_ranges && m > q.max_ranges) ||
+			     (q.max_stage_bytes && batch_bytes > q.max_stage_bytes))) {
+				if (q.max_ranges && q.max_ranges < max_ranges)
+					max_ranges = q.max_ranges;
+				max_bytes = q.max_stage_bytes;
+				i = first_i;
+				done = first_done;
+				asked = true;
+				err = 0;
+				continue;
+			}
+			break;
+		}
+		for (unsigned k = 0; k < m; k++) {
+			ranges[idx[k]].placed += st.ranges[k].placed;
+			total += st.ranges[k].placed;
+		}
+		bits |= st.path;
+	}
+	if (bytes_placed)
+		*bytes_placed = total;
+	if (path)
+		*path = bits;
+	return err;
+}
+
+int shardfs_unregister(int fd, uint64_t region_id)
+{
+	struct shardfs_unregister u;
+
+	memset(&u, 0, sizeof(u));
+	u.size = sizeof(u);
+	u.region_id = region_id;
+	return sfs_ioctl(fd, SHARDFS_IOC_UNREGISTER, &u);
+}
+
+int shardfs_warm(int fd, struct shardfs_warm *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->size = sizeof(*st);
+	return sfs_ioctl(fd, SHARDFS_IOC_WARM, st);
+}
+
+int shardfs_shm_create(const char *name, size_t bytes, void **map)
+{
+	char norm[256];
+	void *p;
+	int fd, err;
+
+	err = shm_name_norm(name, norm);
+	if (err)
+		return err;
+	if (bytes == 0)
+		return -EINVAL;
+	if ((off_t)bytes < 0)
+		return -EFBIG;
+	fd = shm_open(norm, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)bytes) < 0) {
+		err = -errno;
+		goto err_unlink;
+	}
+	/* Reserve the pages now: a full /dev/shm then fails here with ENOSPC
+	 * instead of SIGBUS in whoever first writes to the mapping. */
+	if (fallocate(fd, 0, 0, (off_t)bytes) < 0 && errno != EOPNOTSUPP) {
+		err = -errno;
+		goto err_unlink;
+	}
+	if (map) {
+		p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED) {
+			err = -errno;
+			goto err_unlink;
+		}
+		*map = p;
+	}
+	close(fd);
+	return 0;
+
+err_unlink:
+	close(fd);
+	shm_unlink(norm);
+	return err;
+}
+
+int shardfs_shm_destroy(const char *name, void *map, size_t bytes)
+{
+	char norm[256];
+	int err;
+
+	if (map)
+		munmap(map, bytes);
+	err = shm_name_norm(name, norm);
+	if (err)
+		return err;
+	if (shm_unlink(norm) < 0)
+		return -errno;
+	return 0;
+}

@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * shardfs.h — the trainer-side helper library over the ioctls of a shardfs
+ * mount (installed as <shardfs/shardfs.h>, next to <shardfs/shardfs_ioctl.h>;
+ * link with -lshardfs).
+ *
+ * Owns: filling the ioctl structs (size field, zeroed reserved words),
+ * splitting a long list of ranges into as many SHARDFS_IOC_STAGE calls as
+ * it takes, and creating the POSIX shared-memory objects that a trainer
+ * registers as targets. Does not own: the regions (they belong to the open
+ * file on the mount and die with it) or any GPU memory (the caller exports
+ * its allocation with cudaIpcGetMemHandle and passes the 64 bytes; this
+ * library never links CUDA).
+ *
+ * Threading: no state of its own; every function may be called from any
+ * thread. Concurrent ioctls on one open file are serialised by the daemon.
+ *
+ * Every function returns 0 on success or -errno on failure (the errno values
+ * of the ioctls are listed in shardfs_ioctl.h; ENOTTY means "not a file on
+ * a shardfs mount, or a daemon without staging").
+ */
+#ifndef SHARDFS_H
+#define SHARDFS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardfs_ioctl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What the mount behind `fd` can do: fills *out (size set, reserved zeroed
+ * before the call). Returns 0 or -errno. */
+int shardfs_query(int fd, struct shardfs_query *out);
+
+/*
+ * Register `length` bytes at `offset` of the shared-memory object `shm_name`
+ * (as for shm_open(3); a missing leading '/' is added) as a staging target
+ * of the open file `fd`. The object must belong to the caller's uid and
+ * hold offset + length bytes. Sets *region_id. Returns 0, -ENAMETOOLONG for
+ * a name of 255 bytes or more, or the ioctl's -errno.
+ */
+int shardfs_register_shm(int fd, const char *shm_name, uint64_t offset, uint64_t length,
+			 uint64_t *region_id);
+
+/*
+ * Register a view of `length` bytes at `offset` inside a CUDA allocation of
+ * `alloc_size` bytes: `ipc_handle64` is the 64-byte cudaIpcMemHandle_t of
+ * the allocation's *base* (cudaIpcGetMemHandle / cuIpcGetMemHandle), `uuid`
+ * the GPU's 16-byte UUID (cudaDeviceProp.uuid / cuDeviceGetUuid). The caller
+ * must keep the allocation alive until the region is unregistered or the
+ * file closed. Sets *region_id. Returns 0 or -errno (-EOPNOTSUPP where the
+ * daemon has no usable GPU).
+ */
+int shardfs_register_cuda(int fd, const void *ipc_handle64, const uint8_t uuid[16], uint64_t offset,
+			  uint64_t length, uint64_t alloc_size, uint64_t *region_id);
+
+/*
+ * Place ranges[0..n) of the open file into the region: for each range,
+ * `length` bytes from `file_offset` of the file to `region_offset` of the
+ * region; sets ranges[i].placed (short only at end of file). Any n: the
+ * ranges go out in batches of at most SHARDFS_STAGE_MAX_RANGES; if the
+ * daemon refuses a batch and its QUERY answer shows the batch was over its
+ * max_ranges or max_stage_bytes, the rest is re-split to those limits
+ * (a range longer than max_stage_bytes goes in several pieces). n == 0
+ * places nothing and returns 0.
+ *
+ * Sets *bytes_placed (the sum of placed) and *path (the OR of the
+ * SHARDFS_PATH_* bits of every batch); either may be NULL. On failure the
+ * ranges of the batches that had succeeded keep their placed values, the
+ * others read 0, and *bytes_placed counts what was placed. Returns 0 or
+ * the -errno of the failing batch.
+ */
+int shardfs_stage(int fd, uint64_t region_id, struct shardfs_range *ranges, unsigned n,
+		  uint64_t *bytes_placed, uint32_t *path);
+
+/* Drop a region of the open file `fd`. Returns 0 or -errno (-ENOENT: no such
+ * region on this open file). */
+int shardfs_unregister(int fd, uint64_t region_id);
+
+/* Start (first call) or poll fetching the whole file into the mount's local
+ * cache; fills *st. Returns 0 or -errno (-ENOTSUP: the mount has no cache). */
+int shardfs_warm(int fd, struct shardfs_warm *st);
+
+/*
+ * Create the shared-memory object `name` (as for shm_open(3); a missing
+ * leading '/' is added) of `bytes` bytes, mode 0600, failing if it exists,
+ * and map it read-write shared into *map (unless map is NULL). The object
+ * outlives the process until shardfs_shm_destroy or shm_unlink. Returns 0,
+ * -EEXIST, -ENAMETOOLONG, -EINVAL (bytes == 0) or another -errno; on
+ * failure nothing is left behind.
+ */
+int shardfs_shm_create(const char *name, size_t bytes, void **map);
+
+/* Unmap `map` (of `bytes` bytes; NULL: nothing to unmap) and unlink the
+ * object `name`. Returns 0 or the -errno of shm_unlink. */
+int shardfs_shm_destroy(const char *name, void *map, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,568 @@
+# SPDX-License-Identifier: Apache-2.0
+"""shardfs — stage bytes of files on a shardfs mount into shared memory or GPU memory.
+
+Pure Python (fcntl, struct, ctypes); no compiled extension. The ioctl ABI is
+fs/shardfs_ioctl.h (installed as <shardfs/shardfs_ioctl.h>); every struct
+below mirrors it field by field, and tests/unit/test_python_abi.sh checks
+the sizes, offsets and ioctl numbers against the C compiler.
+
+    import shardfs
+    with open("/mnt/dataset/shards/train-00000.tfrecord", "rb") as f:
+        q = shardfs.query(f)                          # caps, GPUs, limits
+        with shardfs.ShmRegion(f, 64 << 20) as r:     # a /dev/shm buffer, registered
+            placed, path = r.stage([(0, 4096, 1 << 20)])   # (region_off, file_off, length)
+            data = r.buf[0:placed[0]]
+        rid = shardfs.register_tensor(f, gpu_tensor)  # PyTorch / CuPy CUDA memory
+        placed, path = shardfs.stage(f, rid, [(0, 0, gpu_tensor.nbytes)])
+        shardfs.unregister(f, rid)
+
+`f` is everywhere a file object or a file descriptor of a file opened on the
+mount. A region belongs to that open file and is dropped when it is closed.
+Refusals of the mount raise OSError with its errno (see shardfs_ioctl.h);
+bad Python arguments raise ValueError or TypeError.
+"""
+
+import collections
+import ctypes
+import errno
+import fcntl
+import mmap
+import os
+import secrets
+import struct
+
+__all__ = [
+    "ABI_VERSION", "CAP_SHM", "CAP_CUDA_IPC", "CAP_WARM", "REGION_SHM", "REGION_CUDA",
+    "STAGE_MAX_RANGES", "PATH_CACHE", "PATH_NFS", "PATH_SHM_COPY", "PATH_CUDA_PINNED",
+    "WARM_ACTIVE", "XATTR_CACHED", "Query", "Warm", "CudaAllocation",
+    "query", "register_shm", "register_cuda", "register_tensor", "cuda_allocation",
+    "stage", "unregister", "warm", "path_names", "ShmRegion",
+]
+
+# --- constants of fs/shardfs_ioctl.h ---------------------------------------
+
+IOC_MAGIC = ord("S")
+ABI_VERSION = 1
+CAP_SHM, CAP_CUDA_IPC, CAP_WARM = 0x1, 0x2, 0x4
+MAX_GPUS = 8
+REGION_SHM, REGION_CUDA = 1, 2
+STAGE_MAX_RANGES = 64
+PATH_CACHE, PATH_NFS, PATH_SHM_COPY, PATH_CUDA_PINNED = 0x1, 0x2, 0x10, 0x20
+WARM_ACTIVE = 0x1
+XATTR_CACHED = "user.shardfs.cached"
+SHM_NAME_MAX = 256  # char shm_name[256], NUL included
+
+# --- struct layouts ----------------------------------------------------------
+# One (field, struct format) pair per C field, in order. '=' means native
+# byte order, standard sizes and no implicit padding: every C field is
+# naturally aligned, so the offsets match the C compiler's exactly (checked
+# by tests/unit/test_python_abi.sh). A new C field goes here too.
+
+_FIELDS = {
+    "shardfs_query": (
+        ("size", "I"), ("abi_version", "I"), ("caps", "I"), ("n_gpus", "I"),
+        ("max_ranges", "I"), ("max_regions", "I"), ("max_stage_bytes", "Q"),
+        ("gpu_uuid", "%ds" % (MAX_GPUS * 16)), ("reserved", "8Q")),
+    "shardfs_region": (
+        ("size", "I"), ("kind", "I"), ("region_id", "Q"), ("offset", "Q"), ("length", "Q"),
+        ("alloc_size", "Q"), ("shm_name", "%ds" % SHM_NAME_MAX),
+        ("cuda_ipc_handle", "64s"), ("gpu_uuid", "16s"), ("reserved", "4Q")),
+    "shardfs_range": (
+        ("region_offset", "Q"), ("file_offset", "Q"), ("length", "Q"), ("placed", "Q")),
+    "shardfs_stage": (
+        ("size", "I"), ("n_ranges", "I"), ("region_id", "Q"), ("bytes_placed", "Q"),
+        ("path", "I"), ("reserved0", "I"), ("reserved", "4Q"),
+        ("ranges", "%dQ" % (4 * STAGE_MAX_RANGES))),
+    "shardfs_unregister": (
+        ("size", "I"), ("reserved0", "I"), ("region_id", "Q"), ("reserved", "2Q")),
+    "shardfs_warm": (
+        ("size", "I"), ("flags", "I"), ("file_bytes", "Q"), ("cached_bytes", "Q"),
+        ("reserved", "4Q")),
+}
+
+
+def _fmt(name):
+    return "=" + "".join(f for _, f in _FIELDS[name])
+
+
+QUERY_FMT = _fmt("shardfs_query")
+REGION_FMT = _fmt("shardfs_region")
+RANGE_FMT = _fmt("shardfs_range")
+STAGE_HDR_FMT = "=" + "".join(f for n, f in _FIELDS["shardfs_stage"] if n != "ranges")
+STAGE_FMT = _fmt("shardfs_stage")
+UNREGISTER_FMT = _fmt("shardfs_unregister")
+WARM_FMT = _fmt("shardfs_warm")
+QUERY_SIZE = struct.calcsize(QUERY_FMT)
+REGION_SIZE = struct.calcsize(REGION_FMT)
+RANGE_SIZE = struct.calcsize(RANGE_FMT)
+STAGE_HDR_SIZE = struct.calcsize(STAGE_HDR_FMT)
+STAGE_SIZE = struct.calcsize(STAGE_FMT)
+UNREGISTER_SIZE = struct.calcsize(UNREGISTER_FMT)
+WARM_SIZE = struct.calcsize(WARM_FMT)
+
+
+def abi_layout():
+    """{struct: {"size": n, "fields": {field: [offset, size]}}}, for the ABI test."""
+    out = {}
+    for name, fields in _FIELDS.items():
+        off, fl = 0, {}
+        for field, f in fields:
+            size = struct.calcsize("=" + f)
+            fl[field] = [off, size]
+            off += size
+        out[name] = {"size": struct.calcsize(_fmt(name)), "fields": fl}
+    return out
+
+
+# --- ioctl numbers: <asm-generic/ioctl.h> ------------------------------------
+_IOC_NRBITS, _IOC_TYPEBITS, _IOC_SIZEBITS = 8, 8, 14
+_IOC_NRSHIFT = 0
+_IOC_TYPESHIFT = _IOC_NRSHIFT + _IOC_NRBITS
+_IOC_SIZESHIFT = _IOC_TYPESHIFT + _IOC_TYPEBITS
+_IOC_DIRSHIFT = _IOC_SIZESHIFT + _IOC_SIZEBITS
+_IOC_WRITE, _IOC_READ = 1, 2
+
+
+def _IOC(direction, typ, nr, size):
+    if size >= 1 << _IOC_SIZEBITS:
+        raise ValueError("ioctl argument of %d bytes does not fit" % size)
+    return ((direction << _IOC_DIRSHIFT) | (typ << _IOC_TYPESHIFT) | (nr << _IOC_NRSHIFT)
+            | (size << _IOC_SIZESHIFT))
+
+
+def _IOW(typ, nr, size):
+    return _IOC(_IOC_WRITE, typ, nr, size)
+
+
+def _IOWR(typ, nr, size):
+    return _IOC(_IOC_READ | _IOC_WRITE, typ, nr, size)
+
+
+IOC_QUERY = _IOWR(IOC_MAGIC, 0x01, QUERY_SIZE)
+IOC_REGISTER = _IOWR(IOC_MAGIC, 0x02, REGION_SIZE)
+IOC_STAGE = _IOWR(IOC_MAGIC, 0x03, STAGE_SIZE)
+IOC_UNREGISTER = _IOW(IOC_MAGIC, 0x04, UNREGISTER_SIZE)
+IOC_WARM = _IOWR(IOC_MAGIC, 0x10, WARM_SIZE)
+
+IOCTLS = {"SHARDFS_IOC_QUERY": IOC_QUERY, "SHARDFS_IOC_REGISTER": IOC_REGISTER,
+          "SHARDFS_IOC_STAGE": IOC_STAGE, "SHARDFS_IOC_UNREGISTER": IOC_UNREGISTER,
+          "SHARDFS_IOC_WARM": IOC_WARM}
+
+
+# --- the ioctls ---------------------------------------------------------------
+
+def _fd(f):
+    if isinstance(f, int):
+        return f
+    if hasattr(f, "fileno"):
+        return f.fileno()
+    raise TypeError("expected a file object or a file descriptor, got %r" % type(f).__name__)
+
+
+def _ioctl(f, cmd, buf):
+    """Issue cmd with buf (a bytearray) as argument, in and out; OSError on refusal."""
+    fcntl.ioctl(_fd(f), cmd, buf, True)
+    return buf
+
+
+Query = collections.namedtuple("Query", "abi_version caps n_gpus max_ranges max_regions "
+                               "max_stage_bytes gpu_uuids")
+Query.__doc__ = ("What a mount can do. gpu_uuids: the 16-byte UUIDs of its first "
+                 "min(n_gpus, %d) GPUs." % MAX_GPUS)
+
+Warm = collections.namedtuple("Warm", "flags file_bytes cached_bytes active")
+
+
+def query(f):
+    """SHARDFS_IOC_QUERY. Returns a Query; OSError (ENOTTY: not a shardfs file, or a
+    daemon without staging)."""
+    buf = bytearray(QUERY_SIZE)
+    struct.pack_into("=I", buf, 0, QUERY_SIZE)
+    v = struct.unpack(QUERY_FMT, _ioctl(f, IOC_QUERY, buf))
+    _, abi, caps, n_gpus, max_ranges, max_regions, max_stage_bytes, uuids = v[:8]
+    return Query(abi, caps, n_gpus, max_ranges, max_regions, max_stage_bytes,
+                 [uuids[16 * i:16 * i + 16] for i in range(min(n_gpus, MAX_GPUS))])
+
+
+def _shm_name(name):
+    """'/name' as bytes from 'name' or '/name' (what shm_open(3) accepts)."""
+    if isinstance(name, str):
+        name = name.encode()
+    name = b"/" + name.lstrip(b"/")
+    if len(name) < 2 or b"/" in name[1:] or b"\0" in name:
+        raise ValueError("bad shared-memory object name %r" % name)
+    if len(name) >= SHM_NAME_MAX:
+        raise ValueError("shared-memory object name longer than %d bytes" % (SHM_NAME_MAX - 1))
+    return name
+
+
+def _register(f, kind, offset, length, alloc_size=0, shm_name=b"", handle=b"", uuid=b""):
+    buf = bytearray(struct.pack(REGION_FMT, REGION_SIZE, kind, 0, offset, length, alloc_size,
+                                shm_name, handle, uuid, 0, 0, 0, 0))
+    return struct.unpack(REGION_FMT, _ioctl(f, IOC_REGISTER, buf))[2]
+
+
+def register_shm(f, name, offset, length):
+    """Register `length` bytes at `offset` of the shm object `name` ('/x' or 'x', as for
+    shm_open; multiprocessing.shared_memory's .name works). Returns the region id."""
+    return _register(f, REGION_SHM, offset, length, shm_name=_shm_name(name))
+
+
+def _uuid_bytes(uuid):
+    """16 bytes from bytes, a uuid.UUID, or a string such as 'GPU-1b2c...' / '1b2c-...'."""
+    if hasattr(uuid, "bytes") and not isinstance(uuid, (bytes, bytearray)):
+        uuid = uuid.bytes
+    elif isinstance(uuid, str):
+        s = uuid.strip()
+        for prefix in ("GPU-", "MIG-"):
+            if s.startswith(prefix):
+                s = s[len(prefix):]
+        uuid = bytes.fromhex(s.replace("-", ""))
+    uuid = bytes(uuid)
+    if len(uuid) != 16:
+        raise ValueError("a GPU UUID is 16 bytes, got %d" % len(uuid))
+    return uuid
+
+
+def register_cuda(f, ipc_handle, gpu_uuid, offset, length, alloc_size):
+    """Register a view of `length` bytes at `offset` of a CUDA allocation of `alloc_size`
+    bytes, given the 64-byte IPC handle of the allocation's base and the GPU's UUID.
+    Keep the allocation alive while registered. Returns the region id."""
+    ipc_handle = bytes(ipc_handle)
+    if len(ipc_handle) != 64:
+        raise ValueError("a CUDA IPC handle is 64 bytes, got %d" % len(ipc_handle))
+    return _register(f, REGION_CUDA, offset, length, alloc_size, handle=ipc_handle,
+                     uuid=_uuid_bytes(gpu_uuid))
+
+
+def _stage_call(f, region_id, pieces):
+    """One SHARDFS_IOC_STAGE of pieces [(region_off, file_off, length)]. Returns
+    ([placed], path)."""
+    n = len(pieces)
+    buf = bytearray(STAGE_SIZE)
+    struct.pack_into(STAGE_HDR_FMT, buf, 0, STAGE_SIZE, n, region_id, 0, 0, 0, 0, 0, 0, 0)
+    for k, (ro, fo, ln) in enumerate(pieces):
+        struct.pack_into(RANGE_FMT, buf, STAGE_HDR_SIZE + k * RANGE_SIZE, ro, fo, ln, 0)
+    _ioctl(f, IOC_STAGE, buf)
+    path = struct.unpack_from(STAGE_HDR_FMT, buf, 0)[4]
+    placed = [struct.unpack_from(RANGE_FMT, buf, STAGE_HDR_SIZE + k * RANGE_SIZE)[3]
+              for k in range(n)]
+    return placed, path
+
+
+def stage(f, region_id, ranges):
+    """SHARDFS_IOC_STAGE: place file bytes into a region.
+
+    ranges: iterable of (region_offset, file_offset, length). Any number: they go out in
+    batches of at most STAGE_MAX_RANGES; if the mount refuses a batch and QUERY shows
+    it was over max_ranges or max_stage_bytes, the rest is re-split to fit (a range
+    over max_stage_bytes goes in pieces). Returns (placed, path): placed[i] the bytes
+    of range i placed (short only at end of file), path the OR of PATH_* bits.
+    Raises OSError with the errno of the first refused batch.
+    """
+    ranges = [(int(r[0]), int(r[1]), int(r[2])) for r in ranges]
+    for ro, fo, ln in ranges:
+        if min(ro, fo, ln) < 0:
+            raise ValueError("negative offset or length in %r" % ((ro, fo, ln),))
+    placed = [0] * len(ranges)
+    path = 0
+    max_ranges, max_bytes, asked = STAGE_MAX_RANGES, 0, False
+    i, done = 0, 0  # next piece: ranges[i] from byte `done`
+    while i < len(ranges):
+        first = (i, done)
+        pieces, idx, batch_bytes = [], [], 0
+        while (i < len(ranges) and len(pieces) < max_ranges
+               and not (max_bytes and batch_bytes >= max_bytes)):
+            ro, fo, ln = ranges[i]
+            take = ln - done
+            if max_bytes:
+                take = min(take, max_bytes - batch_bytes)
+            pieces.append((ro + done, fo + done, take))
+            idx.append(i)
+            batch_bytes += take
+            done += take
+            if done == ln:
+                i, done = i + 1, 0
+        try:
+            got, bits = _stage_call(f, region_id, pieces)
+        except OSError:
+            if not asked:
+                asked = True
+                try:
+                    q = query(f)
+                except OSError:
+                    q = None
+                if q and ((q.max_ranges and len(pieces) > q.max_ranges)
+                          or (q.max_stage_bytes and batch_bytes > q.max_stage_bytes)):
+                    if q.max_ranges:
+                        max_ranges = min(max_ranges, q.max_ranges)
+                    max_bytes = q.max_stage_bytes
+                    i, done = first
+                    continue
+            raise
+        for k, p in zip(idx, got):
+            placed[k] += p
+        path |= bits
+    return placed, path
+
+
+def unregister(f, region_id):
+    """SHARDFS_IOC_UNREGISTER. OSError(ENOENT) if there is no such region on this open file."""
+    buf = bytearray(struct.pack(UNREGISTER_FMT, UNREGISTER_SIZE, 0, region_id, 0, 0))
+    _ioctl(f, IOC_UNREGISTER, buf)
+
+
+def warm(f):
+    """SHARDFS_IOC_WARM: start (first call) or poll fetching the whole file into the
+    mount's cache. Returns Warm(flags, file_bytes, cached_bytes, active)."""
+    buf = bytearray(WARM_SIZE)
+    struct.pack_into("=I", buf, 0, WARM_SIZE)
+    _, flags, file_bytes, cached = struct.unpack(WARM_FMT, _ioctl(f, IOC_WARM, buf))[:4]
+    return Warm(flags, file_bytes, cached, bool(flags & WARM_ACTIVE))
+
+
+def path_names(path):
+    """'cache+shm_copy' and the like from a PATH_* bit set."""
+    names = [n for bit, n in ((PATH_CACHE, "cache"), (PATH_NFS, "nfs"),
+                              (PATH_SHM_COPY, "shm_copy"), (PATH_CUDA_PINNED, "cuda_pinned"))
+             if path & bit]
+    rest = path & ~(PATH_CACHE | PATH_NFS | PATH_SHM_COPY | PATH_CUDA_PINNED)
+    if rest:
+        names.append("0x%x" % rest)
+    return "+".join(names) or "none"
+
+
+# --- CUDA memory: the allocation behind a tensor -----------------------------
+# The driver library is loaded only here, with dlopen, when a CUDA tensor is
+# registered (a process holding one has it). libcuda.so.1, never the
+# toolkit's link-time stub libcuda.so.
+
+CudaAllocation = collections.namedtuple(
+    "CudaAllocation", "ipc_handle gpu_uuid offset length alloc_size device base ptr")
+CudaAllocation.__doc__ = ("A CUDA view and the cudaMalloc allocation holding it: what "
+                          "register_cuda needs, plus the device ordinal, base and view pointers.")
+
+_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+_libcuda = None
+
+
+def _cuda():
+    global _libcuda
+    if _libcuda is None:
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+        except OSError as e:
+            raise OSError(errno.EOPNOTSUPP, "no CUDA driver library (libcuda.so.1): %s" % e)
+        for name, args in (("cuInit", [ctypes.c_uint]),
+                           ("cuDeviceGet", [ctypes.POINTER(ctypes.c_int), ctypes.c_int]),
+                           ("cuDevicePrimaryCtxRetain", [ctypes.POINTER(ctypes.c_void_p),
+                                                         ctypes.c_int]),
+                           ("cuDevicePrimaryCtxRelease_v2", [ctypes.c_int]),
+                           ("cuCtxPushCurrent_v2", [ctypes.c_void_p]),
+                           ("cuCtxPopCurrent_v2", [ctypes.POINTER(ctypes.c_void_p)]),
+                           ("cuPointerGetAttribute", [ctypes.c_void_p, ctypes.c_int,
+                                                      ctypes.c_uint64]),
+                           ("cuMemGetAddressRange_v2", [ctypes.POINTER(ctypes.c_uint64),
+                                                        ctypes.POINTER(ctypes.c_size_t),
+                                                        ctypes.c_uint64]),
+                           ("cuIpcGetMemHandle", [ctypes.c_char_p, ctypes.c_uint64]),
+                           ("cuGetErrorName", [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)])):
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, ctypes.c_int
+        try:
+            fn = lib.cuDeviceGetUuid_v2  # CUDA >= 11.4: MIG instances get their own UUID
+        except AttributeError:
+            fn = lib.cuDeviceGetUuid
+        fn.argtypes, fn.restype = [ctypes.c_char_p, ctypes.c_int], ctypes.c_int
+        lib.sfs_get_uuid = fn
+        _libcuda = lib
+    return _libcuda
+
+
+def _cu_check(lib, rc, what, errno_value=errno.EINVAL, hint=""):
+    if rc != 0:
+        name = ctypes.c_char_p()
+        lib.cuGetErrorName(rc, ctypes.byref(name))
+        raise OSError(errno_value, "%s: %s (%d)%s" % (
+            what, (name.value or b"CUDA error").decode(), rc, hint))
+
+
+def _tensor_view(tensor):
+    """(ptr, nbytes, device ordinal or None) of a contiguous CUDA tensor/array."""
+    if hasattr(tensor, "data_ptr") and hasattr(tensor, "is_cuda"):  # PyTorch
+        if not tensor.is_cuda:
+            raise ValueError("not a CUDA tensor (device %s)" % tensor.device)
+        if not tensor.is_contiguous():
+            raise ValueError("tensor is not contiguous")
+        return tensor.data_ptr(), tensor.numel() * tensor.element_size(), tensor.device.index
+    cai = getattr(tensor, "__cuda_array_interface__", None)  # CuPy, Numba, ...
+    if cai is None:
+        raise TypeError("expected a PyTorch CUDA tensor or an object with "
+                        "__cuda_array_interface__, got %r" % type(tensor).__name__)
+    itemsize = int(cai["typestr"][2:])  # "<f4", "|u1", ...
+    if cai.get("strides") is not None:
+        expect, contiguous = itemsize, True
+        for dim, st in zip(reversed(cai["shape"]), reversed(cai["strides"])):
+            if dim != 1 and st != expect:
+                contiguous = False
+            expect *= dim
+        if not contiguous:
+            raise ValueError("array is not C-contiguous")
+    n = itemsize
+    for d in cai["shape"]:
+        n *= d
+    dev = getattr(getattr(tensor, "device", None), "id", None)  # CuPy
+    return cai["data"][0], n, dev
+
+
+def cuda_allocation(tensor):
+    """Find the cudaMalloc allocation behind a PyTorch CUDA tensor or a CuPy (any
+    __cuda_array_interface__) array: base and size with cuMemGetAddressRange, its IPC
+    handle with cuIpcGetMemHandle, the GPU's UUID. Returns a CudaAllocation.
+
+    Memory that CUDA IPC cannot export (the VMM API, cudaMallocAsync pools, PyTorch's
+    expandable_segments) raises OSError(EOPNOTSUPP)."""
+    ptr, nbytes, device = _tensor_view(tensor)
+    if nbytes == 0:
+        raise ValueError("empty tensor")
+    lib = _cuda()
+    _cu_check(lib, lib.cuInit(0), "cuInit", errno.EOPNOTSUPP)
+    if device is None:
+        ordinal = ctypes.c_int(-1)
+        _cu_check(lib, lib.cuPointerGetAttribute(ctypes.byref(ordinal),
+                                                 _CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr),
+                  "cuPointerGetAttribute(DEVICE_ORDINAL)")
+        device = ordinal.value
+    dev = ctypes.c_int()
+    _cu_check(lib, lib.cuDeviceGet(ctypes.byref(dev), device), "cuDeviceGet(%d)" % device)
+    ctx = ctypes.c_void_p()
+    # The framework's context (the device's primary context) may not be current on
+    # this thread: make it so for the two calls that need one.
+    _cu_check(lib, lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev),
+              "cuDevicePrimaryCtxRetain")
+    try:
+        _cu_check(lib, lib.cuCtxPushCurrent_v2(ctx), "cuCtxPushCurrent")
+        try:
+            base, size = ctypes.c_uint64(), ctypes.c_size_t()
+            _cu_check(lib, lib.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size),
+                                                       ptr), "cuMemGetAddressRange")
+            handle = ctypes.create_string_buffer(64)
+            _cu_check(lib, lib.cuIpcGetMemHandle(handle, base.value), "cuIpcGetMemHandle",
+                      errno.EOPNOTSUPP,
+                      " - this memory cannot be exported with CUDA IPC (VMM, cudaMallocAsync "
+                      "pools or PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True); allocate "
+                      "the staging buffer with the default allocator")
+        finally:
+            lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+    finally:
+        lib.cuDevicePrimaryCtxRelease_v2(dev)
+    uuid = ctypes.create_string_buffer(16)
+    _cu_check(lib, lib.sfs_get_uuid(uuid, dev), "cuDeviceGetUuid")
+    offset = ptr - base.value
+    if offset < 0 or offset + nbytes > size.value:
+        raise ValueError("view [%#x, +%d) is outside its allocation [%#x, +%d)"
+                         % (ptr, nbytes, base.value, size.value))
+    return CudaAllocation(handle.raw, uuid.raw, offset, nbytes, size.value, device,
+                          base.value, ptr)
+
+
+def register_tensor(f, tensor):
+    """Register a contiguous PyTorch CUDA tensor or CuPy array as a staging target:
+    region offset 0 is the tensor's first byte, its length the tensor's bytes. Keep
+    the tensor (and the allocation behind it: no torch.cuda.empty_cache() that could
+    free it) alive while registered. Returns the region id."""
+    a = cuda_allocation(tensor)
+    return register_cuda(f, a.ipc_handle, a.gpu_uuid, a.offset, a.length, a.alloc_size)
+
+
+# --- shared memory -------------------------------------------------------------
+
+class ShmRegion:
+    """A POSIX shared-memory buffer of `size` bytes, created for this process
+    (/dev/shm/<name>, mode 0600, must not exist) and registered as a staging target
+    of the open file `f`:
+
+        with ShmRegion(f, 1 << 26) as r:
+            placed, path = r.stage([(0, file_offset, length), ...])
+            r.buf[0:length]        # the bytes (a memoryview of the mapping)
+
+    Attributes: name ('/...'), size, region_id, map (the mmap), buf (a memoryview).
+    close() (or leaving the with block) unregisters, unmaps and unlinks; a region
+    still registered when the file is closed is dropped by the mount anyway.
+    """
+
+    def __init__(self, f, size, name=None):
+        if size <= 0:
+            raise ValueError("size must be positive")
+        self.f, self.size, self.region_id = f, int(size), None
+        self.name = _shm_name(name or "shardfs-%d-%s" % (os.getpid(), secrets.token_hex(6)))
+        self.map = self.buf = None
+        path = "/dev/shm" + self.name.decode()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        self._path = path
+        try:
+            os.ftruncate(fd, self.size)
+            # Reserve the pages now: a full /dev/shm fails here with ENOSPC instead of
+            # SIGBUS in whoever first writes to the mapping.
+            try:
+                os.posix_fallocate(fd, 0, self.size)
+            except OSError as e:
+                if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+            self.map = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            self.buf = memoryview(self.map)
+            self.region_id = register_shm(f, self.name, 0, self.size)
+        except BaseException:
+            self._release()
+            raise
+        finally:
+            os.close(fd)
+
+    def stage(self, ranges):
+        """stage() into this region; returns (placed, path)."""
+        return stage(self.f, self.region_id, ranges)
+
+    def _release(self):
+        if self.buf is not None:
+            try:
+                self.buf.release()
+            except BufferError:  # something (numpy, ...) still exports it
+                pass
+            self.buf = None
+        if self.map is not None:
+            try:
+                self.map.close()
+            except BufferError:  # the caller still holds a view: the GC unmaps it
+                pass
+            self.map = None
+        if self._path:
+            try:
+                os.unlink(self._path)
+            except FileNotFoundError:
+                pass
+            self._path = None
+
+    def close(self):
+        """Unregister (ignoring a file already closed), unmap, unlink. Idempotent."""
+        if self.region_id is not None:
+            rid, self.region_id = self.region_id, None
+            try:
+                unregister(self.f, rid)
+            except (OSError, ValueError):
+                pass
+        self._release()
+
+    _path = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
