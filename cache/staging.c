@@ -12,7 +12,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
+#include <sys/mman.h> /* shm_open */
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,10 +24,11 @@ struct sfs_stage_region {
 	sfs_staging *st;	 /* set at creation */
 	enum sfs_stage_kind kind;
 	uint64_t length;
-	/* SHM */
-	void *map;		 /* mapping of [map_off, map_off + map_len) of the object */
-	size_t map_len;
-	char *dst;		 /* the region's first byte inside map */
+	/* SHM: written with pwritev, never mapped: the owner may truncate the
+	 * object at any time, and a store into a mapping past its end would
+	 * kill the daemon with SIGBUS. */
+	int fd;
+	uint64_t obj_off;	 /* the region's first byte in the object */
 	/* CUDA */
 	void *dev_dst;		 /* device pointer of the region's first byte */
 	int device;
@@ -99,26 +100,16 @@ int sfs_stage_region_shm(sfs_staging *st, const char *name, uint64_t offset, uin
 		err = -ERANGE;
 		goto err_close;
 	}
-	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-	uint64_t map_off = offset & ~(page - 1);
-	size_t map_len = (size_t)(offset - map_off + length);
-	void *map = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)map_off);
-	if (map == MAP_FAILED) {
-		err = -errno;
-		goto err_close;
-	}
-	close(fd);
 	sfs_stage_region *r = calloc(1, sizeof(*r));
 	if (!r) {
-		munmap(map, map_len);
-		return -ENOMEM;
+		err = -ENOMEM;
+		goto err_close;
 	}
 	r->st = st;
 	r->kind = SFS_STAGE_SHM;
 	r->length = length;
-	r->map = map;
-	r->map_len = map_len;
-	r->dst = (char *)map + (offset - map_off);
+	r->fd = fd;
+	r->obj_off = offset;
 	*out = r;
 	return 0;
 
@@ -158,7 +149,7 @@ void sfs_stage_region_free(sfs_stage_region *r)
 	if (!r)
 		return;
 	if (r->kind == SFS_STAGE_SHM)
-		munmap(r->map, r->map_len);
+		close(r->fd);
 	/* CUDA: the imported handle stays open (cached for the daemon's life). */
 	free(r);
 }
@@ -178,10 +169,31 @@ int sfs_stage_region_put(sfs_stage_region *r, uint64_t off, const struct iovec *
 	if (r->kind == SFS_STAGE_CUDA)
 		return sfs_cuda_copy_to_device(r->st->cuda, r->device, (char *)r->dev_dst + off, iov,
 					       n_iov);
-	char *dst = r->dst + off;
-	for (int i = 0; i < n_iov; i++) {
-		memcpy(dst, iov[i].iov_base, iov[i].iov_len);
-		dst += iov[i].iov_len;
+	struct iovec v[3], *p = v;
+	int k = n_iov;
+	off_t at = (off_t)(r->obj_off + off);
+
+	if (n_iov > 3)
+		return -EINVAL;
+	memcpy(v, iov, (size_t)n_iov * sizeof(*iov));
+	while (k) {
+		ssize_t n = pwritev(r->fd, p, k, at);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno; /* ENOSPC: a full /dev/shm, not our crash */
+		if (n == 0)
+			return -EIO;
+		at += n;
+		while (k && (size_t)n >= p->iov_len) {
+			n -= (ssize_t)p->iov_len;
+			p++;
+			k--;
+		}
+		if (k) {
+			p->iov_base = (char *)p->iov_base + n;
+			p->iov_len -= (size_t)n;
+		}
 	}
 	return 0;
 }

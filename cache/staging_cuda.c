@@ -12,11 +12,14 @@
  * Does not own: regions and bounds (staging.c), the ioctl ABI (fs/).
  *
  *   struct sfs_cuda
- *     rt: libcudart functions          set at open, then read-only
+ *     rt: libcudart functions, mem_get_address_range (libcuda)
+ *                                      set at open, then read-only
  *     gpus[n_gpus]: uuid, ordinal      set at open, then read-only
  *       lock ──> ready, buf[k].{host, stream, busy}     (one copy at a time)
  *     import_lock ──> buckets[hash(handle, uuid)] -> import -> import ...
- *                      import: handle, uuid, gpu, base  (never freed before close)
+ *                 ──> gpus[g].imports -> import -> ... (by GPU, via gpu_next)
+ *                      import: handle, uuid, gpu, base, bytes
+ *                      (never freed before close)
  *
  * Threading: every function may be called from any thread once open has
  * returned. CUDA's current device is per thread, so each call that touches a
@@ -31,6 +34,12 @@
  * the DMA of the others runs. A buffer is refilled only after its stream has
  * finished; every stream is synchronised before the call returns.
  *
+ * Bounds: the trainer states the size of its allocation, and a copy past
+ * the end of an imported mapping could land in another trainer's memory
+ * (imports share the daemon's address space). So each import's true size
+ * is asked of the driver (cuMemGetAddressRange, from the libcuda that
+ * libcudart has already loaded), and every copy must lie inside one import.
+ *
  * Fork: CUDA does not survive fork(). Open after the daemon has forked.
  */
 #include "staging_cuda.h"
@@ -41,6 +50,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +80,9 @@ struct sfs_cudart_ipc_handle {			   /* cudaIpcMemHandle_t */
 #define SFS_CUDART_PROP_UUID_OFFSET 256
 #define SFS_CUDART_PROP_BYTES 8192
 
+typedef int sfs_cu_result;		/* CUresult (driver API) */
+typedef unsigned long long sfs_cu_deviceptr; /* CUdeviceptr */
+
 #ifdef SFS_CUDA_CHECK_TYPES
 #include <cuda_runtime_api.h>
 _Static_assert(sizeof(cudaError_t) == sizeof(sfs_cudart_err), "cudaError_t");
@@ -90,6 +103,9 @@ _Static_assert(cudaStreamNonBlocking == SFS_CUDART_STREAM_NON_BLOCKING, "stream 
 _Static_assert(offsetof(struct cudaDeviceProp, uuid) == SFS_CUDART_PROP_UUID_OFFSET, "prop uuid");
 _Static_assert(sizeof(((struct cudaDeviceProp *)0)->uuid) == 16, "prop uuid");
 _Static_assert(sizeof(struct cudaDeviceProp) <= SFS_CUDART_PROP_BYTES, "prop size");
+#include <cuda.h>
+_Static_assert(sizeof(CUresult) == sizeof(sfs_cu_result), "CUresult");
+_Static_assert(sizeof(CUdeviceptr) == sizeof(sfs_cu_deviceptr), "CUdeviceptr");
 #endif
 
 /* The runtime's functions; all set at open, then read-only. */
@@ -110,6 +126,9 @@ struct sfs_cudart {
 	const char *(*get_error_string)(sfs_cudart_err err);
 	sfs_cudart_err (*runtime_get_version)(int *version);
 	sfs_cudart_err (*driver_get_version)(int *version);
+	/* From libcuda (dlopen'ed too, never linked): an allocation's extent. */
+	sfs_cu_result (*mem_get_address_range)(sfs_cu_deviceptr *base, size_t *size,
+					       sfs_cu_deviceptr ptr);
 };
 
 /* Symbol names: the first one the library has is used. CUDA 12 keeps the
@@ -167,14 +186,18 @@ struct sfs_cuda_gpu {
 	pthread_mutex_t lock;
 	bool ready;				  /* protected by lock: buf[] created */
 	struct sfs_cuda_buf buf[SFS_CUDA_N_BUF]; /* protected by lock */
+	struct sfs_cuda_import *imports;	  /* protected by cu->import_lock */
 };
 
+/* Fields other than the links are set before the import is published. */
 struct sfs_cuda_import {
-	struct sfs_cuda_import *next; /* protected by cu->import_lock */
+	struct sfs_cuda_import *next;	  /* bucket chain; protected by cu->import_lock */
+	struct sfs_cuda_import *gpu_next; /* gpus[gpu].imports; protected by cu->import_lock */
 	struct sfs_cudart_ipc_handle handle;
 	uint8_t uuid[16];
 	unsigned gpu; /* index in cu->gpus */
 	void *base;   /* cudaIpcOpenMemHandle's pointer: the allocation base */
+	size_t bytes; /* the allocation's size, as the driver has it */
 };
 
 struct sfs_cuda {
@@ -232,14 +255,15 @@ static int cuda_fail(struct sfs_cuda *cu, const char *what, unsigned gpu, sfs_cu
  * nothing loaded. */
 static int load_runtime(struct sfs_cuda *cu)
 {
-	const char *why = "not found";
+	char why[256] = "not found";
 
 	for (size_t i = 0; i < sizeof(cudart_paths) / sizeof(cudart_paths[0]) && !cu->lib; i++) {
 		/* NODELETE: the runtime registers exit-time handlers; it must
 		 * never be unloaded under them. */
 		cu->lib = dlopen(cudart_paths[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-		if (!cu->lib && i == 0)
-			why = dlerror();
+		const char *e = cu->lib ? NULL : dlerror();
+		if (i == 0 && e) /* the next dlopen() reuses dlerror()'s buffer */
+			snprintf(why, sizeof(why), "%s", e);
 	}
 	if (!cu->lib) {
 		sfs_log(SFS_LOG_INFO, "staging", "no CUDA runtime (libcudart: %s): 0 GPUs", why);
@@ -259,6 +283,28 @@ static int load_runtime(struct sfs_cuda *cu)
 		/* POSIX: a function's address from dlsym() fits a function pointer. */
 		memcpy((char *)&cu->rt + cudart_syms[i].off, &sym, sizeof(sym));
 	}
+	return 0;
+}
+
+/* cuMemGetAddressRange from the driver library, which a successful
+ * cudaGetDeviceCount has loaded. Returns 0, or -ENOTSUP (then no GPU is
+ * used: copies could not be bounded). */
+static int load_driver_range(struct sfs_cuda *cu)
+{
+	void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+	const char *e = drv ? NULL : dlerror();
+	void *sym = drv ? dlsym(drv, "cuMemGetAddressRange_v2") : NULL;
+
+	if (!sym) {
+		sfs_log(SFS_LOG_WARN, "staging",
+			"CUDA driver without cuMemGetAddressRange_v2 (%s): 0 GPUs",
+			e ? e : "no such symbol");
+		if (drv)
+			dlclose(drv);
+		return -ENOTSUP;
+	}
+	memcpy(&cu->rt.mem_get_address_range, &sym, sizeof(sym));
+	dlclose(drv); /* NODELETE, and libcudart holds it anyway */
 	return 0;
 }
 
@@ -354,6 +400,8 @@ int sfs_cuda_open(struct sfs_cuda **out)
 			cuda_strerror(cu, e), e);
 		n = 0;
 	}
+	if (n > 0 && load_driver_range(cu) < 0)
+		n = 0;
 	if (n > 0) {
 		err = -ENOMEM;
 		cu->gpus = calloc((size_t)n, sizeof(*cu->gpus));
@@ -478,21 +526,52 @@ int sfs_cuda_import(struct sfs_cuda *cu, const uint8_t handle[64], const uint8_t
 		err = cuda_fail(cu, "cudaIpcOpenMemHandle", (unsigned)gi, e);
 		goto err_free;
 	}
+	sfs_cu_deviceptr abase = 0;
+	sfs_cu_result r = cu->rt.mem_get_address_range(&abase, &im->bytes,
+							(sfs_cu_deviceptr)(uintptr_t)im->base);
+	if (r || abase != (sfs_cu_deviceptr)(uintptr_t)im->base || im->bytes == 0) {
+		if (sfs_log_ratelimit(&cu->warn_rl, 10000))
+			sfs_log(SFS_LOG_WARN, "staging",
+				"GPU %d: cuMemGetAddressRange of an IPC mapping: CUresult %d", gi, r);
+		err = -EIO;
+		goto err_close;
+	}
 	im->next = cu->buckets[b];
 	cu->buckets[b] = im;
-	sfs_log(SFS_LOG_DEBUG, "staging", "GPU %d: opened IPC handle %02x%02x%02x%02x%02x%02x%02x%02x...",
-		gi, handle[0], handle[1], handle[2], handle[3], handle[4], handle[5], handle[6],
-		handle[7]);
+	im->gpu_next = cu->gpus[gi].imports;
+	cu->gpus[gi].imports = im;
+	sfs_log(SFS_LOG_DEBUG, "staging",
+		"GPU %d: opened IPC handle %02x%02x%02x%02x%02x%02x%02x%02x..., %zu bytes", gi,
+		handle[0], handle[1], handle[2], handle[3], handle[4], handle[5], handle[6], handle[7],
+		im->bytes);
 	*base = im->base;
 	*device = gi;
 	pthread_mutex_unlock(&cu->import_lock);
 	return 0;
 
+err_close:
+	cu->rt.ipc_close_mem_handle(im->base);
 err_free:
 	free(im);
 err_unlock:
 	pthread_mutex_unlock(&cu->import_lock);
 	return err;
+}
+
+/* Whether [dst, dst + n) lies inside one allocation imported on GPU gi.
+ * Takes import_lock. */
+static bool inside_import(struct sfs_cuda *cu, unsigned gi, const void *dst, size_t n)
+{
+	uintptr_t d = (uintptr_t)dst;
+	bool ok = false;
+
+	pthread_mutex_lock(&cu->import_lock);
+	for (struct sfs_cuda_import *im = cu->gpus[gi].imports; im && !ok; im = im->gpu_next) {
+		uintptr_t b = (uintptr_t)im->base;
+		ok = d >= b && d - b <= im->bytes && n <= im->bytes - (d - b);
+	}
+	pthread_mutex_unlock(&cu->import_lock);
+	return ok;
 }
 
 /* Bytes per piece for a copy of `total` bytes: about a quarter of it, so
@@ -513,8 +592,9 @@ static size_t piece_bytes(size_t total)
 /*
  * Copies the iovecs, in order, to [dst, dst + their total) on GPU `device`
  * (an index as for sfs_cuda_gpu_uuid). Blocks until the device memory is
- * written. Returns 0, -EINVAL (bad device or arguments), -ENOMEM (no pinned
- * buffers) or -EIO (a failed copy; the device memory is then undefined).
+ * written. Returns 0, -EINVAL (bad device or arguments), -ERANGE (not
+ * inside one allocation imported on that GPU), -ENOMEM (no pinned buffers)
+ * or -EIO (a failed copy; the device memory is then undefined).
  * Takes the GPU's lock: copies to one GPU run one at a time.
  */
 int sfs_cuda_copy_to_device(struct sfs_cuda *cu, int device, void *dst, const struct iovec *iov,
@@ -533,6 +613,8 @@ int sfs_cuda_copy_to_device(struct sfs_cuda *cu, int device, void *dst, const st
 	}
 	if (total == 0)
 		return 0;
+	if (!inside_import(cu, (unsigned)device, dst, total))
+		return -ERANGE;
 
 	struct sfs_cuda_gpu *g = &cu->gpus[device];
 	pthread_mutex_lock(&g->lock);

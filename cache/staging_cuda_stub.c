@@ -1,10 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-/* staging_cuda_stub — the CUDA half for builds without CUDA: no GPU. */
+/*
+ * staging_cuda_stub — the CUDA half of staging for builds without CUDA
+ * (meson -Dcuda=disabled, or no toolkit under auto): no runtime, no GPU.
+ * sfs_cuda_open() fails with -ENOTSUP, so staging.c never holds a
+ * struct sfs_cuda; the other functions answer as for zero GPUs in case they
+ * are called anyway. Stateless, so safe from any thread.
+ */
 #include "staging_cuda.h"
 
 #include <errno.h>
 #include <stddef.h>
 
+/* Returns -ENOTSUP: this build has no CUDA. */
 int sfs_cuda_open(struct sfs_cuda **out)
 {
 	*out = NULL;
@@ -22,12 +29,14 @@ unsigned sfs_cuda_gpu_count(struct sfs_cuda *cu)
 	return 0;
 }
 
+/* Returns -EINVAL: there is no GPU of any index. */
 int sfs_cuda_gpu_uuid(struct sfs_cuda *cu, unsigned index, uint8_t uuid[16])
 {
 	(void)cu, (void)index, (void)uuid;
 	return -EINVAL;
 }
 
+/* Returns -EOPNOTSUPP. */
 int sfs_cuda_import(struct sfs_cuda *cu, const uint8_t handle[64], const uint8_t uuid[16],
 		    void **base, int *device)
 {
@@ -35,6 +44,7 @@ int sfs_cuda_import(struct sfs_cuda *cu, const uint8_t handle[64], const uint8_t
 	return -EOPNOTSUPP;
 }
 
+/* Returns -EOPNOTSUPP. */
 int sfs_cuda_copy_to_device(struct sfs_cuda *cu, int device, void *dst, const struct iovec *iov,
 			    int n_iov)
 {

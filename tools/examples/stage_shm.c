@@ -13,7 +13,8 @@
  * placement there. Exit status 0 when every byte matched, 1 otherwise, 2 for
  * bad usage; 77 when FILE is not on a shardfs mount with staging (ENOTTY).
  *
- * Build: cc -O2 stage_shm.c -lshardfs   (in the tree: see tools/libshardfs)
+ * Build: cc -O2 -I/usr/local/include/shardfs stage_shm.c -lshardfs
+ * (in the tree, meson builds it as tools/stage_shm).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -197,12 +198,12 @@ int main(int argc, char **argv)
 		}
 	}
 	printf("%s: %" PRIu64 " bytes staged in %.3f s (%.0f MB/s), pieces of %" PRIu64
-	       ", path %s%s%s%s, every byte verified; end of file placed short\n",
+	       ", path%s%s%s%s; every byte verified, end of file placed short\n",
 	       argv[1], total, t_stage, t_stage > 0 ? total / 1e6 / t_stage : 0.0, piece,
-	       all_paths & SHARDFS_PATH_CACHE ? "cache " : "",
-	       all_paths & SHARDFS_PATH_NFS ? "nfs " : "",
-	       all_paths & SHARDFS_PATH_SHM_COPY ? "shm_copy " : "",
-	       all_paths & SHARDFS_PATH_CUDA_PINNED ? "cuda_pinned " : "");
+	       all_paths & SHARDFS_PATH_CACHE ? " cache" : "",
+	       all_paths & SHARDFS_PATH_NFS ? " nfs" : "",
+	       all_paths & SHARDFS_PATH_SHM_COPY ? " shm_copy" : "",
+	       all_paths & SHARDFS_PATH_CUDA_PINNED ? " cuda_pinned" : "");
 	rc = 0;
 
 out_unregister:

@@ -379,12 +379,18 @@ def _cuda():
     return _libcuda
 
 
+_CU_ERRORS = {1: "CUDA_ERROR_INVALID_VALUE", 3: "CUDA_ERROR_NOT_INITIALIZED",
+              34: "CUDA_ERROR_STUB_LIBRARY", 35: "CUDA_ERROR_INSUFFICIENT_DRIVER",
+              100: "CUDA_ERROR_NO_DEVICE", 101: "CUDA_ERROR_INVALID_DEVICE",
+              201: "CUDA_ERROR_INVALID_CONTEXT", 801: "CUDA_ERROR_NOT_SUPPORTED"}
+
+
 def _cu_check(lib, rc, what, errno_value=errno.EINVAL, hint=""):
     if rc != 0:
         name = ctypes.c_char_p()
-        lib.cuGetErrorName(rc, ctypes.byref(name))
-        raise OSError(errno_value, "%s: %s (%d)%s" % (
-            what, (name.value or b"CUDA error").decode(), rc, hint))
+        if lib.cuGetErrorName(rc, ctypes.byref(name)) != 0 or not name.value:
+            name.value = _CU_ERRORS.get(rc, "CUDA error").encode()
+        raise OSError(errno_value, "%s: %s (%d)%s" % (what, name.value.decode(), rc, hint))
 
 
 def _tensor_view(tensor):

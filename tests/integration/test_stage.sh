@@ -1,0 +1,50 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Staging ioctls, shm path, end to end: cold (from NFS) and cached ranges,
+# aligned/unaligned/crossing chunks/EOF, batches, every refusal, a second
+# uid; the C example; the stats. (The CUDA path: tests/unit/test_staging_cuda,
+# which runs where a GPU is and exits 77 elsewhere.)
+. "$(dirname "$0")/lib.sh"
+sfs_require
+export PYTHONPATH=$SRC_ROOT/tools/python
+mkdir -p "$EXPORT"
+head -c $((20 << 20 | 12345)) /dev/urandom >"$EXPORT/big"
+head -c 5000 /dev/urandom >"$EXPORT/small"
+sfs_cluster_up 4
+
+run_phase() {
+	local out
+	out=$(python3 "$SRC_ROOT/tests/integration/stage_check.py" "$MNT" "$EXPORT" "$1" 2>&1)
+	while IFS= read -r line; do
+		case $line in
+		ok\ *) ok "${line#ok * - }" ;;
+		not\ ok\ *) not_ok "${line#not ok * - }" ;;
+		*) diag "$line" ;;
+		esac
+	done <<<"$out"
+}
+
+# Cold: no cache, nothing read yet: every byte comes from NFS first.
+sfs_mount "prefetch=off,allow_other"
+drop_caches
+run_phase cold
+run_phase uid
+check "stats count shm staging" bash -c "[ \$(awk '/^shardfs_stage_bytes_total\\{target=\"shm\"\\}/ {print \$2}' '$MNT/.shardfs/stats') -gt 0 ]"
+check "stats count refusals" bash -c "[ \$(awk '/^shardfs_stage_errors_total\\{reason=\"out_of_range\"\\}/ {print \$2}' '$MNT/.shardfs/stats') -gt 0 ]"
+check "shardfs_gpus is reported" grep -q '^shardfs_gpus ' "$MNT/.shardfs/stats"
+sfs_umount
+
+# Warm: from the local cache.
+sfs_mount "cache_dir=$WORK/cache"
+"$SRC_ROOT/tools/shardfs-warm" -q "$MNT/big" "$MNT/small" >/dev/null 2>&1
+drop_caches
+run_phase warm
+STAGE_SHM=${SFS_STAGE_SHM:-$(dirname "$SHARDFS")/../tools/stage_shm}
+if [ -x "$STAGE_SHM" ]; then
+	check "C example stage_shm: whole file, 12345-byte pieces, every byte checked" "$STAGE_SHM" "$MNT/big" 12345
+else
+	not_ok "C example not built: $STAGE_SHM"
+fi
+check "no shm objects left behind" bash -c "! ls /dev/shm | grep -q shardfs-check"
+check "unmount ends the daemon" sfs_umount
+sfs_finish
