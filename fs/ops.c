@@ -271,6 +271,18 @@ struct stats_snapshot {
 	size_t len;
 };
 
+/* The identity of a file version: what names it in the cache. */
+static struct sfs_file_version version_of(const struct sfs_attr *a)
+{
+	return (struct sfs_file_version){.fsid = a->fsid,
+					 .fileid = a->fileid,
+					 .size = a->size,
+					 .mtime_s = a->mtime.tv_sec,
+					 .mtime_ns = (uint32_t)a->mtime.tv_nsec,
+					 .ctime_s = a->ctime.tv_sec,
+					 .ctime_ns = (uint32_t)a->ctime.tv_nsec};
+}
+
 static bool same_version(const struct sfs_attr *a, const struct sfs_attr *b)
 {
 	return a->size == b->size && a->mtime.tv_sec == b->mtime.tv_sec &&
@@ -332,13 +344,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	bool changed = pf && !unchanged;
 	if (!unchanged) {
 		sfs_pf_file *n;
-		struct sfs_file_version v = {.fsid = a.fsid,
-					     .fileid = a.fileid,
-					     .size = a.size,
-					     .mtime_s = a.mtime.tv_sec,
-					     .mtime_ns = (uint32_t)a.mtime.tv_nsec,
-					     .ctime_s = a.ctime.tv_sec,
-					     .ctime_ns = (uint32_t)a.ctime.tv_nsec};
+		struct sfs_file_version v = version_of(&a);
 		rc = sfs_pf_file_open_version(fs->prefetch, &i->fh, &v, &n);
 		if (rc < 0) {
 			pthread_mutex_unlock(&i->lock);
@@ -573,13 +579,7 @@ static uint64_t inode_cached_bytes(struct sfs_fs *fs, struct sfs_inode *i)
 
 	if (!fs->store || inode_getattr(fs, i, &a, false) < 0)
 		return 0;
-	struct sfs_file_version v = {.fsid = a.fsid,
-				     .fileid = a.fileid,
-				     .size = a.size,
-				     .mtime_s = a.mtime.tv_sec,
-				     .mtime_ns = (uint32_t)a.mtime.tv_nsec,
-				     .ctime_s = a.ctime.tv_sec,
-				     .ctime_ns = (uint32_t)a.ctime.tv_nsec};
+	struct sfs_file_version v = version_of(&a);
 	return sfs_store_cached_bytes(fs->store, &v);
 }
 

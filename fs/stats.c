@@ -16,6 +16,13 @@ static void help(FILE *f, const char *name, const char *type, const char *text)
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
 }
 
+/* One unlabelled metric: its HELP, TYPE and sample. */
+static void metric(FILE *f, const char *name, const char *type, const char *text, uint64_t value)
+{
+	help(f, name, type, text);
+	fprintf(f, "%s %llu\n", name, (unsigned long long)value);
+}
+
 ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 {
 	char *buf = NULL;
@@ -83,84 +90,71 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 		fprintf(f, "shardfs_node_latency_seconds_count{node=\"%s\"} %llu\n", ns.addr,
 			(unsigned long long)ns.lat_count);
 	}
-	help(f, "shardfs_origin_queue_depth", "gauge", "Requests waiting for a free connection slot.");
-	fprintf(f, "shardfs_origin_queue_depth %zu\n", sfs_origin_queue_depth(fs->origin));
+	metric(f, "shardfs_origin_queue_depth", "gauge", "Requests waiting for a free connection slot.",
+	       sfs_origin_queue_depth(fs->origin));
 
 	help(f, "shardfs_fuse_requests_total", "counter", "FUSE requests by operation.");
 	for (int op = 0; op < SFS_OP_COUNT; op++)
 		fprintf(f, "shardfs_fuse_requests_total{op=\"%s\"} %llu\n", sfs_fuse_op_names[op],
 			(unsigned long long)__atomic_load_n(&fs->op_count[op], __ATOMIC_RELAXED));
-	help(f, "shardfs_fuse_read_bytes_total", "counter", "Bytes returned to read() callers.");
-	fprintf(f, "shardfs_fuse_read_bytes_total %llu\n",
-		(unsigned long long)__atomic_load_n(&fs->read_bytes, __ATOMIC_RELAXED));
-	help(f, "shardfs_fuse_read_errors_total", "counter", "read() calls answered with an error.");
-	fprintf(f, "shardfs_fuse_read_errors_total %llu\n",
-		(unsigned long long)__atomic_load_n(&fs->read_errors, __ATOMIC_RELAXED));
-	help(f, "shardfs_inodes", "gauge", "Inodes the kernel holds references to.");
-	fprintf(f, "shardfs_inodes %llu\n", (unsigned long long)sfs_inode_count(fs->inodes));
+	metric(f, "shardfs_fuse_read_bytes_total", "counter", "Bytes returned to read() callers.",
+	       __atomic_load_n(&fs->read_bytes, __ATOMIC_RELAXED));
+	metric(f, "shardfs_fuse_read_errors_total", "counter", "read() calls answered with an error.",
+	       __atomic_load_n(&fs->read_errors, __ATOMIC_RELAXED));
+	metric(f, "shardfs_inodes", "gauge", "Inodes the kernel holds references to.",
+	       sfs_inode_count(fs->inodes));
 
 	sfs_prefetch_get_stats(fs->prefetch, &ps);
-	help(f, "shardfs_prefetch_inflight_bytes", "gauge", "Chunk bytes being fetched from NFS now.");
-	fprintf(f, "shardfs_prefetch_inflight_bytes %llu\n", (unsigned long long)ps.inflight_bytes);
-	help(f, "shardfs_prefetch_buffer_bytes", "gauge", "Memory held in chunk buffers.");
-	fprintf(f, "shardfs_prefetch_buffer_bytes %llu\n", (unsigned long long)ps.buffer_bytes);
-	help(f, "shardfs_prefetch_fetched_bytes_total", "counter", "Bytes fetched from NFS for reads and readahead.");
-	fprintf(f, "shardfs_prefetch_fetched_bytes_total %llu\n", (unsigned long long)ps.fetched_bytes);
-	help(f, "shardfs_prefetch_readahead_chunks_total", "counter", "Chunks fetched ahead of the reader.");
-	fprintf(f, "shardfs_prefetch_readahead_chunks_total %llu\n",
-		(unsigned long long)ps.readahead_chunks);
-	help(f, "shardfs_prefetch_wasted_chunks_total", "counter", "Readahead chunks dropped unread.");
-	fprintf(f, "shardfs_prefetch_wasted_chunks_total %llu\n", (unsigned long long)ps.wasted_chunks);
-	help(f, "shardfs_prefetch_files_total", "counter", "File versions opened for fetching.");
-	fprintf(f, "shardfs_prefetch_files_total %llu\n", (unsigned long long)ps.files_opened);
+	metric(f, "shardfs_prefetch_inflight_bytes", "gauge", "Chunk bytes being fetched from NFS now.",
+	       ps.inflight_bytes);
+	metric(f, "shardfs_prefetch_buffer_bytes", "gauge", "Memory held in chunk buffers.",
+	       ps.buffer_bytes);
+	metric(f, "shardfs_prefetch_fetched_bytes_total", "counter", "Bytes fetched from NFS for reads and readahead.",
+	       ps.fetched_bytes);
+	metric(f, "shardfs_prefetch_readahead_chunks_total", "counter", "Chunks fetched ahead of the reader.",
+	       ps.readahead_chunks);
+	metric(f, "shardfs_prefetch_wasted_chunks_total", "counter", "Readahead chunks dropped unread.",
+	       ps.wasted_chunks);
+	metric(f, "shardfs_prefetch_files_total", "counter", "File versions opened for fetching.",
+	       ps.files_opened);
 
-	help(f, "shardfs_prefetch_shard_files_total", "counter", "Files fetched whole (shard prefetch or shardfs-warm).");
-	fprintf(f, "shardfs_prefetch_shard_files_total %llu\n", (unsigned long long)ps.shard_files);
-	help(f, "shardfs_read_stale_total", "counter",
-	     "Chunks refused because the file changed on the server under an open.");
-	fprintf(f, "shardfs_read_stale_total %llu\n", (unsigned long long)ps.stale_errors);
-	help(f, "shardfs_kernel_cache_invalidations_total", "counter",
-	     "Kernel page caches dropped because a file changed on the server.");
-	fprintf(f, "shardfs_kernel_cache_invalidations_total %llu\n",
-		(unsigned long long)__atomic_load_n(&fs->invalidations, __ATOMIC_RELAXED));
+	metric(f, "shardfs_prefetch_shard_files_total", "counter", "Files fetched whole (shard prefetch or shardfs-warm).",
+	       ps.shard_files);
+	metric(f, "shardfs_read_stale_total", "counter", "Chunks refused because the file changed on the server under an open.",
+	       ps.stale_errors);
+	metric(f, "shardfs_kernel_cache_invalidations_total", "counter", "Kernel page caches dropped because a file changed on the server.",
+	       __atomic_load_n(&fs->invalidations, __ATOMIC_RELAXED));
 
 	struct sfs_store_stats cs = {0};
 	if (fs->store)
 		sfs_store_get_stats(fs->store, &cs);
-	help(f, "shardfs_cache_enabled", "gauge", "1 if a cache_dir is configured and usable now.");
-	fprintf(f, "shardfs_cache_enabled %d\n", fs->store && cs.online);
-	help(f, "shardfs_cache_hit_bytes_total", "counter", "Bytes read served from the local cache.");
-	fprintf(f, "shardfs_cache_hit_bytes_total %llu\n", (unsigned long long)ps.hit_bytes);
-	help(f, "shardfs_cache_miss_bytes_total", "counter",
-	     "Bytes readers needed that were not in the local cache (fetched from NFS).");
-	fprintf(f, "shardfs_cache_miss_bytes_total %llu\n",
-		(unsigned long long)(fs->store ? ps.miss_bytes : 0));
-	help(f, "shardfs_cache_used_bytes", "gauge", "Bytes of chunks in the local cache.");
-	fprintf(f, "shardfs_cache_used_bytes %llu\n", (unsigned long long)cs.used_bytes);
-	help(f, "shardfs_cache_capacity_bytes", "gauge", "cache_size in effect.");
-	fprintf(f, "shardfs_cache_capacity_bytes %llu\n", (unsigned long long)cs.capacity_bytes);
-	help(f, "shardfs_cache_objects", "gauge", "File versions with chunks in the local cache.");
-	fprintf(f, "shardfs_cache_objects %llu\n", (unsigned long long)cs.objects);
-	help(f, "shardfs_cache_write_bytes_total", "counter", "Bytes written durably to the local cache.");
-	fprintf(f, "shardfs_cache_write_bytes_total %llu\n", (unsigned long long)cs.write_bytes);
-	help(f, "shardfs_cache_write_queue_bytes", "gauge", "Chunk bytes waiting to be written to the cache.");
-	fprintf(f, "shardfs_cache_write_queue_bytes %llu\n", (unsigned long long)cs.queued_bytes);
-	help(f, "shardfs_cache_not_admitted_bytes_total", "counter",
-	     "Bytes not cached because the cache was full (pin) or its filesystem ran out of space.");
-	fprintf(f, "shardfs_cache_not_admitted_bytes_total %llu\n",
-		(unsigned long long)cs.not_admitted_bytes);
-	help(f, "shardfs_cache_evicted_bytes_total", "counter", "Bytes evicted to stay under cache_size.");
-	fprintf(f, "shardfs_cache_evicted_bytes_total %llu\n", (unsigned long long)cs.evicted_bytes);
-	help(f, "shardfs_cache_checksum_failures_total", "counter",
-	     "Cached chunks whose bytes did not match their checksum (refetched, never served).");
-	fprintf(f, "shardfs_cache_checksum_failures_total %llu\n",
-		(unsigned long long)cs.checksum_failures);
-	help(f, "shardfs_cache_errors_total", "counter",
-	     "Cache directory errors (missing, unwritable, I/O errors); reads went to NFS.");
-	fprintf(f, "shardfs_cache_errors_total %llu\n", (unsigned long long)cs.errors);
+	metric(f, "shardfs_cache_enabled", "gauge", "1 if a cache_dir is configured and usable now.",
+	       fs->store && cs.online);
+	metric(f, "shardfs_cache_hit_bytes_total", "counter", "Bytes read served from the local cache.",
+	       ps.hit_bytes);
+	metric(f, "shardfs_cache_miss_bytes_total", "counter", "Bytes readers needed that were not in the local cache (fetched from NFS).",
+	       (fs->store ? ps.miss_bytes : 0));
+	metric(f, "shardfs_cache_used_bytes", "gauge", "Bytes of chunks in the local cache.",
+	       cs.used_bytes);
+	metric(f, "shardfs_cache_capacity_bytes", "gauge", "cache_size in effect.",
+	       cs.capacity_bytes);
+	metric(f, "shardfs_cache_objects", "gauge", "File versions with chunks in the local cache.",
+	       cs.objects);
+	metric(f, "shardfs_cache_write_bytes_total", "counter", "Bytes written durably to the local cache.",
+	       cs.write_bytes);
+	metric(f, "shardfs_cache_write_queue_bytes", "gauge", "Chunk bytes waiting to be written to the cache.",
+	       cs.queued_bytes);
+	metric(f, "shardfs_cache_not_admitted_bytes_total", "counter", "Bytes not cached because the cache was full (pin) or its filesystem ran out of space.",
+	       cs.not_admitted_bytes);
+	metric(f, "shardfs_cache_evicted_bytes_total", "counter", "Bytes evicted to stay under cache_size.",
+	       cs.evicted_bytes);
+	metric(f, "shardfs_cache_checksum_failures_total", "counter", "Cached chunks whose bytes did not match their checksum (refetched, never served).",
+	       cs.checksum_failures);
+	metric(f, "shardfs_cache_errors_total", "counter", "Cache directory errors (missing, unwritable, I/O errors); reads went to NFS.",
+	       cs.errors);
 
-	help(f, "shardfs_gpus", "gauge", "GPUs usable for staging (0 without CUDA).");
-	fprintf(f, "shardfs_gpus %u\n", fs->staging ? sfs_staging_gpu_count(fs->staging) : 0);
+	metric(f, "shardfs_gpus", "gauge", "GPUs usable for staging (0 without CUDA).",
+	       fs->staging ? sfs_staging_gpu_count(fs->staging) : 0);
 	help(f, "shardfs_stage_bytes_total", "counter", "Bytes placed by SHARDFS_IOC_STAGE, by target.");
 	for (int t = 0; t < SFS_STAGE_T_COUNT; t++)
 		fprintf(f, "shardfs_stage_bytes_total{target=\"%s\"} %llu\n", sfs_stage_target_names[t],
