@@ -30,6 +30,7 @@ struct sfs_stage_region {
 	int fd;
 	uint64_t obj_off;	 /* the region's first byte in the object */
 	/* CUDA */
+	void *dev_base;		 /* the import: its allocation base */
 	void *dev_dst;		 /* device pointer of the region's first byte */
 	int device;
 };
@@ -133,10 +134,13 @@ int sfs_stage_region_cuda(sfs_staging *st, const uint8_t handle[64], const uint8
 	if (rc < 0)
 		return rc;
 	sfs_stage_region *r = calloc(1, sizeof(*r));
-	if (!r)
+	if (!r) {
+		sfs_cuda_unimport(st->cuda, base, device);
 		return -ENOMEM;
+	}
 	r->st = st;
 	r->kind = SFS_STAGE_CUDA;
+	r->dev_base = base;
 	r->length = length;
 	r->dev_dst = (char *)base + offset;
 	r->device = device;
@@ -150,7 +154,8 @@ void sfs_stage_region_free(sfs_stage_region *r)
 		return;
 	if (r->kind == SFS_STAGE_SHM)
 		close(r->fd);
-	/* CUDA: the imported handle stays open (cached for the daemon's life). */
+	else /* the last region of an import closes it: the trainer may free */
+		sfs_cuda_unimport(r->st->cuda, r->dev_base, r->device);
 	free(r);
 }
 

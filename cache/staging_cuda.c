@@ -18,8 +18,8 @@
  *       lock ──> ready, buf[k].{host, stream, busy}     (one copy at a time)
  *     import_lock ──> buckets[hash(handle, uuid)] -> import -> import ...
  *                 ──> gpus[g].imports -> import -> ... (by GPU, via gpu_next)
- *                      import: handle, uuid, gpu, base, bytes
- *                      (never freed before close)
+ *                      import: handle, uuid, gpu, base, bytes, refs
+ *                      (closed and freed when refs drops to 0)
  *
  * Threading: every function may be called from any thread once open has
  * returned. CUDA's current device is per thread, so each call that touches a
@@ -56,31 +56,31 @@
 
 /* --- the part of the CUDA runtime API used here -------------------------- */
 
-typedef int sfs_cudart_err;			   /* cudaError_t (an int-sized enum) */
+typedef int sfs_cudart_err;			     /* cudaError_t (an int-sized enum) */
 typedef struct sfs_cudart_stream *sfs_cudart_stream; /* cudaStream_t */
-struct sfs_cudart_ipc_handle {			   /* cudaIpcMemHandle_t */
+struct sfs_cudart_ipc_handle {			     /* cudaIpcMemHandle_t */
 	char reserved[64];
 };
 
-#define SFS_CUDART_SUCCESS 0
-#define SFS_CUDART_ERR_INVALID_VALUE 1
-#define SFS_CUDART_ERR_MEMORY_ALLOCATION 2
-#define SFS_CUDART_ERR_INVALID_DEVICE_POINTER 17
-#define SFS_CUDART_ERR_INVALID_DEVICE 101
-#define SFS_CUDART_ERR_DEVICE_UNINITIALIZED 201
+#define SFS_CUDART_SUCCESS			0
+#define SFS_CUDART_ERR_INVALID_VALUE		1
+#define SFS_CUDART_ERR_MEMORY_ALLOCATION	2
+#define SFS_CUDART_ERR_INVALID_DEVICE_POINTER	17
+#define SFS_CUDART_ERR_INVALID_DEVICE		101
+#define SFS_CUDART_ERR_DEVICE_UNINITIALIZED	201
 #define SFS_CUDART_ERR_MAP_BUFFER_OBJECT_FAILED 205
-#define SFS_CUDART_ERR_INVALID_RESOURCE_HANDLE 400
-#define SFS_CUDART_ERR_NOT_SUPPORTED 801
-#define SFS_CUDART_MEMCPY_H2D 1		  /* cudaMemcpyHostToDevice */
-#define SFS_CUDART_IPC_LAZY_PEER 0x1u	  /* cudaIpcMemLazyEnablePeerAccess */
-#define SFS_CUDART_STREAM_NON_BLOCKING 0x1u /* cudaStreamNonBlocking */
+#define SFS_CUDART_ERR_INVALID_RESOURCE_HANDLE	400
+#define SFS_CUDART_ERR_NOT_SUPPORTED		801
+#define SFS_CUDART_MEMCPY_H2D			1    /* cudaMemcpyHostToDevice */
+#define SFS_CUDART_IPC_LAZY_PEER		0x1u /* cudaIpcMemLazyEnablePeerAccess */
+#define SFS_CUDART_STREAM_NON_BLOCKING		0x1u /* cudaStreamNonBlocking */
 /* struct cudaDeviceProp starts with char name[256], then the 16-byte UUID,
  * in every version; its size changes between versions (1032 bytes in 12.x),
  * so it is received into a buffer much larger than any of them. */
 #define SFS_CUDART_PROP_UUID_OFFSET 256
-#define SFS_CUDART_PROP_BYTES 8192
+#define SFS_CUDART_PROP_BYTES	    8192
 
-typedef int sfs_cu_result;		/* CUresult (driver API) */
+typedef int sfs_cu_result;		     /* CUresult (driver API) */
 typedef unsigned long long sfs_cu_deviceptr; /* CUdeviceptr */
 
 #ifdef SFS_CUDA_CHECK_TYPES
@@ -138,40 +138,40 @@ static const struct {
 	const char *names[2];
 	size_t off;
 } cudart_syms[] = {
-	{{"cudaGetDeviceCount"}, offsetof(struct sfs_cudart, get_device_count)},
-	{{"cudaGetDeviceProperties_v2", "cudaGetDeviceProperties"},
-	 offsetof(struct sfs_cudart, get_device_properties)},
-	{{"cudaSetDevice"}, offsetof(struct sfs_cudart, set_device)},
-	{{"cudaIpcOpenMemHandle"}, offsetof(struct sfs_cudart, ipc_open_mem_handle)},
-	{{"cudaIpcCloseMemHandle"}, offsetof(struct sfs_cudart, ipc_close_mem_handle)},
-	{{"cudaMallocHost"}, offsetof(struct sfs_cudart, malloc_host)},
-	{{"cudaFreeHost"}, offsetof(struct sfs_cudart, free_host)},
-	{{"cudaStreamCreateWithFlags"}, offsetof(struct sfs_cudart, stream_create_with_flags)},
-	{{"cudaStreamDestroy"}, offsetof(struct sfs_cudart, stream_destroy)},
-	{{"cudaMemcpyAsync"}, offsetof(struct sfs_cudart, memcpy_async)},
-	{{"cudaStreamSynchronize"}, offsetof(struct sfs_cudart, stream_synchronize)},
-	{{"cudaGetErrorString"}, offsetof(struct sfs_cudart, get_error_string)},
-	{{"cudaRuntimeGetVersion"}, offsetof(struct sfs_cudart, runtime_get_version)},
-	{{"cudaDriverGetVersion"}, offsetof(struct sfs_cudart, driver_get_version)},
+    {{"cudaGetDeviceCount"}, offsetof(struct sfs_cudart, get_device_count)},
+    {{"cudaGetDeviceProperties_v2", "cudaGetDeviceProperties"},
+     offsetof(struct sfs_cudart, get_device_properties)},
+    {{"cudaSetDevice"}, offsetof(struct sfs_cudart, set_device)},
+    {{"cudaIpcOpenMemHandle"}, offsetof(struct sfs_cudart, ipc_open_mem_handle)},
+    {{"cudaIpcCloseMemHandle"}, offsetof(struct sfs_cudart, ipc_close_mem_handle)},
+    {{"cudaMallocHost"}, offsetof(struct sfs_cudart, malloc_host)},
+    {{"cudaFreeHost"}, offsetof(struct sfs_cudart, free_host)},
+    {{"cudaStreamCreateWithFlags"}, offsetof(struct sfs_cudart, stream_create_with_flags)},
+    {{"cudaStreamDestroy"}, offsetof(struct sfs_cudart, stream_destroy)},
+    {{"cudaMemcpyAsync"}, offsetof(struct sfs_cudart, memcpy_async)},
+    {{"cudaStreamSynchronize"}, offsetof(struct sfs_cudart, stream_synchronize)},
+    {{"cudaGetErrorString"}, offsetof(struct sfs_cudart, get_error_string)},
+    {{"cudaRuntimeGetVersion"}, offsetof(struct sfs_cudart, runtime_get_version)},
+    {{"cudaDriverGetVersion"}, offsetof(struct sfs_cudart, driver_get_version)},
 };
 
 /* Tried in this order: the sonames through the loader's search path, then
  * the toolkit's default place. */
 static const char *const cudart_paths[] = {
-	"libcudart.so.13",
-	"libcudart.so.12",
-	"libcudart.so",
-	"/usr/local/cuda/lib64/libcudart.so.13",
-	"/usr/local/cuda/lib64/libcudart.so.12",
-	"/usr/local/cuda/lib64/libcudart.so",
+    "libcudart.so.13",
+    "libcudart.so.12",
+    "libcudart.so",
+    "/usr/local/cuda/lib64/libcudart.so.13",
+    "/usr/local/cuda/lib64/libcudart.so.12",
+    "/usr/local/cuda/lib64/libcudart.so",
 };
 
 /* --- state --------------------------------------------------------------- */
 
-#define SFS_CUDA_N_BUF 4		 /* pinned staging buffers per GPU */
-#define SFS_CUDA_BUF_BYTES (4u << 20)	 /* bytes of each */
-#define SFS_CUDA_MIN_PIECE (256u << 10) /* smallest piece a copy is cut into */
-#define SFS_CUDA_PIECE_ALIGN (64u << 10)
+#define SFS_CUDA_N_BUF		4	     /* pinned staging buffers per GPU */
+#define SFS_CUDA_BUF_BYTES	(4u << 20)   /* bytes of each */
+#define SFS_CUDA_MIN_PIECE	(256u << 10) /* smallest piece a copy is cut into */
+#define SFS_CUDA_PIECE_ALIGN	(64u << 10)
 #define SFS_CUDA_IMPORT_BUCKETS 64
 
 struct sfs_cuda_buf {
@@ -184,9 +184,9 @@ struct sfs_cuda_gpu {
 	uint8_t uuid[16]; /* set at open, then read-only */
 	int ordinal;	  /* the runtime's device number; set at open, then read-only */
 	pthread_mutex_t lock;
-	bool ready;				  /* protected by lock: buf[] created */
+	bool ready;				 /* protected by lock: buf[] created */
 	struct sfs_cuda_buf buf[SFS_CUDA_N_BUF]; /* protected by lock */
-	struct sfs_cuda_import *imports;	  /* protected by cu->import_lock */
+	struct sfs_cuda_import *imports;	 /* protected by cu->import_lock */
 };
 
 /* Fields other than the links are set before the import is published. */
@@ -195,19 +195,20 @@ struct sfs_cuda_import {
 	struct sfs_cuda_import *gpu_next; /* gpus[gpu].imports; protected by cu->import_lock */
 	struct sfs_cudart_ipc_handle handle;
 	uint8_t uuid[16];
-	unsigned gpu; /* index in cu->gpus */
-	void *base;   /* cudaIpcOpenMemHandle's pointer: the allocation base */
-	size_t bytes; /* the allocation's size, as the driver has it */
+	unsigned gpu;  /* index in cu->gpus */
+	void *base;    /* cudaIpcOpenMemHandle's pointer: the allocation base */
+	size_t bytes;  /* the allocation's size, as the driver has it */
+	unsigned refs; /* imports not yet unimported; protected by cu->import_lock */
 };
 
 struct sfs_cuda {
-	void *lib;		/* dlopen handle; set at open, then read-only */
-	struct sfs_cudart rt;	/* set at open, then read-only */
-	unsigned n_gpus;	/* set at open, then read-only */
+	void *lib;		   /* dlopen handle; set at open, then read-only */
+	struct sfs_cudart rt;	   /* set at open, then read-only */
+	unsigned n_gpus;	   /* set at open, then read-only */
 	struct sfs_cuda_gpu *gpus; /* [n_gpus]; see struct sfs_cuda_gpu */
 	pthread_mutex_t import_lock;
 	struct sfs_cuda_import *buckets[SFS_CUDA_IMPORT_BUCKETS]; /* protected by import_lock */
-	struct sfs_log_ratelimit warn_rl; /* atomic */
+	struct sfs_log_ratelimit warn_rl;			  /* atomic */
 };
 
 /* --- helpers ------------------------------------------------------------- */
@@ -378,6 +379,9 @@ err_free:
 
 /* --- API ----------------------------------------------------------------- */
 
+/* See staging_cuda.h. Initialises the CUDA driver (cuInit) when there is
+ * one, which does not survive fork(): call it in the process that will use
+ * it. Slow (up to seconds with several GPUs); creates no GPU context. */
 int sfs_cuda_open(struct sfs_cuda **out)
 {
 	struct sfs_cuda *cu;
@@ -396,7 +400,8 @@ int sfs_cuda_open(struct sfs_cuda **out)
 	/* Any error here (no driver: cudaErrorInsufficientDriver; no device;
 	 * a driver older than the runtime) means zero GPUs. */
 	if ((e = cu->rt.get_device_count(&n)) != SFS_CUDART_SUCCESS) {
-		sfs_log(SFS_LOG_INFO, "staging", "no usable GPU: cudaGetDeviceCount: %s (CUDA error %d)",
+		sfs_log(SFS_LOG_INFO, "staging",
+			"no usable GPU: cudaGetDeviceCount: %s (CUDA error %d)",
 			cuda_strerror(cu, e), e);
 		n = 0;
 	}
@@ -412,7 +417,8 @@ int sfs_cuda_open(struct sfs_cuda **out)
 	for (int d = 0; d < n; d++) {
 		memset(prop, 0, SFS_CUDART_PROP_BYTES);
 		if ((e = cu->rt.get_device_properties(prop, d)) != SFS_CUDART_SUCCESS) {
-			sfs_log(SFS_LOG_WARN, "staging", "CUDA device %d skipped: %s (CUDA error %d)", d,
+			sfs_log(SFS_LOG_WARN, "staging",
+				"CUDA device %d skipped: %s (CUDA error %d)", d,
 				cuda_strerror(cu, e), e);
 			continue;
 		}
@@ -421,14 +427,20 @@ int sfs_cuda_open(struct sfs_cuda **out)
 		g->ordinal = d;
 		pthread_mutex_init(&g->lock, NULL);
 		prop[255] = 0;
-		sfs_log(SFS_LOG_INFO, "staging", "GPU %u: %s, CUDA device %d", cu->n_gpus - 1,
-			(const char *)prop, d);
+		const uint8_t *u = g->uuid;
+		sfs_log(
+		    SFS_LOG_INFO, "staging",
+		    "GPU %u: %s, CUDA device %d, GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+		    "%02x%02x%02x%02x%02x%02x",
+		    cu->n_gpus - 1, (const char *)prop, d, u[0], u[1], u[2], u[3], u[4], u[5], u[6],
+		    u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 	}
 	free(prop);
 	cu->rt.runtime_get_version(&rtv);
 	cu->rt.driver_get_version(&drv);
 	sfs_log(SFS_LOG_DEBUG, "staging", "CUDA runtime %d.%d, driver %d.%d: %u GPU%s", rtv / 1000,
-		rtv % 1000 / 10, drv / 1000, drv % 1000 / 10, cu->n_gpus, cu->n_gpus == 1 ? "" : "s");
+		rtv % 1000 / 10, drv / 1000, drv % 1000 / 10, cu->n_gpus,
+		cu->n_gpus == 1 ? "" : "s");
 	*out = cu;
 	return 0;
 
@@ -468,10 +480,7 @@ void sfs_cuda_close(struct sfs_cuda *cu)
 	free(cu);
 }
 
-unsigned sfs_cuda_gpu_count(struct sfs_cuda *cu)
-{
-	return cu ? cu->n_gpus : 0;
-}
+unsigned sfs_cuda_gpu_count(struct sfs_cuda *cu) { return cu ? cu->n_gpus : 0; }
 
 /* Returns 0, or -EINVAL for an index >= the GPU count. */
 int sfs_cuda_gpu_uuid(struct sfs_cuda *cu, unsigned index, uint8_t uuid[16])
@@ -483,8 +492,8 @@ int sfs_cuda_gpu_uuid(struct sfs_cuda *cu, unsigned index, uint8_t uuid[16])
 }
 
 /*
- * Looks the (handle, uuid) pair up; on a miss opens the handle on that GPU
- * and keeps it until sfs_cuda_close. *device is the GPU's index (as for
+ * Looks the (handle, uuid) pair up; on a miss opens the handle on that GPU.
+ * Takes a reference (sfs_cuda_unimport drops it). *device is the GPU's index (as for
  * sfs_cuda_gpu_uuid), the `device` of sfs_cuda_copy_to_device. Returns 0,
  * -EINVAL for an unknown GPU or a handle CUDA refuses, -ENOMEM, -EOPNOTSUPP
  * or -EIO. Takes import_lock; the first import on a GPU also creates its
@@ -505,6 +514,7 @@ int sfs_cuda_import(struct sfs_cuda *cu, const uint8_t handle[64], const uint8_t
 		if (!memcmp(im->handle.reserved, handle, 64) && !memcmp(im->uuid, uuid, 16))
 			break;
 	if (im) {
+		im->refs++;
 		*base = im->base;
 		*device = (int)im->gpu;
 		pthread_mutex_unlock(&cu->import_lock);
@@ -527,23 +537,25 @@ int sfs_cuda_import(struct sfs_cuda *cu, const uint8_t handle[64], const uint8_t
 		goto err_free;
 	}
 	sfs_cu_deviceptr abase = 0;
-	sfs_cu_result r = cu->rt.mem_get_address_range(&abase, &im->bytes,
-							(sfs_cu_deviceptr)(uintptr_t)im->base);
+	sfs_cu_result r =
+	    cu->rt.mem_get_address_range(&abase, &im->bytes, (sfs_cu_deviceptr)(uintptr_t)im->base);
 	if (r || abase != (sfs_cu_deviceptr)(uintptr_t)im->base || im->bytes == 0) {
 		if (sfs_log_ratelimit(&cu->warn_rl, 10000))
 			sfs_log(SFS_LOG_WARN, "staging",
-				"GPU %d: cuMemGetAddressRange of an IPC mapping: CUresult %d", gi, r);
+				"GPU %d: cuMemGetAddressRange of an IPC mapping: CUresult %d", gi,
+				r);
 		err = -EIO;
 		goto err_close;
 	}
+	im->refs = 1;
 	im->next = cu->buckets[b];
 	cu->buckets[b] = im;
 	im->gpu_next = cu->gpus[gi].imports;
 	cu->gpus[gi].imports = im;
 	sfs_log(SFS_LOG_DEBUG, "staging",
 		"GPU %d: opened IPC handle %02x%02x%02x%02x%02x%02x%02x%02x..., %zu bytes", gi,
-		handle[0], handle[1], handle[2], handle[3], handle[4], handle[5], handle[6], handle[7],
-		im->bytes);
+		handle[0], handle[1], handle[2], handle[3], handle[4], handle[5], handle[6],
+		handle[7], im->bytes);
 	*base = im->base;
 	*device = gi;
 	pthread_mutex_unlock(&cu->import_lock);
@@ -556,6 +568,46 @@ err_free:
 err_unlock:
 	pthread_mutex_unlock(&cu->import_lock);
 	return err;
+}
+
+/*
+ * Drops a reference taken by sfs_cuda_import; the last one closes the IPC
+ * handle (under import_lock, so that no import of the same handle can open
+ * it meanwhile). Unknown (base, device) pairs are ignored with a warning.
+ */
+void sfs_cuda_unimport(struct sfs_cuda *cu, void *base, int device)
+{
+	struct sfs_cuda_import **gp, **bp, *im;
+
+	if (!cu || device < 0 || (unsigned)device >= cu->n_gpus)
+		return;
+	pthread_mutex_lock(&cu->import_lock);
+	for (gp = &cu->gpus[device].imports; *gp && (*gp)->base != base; gp = &(*gp)->gpu_next)
+		;
+	if (!(im = *gp)) {
+		pthread_mutex_unlock(&cu->import_lock);
+		if (sfs_log_ratelimit(&cu->warn_rl, 10000))
+			sfs_log(SFS_LOG_WARN, "staging",
+				"GPU %d: unimport of an unknown mapping %p", device, base);
+		return;
+	}
+	if (--im->refs > 0) {
+		pthread_mutex_unlock(&cu->import_lock);
+		return;
+	}
+	*gp = im->gpu_next;
+	for (bp = &cu->buckets[import_bucket((const uint8_t *)im->handle.reserved, im->uuid)];
+	     *bp != im; bp = &(*bp)->next)
+		;
+	*bp = im->next;
+	sfs_cudart_err e = cu->rt.set_device(cu->gpus[device].ordinal);
+	if (!e)
+		e = cu->rt.ipc_close_mem_handle(im->base);
+	pthread_mutex_unlock(&cu->import_lock);
+	if (e)
+		cuda_fail(cu, "cudaIpcCloseMemHandle", (unsigned)device, e);
+	sfs_log(SFS_LOG_DEBUG, "staging", "GPU %d: closed IPC handle of %p", device, base);
+	free(im);
 }
 
 /* Whether [dst, dst + n) lies inside one allocation imported on GPU gi.

@@ -20,10 +20,16 @@ unsigned sfs_cuda_gpu_count(struct sfs_cuda *cu);
 int sfs_cuda_gpu_uuid(struct sfs_cuda *cu, unsigned index, uint8_t uuid[16]);
 
 /* Open an IPC handle on the GPU `uuid` (cached: one open per handle and
- * GPU for the daemon's life, as CUDA allows one per process). Sets the
- * device pointer of the allocation base. Returns 0 or -errno. */
+ * GPU while any import of it is held, as CUDA allows one per process).
+ * Sets the device pointer of the allocation base. Each successful import
+ * holds a reference until sfs_cuda_unimport. Returns 0 or -errno. */
 int sfs_cuda_import(struct sfs_cuda *cu, const uint8_t handle[64], const uint8_t uuid[16],
 		    void **base, int *device);
+
+/* Drop the reference of one sfs_cuda_import (base and device as it set
+ * them); the last one closes the handle, so that the exporter may free the
+ * memory. No copy to it may be running. */
+void sfs_cuda_unimport(struct sfs_cuda *cu, void *base, int device);
 
 /* Copy host iovecs to device memory dst on `device` through pinned staging
  * buffers with overlapping transfers; returns when the copy is complete.

@@ -18,10 +18,7 @@ int sfs_cuda_open(struct sfs_cuda **out)
 	return -ENOTSUP;
 }
 
-void sfs_cuda_close(struct sfs_cuda *cu)
-{
-	(void)cu;
-}
+void sfs_cuda_close(struct sfs_cuda *cu) { (void)cu; }
 
 unsigned sfs_cuda_gpu_count(struct sfs_cuda *cu)
 {
@@ -42,6 +39,11 @@ int sfs_cuda_import(struct sfs_cuda *cu, const uint8_t handle[64], const uint8_t
 {
 	(void)cu, (void)handle, (void)uuid, (void)base, (void)device;
 	return -EOPNOTSUPP;
+}
+
+void sfs_cuda_unimport(struct sfs_cuda *cu, void *base, int device)
+{
+	(void)cu, (void)base, (void)device;
 }
 
 /* Returns -EOPNOTSUPP. */

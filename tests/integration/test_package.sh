@@ -5,26 +5,41 @@
 # with the INSTALLED daemon and read it byte-exact; build the RPMs with
 # packaging/build-rpm (rpmbuild --nodeps on Debian); every man page renders
 # without warnings; deployment YAML parses and scripts pass bash -n; the
-# Slurm prolog warms through the mount. Leaves the work tree as it was.
-# Packages it installed on a machine that had none are purged at the end.
+# Slurm prolog warms through the mount. The staging packages: a C program
+# builds against the installed libshardfs through pkg-config and the
+# installed python3-shardfs imports outside the tree; both query the mount.
+# Leaves the work tree as it was. The packages it installed that the machine
+# did not have before are purged at the end.
 . "$(dirname "$0")/lib.sh"
 sfs_require
-for t in dpkg-buildpackage:dpkg-dev dh:debhelper; do
+for t in dpkg-buildpackage:dpkg-dev dh:debhelper dh_python3:dh-python; do
 	command -v "${t%%:*}" >/dev/null || skip "${t%%:*} is not installed (package ${t#*:})"
 done
 PKG=$SRC_ROOT/packaging
 OUT=$WORK/pkgs
 VERSION=$(sed -n "s/^ *version *: *'\([^']*\)'.*/\1/p" "$SRC_ROOT/meson.build" | head -1)
-HAD_PACKAGE=no
-dpkg-query -W -f='${Status}' shardfs 2>/dev/null | grep -q "install ok installed" && HAD_PACKAGE=yes
+# Every package build-deb makes, dependents first (the order of the purge).
+PACKAGES="python3-shardfs libshardfs-dev libshardfs1 shardfs-tools shardfs"
+# The ones this machine does not have yet: the only ones purged at the end.
+NEW_PACKAGES=
+for p in $PACKAGES; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+		NEW_PACKAGES="$NEW_PACKAGES $p"
+done
 INSTALLED=no
+# A clean environment for what runs against the installed packages: no
+# PYTHONPATH, PKG_CONFIG_PATH, CPATH, LIBRARY_PATH, LD_LIBRARY_PATH or
+# pyenv/virtualenv on the PATH that could find the work tree's files or
+# another python3 than Debian's, which python3-shardfs is for.
+clean_env() { env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 "$@"; }
 
+purge_new_packages() {
+	mountpoint -q "$MNT" 2>/dev/null && umount -l "$MNT"
+	[ -z "$NEW_PACKAGES" ] || dpkg --purge $NEW_PACKAGES >"$WORK/purge.log" 2>&1
+}
 pkg_cleanup() {
 	set +e
-	if [ "$INSTALLED" = yes ] && [ "$HAD_PACKAGE" = no ]; then
-		mountpoint -q "$MNT" 2>/dev/null && umount -l "$MNT"
-		dpkg --purge shardfs-tools shardfs >/dev/null 2>&1
-	fi
+	[ "$INSTALLED" = yes ] && purge_new_packages
 	sfs_cleanup
 }
 trap pkg_cleanup EXIT
@@ -48,11 +63,20 @@ else
 	not_ok "build-deb failed"
 	sfs_finish
 fi
-DEB=$OUT/shardfs_${VERSION}_$(dpkg --print-architecture).deb
-DEB_TOOLS=$OUT/shardfs-tools_${VERSION}_$(dpkg --print-architecture).deb
+ARCH=$(dpkg --print-architecture)
+MULTIARCH=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
+DEB=$OUT/shardfs_${VERSION}_$ARCH.deb
+DEB_TOOLS=$OUT/shardfs-tools_${VERSION}_$ARCH.deb
+DEB_LIB=$OUT/libshardfs1_${VERSION}_$ARCH.deb
+DEB_DEV=$OUT/libshardfs-dev_${VERSION}_$ARCH.deb
+DEB_PY=$OUT/python3-shardfs_${VERSION}_all.deb
+DEBS=("$DEB" "$DEB_TOOLS" "$DEB_LIB" "$DEB_DEV" "$DEB_PY")
 check "shardfs and shardfs-tools .debs exist" [ -f "$DEB" -a -f "$DEB_TOOLS" ]
-dpkg-deb -c "$DEB" | awk '{print $6}' >"$WORK/deb.files"
-dpkg-deb -c "$DEB_TOOLS" | awk '{print $6}' >>"$WORK/deb.files"
+check "libshardfs1, libshardfs-dev and python3-shardfs (all) .debs exist" \
+	[ -f "$DEB_LIB" -a -f "$DEB_DEV" -a -f "$DEB_PY" ]
+for d in "${DEBS[@]}"; do
+	dpkg-deb -c "$d" 2>/dev/null | awk '{print $6}' >>"$WORK/deb.files"
+done
 for f in ./usr/sbin/shardfs ./usr/bin/shardfs-stat ./usr/bin/shardfs-warm \
 	./usr/share/man/man8/shardfs.8.gz ./usr/share/man/man1/shardfs-stat.1.gz \
 	./usr/share/man/man1/shardfs-warm.1.gz \
@@ -60,18 +84,37 @@ for f in ./usr/sbin/shardfs ./usr/bin/shardfs-stat ./usr/bin/shardfs-warm \
 	./usr/lib/shardfs/shardfs-bench ./usr/lib/shardfs/shardfs-cluster \
 	./usr/lib/shardfs/shardfs-gendata ./usr/lib/shardfs/shardfs-rawread \
 	./usr/share/doc/shardfs/examples/systemd/mnt-dataset.mount \
-	./usr/share/doc/shardfs/examples/deploy/slurm/prolog.sh; do
+	./usr/share/doc/shardfs/examples/deploy/slurm/prolog.sh \
+	./usr/lib/$MULTIARCH/libshardfs.so.1 ./usr/lib/$MULTIARCH/libshardfs.so.1.0.0 \
+	./usr/include/shardfs/shardfs.h ./usr/include/shardfs/shardfs_ioctl.h \
+	./usr/lib/$MULTIARCH/libshardfs.so ./usr/lib/$MULTIARCH/libshardfs.a \
+	./usr/lib/$MULTIARCH/pkgconfig/shardfs.pc \
+	./usr/share/doc/libshardfs-dev/examples/stage_shm.c \
+	./usr/lib/python3/dist-packages/shardfs/__init__.py \
+	./usr/share/doc/python3-shardfs/examples/stage_tfrecord.py; do
 	check "package ships ${f#.}" grep -qxF "$f" "$WORK/deb.files"
 done
+# pkg_has DEB PATTERN: a file of DEB matches the extended regexp PATTERN.
+pkg_has() { dpkg-deb -c "$1" | awk '{print $6}' | grep -qE "$2"; }
+check "libshardfs1 holds the runtime library only" \
+	bash -c "[ \"\$(dpkg-deb -c '$DEB_LIB' | awk '{print \$6}' | grep -E '\\.(so|a|h|pc)\$')\" = '' ]"
+check "libshardfs-dev Depends on libshardfs1 (= $VERSION)" \
+	bash -c "dpkg-deb -f '$DEB_DEV' Depends | grep -qE '(^|, )libshardfs1 \\(= $VERSION\\)(,|\$)'"
+check "python3-shardfs is Architecture all and Depends on python3" \
+	bash -c "[ \"\$(dpkg-deb -f '$DEB_PY' Architecture)\" = all ] && dpkg-deb -f '$DEB_PY' Depends | grep -qE '(^|, )python3(:any)?( |,|\$)'"
+check "no package ships the stage_shm binary or a __pycache__" \
+	bash -c "! grep -qE '/stage_shm\$|/__pycache__/' '$WORK/deb.files'"
+check "the daemon packages leave the staging files to the new ones" \
+	bash -c "! dpkg-deb -c '$DEB' | grep -qE 'libshardfs|include/shardfs|dist-packages|stage_'"
 check "shardfs Depends on fuse3 (mount.fuse3)" \
 	bash -c "dpkg-deb -f '$DEB' Depends | grep -qE '(^|, )fuse3(,|$| )'"
 check "build-deb left nothing in the work tree" [ "$(tree_state)" = "$tree_before" ]
 
 export DEBIAN_FRONTEND=noninteractive
-if dpkg -i "$DEB" "$DEB_TOOLS" >"$WORK/dpkg.log" 2>&1 ||
-	{ apt-get install -f -y -qq >>"$WORK/dpkg.log" 2>&1 && dpkg -i "$DEB" "$DEB_TOOLS" >>"$WORK/dpkg.log" 2>&1; }; then
+if dpkg -i "${DEBS[@]}" >"$WORK/dpkg.log" 2>&1 ||
+	{ apt-get install -f -y -qq >>"$WORK/dpkg.log" 2>&1 && dpkg -i "${DEBS[@]}" >>"$WORK/dpkg.log" 2>&1; }; then
 	INSTALLED=yes
-	ok "dpkg -i installed shardfs and shardfs-tools"
+	ok "dpkg -i installed shardfs, shardfs-tools, libshardfs1, libshardfs-dev, python3-shardfs"
 else
 	sed 's/^/# /' "$WORK/dpkg.log" | tail -20
 	not_ok "dpkg -i failed"
@@ -83,6 +126,70 @@ check "installed shardfs-bench wrapper runs (--help)" bash -c "shardfs-bench --h
 check "installed python tools use /usr/bin/python3" \
 	bash -c "head -1 /usr/bin/shardfs-stat /usr/lib/shardfs/shardfs-bench | grep -c '^#!/usr/bin/python3$' | grep -qx 2"
 check "man finds the installed shardfs(8)" bash -c "man -w 8 shardfs | grep -q /usr/share/man/man8/shardfs.8"
+
+# --- the staging packages, installed: C through pkg-config, Python -------------
+check "installed /usr/include/shardfs/shardfs_ioctl.h and shardfs.h" \
+	[ -f /usr/include/shardfs/shardfs_ioctl.h -a -f /usr/include/shardfs/shardfs.h ]
+if clean_env pkg-config --cflags --libs shardfs >"$WORK/pc.out" 2>&1; then
+	ok "pkg-config --cflags --libs shardfs: $(cat "$WORK/pc.out")"
+else
+	not_ok "pkg-config --cflags --libs shardfs failed: $(head -3 "$WORK/pc.out")"
+fi
+check "pkg-config names -lshardfs, the installed .pc, version $VERSION" bash -c "
+	grep -qw -- -lshardfs '$WORK/pc.out' &&
+	[ \"\$(pkg-config --path shardfs)\" = /usr/lib/$MULTIARCH/pkgconfig/shardfs.pc ] &&
+	[ \"\$(pkg-config --modversion shardfs)\" = '$VERSION' ]"
+mkdir -p "$WORK/cprog"
+cat >"$WORK/cprog/q.c" <<'C'
+/* shardfs_query() on argv[1]: prints "<SHARDFS_ABI_VERSION> <ret> <abi_version> <caps>". */
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <shardfs/shardfs.h>
+
+int main(int argc, char **argv)
+{
+	struct shardfs_query q = { 0 };
+	int fd = open(argc > 1 ? argv[1] : "/", O_RDONLY);
+	if (fd < 0) {
+		perror("open");
+		return 2;
+	}
+	int r = shardfs_query(fd, &q);
+	printf("%d %d %u %u\n", SHARDFS_ABI_VERSION, r, q.abi_version, q.caps);
+	close(fd);
+	return 0;
+}
+C
+if clean_env bash -c "cd '$WORK/cprog' && cc -Wall -Werror -o q q.c \$(pkg-config --cflags --libs shardfs)" \
+	>"$WORK/cc.log" 2>&1; then
+	ok "a C program using shardfs_query() compiles and links: cc q.c \$(pkg-config --cflags --libs shardfs)"
+else
+	sed 's/^/# /' "$WORK/cc.log" | head -20
+	not_ok "cc q.c \$(pkg-config --cflags --libs shardfs) failed"
+fi
+check "it loads the installed /usr/lib/$MULTIARCH/libshardfs.so.1" clean_env bash -c \
+	"ldd '$WORK/cprog/q' | grep -qE 'libshardfs\\.so\\.1 => /(usr/)?lib/$MULTIARCH/libshardfs\\.so\\.1 '"
+# Off shardfs the query fails (-ENOTTY from most filesystems; any -errno
+# will do) and leaves the struct alone.
+q_out=$(clean_env "$WORK/cprog/q" "$WORK/cprog/q.c" 2>&1)
+check "... and runs: shardfs_query() of a file off shardfs fails ($q_out)" \
+	bash -c "read -r hdr ret abi caps <<<'$q_out' && [ \"\$hdr\" = 1 ] && (( ret < 0 )) && [ \"\$abi\" = 0 ]"
+check "the static libshardfs.a links too" clean_env bash -c "cd '$WORK/cprog' &&
+	cc -Wall -Werror -o q-static q.c \$(pkg-config --cflags shardfs) \$(pkg-config --variable=libdir shardfs)/libshardfs.a &&
+	! ldd q-static | grep -q libshardfs && [ \"\$(./q-static q.c)\" = '$q_out' ]"
+# The module, with Debian's python3 (what the package is for), PYTHONPATH
+# unset, from a directory outside the tree.
+if (cd / && clean_env python3 -c 'import shardfs; print(shardfs.ABI_VERSION); print(shardfs.__file__)') \
+	>"$WORK/py.out" 2>&1; then
+	ok "python3 -c 'import shardfs; print(shardfs.ABI_VERSION)' (from /, PYTHONPATH unset): $(head -1 "$WORK/py.out")"
+else
+	sed 's/^/# /' "$WORK/py.out" | tail -5
+	not_ok "python3 -c 'import shardfs' with the installed module failed"
+fi
+check "... it is the installed module, with the header's ABI version" \
+	bash -c "[ \"\$(sed -n 2p '$WORK/py.out')\" = /usr/lib/python3/dist-packages/shardfs/__init__.py ] &&
+		[ \"\$(sed -n 1p '$WORK/py.out')\" = \"\$(sed -n 's/^#define SHARDFS_ABI_VERSION \\([0-9]*\\).*/\\1/p' /usr/include/shardfs/shardfs_ioctl.h)\" ]"
 
 # --- the installed daemon, through mount(8) -> mount.fuse3 -> shardfs --------
 mkdir -p "$EXPORT"
@@ -105,6 +212,19 @@ done
 check "small files byte-exact" bash -c "cd '$EXPORT' && find images -type f | head -20 | while read -r f; do cmp -s \"\$f\" '$MNT'/\"\$f\" || exit 1; done"
 check "installed shardfs-stat reports every node" \
 	bash -c "out=\$(shardfs-stat '$MNT') && for a in ${ADDRS//,/ }; do grep -q \"^\$a \" <<<\"\$out\" || exit 1; done"
+# The installed library and module against the installed daemon.
+shard0=$(ls "$MNT"/shards/train-*.tfrecord 2>/dev/null | head -1)
+q_out=$(clean_env "$WORK/cprog/q" "${shard0:-$MNT/none}" 2>&1)
+check "C program: shardfs_query() of a file on the mount returns 0, ABI 1, CAP_SHM ($q_out)" \
+	bash -c "read -r hdr ret abi caps <<<'$q_out' && [ \"\$ret\" = 0 ] && [ \"\$abi\" = \"\$hdr\" ] && (( caps & 1 ))"
+check "python3: shardfs.query() of a file on the mount (installed module)" \
+	bash -c "cd / && env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin python3 -c '
+import sys, shardfs
+assert shardfs.__file__ == \"/usr/lib/python3/dist-packages/shardfs/__init__.py\", shardfs.__file__
+with open(sys.argv[1], \"rb\") as f:
+    q = shardfs.query(f)
+assert q.abi_version == shardfs.ABI_VERSION and q.caps & shardfs.CAP_SHM, q
+' '${shard0:-$MNT/none}'"
 
 # The Slurm prolog: warms what the job's comment names, as the job's user,
 # only on shardfs mounts, and exits 0 whatever happens. First the fallback
@@ -148,6 +268,20 @@ if command -v rpmbuild >/dev/null; then
 	check "shardfs rpm Requires fuse3" bash -c "rpm -qp --requires '$RPM' | grep -qx fuse3"
 	check "shardfs-tools rpm ships the bench and the cluster" \
 		bash -c "rpm -qpl '$RPM_TOOLS' | grep -q '/shardfs-cluster\$' && rpm -qpl '$RPM_TOOLS' | grep -qx /usr/bin/shardfs-bench"
+	RPM_LIB=$(grep "/libshardfs-$VERSION-[^/]*\.rpm$" "$WORK/rpm.list" | head -1)
+	RPM_DEVEL=$(grep "/libshardfs-devel-$VERSION-[^/]*\.rpm$" "$WORK/rpm.list" | head -1)
+	RPM_PY=$(grep "/python3-shardfs-$VERSION-[^/]*\.noarch\.rpm$" "$WORK/rpm.list" | head -1)
+	check "libshardfs rpm ships libshardfs.so.1 and no .so/.h/.pc/.a" \
+		bash -c "rpm -qpl '$RPM_LIB' >'$WORK/rpm-lib.files' && grep -qE '^/usr/lib(64)?/libshardfs\\.so\\.1\$' '$WORK/rpm-lib.files' &&
+			! grep -qE '\\.(so|h|pc|a)\$' '$WORK/rpm-lib.files'"
+	check "libshardfs-devel rpm ships the headers, .so, .a, shardfs.pc; Requires libshardfs of its version" \
+		bash -c "rpm -qpl '$RPM_DEVEL' >'$WORK/rpm-devel.files' &&
+			for f in /usr/include/shardfs/shardfs.h /usr/include/shardfs/shardfs_ioctl.h 'lib(64)?/libshardfs\\.so' \\
+				'lib(64)?/libshardfs\\.a' 'lib(64)?/pkgconfig/shardfs\\.pc' '/examples/stage_shm\\.c'; do
+				grep -qE \"\$f\\\$\" '$WORK/rpm-devel.files' || exit 1
+			done && rpm -qp --requires '$RPM_DEVEL' | grep -qE '^libshardfs(\\(.*\\))? = $VERSION-'"
+	check "python3-shardfs rpm (noarch) ships the module" \
+		bash -c "rpm -qpl '$RPM_PY' | grep -qE '^/usr/lib/python3[.0-9]*/site-packages/shardfs/__init__\\.py\$'"
 	check "build-rpm left nothing in the work tree" [ "$(tree_state)" = "$tree_before" ]
 else
 	not_ok "rpmbuild is missing (package rpm)"
@@ -236,5 +370,34 @@ if command -v systemd-analyze >/dev/null; then
 		exit \$rc"
 else
 	diag "systemd-analyze not installed: unit files not verified"
+fi
+
+# --- purge --------------------------------------------------------------------
+# What this test installed goes again (the EXIT trap does the same when the
+# test stops early); packages the machine had before stay.
+if [ "$INSTALLED" = yes ]; then
+	INSTALLED=purged
+	if [ -z "$NEW_PACKAGES" ]; then
+		diag "all packages were installed before the test: none purged"
+	elif purge_new_packages; then
+		ok "dpkg --purge$NEW_PACKAGES"
+	else
+		sed 's/^/# /' "$WORK/purge.log" | tail -10
+		not_ok "dpkg --purge$NEW_PACKAGES failed"
+	fi
+	left=
+	for p in $NEW_PACKAGES; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "not-installed" ||
+			! dpkg-query -W "$p" >/dev/null 2>&1 || left="$left $p"
+	done
+	check "no purged package is left in dpkg's database${left:+ (left:$left)}" [ -z "$left" ]
+	# py3clean (python3-shardfs's prerm) must take the __pycache__ with it.
+	for pf in python3-shardfs:/usr/lib/python3/dist-packages/shardfs \
+		libshardfs-dev:/usr/include/shardfs libshardfs-dev:/usr/lib/$MULTIARCH/pkgconfig/shardfs.pc \
+		libshardfs1:/usr/lib/$MULTIARCH/libshardfs.so.1 shardfs:/usr/sbin/shardfs; do
+		case " $NEW_PACKAGES " in
+		*" ${pf%%:*} "*) check "purge of ${pf%%:*} removed ${pf#*:}" [ ! -e "${pf#*:}" ] ;;
+		esac
+	done
 fi
 sfs_finish

@@ -38,7 +38,7 @@ extern char **environ;
 /* A multiple of 2 MiB, cudaMalloc's granularity: its end is then the
  * mapping's end whichever of the two the driver reports. */
 #define ALLOC_BYTES (40u << 20)
-#define FILL 0xAB
+#define FILL	    0xAB
 
 /* --- the few runtime functions the test uses itself ---------------------- */
 
@@ -60,25 +60,27 @@ static struct rt rt;
 /* Loads libcudart as staging_cuda.c does. Returns 0, or -1 with *why set. */
 static int rt_load(const char **why)
 {
-	static const char *const paths[] = {
-		"libcudart.so.13", "libcudart.so.12", "libcudart.so",
-		"/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.12",
-		"/usr/local/cuda/lib64/libcudart.so"};
+	static const char *const paths[] = {"libcudart.so.13",
+					    "libcudart.so.12",
+					    "libcudart.so",
+					    "/usr/local/cuda/lib64/libcudart.so.13",
+					    "/usr/local/cuda/lib64/libcudart.so.12",
+					    "/usr/local/cuda/lib64/libcudart.so"};
 	static const struct {
 		const char *names[2];
 		size_t off;
 	} syms[] = {
-		{{"cudaGetDeviceCount"}, offsetof(struct rt, get_device_count)},
-		{{"cudaGetErrorString"}, offsetof(struct rt, get_error_string)},
-		{{"cudaSetDevice"}, offsetof(struct rt, set_device)},
-		{{"cudaMalloc"}, offsetof(struct rt, malloc)},
-		{{"cudaFree"}, offsetof(struct rt, free)},
-		{{"cudaMemset"}, offsetof(struct rt, memset)},
-		{{"cudaMemcpy"}, offsetof(struct rt, memcpy)},
-		{{"cudaDeviceSynchronize"}, offsetof(struct rt, device_synchronize)},
-		{{"cudaIpcGetMemHandle"}, offsetof(struct rt, ipc_get_mem_handle)},
-		{{"cudaGetDeviceProperties_v2", "cudaGetDeviceProperties"},
-		 offsetof(struct rt, get_device_properties)},
+	    {{"cudaGetDeviceCount"}, offsetof(struct rt, get_device_count)},
+	    {{"cudaGetErrorString"}, offsetof(struct rt, get_error_string)},
+	    {{"cudaSetDevice"}, offsetof(struct rt, set_device)},
+	    {{"cudaMalloc"}, offsetof(struct rt, malloc)},
+	    {{"cudaFree"}, offsetof(struct rt, free)},
+	    {{"cudaMemset"}, offsetof(struct rt, memset)},
+	    {{"cudaMemcpy"}, offsetof(struct rt, memcpy)},
+	    {{"cudaDeviceSynchronize"}, offsetof(struct rt, device_synchronize)},
+	    {{"cudaIpcGetMemHandle"}, offsetof(struct rt, ipc_get_mem_handle)},
+	    {{"cudaGetDeviceProperties_v2", "cudaGetDeviceProperties"},
+	     offsetof(struct rt, get_device_properties)},
 	};
 
 	static char first_error[256] = "libcudart not found";
@@ -242,8 +244,9 @@ static uint8_t *exporter_read(struct exporter *ex)
 	int32_t st;
 	uint8_t *buf = malloc(ex->size);
 
-	if (!buf || write_all(ex->cmd_fd, "R", 1) < 0 || read_all(ex->data_fd, &st, sizeof(st)) < 0 ||
-	    st != 0 || read_all(ex->data_fd, buf, ex->size) < 0) {
+	if (!buf || write_all(ex->cmd_fd, "R", 1) < 0 ||
+	    read_all(ex->data_fd, &st, sizeof(st)) < 0 || st != 0 ||
+	    read_all(ex->data_fd, buf, ex->size) < 0) {
 		free(buf);
 		return NULL;
 	}
@@ -322,22 +325,53 @@ static int matches(struct exporter *ex, const char *what)
 	return i == ex->size;
 }
 
-/* Import `handle` with debug logging captured; returns the result and sets
- * *opens to the number of IPC opens logged. */
-static int import_counting(struct sfs_cuda *cu, const uint8_t *handle, const uint8_t *uuid,
-			   int times, void **base, int *device, int *opens)
-{
-	FILE *cap = tmpfile();
-	int saved = dup(2), rc = 0;
-	char line[512];
+static FILE *cap;
+static int saved_stderr = -1;
 
+/* Debug logging to a temporary file until capture_end. */
+static void capture_begin(void)
+{
 	fflush(stderr);
-	if (!cap || saved < 0) {
+	cap = tmpfile();
+	saved_stderr = dup(2);
+	if (!cap || saved_stderr < 0) {
 		diag("tmpfile/dup: %s", strerror(errno));
 		exit(99);
 	}
 	dup2(fileno(cap), 2);
 	sfs_log_max_level = SFS_LOG_DEBUG;
+}
+
+/* Ends the capture; returns how many lines held `needle` and passes the
+ * others on to stderr. */
+static int capture_end(const char *needle)
+{
+	char line[512];
+	int n = 0;
+
+	sfs_log_max_level = SFS_LOG_INFO;
+	fflush(stderr);
+	dup2(saved_stderr, 2);
+	close(saved_stderr);
+	rewind(cap);
+	while (fgets(line, sizeof(line), cap)) {
+		if (strstr(line, needle))
+			n++;
+		else
+			fputs(line, stderr);
+	}
+	fclose(cap);
+	return n;
+}
+
+/* Import `handle` `times` times; returns the result and sets *opens to the
+ * number of IPC opens logged. */
+static int import_counting(struct sfs_cuda *cu, const uint8_t *handle, const uint8_t *uuid,
+			   int times, void **base, int *device, int *opens)
+{
+	int rc = 0;
+
+	capture_begin();
 	for (int i = 0; i < times && rc == 0; i++) {
 		void *b = NULL;
 		int d = -1;
@@ -347,27 +381,24 @@ static int import_counting(struct sfs_cuda *cu, const uint8_t *handle, const uin
 		*base = b;
 		*device = d;
 	}
-	sfs_log_max_level = SFS_LOG_INFO;
-	fflush(stderr);
-	dup2(saved, 2);
-	close(saved);
-	rewind(cap);
-	*opens = 0;
-	while (fgets(line, sizeof(line), cap)) {
-		if (strstr(line, "opened IPC handle"))
-			(*opens)++;
-		else
-			fputs(line, stderr);
-	}
-	fclose(cap);
+	*opens = capture_end("opened IPC handle");
 	return rc;
+}
+
+/* Drop `times` imports; returns the number of IPC closes logged. */
+static int unimport_counting(struct sfs_cuda *cu, void *base, int device, int times)
+{
+	capture_begin();
+	for (int i = 0; i < times; i++)
+		sfs_cuda_unimport(cu, base, device);
+	return capture_end("closed IPC handle");
 }
 
 /* --- concurrent copies --------------------------------------------------- */
 
-#define N_THREADS 4
-#define THREAD_SLICE ((1u << 20) + 512u * 1024 + 7)
-#define THREAD_ITERS 16
+#define N_THREADS	4
+#define THREAD_SLICE	((1u << 20) + 512u * 1024 + 7)
+#define THREAD_ITERS	16
 #define THREAD_BASE_OFF (33u << 20)
 
 struct worker {
@@ -429,10 +460,12 @@ int main(int argc, char **argv)
 	if (rc == 0 && sfs_cuda_gpu_count(cu) == 0) {
 		int n = 0, e = rt_load(&why) == 0 ? rt.get_device_count(&n) : -1;
 		if (e > 0)
-			snprintf(reason, sizeof(reason), "no CUDA GPU (cudaGetDeviceCount: %s, error %d)",
+			snprintf(reason, sizeof(reason),
+				 "no CUDA GPU (cudaGetDeviceCount: %s, error %d)",
 				 rt.get_error_string(e), e);
 		else
-			snprintf(reason, sizeof(reason), "no CUDA GPU (%d devices, none usable)", n);
+			snprintf(reason, sizeof(reason), "no CUDA GPU (%d devices, none usable)",
+				 n);
 		sfs_cuda_close(cu);
 		tap_skip_all(reason);
 	}
@@ -461,8 +494,8 @@ int main(int argc, char **argv)
 	rc = exporter_start(&ex, 0, ALLOC_BYTES);
 	if (!ok(rc == 0, "exporter: %u bytes on CUDA device 0, IPC handle received%s%s",
 		ALLOC_BYTES, rc ? ": " : "", rc ? ex.h.msg : "")) {
+		sfs_cuda_close(cu); /* the importer closes before the exporter frees */
 		exporter_stop(&ex);
-		sfs_cuda_close(cu);
 		return tap_done();
 	}
 	int index = -1;
@@ -490,8 +523,8 @@ int main(int argc, char **argv)
 	ok(rc == 0 && base == first && device == index && opens == 0,
 	   "100 more imports of the handle: %d, same base, %d IPC opens (the cache)", rc, opens);
 	if (rc || !base) {
+		sfs_cuda_close(cu); /* the importer closes before the exporter frees */
 		exporter_stop(&ex);
-		sfs_cuda_close(cu);
 		return tap_done();
 	}
 	ok(matches(&ex, "after import"), "the allocation is untouched by importing");
@@ -507,13 +540,13 @@ int main(int argc, char **argv)
 	ok(sfs_cuda_copy_to_device(cu, device, base, empty, 2) == 0, "empty iovecs: 0");
 	struct iovec one = {pool, 100};
 	ok(sfs_cuda_copy_to_device(cu, (int)n, base, &one, 1) == -EINVAL &&
-		   sfs_cuda_copy_to_device(cu, -1, base, &one, 1) == -EINVAL,
+	       sfs_cuda_copy_to_device(cu, -1, base, &one, 1) == -EINVAL,
 	   "copy to GPU -1 or %u: -EINVAL", n);
 
 	/* Unaligned pieces, one empty, 21 MiB in all: more than all the
 	 * pinned buffers together, so each is refilled. Sources scattered. */
-	static const size_t sizes[] = {1,	      4095, (3u << 20) + 7, 0,	   (9u << 20) + 13,
-				       5,	      (2u << 20) + 1, (5u << 20) + 3, 1u << 20};
+	static const size_t sizes[] = {1, 4095,		  (3u << 20) + 7, 0,	   (9u << 20) + 13,
+				       5, (2u << 20) + 1, (5u << 20) + 3, 1u << 20};
 	struct iovec iov[16];
 	size_t src = 17, total = 0;
 	int n_iov = 0;
@@ -554,7 +587,7 @@ int main(int argc, char **argv)
 	ok(rc == 0, "10 bytes ending at the allocation's last byte: %d", rc);
 	struct iovec twenty = {pool, 20};
 	ok(sfs_cuda_copy_to_device(cu, device, (char *)base + ALLOC_BYTES - 10, &twenty, 1) ==
-		   -ERANGE,
+	       -ERANGE,
 	   "20 bytes crossing the allocation's end: -ERANGE");
 	ok(sfs_cuda_copy_to_device(cu, device, (char *)base + ALLOC_BYTES, &one, 1) == -ERANGE,
 	   "a copy just past the allocation: -ERANGE");
@@ -581,6 +614,23 @@ int main(int argc, char **argv)
 	ok(failed == 0, "%d threads x %d copies of %u bytes: %d failed", N_THREADS, THREAD_ITERS,
 	   THREAD_SLICE, failed);
 	ok(matches(&ex, "threads"), "device bytes equal after concurrent copies");
+
+	/* References: 101 imports so far; all but one dropped, then the last. */
+	int closes = unimport_counting(cu, base, device, 100);
+	one = (struct iovec){pool + 4242, 4242};
+	rc = copy_at(cu, device, base, 3, &one, 1);
+	ok(closes == 0 && rc == 0, "100 unimports of 101: %d IPC closes, copy: %d", closes, rc);
+	closes = unimport_counting(cu, base, device, 1);
+	ok(closes == 1, "the last unimport: %d IPC close", closes);
+	ok(sfs_cuda_copy_to_device(cu, device, base, &one, 1) == -ERANGE,
+	   "a copy to the closed mapping: -ERANGE");
+	closes = unimport_counting(cu, base, device, 1);
+	ok(closes == 0, "one unimport too many: ignored");
+	rc = import_counting(cu, ex.h.handle, ex.h.uuid, 1, &base, &device, &opens);
+	ok(rc == 0 && opens == 1, "import again: %d, %d IPC open", rc, opens);
+	one = (struct iovec){pool + 999, 5000};
+	rc = rc ? rc : copy_at(cu, device, base, 12345, &one, 1);
+	ok(rc == 0 && matches(&ex, "unimport"), "copy after re-import: %d, bytes equal", rc);
 
 	/* Close releases the imports; a new instance opens the handle again. */
 	sfs_cuda_close(cu);

@@ -1,0 +1,726 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * shardfs-stage-bench: staging throughput of a shardfs mount against what a
+ * trainer does without it, side by side in one run, for cached data.
+ *
+ *   shardfs-stage-bench [--gpu N] [--range BYTES] [--passes N] FILE [FILE...]
+ *
+ * FILEs are on a shardfs mount and already in its local cache (warm them
+ * first with shardfs-warm); dropping the daemon's page cache, if wanted,
+ * is the caller's job. Each file is cut into ranges of --range bytes
+ * (default 1 MiB) that go, in turn, to the slots of a target region of
+ * min(64 MiB, the largest file) bytes. Measured, each over all the files:
+ *
+ *   shm  STAGE               SHARDFS_IOC_STAGE into a POSIX shm object made
+ *                            here (batches of up to max_ranges ranges and
+ *                            max_stage_bytes, from SHARDFS_IOC_QUERY)
+ *   shm  read()+memcpy       pread() of the same ranges into a malloc'd
+ *                            buffer, memcpy() into the same shm mapping
+ *   gpu  STAGE               SHARDFS_IOC_STAGE into cudaMalloc'd memory,
+ *                            registered by its CUDA IPC handle
+ *   gpu  read()+cudaMemcpy   pread() into a pinned (cudaMallocHost) buffer,
+ *                            cudaMemcpy() to the same device memory; and
+ *                            the same from a pageable (malloc'd) buffer
+ *
+ * Every pass opens each file afresh, registers its region (regions belong to
+ * the open file) and counts that in its time. Before each pass the kernel
+ * page cache of each FILE is dropped (posix_fadvise DONTNEED) so that
+ * read() goes to the daemon as STAGE does; the daemon's own cache files are
+ * left alone. The GPU half runs when QUERY reports CUDA and a GPU, and the
+ * CUDA runtime loads here (dlopen: this program links no CUDA and builds
+ * without its headers); otherwise it prints "GPU: skipped (reason)". After
+ * the timed passes, the first region's worth of the first file is staged
+ * once more into each target and compared with pread().
+ *
+ * --passes N runs each measurement N times, interleaved, and reports the
+ * best. MB = 1e6 bytes. Last line on stdout: key=value pairs for scripts.
+ * Exit status: 0, 1 on a failure or a mismatch, 2 for bad usage, 77 when
+ * FILE is not on a shardfs mount with staging.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shardfs_ioctl.h"
+
+#define REGION_MAX_BYTES (64ull << 20)
+
+static const char *prog = "shardfs-stage-bench";
+
+/* --- the CUDA runtime, loaded at run time ------------------------------- */
+
+struct cudart {
+	void *lib;
+	int (*get_device_count)(int *n);
+	const char *(*get_error_string)(int e);
+	int (*set_device)(int d);
+	int (*malloc)(void **p, size_t n);
+	int (*free)(void *p);
+	int (*malloc_host)(void **p, size_t n);
+	int (*free_host)(void *p);
+	int (*memcpy)(void *dst, const void *src, size_t n, int kind);
+	int (*device_synchronize)(void);
+	int (*ipc_get_mem_handle)(void *handle64, void *p);
+	int (*get_device_properties)(void *prop, int d);
+};
+#define CUDA_H2D	      1
+#define CUDA_D2H	      2
+#define CUDA_PROP_BYTES	      8192 /* > sizeof(struct cudaDeviceProp) of any version */
+#define CUDA_PROP_UUID_OFFSET 256  /* after char name[256] */
+
+static struct cudart cu;
+
+/* Returns 0, or -1 with why (static text or dlerror's, copied) filled. */
+static int cudart_load(char *why, size_t why_len)
+{
+	static const char *const paths[] = {"libcudart.so.13",
+					    "libcudart.so.12",
+					    "libcudart.so",
+					    "/usr/local/cuda/lib64/libcudart.so.13",
+					    "/usr/local/cuda/lib64/libcudart.so.12",
+					    "/usr/local/cuda/lib64/libcudart.so"};
+	static const struct {
+		const char *names[2];
+		size_t off;
+	} syms[] = {
+	    {{"cudaGetDeviceCount"}, offsetof(struct cudart, get_device_count)},
+	    {{"cudaGetErrorString"}, offsetof(struct cudart, get_error_string)},
+	    {{"cudaSetDevice"}, offsetof(struct cudart, set_device)},
+	    {{"cudaMalloc"}, offsetof(struct cudart, malloc)},
+	    {{"cudaFree"}, offsetof(struct cudart, free)},
+	    {{"cudaMallocHost"}, offsetof(struct cudart, malloc_host)},
+	    {{"cudaFreeHost"}, offsetof(struct cudart, free_host)},
+	    {{"cudaMemcpy"}, offsetof(struct cudart, memcpy)},
+	    {{"cudaDeviceSynchronize"}, offsetof(struct cudart, device_synchronize)},
+	    {{"cudaIpcGetMemHandle"}, offsetof(struct cudart, ipc_get_mem_handle)},
+	    {{"cudaGetDeviceProperties_v2", "cudaGetDeviceProperties"},
+	     offsetof(struct cudart, get_device_properties)},
+	};
+
+	snprintf(why, why_len, "libcudart not found");
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]) && !cu.lib; i++) {
+		cu.lib = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+		const char *e = cu.lib ? NULL : dlerror();
+		if (i == 0 && e)
+			snprintf(why, why_len, "%s", e);
+	}
+	if (!cu.lib)
+		return -1;
+	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+		void *sym = NULL;
+		for (int j = 0; j < 2 && !sym && syms[i].names[j]; j++)
+			sym = dlsym(cu.lib, syms[i].names[j]);
+		if (!sym) {
+			snprintf(why, why_len, "libcudart has no %s", syms[i].names[0]);
+			return -1;
+		}
+		memcpy((char *)&cu + syms[i].off, &sym, sizeof(sym));
+	}
+	return 0;
+}
+
+/* --- helpers ------------------------------------------------------------- */
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || end == s || v == 0)
+		return -1;
+	if (*end && strchr("kKmMgG", *end)) {
+		v <<= *end == 'k' || *end == 'K' ? 10 : *end == 'm' || *end == 'M' ? 20 : 30;
+		end++;
+	}
+	if (*end)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* pread exactly n bytes unless the file ends; returns bytes read or -errno. */
+static ssize_t pread_full(int fd, void *buf, size_t n, uint64_t off)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	return (ssize_t)got;
+}
+
+static void uuid_str(const uint8_t u[16], char out[41])
+{
+	snprintf(out, 41,
+		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+		 u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+		 u[14], u[15]);
+}
+
+static const char *path_str(uint32_t path)
+{
+	static char buf[80];
+
+	snprintf(buf, sizeof(buf), "%s%s%s%s", path & SHARDFS_PATH_CACHE ? "cache " : "",
+		 path & SHARDFS_PATH_NFS ? "nfs " : "",
+		 path & SHARDFS_PATH_SHM_COPY ? "shm_copy " : "",
+		 path & SHARDFS_PATH_CUDA_PINNED ? "cuda_pinned " : "");
+	size_t n = strlen(buf);
+	if (n)
+		buf[n - 1] = 0;
+	return buf;
+}
+
+/* --- the run ------------------------------------------------------------- */
+
+struct file {
+	const char *path;
+	uint64_t size;
+};
+
+struct bench {
+	struct file *files;
+	int n_files;
+	uint64_t total_bytes;
+	uint64_t range_bytes;  /* bytes per range */
+	uint64_t region_bytes; /* a multiple of range_bytes */
+	unsigned batch;	       /* ranges per STAGE call */
+	/* shm target */
+	char shm_name[64];
+	uint8_t *shm_map;
+	/* GPU target */
+	int gpu;
+	uint8_t gpu_uuid[16];
+	void *dev;	    /* cudaMalloc'd, region_bytes */
+	uint8_t handle[64]; /* its IPC handle */
+	void *pinned;	    /* cudaMallocHost'd, range_bytes */
+	uint8_t *pageable;  /* malloc'd, range_bytes */
+};
+
+enum target { T_SHM, T_GPU };
+
+static int open_file(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		fprintf(stderr, "%s: %s: %s\n", prog, path, strerror(errno));
+		return -1;
+	}
+	/* Drop this file's kernel page cache: read() must reach the daemon. */
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	return fd;
+}
+
+/* Registers the target on fd; returns the region id, or 0 after a message. */
+static uint64_t register_target(struct bench *b, int fd, enum target t, const char *path)
+{
+	struct shardfs_region r;
+
+	memset(&r, 0, sizeof(r));
+	r.size = sizeof(r);
+	r.length = b->region_bytes;
+	if (t == T_SHM) {
+		r.kind = SHARDFS_REGION_SHM;
+		snprintf(r.shm_name, sizeof(r.shm_name), "%s", b->shm_name);
+	} else {
+		r.kind = SHARDFS_REGION_CUDA;
+		r.alloc_size = b->region_bytes;
+		memcpy(r.cuda_ipc_handle, b->handle, 64);
+		memcpy(r.gpu_uuid, b->gpu_uuid, 16);
+	}
+	if (ioctl(fd, SHARDFS_IOC_REGISTER, &r) < 0) {
+		fprintf(stderr, "%s: %s: SHARDFS_IOC_REGISTER (%s): %s\n", prog, path,
+			t == T_SHM ? "shm" : "cuda", strerror(errno));
+		return 0;
+	}
+	return r.region_id;
+}
+
+static void unregister_target(int fd, uint64_t id)
+{
+	struct shardfs_unregister u;
+
+	memset(&u, 0, sizeof(u));
+	u.size = sizeof(u);
+	u.region_id = id;
+	ioctl(fd, SHARDFS_IOC_UNREGISTER, &u);
+}
+
+/*
+ * Stage [0, limit) of file f (limit = its size for a timed pass) into the
+ * target, range k to slot k % slots. ORs the path bits into *path. Returns
+ * bytes placed, or -1 after a message.
+ */
+static int64_t stage_file(struct bench *b, const struct file *f, enum target t, uint64_t limit,
+			  uint32_t *path)
+{
+	struct shardfs_stage *s = calloc(1, sizeof(*s));
+	uint64_t slots = b->region_bytes / b->range_bytes, k = 0, placed = 0;
+	int64_t rc = -1;
+	int fd = open_file(f->path);
+
+	if (!s || fd < 0)
+		goto out;
+	uint64_t id = register_target(b, fd, t, f->path);
+	if (!id)
+		goto out;
+	for (uint64_t off = 0; off < limit;) {
+		memset(s, 0, sizeof(*s));
+		s->size = sizeof(*s);
+		s->region_id = id;
+		uint64_t want = 0;
+		while (s->n_ranges < b->batch && off < limit) {
+			struct shardfs_range *g = &s->ranges[s->n_ranges++];
+			g->region_offset = (k++ % slots) * b->range_bytes;
+			g->file_offset = off;
+			g->length = limit - off < b->range_bytes ? limit - off : b->range_bytes;
+			off += g->length;
+			want += g->length;
+		}
+		if (ioctl(fd, SHARDFS_IOC_STAGE, s) < 0) {
+			fprintf(stderr, "%s: %s: SHARDFS_IOC_STAGE at %" PRIu64 ": %s\n", prog,
+				f->path, s->ranges[0].file_offset, strerror(errno));
+			unregister_target(fd, id);
+			goto out;
+		}
+		if (s->bytes_placed != want) {
+			fprintf(stderr, "%s: %s: STAGE placed %" PRIu64 " of %" PRIu64 " bytes\n",
+				prog, f->path, s->bytes_placed, want);
+			unregister_target(fd, id);
+			goto out;
+		}
+		placed += s->bytes_placed;
+		*path |= s->path;
+	}
+	unregister_target(fd, id);
+	rc = (int64_t)placed;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(s);
+	return rc;
+}
+
+enum baseline { B_MEMCPY, B_CUDA_PINNED, B_CUDA_PAGEABLE };
+
+/* The same ranges with pread() and a copy into the target. Returns bytes
+ * copied, or -1 after a message. */
+static int64_t read_file(struct bench *b, const struct file *f, enum baseline how, void *heap)
+{
+	uint64_t slots = b->region_bytes / b->range_bytes, k = 0, done = 0;
+	void *buf = how == B_CUDA_PINNED ? b->pinned : how == B_CUDA_PAGEABLE ? b->pageable : heap;
+	int fd = open_file(f->path);
+
+	if (fd < 0)
+		return -1;
+	for (uint64_t off = 0; off < f->size; k++) {
+		size_t want = f->size - off < b->range_bytes ? f->size - off : b->range_bytes;
+		ssize_t n = pread_full(fd, buf, want, off);
+		if (n != (ssize_t)want) {
+			fprintf(stderr, "%s: %s: pread at %" PRIu64 ": %s\n", prog, f->path, off,
+				n < 0 ? strerror((int)-n) : "short read");
+			close(fd);
+			return -1;
+		}
+		uint64_t roff = (k % slots) * b->range_bytes;
+		if (how == B_MEMCPY) {
+			memcpy(b->shm_map + roff, buf, want);
+		} else {
+			int e = cu.memcpy((char *)b->dev + roff, buf, want, CUDA_H2D);
+			if (e) {
+				fprintf(stderr, "%s: cudaMemcpy: %s\n", prog,
+					cu.get_error_string(e));
+				close(fd);
+				return -1;
+			}
+		}
+		off += want;
+		done += want;
+	}
+	close(fd);
+	return (int64_t)done;
+}
+
+/* One timed pass over all files; returns MB/s, or -1. */
+static double pass_stage(struct bench *b, enum target t, uint32_t *path)
+{
+	double t0 = now_s();
+	uint64_t bytes = 0;
+
+	for (int i = 0; i < b->n_files; i++) {
+		int64_t n = stage_file(b, &b->files[i], t, b->files[i].size, path);
+		if (n < 0)
+			return -1;
+		bytes += (uint64_t)n;
+	}
+	return (double)bytes / 1e6 / (now_s() - t0);
+}
+
+static double pass_read(struct bench *b, enum baseline how, void *heap)
+{
+	double t0 = now_s();
+	uint64_t bytes = 0;
+
+	for (int i = 0; i < b->n_files; i++) {
+		int64_t n = read_file(b, &b->files[i], how, heap);
+		if (n < 0)
+			return -1;
+		bytes += (uint64_t)n;
+	}
+	if (how != B_MEMCPY) {
+		int e = cu.device_synchronize(); /* a pageable cudaMemcpy may return early */
+		if (e) {
+			fprintf(stderr, "%s: cudaDeviceSynchronize: %s\n", prog,
+				cu.get_error_string(e));
+			return -1;
+		}
+	}
+	return (double)bytes / 1e6 / (now_s() - t0);
+}
+
+/* Stage the first region's worth of the first file and compare it with
+ * pread(). Returns 0, or -1 after a message. */
+static int verify(struct bench *b, enum target t)
+{
+	const struct file *f = &b->files[0];
+	uint64_t n = f->size < b->region_bytes ? f->size : b->region_bytes;
+	uint8_t *want = malloc(n ? n : 1), *got = t == T_GPU ? malloc(n ? n : 1) : b->shm_map;
+	uint32_t path = 0;
+	int rc = -1, fd = -1;
+
+	if (!want || !got) {
+		fprintf(stderr, "%s: out of memory\n", prog);
+		goto out;
+	}
+	if (t == T_SHM)
+		memset(b->shm_map, 0x5a, b->region_bytes);
+	else if (cu.memcpy(b->dev, memset(want, 0x5a, n), n, CUDA_H2D)) { /* scrub */
+		fprintf(stderr, "%s: cudaMemcpy for verify failed\n", prog);
+		goto out;
+	}
+	if (stage_file(b, f, t, n, &path) != (int64_t)n)
+		goto out;
+	if ((fd = open_file(f->path)) < 0 || pread_full(fd, want, n, 0) != (ssize_t)n) {
+		fprintf(stderr, "%s: %s: pread for verify failed\n", prog, f->path);
+		goto out;
+	}
+	if (t == T_GPU) {
+		int e = cu.memcpy(got, b->dev, n, CUDA_D2H);
+		if (e) {
+			fprintf(stderr, "%s: cudaMemcpy: %s\n", prog, cu.get_error_string(e));
+			goto out;
+		}
+	}
+	uint64_t i = 0;
+	while (i < n && got[i] == want[i])
+		i++;
+	if (i < n) {
+		fprintf(stderr, "%s: %s: %s target differs from pread() at byte %" PRIu64 "\n",
+			prog, f->path, t == T_SHM ? "shm" : "GPU", i);
+		goto out;
+	}
+	rc = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(want);
+	if (t == T_GPU)
+		free(got);
+	return rc;
+}
+
+static double best(double a, double b) { return a > b ? a : b; }
+
+/*
+ * Prepares the GPU target; returns 0, or -1 with `why` saying why the GPU
+ * half is skipped.
+ */
+static int gpu_setup(struct bench *b, const struct shardfs_query *q, char *why, size_t why_len)
+{
+	char cwhy[200], us[41];
+	int n = 0, e;
+
+	if (!(q->caps & SHARDFS_CAP_CUDA_IPC) || q->n_gpus == 0) {
+		snprintf(why, why_len, "the daemon reports no usable GPU (caps %#x, %u GPUs)",
+			 q->caps, q->n_gpus);
+		return -1;
+	}
+	if (cudart_load(cwhy, sizeof(cwhy)) < 0) {
+		snprintf(why, why_len, "no CUDA runtime here: %s", cwhy);
+		return -1;
+	}
+	if ((e = cu.get_device_count(&n))) {
+		snprintf(why, why_len, "cudaGetDeviceCount: %s", cu.get_error_string(e));
+		return -1;
+	}
+	if (b->gpu >= n) {
+		snprintf(why, why_len, "no CUDA device %d here (%d devices)", b->gpu, n);
+		return -1;
+	}
+	uint8_t *prop = calloc(1, CUDA_PROP_BYTES);
+	if (!prop || (e = cu.get_device_properties(prop, b->gpu))) {
+		snprintf(why, why_len, "cudaGetDeviceProperties: %s",
+			 prop ? cu.get_error_string(e) : "out of memory");
+		free(prop);
+		return -1;
+	}
+	memcpy(b->gpu_uuid, prop + CUDA_PROP_UUID_OFFSET, 16);
+	prop[255] = 0;
+	uuid_str(b->gpu_uuid, us);
+	bool known = false;
+	for (unsigned i = 0; i < q->n_gpus && i < SHARDFS_MAX_GPUS; i++)
+		known |= !memcmp(q->gpu_uuid[i], b->gpu_uuid, 16);
+	if (!known) {
+		snprintf(why, why_len, "CUDA device %d (%s) is not among the daemon's GPUs", b->gpu,
+			 us);
+		free(prop);
+		return -1;
+	}
+	printf("GPU: CUDA device %d, %s, %s\n", b->gpu, (char *)prop, us);
+	free(prop);
+	const char *step = "cudaSetDevice";
+	if ((e = cu.set_device(b->gpu)) == 0 &&
+	    (step = "cudaMalloc", e = cu.malloc(&b->dev, b->region_bytes)) == 0 &&
+	    (step = "cudaIpcGetMemHandle", e = cu.ipc_get_mem_handle(b->handle, b->dev)) == 0 &&
+	    (step = "cudaMallocHost", e = cu.malloc_host(&b->pinned, b->range_bytes)) == 0)
+		b->pageable = malloc(b->range_bytes);
+	if (e || !b->pageable) {
+		snprintf(why, why_len, "%s: %s", step,
+			 e ? cu.get_error_string(e) : "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+static void usage(FILE *to)
+{
+	fprintf(to,
+		"usage: %s [--gpu N] [--range BYTES] [--passes N] FILE [FILE...]\n"
+		"  FILEs on a shardfs mount, already in its cache (shardfs-warm).\n"
+		"  --gpu N        CUDA device for the GPU half (default 0)\n"
+		"  --range BYTES  bytes per staged range and per read() (default 1M)\n"
+		"  --passes N     repeat each measurement, report the best (default 1)\n",
+		prog);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {{"gpu", required_argument, NULL, 'g'},
+					     {"range", required_argument, NULL, 'r'},
+					     {"passes", required_argument, NULL, 'p'},
+					     {"help", no_argument, NULL, 'h'},
+					     {NULL, 0, NULL, 0}};
+	struct bench b = {.gpu = 0, .range_bytes = 1u << 20};
+	struct shardfs_query q;
+	char why[300];
+	int passes = 1, c, status = 1;
+	uint8_t *heap = NULL;
+
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'g':
+			b.gpu = atoi(optarg);
+			break;
+		case 'r':
+			if (parse_size(optarg, &b.range_bytes) < 0 ||
+			    b.range_bytes > (1ull << 30)) {
+				usage(stderr);
+				return 2;
+			}
+			break;
+		case 'p':
+			passes = atoi(optarg);
+			if (passes < 1) {
+				usage(stderr);
+				return 2;
+			}
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind >= argc || b.gpu < 0) {
+		usage(stderr);
+		return 2;
+	}
+	b.n_files = argc - optind;
+	b.files = calloc((size_t)b.n_files, sizeof(*b.files));
+	if (!b.files)
+		return 1;
+	uint64_t largest = 0;
+	for (int i = 0; i < b.n_files; i++) {
+		struct stat sb;
+		b.files[i].path = argv[optind + i];
+		if (stat(b.files[i].path, &sb) < 0) {
+			fprintf(stderr, "%s: %s: %s\n", prog, b.files[i].path, strerror(errno));
+			return 1;
+		}
+		if (!S_ISREG(sb.st_mode)) {
+			fprintf(stderr, "%s: %s: not a regular file\n", prog, b.files[i].path);
+			return 1;
+		}
+		b.files[i].size = (uint64_t)sb.st_size;
+		b.total_bytes += b.files[i].size;
+		if (b.files[i].size > largest)
+			largest = b.files[i].size;
+	}
+	if (b.total_bytes == 0) {
+		fprintf(stderr, "%s: the files are empty\n", prog);
+		return 1;
+	}
+
+	/* What the mount can do. */
+	int fd = open(b.files[0].path, O_RDONLY | O_CLOEXEC);
+	memset(&q, 0, sizeof(q));
+	q.size = sizeof(q);
+	if (fd < 0 || ioctl(fd, SHARDFS_IOC_QUERY, &q) < 0) {
+		int e = errno;
+		fprintf(stderr, "%s: %s: SHARDFS_IOC_QUERY: %s\n", prog, b.files[0].path,
+			strerror(e));
+		return e == ENOTTY ? 77 : 1;
+	}
+	close(fd);
+	if (q.abi_version != SHARDFS_ABI_VERSION || !(q.caps & SHARDFS_CAP_SHM)) {
+		fprintf(stderr, "%s: the mount speaks ABI %u, caps %#x: no shm staging\n", prog,
+			q.abi_version, q.caps);
+		return 77;
+	}
+
+	/* Ranges, batches and the region, within the daemon's limits. */
+	if (q.max_stage_bytes && b.range_bytes > q.max_stage_bytes)
+		b.range_bytes = q.max_stage_bytes;
+	b.region_bytes = largest < REGION_MAX_BYTES ? largest : REGION_MAX_BYTES;
+	b.region_bytes = (b.region_bytes + b.range_bytes - 1) / b.range_bytes * b.range_bytes;
+	uint64_t slots = b.region_bytes / b.range_bytes;
+	b.batch = q.max_ranges < SHARDFS_STAGE_MAX_RANGES ? q.max_ranges : SHARDFS_STAGE_MAX_RANGES;
+	if (q.max_stage_bytes && b.batch > q.max_stage_bytes / b.range_bytes)
+		b.batch = (unsigned)(q.max_stage_bytes / b.range_bytes);
+	if (b.batch > slots)
+		b.batch = (unsigned)slots; /* no two ranges of a batch on one slot */
+	if (b.batch == 0)
+		b.batch = 1;
+	printf("%d file%s, %.1f MB; ranges of %" PRIu64
+	       " bytes, up to %u per STAGE; region %" PRIu64 " bytes\n",
+	       b.n_files, b.n_files == 1 ? "" : "s", (double)b.total_bytes / 1e6, b.range_bytes,
+	       b.batch, b.region_bytes);
+	printf("(each file's kernel page cache dropped before each pass; best of %d pass%s)\n",
+	       passes, passes == 1 ? "" : "es");
+
+	/* The shm target. */
+	snprintf(b.shm_name, sizeof(b.shm_name), "/shardfs-stage-bench.%d", (int)getpid());
+	int sfd = shm_open(b.shm_name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+	if (sfd < 0 || ftruncate(sfd, (off_t)b.region_bytes) < 0) {
+		fprintf(stderr, "%s: shm %s: %s\n", prog, b.shm_name, strerror(errno));
+		if (sfd >= 0)
+			shm_unlink(b.shm_name);
+		return 1;
+	}
+	b.shm_map = mmap(NULL, b.region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+	close(sfd);
+	heap = malloc(b.range_bytes);
+	if (b.shm_map == MAP_FAILED || !heap) {
+		fprintf(stderr, "%s: mmap/malloc: %s\n", prog, strerror(errno));
+		goto out_shm;
+	}
+	memset(b.shm_map, 0, b.region_bytes); /* first-touch faults out of the timings */
+	memset(heap, 0, b.range_bytes);
+
+	double shm_stage = -1, shm_read = -1;
+	uint32_t shm_path = 0;
+	for (int p = 0; p < passes; p++) {
+		double s = pass_stage(&b, T_SHM, &shm_path);
+		double r = s < 0 ? -1 : pass_read(&b, B_MEMCPY, heap);
+		if (s < 0 || r < 0)
+			goto out_shm;
+		shm_stage = best(shm_stage, s);
+		shm_read = best(shm_read, r);
+	}
+	printf("shm  STAGE ioctl                   %9.1f MB/s   path: %s\n", shm_stage,
+	       path_str(shm_path));
+	printf("shm  read() + memcpy               %9.1f MB/s\n", shm_read);
+	printf("shm  STAGE / read()                %9.2f\n", shm_stage / shm_read);
+	if (verify(&b, T_SHM) < 0)
+		goto out_shm;
+	printf("shm  verify                        ok\n");
+
+	double gpu_stage = -1, gpu_pinned = -1, gpu_pageable = -1;
+	uint32_t gpu_path = 0;
+	if (gpu_setup(&b, &q, why, sizeof(why)) < 0) {
+		printf("GPU: skipped (%s)\n", why);
+	} else {
+		for (int p = 0; p < passes; p++) {
+			double s = pass_stage(&b, T_GPU, &gpu_path);
+			double r1 = s < 0 ? -1 : pass_read(&b, B_CUDA_PINNED, NULL);
+			double r2 = r1 < 0 ? -1 : pass_read(&b, B_CUDA_PAGEABLE, NULL);
+			if (s < 0 || r1 < 0 || r2 < 0)
+				goto out_gpu;
+			gpu_stage = best(gpu_stage, s);
+			gpu_pinned = best(gpu_pinned, r1);
+			gpu_pageable = best(gpu_pageable, r2);
+		}
+		printf("gpu  STAGE ioctl                   %9.1f MB/s   path: %s\n", gpu_stage,
+		       path_str(gpu_path));
+		printf("gpu  read() + cudaMemcpy, pinned   %9.1f MB/s\n", gpu_pinned);
+		printf("gpu  read() + cudaMemcpy, pageable %9.1f MB/s\n", gpu_pageable);
+		printf("gpu  STAGE / read()+pinned         %9.2f\n", gpu_stage / gpu_pinned);
+		printf("gpu  STAGE / read()+pageable       %9.2f\n", gpu_stage / gpu_pageable);
+		if (verify(&b, T_GPU) < 0)
+			goto out_gpu;
+		printf("gpu  verify                        ok\n");
+	}
+	printf("bytes=%" PRIu64 " range_bytes=%" PRIu64 " shm_stage_MBps=%.1f shm_read_MBps=%.1f",
+	       b.total_bytes, b.range_bytes, shm_stage, shm_read);
+	if (gpu_stage >= 0)
+		printf(" gpu_stage_MBps=%.1f gpu_read_pinned_MBps=%.1f gpu_read_pageable_MBps=%.1f",
+		       gpu_stage, gpu_pinned, gpu_pageable);
+	printf("\n");
+	status = 0;
+
+out_gpu:
+	if (b.dev)
+		cu.free(b.dev);
+	if (b.pinned)
+		cu.free_host(b.pinned);
+	free(b.pageable);
+out_shm:
+	if (b.shm_map && b.shm_map != MAP_FAILED)
+		munmap(b.shm_map, b.region_bytes);
+	shm_unlink(b.shm_name);
+	free(heap);
+	free(b.files);
+	return status;
+}
