@@ -191,7 +191,7 @@ int cudaIpcGetMemHandle(void *h, void *p)
 		return 1;
 	}
 	struct handle hh = {"MOCKIPC", getpid(), a->dev, a->n, ""};
-	snprintf(hh.name, sizeof(hh.name), "%s", a->name);
+	snprintf(hh.name, sizeof(hh.name), "%.*s", (int)sizeof(hh.name) - 1, a->name);
 	memset(h, 0, 64);
 	memcpy(h, &hh, sizeof(hh));
 	pthread_mutex_unlock(&mu);
