@@ -75,7 +75,8 @@ struct sfs_attempt {
 	struct sfs_attempt *req_next;	/* protected by pool->lock: next attempt of req */
 	uint64_t offset;		/* READ: what this attempt asked for */
 	uint32_t count;
-	uint64_t sent_ms;		/* owner thread */
+	uint64_t sent_ms;		/* owner thread: for timeouts */
+	uint64_t sent_ns;		/* owner thread: for the latency histogram */
 	bool in_use, probe, reissued;	/* owner thread */
 };
 
@@ -347,7 +348,8 @@ static int conn_send(struct sfs_conn *conn, struct sfs_attempt *a, struct sfs_or
 	a->in_use = true;
 	a->probe = false;
 	a->reissued = false;
-	a->sent_ms = sfs_now_ms();
+	a->sent_ns = sfs_now_ns();
+	a->sent_ms = a->sent_ns / 1000000u;
 	conn->n_busy++;
 	switch (req->op) {
 	case SFS_ORIGIN_READ: {
@@ -568,7 +570,7 @@ static void slot_cb(struct rpc_context *rpc, int status, void *data, void *priva
 	a->in_use = false;
 	conn->n_busy--;
 	if (status == RPC_STATUS_SUCCESS)
-		node_record_latency(node, (sfs_now_ms() - a->sent_ms) * 1000000u);
+		node_record_latency(node, sfs_now_ns() - a->sent_ns);
 
 	pthread_mutex_lock(&pool->lock);
 	req = a->req;
@@ -772,6 +774,7 @@ static void conn_tick(struct sfs_conn *conn, uint64_t now)
 		a->reissued = true;
 		a->req = NULL;
 		a->sent_ms = now;
+		a->sent_ns = now * 1000000u;
 		conn->n_busy++;
 		conn->probe_at_ms = now + pool->timeo_ms;
 		if (rpc_nfs3_null_async(nfs_get_rpc_context(conn->nfs), slot_cb, a) != 0) {
