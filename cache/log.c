@@ -43,10 +43,7 @@ uint64_t sfs_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t sfs_now_ms(void)
-{
-	return sfs_now_ns() / 1000000u;
-}
+uint64_t sfs_now_ms(void) { return sfs_now_ns() / 1000000u; }
 
 bool sfs_log_ratelimit(struct sfs_log_ratelimit *rl, uint64_t interval_ms)
 {

@@ -27,7 +27,7 @@ extern int sfs_log_max_level;
 void sfs_log_use_syslog(void);
 
 void sfs_log_write(enum sfs_log_level level, const char *module, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 #define sfs_log(level, module, ...)                                                                \
 	do {                                                                                       \

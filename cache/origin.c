@@ -59,25 +59,25 @@ struct nfs_fh {
 };
 const struct nfs_fh *nfs_get_rootfh(struct nfs_context *nfs);
 
-#define TICK_MS 100
+#define TICK_MS	       100
 #define BACKOFF_MIN_MS 200
 #define BACKOFF_MAX_MS 5000
 
 const double sfs_origin_lat_bounds_s[SFS_ORIGIN_LAT_BUCKETS] = {
-	0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0};
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0};
 
 struct sfs_conn;
 
 /* One RPC in flight on one connection. */
 struct sfs_attempt {
-	struct sfs_conn *conn;		/* set at init */
-	struct sfs_origin_req *req;	/* protected by pool->lock; NULL: detached or probe */
-	struct sfs_attempt *req_next;	/* protected by pool->lock: next attempt of req */
-	uint64_t offset;		/* READ: what this attempt asked for */
+	struct sfs_conn *conn;	      /* set at init */
+	struct sfs_origin_req *req;   /* protected by pool->lock; NULL: detached or probe */
+	struct sfs_attempt *req_next; /* protected by pool->lock: next attempt of req */
+	uint64_t offset;	      /* READ: what this attempt asked for */
 	uint32_t count;
-	uint64_t sent_ms;		/* owner thread: for timeouts */
-	uint64_t sent_ns;		/* owner thread: for the latency histogram */
-	bool in_use, probe, reissued;	/* owner thread */
+	uint64_t sent_ms;	      /* owner thread: for timeouts */
+	uint64_t sent_ns;	      /* owner thread: for the latency histogram */
+	bool in_use, probe, reissued; /* owner thread */
 };
 
 enum conn_state { CONN_DOWN, CONN_CONNECTING, CONN_UP };
@@ -88,7 +88,7 @@ struct sfs_conn {
 	/* everything below is owned by the connection's thread */
 	struct nfs_context *nfs;
 	enum conn_state state;
-	bool broken;		/* fail at the next safe point (not inside libnfs) */
+	bool broken; /* fail at the next safe point (not inside libnfs) */
 	uint64_t retry_at_ms, backoff_ms, connect_deadline_ms, probe_at_ms;
 	unsigned n_busy;
 	struct sfs_attempt slots[SFS_ORIGIN_CONN_DEPTH];
@@ -96,20 +96,21 @@ struct sfs_conn {
 };
 
 struct sfs_node {
-	char *addr;		/* set at init, then read-only */
+	char *addr; /* set at init, then read-only */
 	int index;
-	int state;		/* atomic: enum sfs_origin_node_state */
-	unsigned conns_up;	/* atomic */
-	uint64_t read_bytes, read_requests, meta_requests, errors, reissued, reconnects; /* atomic */
-	uint64_t lat_count, lat_sum_ns, lat_buckets[SFS_ORIGIN_LAT_BUCKETS];		 /* atomic */
+	int state;	   /* atomic: enum sfs_origin_node_state */
+	unsigned conns_up; /* atomic */
+	uint64_t read_bytes, read_requests, meta_requests, errors, reissued,
+	    reconnects;							     /* atomic */
+	uint64_t lat_count, lat_sum_ns, lat_buckets[SFS_ORIGIN_LAT_BUCKETS]; /* atomic */
 	struct sfs_log_ratelimit warn_rl;
 };
 
 struct sfs_iothread {
 	struct sfs_origin *pool;
 	pthread_t tid;
-	int efd;		/* eventfd: new work or stop */
-	bool sleeping;		/* atomic: in poll(); submitters wake it */
+	int efd;       /* eventfd: new work or stop */
+	bool sleeping; /* atomic: in poll(); submitters wake it */
 	unsigned index;
 	struct sfs_conn **conns; /* owned conns, set at start */
 	size_t pull_start;	 /* rotates the first connection offered work */
@@ -128,14 +129,14 @@ struct sfs_origin {
 	struct sfs_iothread *threads;
 	unsigned n_threads;
 	bool started;
-	bool stopping;		/* atomic */
-	unsigned nodes_up;	/* atomic: nodes in state UP */
-	struct sfs_fh root;	/* set at open, then read-only */
-	uint32_t max_read;	/* atomic: min over mounted connections */
+	bool stopping;	    /* atomic */
+	unsigned nodes_up;  /* atomic: nodes in state UP */
+	struct sfs_fh root; /* set at open, then read-only */
+	uint32_t max_read;  /* atomic: min over mounted connections */
 
-	pthread_mutex_t lock;	/* leaf lock, see file comment */
+	pthread_mutex_t lock;			/* leaf lock, see file comment */
 	struct sfs_origin_req *q_head, *q_tail; /* protected by lock */
-	size_t q_len;				 /* protected by lock */
+	size_t q_len;				/* protected by lock */
 };
 
 /* libnfs keeps unlocked globals in context creation; serialise it. */
@@ -160,10 +161,7 @@ static void node_set_state(struct sfs_origin *pool, struct sfs_node *node, int s
 			"node %s is %s", node->addr, names[state]);
 }
 
-static void count(uint64_t *ctr, uint64_t n)
-{
-	__atomic_fetch_add(ctr, n, __ATOMIC_RELAXED);
-}
+static void count(uint64_t *ctr, uint64_t n) { __atomic_fetch_add(ctr, n, __ATOMIC_RELAXED); }
 
 static void node_record_latency(struct sfs_node *node, uint64_t ns)
 {
@@ -179,31 +177,49 @@ static void node_record_latency(struct sfs_node *node, uint64_t ns)
 static int nfsstat_to_errno(int st)
 {
 	switch (st) {
-	case NFS3_OK: return 0;
-	case NFS3ERR_PERM: return -EPERM;
-	case NFS3ERR_NOENT: return -ENOENT;
-	case NFS3ERR_NXIO: return -ENXIO;
-	case NFS3ERR_ACCES: return -EACCES;
-	case NFS3ERR_EXIST: return -EEXIST;
-	case NFS3ERR_NOTDIR: return -ENOTDIR;
-	case NFS3ERR_ISDIR: return -EISDIR;
-	case NFS3ERR_INVAL: return -EINVAL;
-	case NFS3ERR_FBIG: return -EFBIG;
-	case NFS3ERR_NOSPC: return -ENOSPC;
-	case NFS3ERR_ROFS: return -EROFS;
-	case NFS3ERR_NAMETOOLONG: return -ENAMETOOLONG;
-	case NFS3ERR_NOTEMPTY: return -ENOTEMPTY;
+	case NFS3_OK:
+		return 0;
+	case NFS3ERR_PERM:
+		return -EPERM;
+	case NFS3ERR_NOENT:
+		return -ENOENT;
+	case NFS3ERR_NXIO:
+		return -ENXIO;
+	case NFS3ERR_ACCES:
+		return -EACCES;
+	case NFS3ERR_EXIST:
+		return -EEXIST;
+	case NFS3ERR_NOTDIR:
+		return -ENOTDIR;
+	case NFS3ERR_ISDIR:
+		return -EISDIR;
+	case NFS3ERR_INVAL:
+		return -EINVAL;
+	case NFS3ERR_FBIG:
+		return -EFBIG;
+	case NFS3ERR_NOSPC:
+		return -ENOSPC;
+	case NFS3ERR_ROFS:
+		return -EROFS;
+	case NFS3ERR_NAMETOOLONG:
+		return -ENAMETOOLONG;
+	case NFS3ERR_NOTEMPTY:
+		return -ENOTEMPTY;
 	case NFS3ERR_STALE:
-	case NFS3ERR_BADHANDLE: return -ESTALE;
-	case NFS3ERR_NOTSUPP: return -EOPNOTSUPP;
-	case NFS3ERR_JUKEBOX: return -EAGAIN;
-	default: return -EIO;
+	case NFS3ERR_BADHANDLE:
+		return -ESTALE;
+	case NFS3ERR_NOTSUPP:
+		return -EOPNOTSUPP;
+	case NFS3ERR_JUKEBOX:
+		return -EAGAIN;
+	default:
+		return -EIO;
 	}
 }
 
 static void fattr_to_attr(const fattr3 *f, struct sfs_attr *a)
 {
-	static const uint32_t types[] = {0,	  S_IFREG,  S_IFDIR, S_IFBLK,
+	static const uint32_t types[] = {0,	  S_IFREG, S_IFDIR,  S_IFBLK,
 					 S_IFCHR, S_IFLNK, S_IFSOCK, S_IFIFO};
 	a->type = (f->type >= 1 && f->type <= 7) ? types[f->type] : S_IFREG;
 	a->mode = f->mode & 07777;
@@ -588,8 +604,9 @@ static void slot_cb(struct rpc_context *rpc, int status, void *data, void *priva
 		pthread_mutex_unlock(&pool->lock);
 		if (status != RPC_STATUS_CANCEL && !conn->broken) {
 			snprintf(conn->err, sizeof(conn->err), "%s",
-				 status == RPC_STATUS_TIMEOUT ? "RPC timed out"
-							      : (data ? (char *)data : "RPC error"));
+				 status == RPC_STATUS_TIMEOUT
+				     ? "RPC timed out"
+				     : (data ? (char *)data : "RPC error"));
 			conn->broken = true;
 		}
 		return;
@@ -706,7 +723,8 @@ static void conn_teardown(struct sfs_conn *conn, uint64_t now)
 	assert(conn->n_busy == 0);
 	conn->broken = false;
 	conn->retry_at_ms = now + conn->backoff_ms;
-	conn->backoff_ms = conn->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : conn->backoff_ms * 2;
+	conn->backoff_ms =
+	    conn->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : conn->backoff_ms * 2;
 	if (was_up) {
 		count(&node->reconnects, 1);
 		count(&node->errors, 1);
@@ -766,8 +784,8 @@ static void conn_tick(struct sfs_conn *conn, uint64_t now)
 		}
 	}
 	/* A suspect node gets no new work; an idle connection probes it. */
-	if (__atomic_load_n(&node->state, __ATOMIC_RELAXED) == SFS_NODE_SUSPECT && conn->n_busy == 0 &&
-	    now >= conn->probe_at_ms && !conn->broken) {
+	if (__atomic_load_n(&node->state, __ATOMIC_RELAXED) == SFS_NODE_SUSPECT &&
+	    conn->n_busy == 0 && now >= conn->probe_at_ms && !conn->broken) {
 		struct sfs_attempt *a = &conn->slots[0];
 		a->in_use = true;
 		a->probe = true;
@@ -1104,7 +1122,8 @@ int sfs_origin_start(sfs_origin *pool)
 	}
 	pool->started = true;
 	for (unsigned i = 0; i < n; i++) {
-		err = -pthread_create(&pool->threads[i].tid, NULL, io_thread_main, &pool->threads[i]);
+		err =
+		    -pthread_create(&pool->threads[i].tid, NULL, io_thread_main, &pool->threads[i]);
 		if (err) {
 			__atomic_store_n(&pool->stopping, true, __ATOMIC_RELEASE);
 			for (unsigned k = 0; k < i; k++)
@@ -1158,10 +1177,7 @@ void sfs_origin_close(sfs_origin *pool)
 	free(pool);
 }
 
-const struct sfs_fh *sfs_origin_root(const sfs_origin *pool)
-{
-	return &pool->root;
-}
+const struct sfs_fh *sfs_origin_root(const sfs_origin *pool) { return &pool->root; }
 
 uint32_t sfs_origin_max_read(const sfs_origin *pool)
 {
@@ -1238,10 +1254,7 @@ int sfs_origin_call(sfs_origin *pool, struct sfs_origin_req *req)
 	return req->result;
 }
 
-size_t sfs_origin_node_count(const sfs_origin *pool)
-{
-	return pool->n_nodes;
-}
+size_t sfs_origin_node_count(const sfs_origin *pool) { return pool->n_nodes; }
 
 void sfs_origin_node_stats(const sfs_origin *pool, size_t i, struct sfs_origin_node_stats *out)
 {

@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define SFS_FH_MAX 64 /* NFSv3 file handles are at most 64 bytes (RFC 1813) */
+#define SFS_FH_MAX	      64 /* NFSv3 file handles are at most 64 bytes (RFC 1813) */
 #define SFS_ORIGIN_CONN_DEPTH 4
 
 /* An NFSv3 file handle; valid on every node of the cluster. */
@@ -64,9 +64,8 @@ struct sfs_attempt;
  * non-zero stops delivery of further entries of this reply (the caller's
  * buffer is full); the request still completes normally.
  */
-typedef int (*sfs_origin_dirent_fn)(struct sfs_origin_req *req, const char *name,
-				    uint64_t cookie, const struct sfs_attr *attr,
-				    const struct sfs_fh *fh);
+typedef int (*sfs_origin_dirent_fn)(struct sfs_origin_req *req, const char *name, uint64_t cookie,
+				    const struct sfs_attr *attr, const struct sfs_fh *fh);
 
 struct sfs_fsstat {
 	uint64_t total_bytes, free_bytes, avail_bytes;
@@ -81,25 +80,25 @@ struct sfs_fsstat {
 struct sfs_origin_req {
 	/* in */
 	enum sfs_origin_op op;
-	struct sfs_fh fh;	  /* file or directory */
-	uint64_t offset;	  /* READ: byte offset */
-	uint32_t count;		  /* READ: bytes wanted (<= sfs_origin_max_read) */
-	void *buf;		  /* READ: destination of count bytes */
-	const char *name;	  /* LOOKUP: entry name (caller keeps it alive) */
-	uint64_t cookie;	  /* READDIRPLUS: resume cookie, 0 to start */
-	uint8_t cookieverf[8];	  /* READDIRPLUS: verifier from the previous reply */
-	uint32_t dir_max_bytes;	  /* READDIRPLUS: maxcount hint */
+	struct sfs_fh fh;	     /* file or directory */
+	uint64_t offset;	     /* READ: byte offset */
+	uint32_t count;		     /* READ: bytes wanted (<= sfs_origin_max_read) */
+	void *buf;		     /* READ: destination of count bytes */
+	const char *name;	     /* LOOKUP: entry name (caller keeps it alive) */
+	uint64_t cookie;	     /* READDIRPLUS: resume cookie, 0 to start */
+	uint8_t cookieverf[8];	     /* READDIRPLUS: verifier from the previous reply */
+	uint32_t dir_max_bytes;	     /* READDIRPLUS: maxcount hint */
 	sfs_origin_dirent_fn dirent; /* READDIRPLUS */
 	void (*done)(struct sfs_origin_req *req);
 	void *arg; /* for the caller */
 
 	/* out, valid in done() */
-	int result;	       /* READ: bytes read; others: 0; or -errno */
-	bool eof;	       /* READ: end of file reached; READDIRPLUS: last entry sent */
-	bool have_attr;	       /* attr is valid */
-	struct sfs_attr attr;  /* GETATTR/LOOKUP: the object; READ: post-op attributes */
-	struct sfs_fh out_fh;  /* LOOKUP */
-	char *link;	       /* READLINK: malloc'd target, caller frees */
+	int result;	      /* READ: bytes read; others: 0; or -errno */
+	bool eof;	      /* READ: end of file reached; READDIRPLUS: last entry sent */
+	bool have_attr;	      /* attr is valid */
+	struct sfs_attr attr; /* GETATTR/LOOKUP: the object; READ: post-op attributes */
+	struct sfs_fh out_fh; /* LOOKUP */
+	char *link;	      /* READLINK: malloc'd target, caller frees */
 	struct sfs_fsstat fsstat;
 
 	/* private to origin.c; protected by the pool lock */
@@ -107,25 +106,25 @@ struct sfs_origin_req {
 	struct sfs_attempt *attempts; /* sends in flight, chained */
 	void *call_wait;	      /* sfs_origin_call()'s waiter */
 	bool queued, completed;
-	uint8_t n_attempts;	/* sends so far */
-	uint8_t n_outstanding;	/* sends whose reply has not arrived */
-	int16_t avoid_node;	/* node that timed out on it last, or -1 */
-	uint32_t done_bytes;	/* READ: bytes already placed (short replies) */
-	uint64_t deadline_ms;	/* soft mounts: fail with -EIO after this */
+	uint8_t n_attempts;    /* sends so far */
+	uint8_t n_outstanding; /* sends whose reply has not arrived */
+	int16_t avoid_node;    /* node that timed out on it last, or -1 */
+	uint32_t done_bytes;   /* READ: bytes already placed (short replies) */
+	uint64_t deadline_ms;  /* soft mounts: fail with -EIO after this */
 	int last_err;
 };
 
 struct sfs_origin_conf {
-	char **addrs;	     /* node addresses (numeric), n_addrs of them */
+	char **addrs; /* node addresses (numeric), n_addrs of them */
 	size_t n_addrs;
 	const char *export_path; /* e.g. "/ifs" */
-	unsigned nconnect;   /* connections per node, 1..16 */
-	uint32_t rsize_bytes; /* largest READ to send; capped by the server */
-	unsigned timeo_ds;   /* deciseconds before a request is re-issued elsewhere */
-	unsigned retrans;    /* timeouts before a node is declared down / soft fail */
-	bool hard;	     /* hard: wait for the cluster forever; soft: -EIO */
-	uint32_t uid, gid;   /* AUTH_SYS identity */
-	unsigned n_threads;  /* I/O threads; 0 = one per online CPU */
+	unsigned nconnect;	 /* connections per node, 1..16 */
+	uint32_t rsize_bytes;	 /* largest READ to send; capped by the server */
+	unsigned timeo_ds;	 /* deciseconds before a request is re-issued elsewhere */
+	unsigned retrans;	 /* timeouts before a node is declared down / soft fail */
+	bool hard;		 /* hard: wait for the cluster forever; soft: -EIO */
+	uint32_t uid, gid;	 /* AUTH_SYS identity */
+	unsigned n_threads;	 /* I/O threads; 0 = one per online CPU */
 };
 
 typedef struct sfs_origin sfs_origin;

@@ -13,8 +13,8 @@
  * and checked against its XXH3-64 every time it is loaded; else the origin.
  * (Replying straight from the cache file with splice was tried: libfuse
  * 3.14's splice path gave short replies under 32 concurrent readers here,
- * which the kernel takes for EOF. One verified copy is the price.) Chunks from the origin go to the store
- * (write-behind; the buffer stays pinned until the write is durable).
+ * which the kernel takes for EOF. One verified copy is the price.) Chunks from the origin go to the
+ * store (write-behind; the buffer stays pinned until the write is durable).
  *
  * A chunk is LOADING (store read) or FETCHING (origin) until it is READY
  * (bytes valid up to len) or FAILED (err). Readers pin chunks (refs) while
@@ -43,62 +43,59 @@ struct pf_chunk {
 	/* protected by file->lock */
 	enum chunk_state state;
 	int err;
-	uint32_t len;		  /* valid bytes once READY */
-	uint32_t fetch_len;	  /* bytes asked for */
-	unsigned refs;		  /* views pinning the buffer, plus a store write */
+	uint32_t len;	    /* valid bytes once READY */
+	uint32_t fetch_len; /* bytes asked for */
+	unsigned refs;	    /* views pinning the buffer, plus a store write */
 	unsigned parts_pending;
-	bool used;		  /* a reader asked for it */
-	bool consumed;		  /* a read ended at its last byte: the reader moved on */
-	bool readahead;		  /* started before anyone asked */
-	bool in_store;		  /* its bytes are durable in the store */
-	bool loaded;		  /* its bytes were read from the store */
+	bool used;	/* a reader asked for it */
+	bool consumed;	/* a read ended at its last byte: the reader moved on */
+	bool readahead; /* started before anyone asked */
+	bool in_store;	/* its bytes are durable in the store */
+	bool loaded;	/* its bytes were read from the store */
 	char *buf;
 	unsigned n_parts;
 	struct sfs_origin_req parts[]; /* owned by origin while FETCHING */
 };
 
 struct sfs_pf_file {
-	sfs_prefetch *pf;     /* set at open */
-	struct sfs_fh fh;     /* set at open */
-	uint64_t size;	      /* set at open */
+	sfs_prefetch *pf;		 /* set at open */
+	struct sfs_fh fh;		 /* set at open */
+	uint64_t size;			 /* set at open */
 	struct sfs_file_version version; /* set at open (size only if unknown) */
-	bool check_version;   /* set at open */
-	sfs_store_obj *obj;   /* set at open: NULL without a store */
+	bool check_version;		 /* set at open */
+	sfs_store_obj *obj;		 /* set at open: NULL without a store */
 	pthread_mutex_t lock;
-	pthread_cond_t cond;  /* a chunk finished, or a pin was dropped */
+	pthread_cond_t cond; /* a chunk finished, or a pin was dropped */
 	/* protected by lock */
-	unsigned refs;	      /* openers + chunks in flight or being written */
-	unsigned openers;     /* sfs_pf_file_opened() minus closes (drop_idle) */
-	uint64_t next_seq;    /* chunk a sequential reader asks for next */
+	unsigned refs;	   /* openers + chunks in flight or being written */
+	unsigned openers;  /* sfs_pf_file_opened() minus closes (drop_idle) */
+	uint64_t next_seq; /* chunk a sequential reader asks for next */
 	bool sequential;
-	bool shard;	      /* the pump fetches every chunk the store lacks */
-	bool warmed;	      /* sfs_pf_file_warm() started a whole-file fetch */
-	uint64_t shard_next;  /* next chunk the pump considers */
+	bool shard;	     /* the pump fetches every chunk the store lacks */
+	bool warmed;	     /* sfs_pf_file_warm() started a whole-file fetch */
+	uint64_t shard_next; /* next chunk the pump considers */
 	struct pf_chunk **chunks;
 	size_t n_chunks, cap_chunks;
 	struct sfs_pf_file *prev, *next; /* protected by pf->files_lock */
 };
 
 struct sfs_prefetch {
-	sfs_origin *origin;	   /* set at open */
+	sfs_origin *origin;	       /* set at open */
 	struct sfs_prefetch_conf conf; /* set at open */
-	size_t max_buffers;	   /* mem_bytes / SFS_CHUNK_BYTES */
-	pthread_mutex_t files_lock; /* taken with a file's lock held; then only trylock */
-	struct sfs_pf_file *files;  /* protected by files_lock: every live file */
+	size_t max_buffers;	       /* mem_bytes / SFS_CHUNK_BYTES */
+	pthread_mutex_t files_lock;    /* taken with a file's lock held; then only trylock */
+	struct sfs_pf_file *files;     /* protected by files_lock: every live file */
 	pthread_mutex_t buf_lock;
-	void **free_bufs;	   /* protected by buf_lock */
-	size_t n_free, n_buffers;  /* protected by buf_lock */
-	pthread_t pump;		   /* restarts shard pumps stalled on the budget */
+	void **free_bufs;	  /* protected by buf_lock */
+	size_t n_free, n_buffers; /* protected by buf_lock */
+	pthread_t pump;		  /* restarts shard pumps stalled on the budget */
 	bool pump_started;
-	bool stopping;		   /* protected by files_lock */
-	pthread_cond_t pump_cond;  /* with files_lock */
+	bool stopping;			 /* protected by files_lock */
+	pthread_cond_t pump_cond;	 /* with files_lock */
 	struct sfs_prefetch_stats stats; /* atomic */
 };
 
-static void count(uint64_t *c, int64_t n)
-{
-	__atomic_fetch_add(c, (uint64_t)n, __ATOMIC_RELAXED);
-}
+static void count(uint64_t *c, int64_t n) { __atomic_fetch_add(c, (uint64_t)n, __ATOMIC_RELAXED); }
 
 /* --- buffers -------------------------------------------------------------- */
 
@@ -252,7 +249,8 @@ static struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint6
 	 * real bound. */
 	size_t limit = 2 * (size_t)pf->conf.window_chunks + 16;
 	uint64_t start = index << SFS_CHUNK_SHIFT;
-	uint32_t len = (uint32_t)(f->size - start < SFS_CHUNK_BYTES ? f->size - start : SFS_CHUNK_BYTES);
+	uint32_t len =
+	    (uint32_t)(f->size - start < SFS_CHUNK_BYTES ? f->size - start : SFS_CHUNK_BYTES);
 	uint32_t max_read = sfs_origin_max_read(pf->origin);
 	unsigned n_parts;
 
@@ -378,7 +376,7 @@ static bool chunk_finish(struct sfs_pf_file *f, struct pf_chunk *c, bool from_or
 	pthread_cond_broadcast(&f->cond);
 	if (from_origin && !c->err && f->obj && c->len == c->fetch_len &&
 	    sfs_store_write_chunk(f->obj, (uint32_t)c->index, c->buf, c->len, write_done, c) == 0) {
-		c->refs++; /* the writer reads the buffer until done */
+		c->refs++;    /* the writer reads the buffer until done */
 		return false; /* the file reference passes to the write */
 	}
 	/* Not admitted (no store, full, offline): it stays in memory for a
@@ -462,7 +460,8 @@ static void part_done(struct sfs_origin_req *req)
 		count(&f->pf->stats.stale_errors, 1);
 	} else if ((uint32_t)req->result < req->count) {
 		/* The file is shorter than its attributes said: end the chunk. */
-		uint32_t end = (uint32_t)(req->offset - (c->index << SFS_CHUNK_SHIFT)) + (uint32_t)req->result;
+		uint32_t end =
+		    (uint32_t)(req->offset - (c->index << SFS_CHUNK_SHIFT)) + (uint32_t)req->result;
 		if (end < c->len)
 			c->len = end;
 	}

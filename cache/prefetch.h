@@ -26,8 +26,8 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#define SFS_CHUNK_SHIFT 20
-#define SFS_CHUNK_BYTES (1u << SFS_CHUNK_SHIFT)
+#define SFS_CHUNK_SHIFT	  20
+#define SFS_CHUNK_BYTES	  (1u << SFS_CHUNK_SHIFT)
 #define SFS_PF_MAX_WINDOW 64 /* chunks of readahead per file, at most */
 
 enum sfs_prefetch_mode {
@@ -37,11 +37,11 @@ enum sfs_prefetch_mode {
 };
 
 struct sfs_prefetch_conf {
-	uint64_t mem_bytes;	 /* budget for chunk buffers (readahead stops at it) */
-	unsigned window_chunks;	 /* readahead depth for a sequential reader; 0 = auto */
+	uint64_t mem_bytes;	/* budget for chunk buffers (readahead stops at it) */
+	unsigned window_chunks; /* readahead depth for a sequential reader; 0 = auto */
 	enum sfs_prefetch_mode mode;
 	uint64_t shard_max_bytes; /* SHARD: files up to this size are fetched whole */
-	sfs_store *store;	 /* NULL: no local cache */
+	sfs_store *store;	  /* NULL: no local cache */
 };
 
 typedef struct sfs_prefetch sfs_prefetch;
@@ -49,20 +49,19 @@ typedef struct sfs_pf_file sfs_pf_file;
 
 /* Counters for the stats file (atomic reads). */
 struct sfs_prefetch_stats {
-	uint64_t inflight_bytes;  /* chunk bytes being fetched now */
-	uint64_t buffer_bytes;	  /* chunk buffers allocated */
-	uint64_t fetched_bytes;	  /* total bytes fetched from the origin */
+	uint64_t inflight_bytes;   /* chunk bytes being fetched now */
+	uint64_t buffer_bytes;	   /* chunk buffers allocated */
+	uint64_t fetched_bytes;	   /* total bytes fetched from the origin */
 	uint64_t readahead_chunks; /* chunks fetched before anyone asked */
-	uint64_t wasted_chunks;	  /* readahead chunks dropped unread */
+	uint64_t wasted_chunks;	   /* readahead chunks dropped unread */
 	uint64_t files_opened;
-	uint64_t shard_files;	  /* files fetched whole (shard prefetch or warm) */
-	uint64_t hit_bytes;	  /* bytes read from the store */
-	uint64_t miss_bytes;	  /* bytes readers needed that came from the origin */
-	uint64_t stale_errors;	  /* reads refused: the file changed under an open */
+	uint64_t shard_files;  /* files fetched whole (shard prefetch or warm) */
+	uint64_t hit_bytes;    /* bytes read from the store */
+	uint64_t miss_bytes;   /* bytes readers needed that came from the origin */
+	uint64_t stale_errors; /* reads refused: the file changed under an open */
 };
 
-int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin,
-		      sfs_prefetch **out);
+int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin, sfs_prefetch **out);
 void sfs_prefetch_close(sfs_prefetch *pf);
 void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out);
 

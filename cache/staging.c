@@ -21,17 +21,17 @@ struct sfs_staging {
 };
 
 struct sfs_stage_region {
-	sfs_staging *st;	 /* set at creation */
+	sfs_staging *st; /* set at creation */
 	enum sfs_stage_kind kind;
 	uint64_t length;
 	/* SHM: written with pwritev, never mapped: the owner may truncate the
 	 * object at any time, and a store into a mapping past its end would
 	 * kill the daemon with SIGBUS. */
 	int fd;
-	uint64_t obj_off;	 /* the region's first byte in the object */
+	uint64_t obj_off; /* the region's first byte in the object */
 	/* CUDA */
-	void *dev_base;		 /* the import: its allocation base */
-	void *dev_dst;		 /* device pointer of the region's first byte */
+	void *dev_base; /* the import: its allocation base */
+	void *dev_dst;	/* device pointer of the region's first byte */
 	int device;
 };
 
@@ -159,21 +159,15 @@ void sfs_stage_region_free(sfs_stage_region *r)
 	free(r);
 }
 
-uint64_t sfs_stage_region_length(const sfs_stage_region *r)
-{
-	return r->length;
-}
+uint64_t sfs_stage_region_length(const sfs_stage_region *r) { return r->length; }
 
-enum sfs_stage_kind sfs_stage_region_kind(const sfs_stage_region *r)
-{
-	return r->kind;
-}
+enum sfs_stage_kind sfs_stage_region_kind(const sfs_stage_region *r) { return r->kind; }
 
 int sfs_stage_region_put(sfs_stage_region *r, uint64_t off, const struct iovec *iov, int n_iov)
 {
 	if (r->kind == SFS_STAGE_CUDA)
-		return sfs_cuda_copy_to_device(r->st->cuda, r->device, (char *)r->dev_dst + off, iov,
-					       n_iov);
+		return sfs_cuda_copy_to_device(r->st->cuda, r->device, (char *)r->dev_dst + off,
+					       iov, n_iov);
 	struct iovec v[3], *p = v;
 	int k = n_iov;
 	off_t at = (off_t)(r->obj_off + off);

@@ -41,9 +41,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define OBJ_MAGIC 0x31534a424f534653ull /* "SFSOBJS1" */
-#define REC_VALID 0x4b4f4843u		/* "CHOK" */
-#define WRITE_BATCH 64
+#define OBJ_MAGIC	 0x31534a424f534653ull /* "SFSOBJS1" */
+#define REC_VALID	 0x4b4f4843u	       /* "CHOK" */
+#define WRITE_BATCH	 64
 #define RETRY_OFFLINE_MS 5000
 
 struct obj_header {
@@ -65,25 +65,25 @@ struct chunk_rec {
 _Static_assert(sizeof(struct chunk_rec) == 16, "record layout");
 
 struct sfs_store_obj {
-	sfs_store *store;	/* set at creation */
-	uint8_t key[16];	/* set at creation */
-	char name[33];		/* set at creation: hex key */
-	uint64_t size;		/* set at creation */
-	uint32_t n_chunks;	/* set at creation */
-	uint64_t data_off;	/* set at creation */
+	sfs_store *store;  /* set at creation */
+	uint8_t key[16];   /* set at creation */
+	char name[33];	   /* set at creation: hex key */
+	uint64_t size;	   /* set at creation */
+	uint32_t n_chunks; /* set at creation */
+	uint64_t data_off; /* set at creation */
 	/* protected by store->lock */
-	uint8_t *state;		/* enum sfs_chunk_state per chunk */
+	uint8_t *state; /* enum sfs_chunk_state per chunk */
 	struct chunk_rec *recs;
 	uint64_t used_bytes;
 	unsigned refs;
-	int fd;			/* -1 until needed; closed when refs drops to 0 */
-	int dfd;		/* O_DIRECT twin of fd for chunk bytes, or -1 */
+	int fd;	 /* -1 until needed; closed when refs drops to 0 */
+	int dfd; /* O_DIRECT twin of fd for chunk bytes, or -1 */
 	bool on_disk, in_index;
 	struct sfs_store_obj *hnext, *lru_prev, *lru_next;
 };
 
 struct write_job {
-	sfs_store_obj *obj;	/* referenced */
+	sfs_store_obj *obj; /* referenced */
 	uint32_t index, len;
 	const void *buf;
 	void (*done)(void *arg, int err);
@@ -98,18 +98,18 @@ struct sfs_store {
 	uint64_t min_free_bytes;    /* set at open: leave the filesystem this much */
 
 	pthread_mutex_t lock;
-	pthread_cond_t work;	    /* jobs queued or stopping */
-	sfs_store_obj **buckets;    /* protected by lock */
+	pthread_cond_t work;	 /* jobs queued or stopping */
+	sfs_store_obj **buckets; /* protected by lock */
 	size_t n_buckets, n_objects;
 	sfs_store_obj *lru_head, *lru_tail; /* protected by lock; head = coldest */
-	uint64_t used_bytes;	    /* protected by lock */
-	uint64_t capacity_bytes;    /* protected by lock */
-	bool online;		    /* protected by lock */
-	uint64_t retry_at_ms;	    /* protected by lock */
-	bool full_logged;	    /* protected by lock */
+	uint64_t used_bytes;		    /* protected by lock */
+	uint64_t capacity_bytes;	    /* protected by lock */
+	bool online;			    /* protected by lock */
+	uint64_t retry_at_ms;		    /* protected by lock */
+	bool full_logged;		    /* protected by lock */
 	struct write_job *jobs, *jobs_tail; /* protected by lock */
-	uint64_t queued_bytes;	    /* protected by lock: chunk bytes not yet written */
-	bool stopping;		    /* protected by lock */
+	uint64_t queued_bytes;		    /* protected by lock: chunk bytes not yet written */
+	bool stopping;			    /* protected by lock */
 
 	pthread_t writer;
 	bool writer_started;
@@ -118,10 +118,7 @@ struct sfs_store {
 	struct sfs_store_stats stats; /* atomic counters (used/capacity/online from fields) */
 };
 
-static void count(uint64_t *c, uint64_t n)
-{
-	__atomic_fetch_add(c, n, __ATOMIC_RELAXED);
-}
+static void count(uint64_t *c, uint64_t n) { __atomic_fetch_add(c, n, __ATOMIC_RELAXED); }
 
 static void key_for(const struct sfs_file_version *v, uint8_t key[16])
 {
@@ -129,8 +126,13 @@ static void key_for(const struct sfs_file_version *v, uint8_t key[16])
 	uint8_t raw[8 * 5 + 4 * 2];
 	size_t o = 0;
 #define PUT(x) (memcpy(raw + o, &(x), sizeof(x)), o += sizeof(x))
-	PUT(v->fsid); PUT(v->fileid); PUT(v->size); PUT(v->mtime_s); PUT(v->ctime_s);
-	PUT(v->mtime_ns); PUT(v->ctime_ns);
+	PUT(v->fsid);
+	PUT(v->fileid);
+	PUT(v->size);
+	PUT(v->mtime_s);
+	PUT(v->ctime_s);
+	PUT(v->mtime_ns);
+	PUT(v->ctime_ns);
 #undef PUT
 	XXH128_hash_t h = XXH3_128bits(raw, o);
 	XXH128_canonical_t c;
@@ -278,7 +280,8 @@ static void obj_free(sfs_store_obj *o)
 	free(o);
 }
 
-static void obj_path(const sfs_store *s, const sfs_store_obj *o, char *buf, size_t len, bool dir_only)
+static void obj_path(const sfs_store *s, const sfs_store_obj *o, char *buf, size_t len,
+		     bool dir_only)
 {
 	if (dir_only)
 		snprintf(buf, len, "%s/objects/%.2s", s->conf.dir, o->name);
@@ -527,8 +530,9 @@ static void go_offline(sfs_store *s, int err, const char *what)
 {
 	count(&s->stats.errors, 1);
 	if (sfs_log_ratelimit(&s->err_rl, 60000))
-		sfs_log(SFS_LOG_WARN, "store", "cache %s: %s failed: %s; reading from NFS, retrying",
-			s->conf.dir, what, strerror(-err));
+		sfs_log(SFS_LOG_WARN, "store",
+			"cache %s: %s failed: %s; reading from NFS, retrying", s->conf.dir, what,
+			strerror(-err));
 	s->online = false;
 	s->retry_at_ms = sfs_now_ms() + RETRY_OFFLINE_MS;
 }
@@ -561,12 +565,12 @@ static void write_batch(sfs_store *s, struct write_job **jobs, size_t n)
 			count(&s->stats.not_admitted_bytes, j->len);
 			if (!s->full_logged) {
 				s->full_logged = true;
-				sfs_log(SFS_LOG_INFO, "store",
-					"cache %s is full (%s policy): %s", s->conf.dir,
+				sfs_log(SFS_LOG_INFO, "store", "cache %s is full (%s policy): %s",
+					s->conf.dir,
 					s->conf.policy == SFS_STORE_PIN ? "pin" : "lru",
 					s->conf.policy == SFS_STORE_PIN
-						? "keeping what it has, admitting nothing new"
-						: "every cached file is in use");
+					    ? "keeping what it has, admitting nothing new"
+					    : "every cached file is in use");
 			}
 			continue;
 		}
@@ -581,13 +585,21 @@ static void write_batch(sfs_store *s, struct write_job **jobs, size_t n)
 		s->used_bytes += j->len;
 		o->used_bytes += j->len;
 		bool direct = o->dfd >= 0 && j->len % 4096 == 0 && ((uintptr_t)j->buf & 4095) == 0;
-		ops[n_ops++] = (struct sfs_uring_op){SFS_URING_WRITE, direct ? o->dfd : o->fd,
-						     (void *)j->buf, j->len,
-						     (off_t)(o->data_off + ((uint64_t)j->index << s->chunk_shift)), 0};
-		ops[n_ops++] = (struct sfs_uring_op){SFS_URING_WRITE, o->fd, &recs[i], sizeof(recs[i]),
-						     (off_t)(sizeof(struct obj_header) +
-							     (uint64_t)j->index * sizeof(struct chunk_rec)),
-						     0};
+		ops[n_ops++] = (struct sfs_uring_op){
+		    SFS_URING_WRITE,
+		    direct ? o->dfd : o->fd,
+		    (void *)j->buf,
+		    j->len,
+		    (off_t)(o->data_off + ((uint64_t)j->index << s->chunk_shift)),
+		    0};
+		ops[n_ops++] =
+		    (struct sfs_uring_op){SFS_URING_WRITE,
+					  o->fd,
+					  &recs[i],
+					  sizeof(recs[i]),
+					  (off_t)(sizeof(struct obj_header) +
+						  (uint64_t)j->index * sizeof(struct chunk_rec)),
+					  0};
 	}
 	/* One fdatasync per object (its record fd: syncing any fd of a file
 	 * syncs the file's data, O_DIRECT writes included). */
@@ -598,7 +610,8 @@ static void write_batch(sfs_store *s, struct write_job **jobs, size_t n)
 			if (ops[k].fd == ops[i].fd)
 				seen = true;
 		if (!seen)
-			ops[n_ops++] = (struct sfs_uring_op){SFS_URING_FDATASYNC, ops[i].fd, NULL, 0, 0, 0};
+			ops[n_ops++] =
+			    (struct sfs_uring_op){SFS_URING_FDATASYNC, ops[i].fd, NULL, 0, 0, 0};
 	}
 	pthread_mutex_unlock(&s->lock);
 
@@ -611,8 +624,10 @@ static void write_batch(sfs_store *s, struct write_job **jobs, size_t n)
 		struct write_job *j = jobs[i];
 		sfs_store_obj *o = j->obj;
 		if (err[i] == 0) {
-			int rc = ops[op].result != (int)j->len ? (ops[op].result < 0 ? ops[op].result : -EIO)
-			       : ops[op + 1].result != (int)sizeof(struct chunk_rec) ? -EIO : 0;
+			int rc = ops[op].result != (int)j->len
+				     ? (ops[op].result < 0 ? ops[op].result : -EIO)
+				 : ops[op + 1].result != (int)sizeof(struct chunk_rec) ? -EIO
+										       : 0;
 			for (size_t k = n_writes; k < n_ops && !rc; k++)
 				if (ops[k].fd == ops[op + 1].fd && ops[k].result < 0)
 					rc = ops[k].result;
@@ -859,8 +874,8 @@ void sfs_store_obj_put(sfs_store_obj *o)
 enum sfs_chunk_state sfs_store_chunk_state(sfs_store_obj *o, uint32_t index)
 {
 	pthread_mutex_lock(&o->store->lock);
-	enum sfs_chunk_state st = index < o->n_chunks ? (enum sfs_chunk_state)o->state[index]
-						       : SFS_CHUNK_ABSENT;
+	enum sfs_chunk_state st =
+	    index < o->n_chunks ? (enum sfs_chunk_state)o->state[index] : SFS_CHUNK_ABSENT;
 	pthread_mutex_unlock(&o->store->lock);
 	return st;
 }
@@ -940,7 +955,8 @@ ssize_t sfs_store_read_chunk(sfs_store_obj *o, uint32_t index, void *buf)
 	 * this chunk (the kernel's FUSE readahead keeps several in flight).
 	 * O_DIRECT wants whole blocks: round the length up (buf holds a chunk). */
 	size_t want = direct ? ((size_t)rec.len + 4095) & ~(size_t)4095 : rec.len;
-	ssize_t n = pread(fd, buf, want, (off_t)(o->data_off + ((uint64_t)index << s->chunk_shift)));
+	ssize_t n =
+	    pread(fd, buf, want, (off_t)(o->data_off + ((uint64_t)index << s->chunk_shift)));
 	if (n > (ssize_t)rec.len)
 		n = (ssize_t)rec.len;
 	if (n < 0) {
@@ -962,8 +978,9 @@ ssize_t sfs_store_read_chunk(sfs_store_obj *o, uint32_t index, void *buf)
 	if (!good) {
 		count(&s->stats.checksum_failures, 1);
 		if (sfs_log_ratelimit(&s->err_rl, 60000))
-			sfs_log(SFS_LOG_WARN, "store", "cache object %s chunk %u failed its checksum: refetching",
-				o->name, index);
+			sfs_log(SFS_LOG_WARN, "store",
+				"cache object %s chunk %u failed its checksum: refetching", o->name,
+				index);
 		return -EBADMSG;
 	}
 	return (ssize_t)rec.len;

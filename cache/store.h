@@ -39,7 +39,7 @@ struct sfs_store_conf {
 	const char *dir;	 /* cache_dir; created 0700 */
 	uint64_t capacity_bytes; /* cache_size; 0 = 90% of the filesystem */
 	enum sfs_store_policy policy;
-	uint64_t chunk_bytes;	 /* 1 MiB */
+	uint64_t chunk_bytes; /* 1 MiB */
 };
 
 /* The identity of one version of one file. */

@@ -51,9 +51,15 @@ static void run_sync(struct sfs_uring_op *op)
 	ssize_t n;
 
 	switch (op->kind) {
-	case SFS_URING_WRITE: n = pwrite(op->fd, op->buf, op->len, op->off); break;
-	case SFS_URING_READ: n = pread(op->fd, op->buf, op->len, op->off); break;
-	default: n = fdatasync(op->fd); break;
+	case SFS_URING_WRITE:
+		n = pwrite(op->fd, op->buf, op->len, op->off);
+		break;
+	case SFS_URING_READ:
+		n = pread(op->fd, op->buf, op->len, op->off);
+		break;
+	default:
+		n = fdatasync(op->fd);
+		break;
 	}
 	op->result = n < 0 ? -errno : (int)n;
 }
@@ -74,9 +80,11 @@ static void run_phase(sfs_uring *r, struct sfs_uring_op *ops, size_t n, bool syn
 				break;
 			}
 			if (op->kind == SFS_URING_WRITE)
-				io_uring_prep_write(sqe, op->fd, op->buf, (unsigned)op->len, (__u64)op->off);
+				io_uring_prep_write(sqe, op->fd, op->buf, (unsigned)op->len,
+						    (__u64)op->off);
 			else if (op->kind == SFS_URING_READ)
-				io_uring_prep_read(sqe, op->fd, op->buf, (unsigned)op->len, (__u64)op->off);
+				io_uring_prep_read(sqe, op->fd, op->buf, (unsigned)op->len,
+						   (__u64)op->off);
 			else
 				io_uring_prep_fsync(sqe, op->fd, IORING_FSYNC_DATASYNC);
 			io_uring_sqe_set_data(sqe, op);
@@ -91,7 +99,8 @@ static void run_phase(sfs_uring *r, struct sfs_uring_op *ops, size_t n, bool syn
 		}
 		struct io_uring_cqe *cqe;
 		unsigned head, seen = 0;
-		io_uring_for_each_cqe(&r->ring, head, cqe) {
+		io_uring_for_each_cqe(&r->ring, head, cqe)
+		{
 			struct sfs_uring_op *op = io_uring_cqe_get_data(cqe);
 			op->result = cqe->res;
 			seen++;

@@ -39,47 +39,46 @@ enum sfs_fuse_op {
 /* Staging counters: by target and by refusal reason. */
 enum sfs_stage_target { SFS_STAGE_T_SHM, SFS_STAGE_T_CUDA, SFS_STAGE_T_COUNT };
 enum sfs_stage_reason {
-	SFS_STAGE_E_INVALID,	/* EINVAL: bad struct, sizes, reserved words */
-	SFS_STAGE_E_RANGE,	/* ERANGE */
-	SFS_STAGE_E_NOREGION,	/* ENOENT */
-	SFS_STAGE_E_PERM,	/* EPERM */
+	SFS_STAGE_E_INVALID,	 /* EINVAL: bad struct, sizes, reserved words */
+	SFS_STAGE_E_RANGE,	 /* ERANGE */
+	SFS_STAGE_E_NOREGION,	 /* ENOENT */
+	SFS_STAGE_E_PERM,	 /* EPERM */
 	SFS_STAGE_E_UNSUPPORTED, /* EOPNOTSUPP */
-	SFS_STAGE_E_IO,		/* EIO, ESTALE and others while placing bytes */
+	SFS_STAGE_E_IO,		 /* EIO, ESTALE and others while placing bytes */
 	SFS_STAGE_E_COUNT
 };
 extern const char *const sfs_stage_target_names[SFS_STAGE_T_COUNT];
 extern const char *const sfs_stage_reason_names[SFS_STAGE_E_COUNT];
 
 struct sfs_fs {
-	struct sfs_options *opts;   /* set at start, then read-only */
-	sfs_origin *origin;	    /* set at start, then read-only */
-	sfs_prefetch *prefetch;	    /* set at start, then read-only */
-	sfs_store *store;	    /* set at start, then read-only; NULL: no cache */
-	sfs_staging *staging;	    /* set at start, then read-only */
-	struct fuse_session *se;    /* set at start: for kernel cache invalidation */
-	sfs_inode_table *inodes;    /* set at start, then read-only */
-	double attr_timeout_s;	    /* set at start, then read-only */
-	uint64_t start_ns;	    /* set at start, then read-only */
+	struct sfs_options *opts;	      /* set at start, then read-only */
+	sfs_origin *origin;		      /* set at start, then read-only */
+	sfs_prefetch *prefetch;		      /* set at start, then read-only */
+	sfs_store *store;		      /* set at start, then read-only; NULL: no cache */
+	sfs_staging *staging;		      /* set at start, then read-only */
+	struct fuse_session *se;	      /* set at start: for kernel cache invalidation */
+	sfs_inode_table *inodes;	      /* set at start, then read-only */
+	double attr_timeout_s;		      /* set at start, then read-only */
+	uint64_t start_ns;		      /* set at start, then read-only */
 	struct sfs_inode ctl_dir, stats_file; /* the virtual .shardfs/ tree */
-	uint64_t op_count[SFS_OP_COUNT]; /* atomic */
-	uint64_t read_bytes;		 /* atomic: bytes replied to read() */
-	uint64_t read_errors;		 /* atomic */
-	uint64_t invalidations;		 /* atomic: kernel caches dropped for changed files */
+	uint64_t op_count[SFS_OP_COUNT];      /* atomic */
+	uint64_t read_bytes;		      /* atomic: bytes replied to read() */
+	uint64_t read_errors;		      /* atomic */
+	uint64_t invalidations;		      /* atomic: kernel caches dropped for changed files */
 	uint64_t stage_bytes[SFS_STAGE_T_COUNT];    /* atomic */
 	uint64_t stage_requests[SFS_STAGE_T_COUNT]; /* atomic */
 	uint64_t stage_errors[SFS_STAGE_E_COUNT];   /* atomic */
 };
 
-
 #define SFS_MAX_REGIONS 16 /* per open file */
 
 /* What fi->fh points to for an open NFS file. */
 struct sfs_open_file {
-	sfs_pf_file *pf;	/* set at open: the file version this open reads */
-	uid_t uid;		/* set at open: the opener */
-	pthread_mutex_t lock;	/* serialises ioctls on this open file */
+	sfs_pf_file *pf;      /* set at open: the file version this open reads */
+	uid_t uid;	      /* set at open: the opener */
+	pthread_mutex_t lock; /* serialises ioctls on this open file */
 	struct {
-		uint64_t id;	/* 0: free slot */
+		uint64_t id; /* 0: free slot */
 		uid_t uid;
 		sfs_stage_region *region;
 	} regions[SFS_MAX_REGIONS]; /* protected by lock */

@@ -72,10 +72,7 @@ void sfs_inode_table_close(sfs_inode_table *t)
 	free(t);
 }
 
-struct sfs_inode *sfs_inode_root(sfs_inode_table *t)
-{
-	return &t->root;
-}
+struct sfs_inode *sfs_inode_root(sfs_inode_table *t) { return &t->root; }
 
 /* Double the bucket array once the table is twice as full. Caller holds lock. */
 static void maybe_grow(sfs_inode_table *t)
@@ -160,8 +157,8 @@ void sfs_inode_forget(sfs_inode_table *t, struct sfs_inode *ino, uint64_t n)
 		pthread_mutex_unlock(&t->lock);
 		return;
 	}
-	struct sfs_inode **p = ino->orphaned ? &t->orphans
-					     : &t->buckets[bucket_of(t, ino->fsid, ino->fileid)];
+	struct sfs_inode **p =
+	    ino->orphaned ? &t->orphans : &t->buckets[bucket_of(t, ino->fsid, ino->fileid)];
 	while (*p && *p != ino)
 		p = &(*p)->hash_next;
 	if (*p) {

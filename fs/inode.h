@@ -29,19 +29,19 @@ enum sfs_inode_kind {
 };
 
 struct sfs_inode {
-	enum sfs_inode_kind kind; /* set at creation */
-	uint64_t fsid, fileid;	  /* set at creation: the index key */
-	struct sfs_fh fh;	  /* set at creation */
+	enum sfs_inode_kind kind;    /* set at creation */
+	uint64_t fsid, fileid;	     /* set at creation: the index key */
+	struct sfs_fh fh;	     /* set at creation */
 	struct sfs_inode *hash_next; /* protected by the table lock */
 	uint64_t nlookup;	     /* protected by the table lock */
 	bool orphaned;		     /* protected by the table lock: fileid reused */
 
 	pthread_mutex_t lock;
-	struct sfs_attr attr;	  /* protected by lock */
-	uint64_t attr_time_ms;	  /* protected by lock: when attr was fetched */
-	sfs_pf_file *pf;	  /* protected by lock: fetch state for current opens */
-	struct sfs_attr pf_attr;  /* protected by lock: attributes pf was made for */
-	unsigned n_open;	  /* protected by lock: open file handles on pf */
+	struct sfs_attr attr;	 /* protected by lock */
+	uint64_t attr_time_ms;	 /* protected by lock: when attr was fetched */
+	sfs_pf_file *pf;	 /* protected by lock: fetch state for current opens */
+	struct sfs_attr pf_attr; /* protected by lock: attributes pf was made for */
+	unsigned n_open;	 /* protected by lock: open file handles on pf */
 };
 
 typedef struct sfs_inode_table sfs_inode_table;

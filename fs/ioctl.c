@@ -31,19 +31,33 @@ _Static_assert(sizeof(struct shardfs_region) <= 16383, "ABI: FUSE restricted ioc
 
 const char *const sfs_stage_target_names[SFS_STAGE_T_COUNT] = {"shm", "cuda"};
 const char *const sfs_stage_reason_names[SFS_STAGE_E_COUNT] = {
-	"invalid", "out_of_range", "no_region", "permission", "unsupported", "io"};
+    "invalid", "out_of_range", "no_region", "permission", "unsupported", "io"};
 
 static void count_error(struct sfs_fs *fs, int err)
 {
 	enum sfs_stage_reason r;
 
 	switch (-err) {
-	case EINVAL: case ENOSPC: r = SFS_STAGE_E_INVALID; break;
-	case ERANGE: r = SFS_STAGE_E_RANGE; break;
-	case ENOENT: r = SFS_STAGE_E_NOREGION; break;
-	case EPERM: case EACCES: r = SFS_STAGE_E_PERM; break;
-	case EOPNOTSUPP: r = SFS_STAGE_E_UNSUPPORTED; break;
-	default: r = SFS_STAGE_E_IO; break;
+	case EINVAL:
+	case ENOSPC:
+		r = SFS_STAGE_E_INVALID;
+		break;
+	case ERANGE:
+		r = SFS_STAGE_E_RANGE;
+		break;
+	case ENOENT:
+		r = SFS_STAGE_E_NOREGION;
+		break;
+	case EPERM:
+	case EACCES:
+		r = SFS_STAGE_E_PERM;
+		break;
+	case EOPNOTSUPP:
+		r = SFS_STAGE_E_UNSUPPORTED;
+		break;
+	default:
+		r = SFS_STAGE_E_IO;
+		break;
 	}
 	__atomic_fetch_add(&fs->stage_errors[r], 1, __ATOMIC_RELAXED);
 }
@@ -76,7 +90,8 @@ static int do_query(struct sfs_fs *fs, struct shardfs_query *q)
 	unsigned n = fs->staging ? sfs_staging_gpu_count(fs->staging) : 0;
 	memset((char *)q + sizeof(q->size), 0, sizeof(*q) - sizeof(q->size));
 	q->abi_version = SHARDFS_ABI_VERSION;
-	q->caps = SHARDFS_CAP_SHM | (n ? SHARDFS_CAP_CUDA_IPC : 0) | (fs->store ? SHARDFS_CAP_WARM : 0);
+	q->caps =
+	    SHARDFS_CAP_SHM | (n ? SHARDFS_CAP_CUDA_IPC : 0) | (fs->store ? SHARDFS_CAP_WARM : 0);
 	q->n_gpus = n;
 	q->max_ranges = SHARDFS_STAGE_MAX_RANGES;
 	q->max_regions = SFS_MAX_REGIONS;
@@ -104,7 +119,8 @@ static int do_register(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid,
 	case SHARDFS_REGION_SHM:
 		if (!memchr(r->shm_name, 0, sizeof(r->shm_name)))
 			return -EINVAL;
-		rc = sfs_stage_region_shm(fs->staging, r->shm_name, r->offset, r->length, uid, &region);
+		rc = sfs_stage_region_shm(fs->staging, r->shm_name, r->offset, r->length, uid,
+					  &region);
 		break;
 	case SHARDFS_REGION_CUDA:
 		rc = sfs_stage_region_cuda(fs->staging, r->cuda_ipc_handle, r->gpu_uuid, r->offset,
@@ -136,8 +152,7 @@ static int find_region(struct sfs_open_file *of, uint64_t id, uid_t uid, int *sl
 }
 
 /* Place the ranges. Caller holds of->lock. */
-static int do_stage(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid,
-		    struct shardfs_stage *s)
+static int do_stage(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid, struct shardfs_stage *s)
 {
 	int slot, rc;
 	uint64_t total = 0;
@@ -179,7 +194,8 @@ static int do_stage(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid,
 				return (int)n;
 			if (n == 0)
 				break; /* end of file: short only here */
-			rc = sfs_stage_region_put(region, g->region_offset + g->placed, v.iov, v.n_iov);
+			rc = sfs_stage_region_put(region, g->region_offset + g->placed, v.iov,
+						  v.n_iov);
 			sfs_pf_view_release(of->pf, &v);
 			if (rc < 0)
 				return rc;
@@ -193,7 +209,7 @@ static int do_stage(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid,
 	if (p1.miss_bytes > p0.miss_bytes || p1.fetched_bytes > p0.fetched_bytes)
 		s->path |= SHARDFS_PATH_NFS;
 	enum sfs_stage_target t =
-		sfs_stage_region_kind(region) == SFS_STAGE_CUDA ? SFS_STAGE_T_CUDA : SFS_STAGE_T_SHM;
+	    sfs_stage_region_kind(region) == SFS_STAGE_CUDA ? SFS_STAGE_T_CUDA : SFS_STAGE_T_SHM;
 	__atomic_fetch_add(&fs->stage_bytes[t], s->bytes_placed, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&fs->stage_requests[t], 1, __ATOMIC_RELAXED);
 	return 0;
@@ -238,8 +254,8 @@ void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		  size_t out_bufsz)
 {
 	struct sfs_fs *fs = fuse_req_userdata(req);
-	struct sfs_inode *i = ino == FUSE_ROOT_ID ? sfs_inode_root(fs->inodes)
-						  : (struct sfs_inode *)(uintptr_t)ino;
+	struct sfs_inode *i =
+	    ino == FUSE_ROOT_ID ? sfs_inode_root(fs->inodes) : (struct sfs_inode *)(uintptr_t)ino;
 	struct sfs_open_file *of = (struct sfs_open_file *)(uintptr_t)fi->fh;
 	uid_t uid = fuse_req_ctx(req)->uid;
 	int rc;
@@ -292,7 +308,8 @@ void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	case SHARDFS_IOC_UNREGISTER:
 		if (!(rc = take_in(&buf->u, sizeof(buf->u), in_buf, in_bufsz, 0, false))) {
 			int slot;
-			if (buf->u.reserved0 || !all_zero(buf->u.reserved, sizeof(buf->u.reserved))) {
+			if (buf->u.reserved0 ||
+			    !all_zero(buf->u.reserved, sizeof(buf->u.reserved))) {
 				rc = -EINVAL;
 			} else {
 				pthread_mutex_lock(&of->lock);

@@ -85,7 +85,8 @@ static void *tune_readahead(void *arg)
 	if (!f || fprintf(f, "%u\n", SFS_READ_AHEAD_KB) < 0 || fclose(f) != 0)
 		sfs_log(SFS_LOG_DEBUG, "main", "cannot raise %s: %s", path, strerror(errno));
 	else
-		sfs_log(SFS_LOG_DEBUG, "main", "readahead of %s set to %u KiB", mnt, SFS_READ_AHEAD_KB);
+		sfs_log(SFS_LOG_DEBUG, "main", "readahead of %s set to %u KiB", mnt,
+			SFS_READ_AHEAD_KB);
 	return NULL;
 }
 
@@ -130,17 +131,17 @@ int main(int argc, char **argv)
 		goto out_opts;
 	}
 	struct sfs_origin_conf oc = {
-		.addrs = addrs,
-		.n_addrs = (size_t)n_addrs,
-		.export_path = o.export_path,
-		.nconnect = o.nconnect,
-		.rsize_bytes = o.rsize,
-		.timeo_ds = o.timeo_ds,
-		.retrans = o.retrans,
-		.hard = o.hard,
-		.uid = o.uid,
-		.gid = o.gid,
-		.n_threads = o.io_threads,
+	    .addrs = addrs,
+	    .n_addrs = (size_t)n_addrs,
+	    .export_path = o.export_path,
+	    .nconnect = o.nconnect,
+	    .rsize_bytes = o.rsize,
+	    .timeo_ds = o.timeo_ds,
+	    .retrans = o.retrans,
+	    .hard = o.hard,
+	    .uid = o.uid,
+	    .gid = o.gid,
+	    .n_threads = o.io_threads,
 	};
 	rc = sfs_origin_open(&oc, &fs.origin, err, sizeof(err));
 	if (rc < 0) {
@@ -194,16 +195,18 @@ int main(int argc, char **argv)
 	if (!o.foreground)
 		sfs_log_use_syslog();
 	fs.se = se;
-	if ((rc = sfs_origin_start(fs.origin)) < 0 || (fs.store && (rc = sfs_store_start(fs.store)) < 0) ||
-	    (rc = sfs_prefetch_open(&(struct sfs_prefetch_conf){
-					    .mem_bytes = o.prefetch_mem,
-					    .window_chunks = (unsigned)(2 * (size_t)n_addrs * o.nconnect),
-					    .mode = (enum sfs_prefetch_mode)(o.prefetch == 0   ? SFS_PREFETCH_READAHEAD
-									     : o.prefetch == 1 ? SFS_PREFETCH_SHARD
-											       : SFS_PREFETCH_OFF),
-					    .shard_max_bytes = o.prefetch_max,
-					    .store = fs.store},
-				    fs.origin, &fs.prefetch)) < 0) {
+	if ((rc = sfs_origin_start(fs.origin)) < 0 ||
+	    (fs.store && (rc = sfs_store_start(fs.store)) < 0) ||
+	    (rc = sfs_prefetch_open(
+		 &(struct sfs_prefetch_conf){
+		     .mem_bytes = o.prefetch_mem,
+		     .window_chunks = (unsigned)(2 * (size_t)n_addrs * o.nconnect),
+		     .mode = (enum sfs_prefetch_mode)(o.prefetch == 0	? SFS_PREFETCH_READAHEAD
+						      : o.prefetch == 1 ? SFS_PREFETCH_SHARD
+									: SFS_PREFETCH_OFF),
+		     .shard_max_bytes = o.prefetch_max,
+		     .store = fs.store},
+		 fs.origin, &fs.prefetch)) < 0) {
 		sfs_log(SFS_LOG_ERR, "main", "cannot start: %s", strerror(-rc));
 		goto out_unmount;
 	}

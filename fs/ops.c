@@ -23,14 +23,12 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-static struct sfs_fs *FS(fuse_req_t req)
-{
-	return fuse_req_userdata(req);
-}
+static struct sfs_fs *FS(fuse_req_t req) { return fuse_req_userdata(req); }
 
 static struct sfs_inode *I(struct sfs_fs *fs, fuse_ino_t ino)
 {
-	return ino == FUSE_ROOT_ID ? sfs_inode_root(fs->inodes) : (struct sfs_inode *)(uintptr_t)ino;
+	return ino == FUSE_ROOT_ID ? sfs_inode_root(fs->inodes)
+				   : (struct sfs_inode *)(uintptr_t)ino;
 }
 
 static fuse_ino_t INO(struct sfs_fs *fs, struct sfs_inode *i)
@@ -43,10 +41,7 @@ static void op_count(struct sfs_fs *fs, enum sfs_fuse_op op)
 	__atomic_fetch_add(&fs->op_count[op], 1, __ATOMIC_RELAXED);
 }
 
-static void reply_err(fuse_req_t req, int neg_errno)
-{
-	fuse_reply_err(req, -neg_errno);
-}
+static void reply_err(fuse_req_t req, int neg_errno) { fuse_reply_err(req, -neg_errno); }
 
 static void attr_to_stat(const struct sfs_attr *a, struct stat *st)
 {
@@ -511,7 +506,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct sfs_fs *fs = FS(req);
 	struct sfs_inode *i = I(fs, ino);
 	struct dir_handle *h = (struct dir_handle *)(uintptr_t)fi->fh;
-	struct dir_fill d = {.req = req, .fs = fs, .plus = plus, .size = size, .now_ms = sfs_now_ms()};
+	struct dir_fill d = {
+	    .req = req, .fs = fs, .plus = plus, .size = size, .now_ms = sfs_now_ms()};
 
 	op_count(fs, plus ? SFS_OP_READDIRPLUS : SFS_OP_READDIR);
 	d.buf = malloc(size);
@@ -524,7 +520,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		static const char *const names[] = {".", "..", "stats"};
 		for (off_t k = off; k < 3; k++) {
 			struct sfs_attr a = {.type = k == 2 ? S_IFREG : S_IFDIR,
-					     .fileid = k == 2 ? fs->stats_file.fileid : fs->ctl_dir.fileid};
+					     .fileid = k == 2 ? fs->stats_file.fileid
+							      : fs->ctl_dir.fileid};
 			if (dir_add(&d, names[k], (uint64_t)k + 1, &a, NULL))
 				break;
 		}
@@ -532,7 +529,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		struct sfs_origin_req r = {.op = SFS_ORIGIN_READDIRPLUS,
 					   .fh = i->fh,
 					   .cookie = (uint64_t)off,
-					   .dir_max_bytes = size * 2 < 8192 ? 8192 : (uint32_t)size * 2,
+					   .dir_max_bytes =
+					       size * 2 < 8192 ? 8192 : (uint32_t)size * 2,
 					   .dirent = dirent_cb};
 		r.arg = &d;
 		if (off)
@@ -640,10 +638,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 {
 	deny(req);
 }
-static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
-{
-	deny(req);
-}
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) { deny(req); }
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
 	deny(req);
@@ -672,10 +667,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 {
 	deny(req);
 }
-static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
-{
-	deny(req);
-}
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name) { deny(req); }
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
 			 struct fuse_file_info *fi)
 {
@@ -706,45 +698,53 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 }
 
 const char *const sfs_fuse_op_names[SFS_OP_COUNT] = {
-	[SFS_OP_LOOKUP] = "lookup",	  [SFS_OP_FORGET] = "forget",
-	[SFS_OP_GETATTR] = "getattr",	  [SFS_OP_READLINK] = "readlink",
-	[SFS_OP_OPEN] = "open",		  [SFS_OP_READ] = "read",
-	[SFS_OP_RELEASE] = "release",	  [SFS_OP_OPENDIR] = "opendir",
-	[SFS_OP_READDIR] = "readdir",	  [SFS_OP_READDIRPLUS] = "readdirplus",
-	[SFS_OP_RELEASEDIR] = "releasedir", [SFS_OP_STATFS] = "statfs",
-	[SFS_OP_GETXATTR] = "getxattr", [SFS_OP_IOCTL] = "ioctl",
-	[SFS_OP_WRITE_DENIED] = "write_denied", [SFS_OP_OTHER] = "other",
+    [SFS_OP_LOOKUP] = "lookup",
+    [SFS_OP_FORGET] = "forget",
+    [SFS_OP_GETATTR] = "getattr",
+    [SFS_OP_READLINK] = "readlink",
+    [SFS_OP_OPEN] = "open",
+    [SFS_OP_READ] = "read",
+    [SFS_OP_RELEASE] = "release",
+    [SFS_OP_OPENDIR] = "opendir",
+    [SFS_OP_READDIR] = "readdir",
+    [SFS_OP_READDIRPLUS] = "readdirplus",
+    [SFS_OP_RELEASEDIR] = "releasedir",
+    [SFS_OP_STATFS] = "statfs",
+    [SFS_OP_GETXATTR] = "getxattr",
+    [SFS_OP_IOCTL] = "ioctl",
+    [SFS_OP_WRITE_DENIED] = "write_denied",
+    [SFS_OP_OTHER] = "other",
 };
 
 const struct fuse_lowlevel_ops sfs_fuse_ops = {
-	.init = op_init,
-	.lookup = op_lookup,
-	.forget = op_forget,
-	.forget_multi = op_forget_multi,
-	.getattr = op_getattr,
-	.readlink = op_readlink,
-	.open = op_open,
-	.read = op_read,
-	.release = op_release,
-	.opendir = op_opendir,
-	.readdir = op_readdir,
-	.readdirplus = op_readdirplus,
-	.releasedir = op_releasedir,
-	.statfs = op_statfs,
-	.getxattr = op_getxattr,
-	.listxattr = op_listxattr,
-	.ioctl = sfs_op_ioctl,
-	.setattr = op_setattr,
-	.mknod = op_mknod,
-	.mkdir = op_mkdir,
-	.unlink = op_unlink,
-	.rmdir = op_unlink,
-	.symlink = op_symlink,
-	.rename = op_rename,
-	.link = op_link,
-	.write = op_write,
-	.create = op_create,
-	.setxattr = op_setxattr,
-	.removexattr = op_removexattr,
-	.fallocate = op_fallocate,
+    .init = op_init,
+    .lookup = op_lookup,
+    .forget = op_forget,
+    .forget_multi = op_forget_multi,
+    .getattr = op_getattr,
+    .readlink = op_readlink,
+    .open = op_open,
+    .read = op_read,
+    .release = op_release,
+    .opendir = op_opendir,
+    .readdir = op_readdir,
+    .readdirplus = op_readdirplus,
+    .releasedir = op_releasedir,
+    .statfs = op_statfs,
+    .getxattr = op_getxattr,
+    .listxattr = op_listxattr,
+    .ioctl = sfs_op_ioctl,
+    .setattr = op_setattr,
+    .mknod = op_mknod,
+    .mkdir = op_mkdir,
+    .unlink = op_unlink,
+    .rmdir = op_unlink,
+    .symlink = op_symlink,
+    .rename = op_rename,
+    .link = op_link,
+    .write = op_write,
+    .create = op_create,
+    .setxattr = op_setxattr,
+    .removexattr = op_removexattr,
+    .fallocate = op_fallocate,
 };

@@ -14,57 +14,84 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-enum opt_kind { OPT_FLAG, OPT_UINT, OPT_SIZE, OPT_STRING, OPT_CHOICE, OPT_IGNORED, OPT_IGNORED_VALUE };
+enum opt_kind {
+	OPT_FLAG,
+	OPT_UINT,
+	OPT_SIZE,
+	OPT_STRING,
+	OPT_CHOICE,
+	OPT_IGNORED,
+	OPT_IGNORED_VALUE
+};
 
 /* The one option table: name, kind, range, and where the value goes. */
 struct opt_def {
 	const char *name;
 	enum opt_kind kind;
 	uint64_t min, max;
-	size_t offset; /* into struct sfs_options */
-	int width;     /* bytes of the destination, or the flag's value (0/1) */
+	size_t offset;	     /* into struct sfs_options */
+	int width;	     /* bytes of the destination, or the flag's value (0/1) */
 	const char *choices; /* OPT_CHOICE: "a|b|c", stored as the index */
 };
 
 #define UINT_OPT(n, field, lo, hi)                                                                 \
-	{n, OPT_UINT, lo, hi, offsetof(struct sfs_options, field),                                 \
-	 (int)sizeof(((struct sfs_options *)0)->field), NULL}
-#define FLAG_OPT(n, field, val) {n, OPT_FLAG, 0, 0, offsetof(struct sfs_options, field), val, NULL}
+	{                                                                                          \
+		n, OPT_UINT, lo, hi, offsetof(struct sfs_options, field),                          \
+		    (int)sizeof(((struct sfs_options *)0)->field), NULL                            \
+	}
+#define FLAG_OPT(n, field, val)                                                                    \
+	{                                                                                          \
+		n, OPT_FLAG, 0, 0, offsetof(struct sfs_options, field), val, NULL                  \
+	}
 
 static const struct opt_def opt_table[] = {
-	UINT_OPT("nconnect", nconnect, 1, 16),
-	{"rsize", OPT_SIZE, 4096, 1u << 20, offsetof(struct sfs_options, rsize), 4, NULL},
-	UINT_OPT("timeo", timeo_ds, 1, 6000),
-	UINT_OPT("retrans", retrans, 1, 100),
-	FLAG_OPT("soft", hard, 0),
-	FLAG_OPT("hard", hard, 1),
-	UINT_OPT("actimeo", actimeo_s, 0, 86400),
-	UINT_OPT("uid", uid, 0, 4294967294u),
-	UINT_OPT("gid", gid, 0, 4294967294u),
-	FLAG_OPT("allow_other", allow_other, 1),
-	FLAG_OPT("default_permissions", default_permissions, 1),
-	FLAG_OPT("direct_io", direct_io, 1),
-	UINT_OPT("io_threads", io_threads, 0, 64),
-	UINT_OPT("max_threads", max_threads, 1, 1024),
-	{"prefetch_mem", OPT_SIZE, 4u << 20, 1ull << 40, offsetof(struct sfs_options, prefetch_mem), 8, NULL},
-	{"prefetch_max", OPT_SIZE, 0, 1ull << 50, offsetof(struct sfs_options, prefetch_max), 8, NULL},
-	{"prefetch", OPT_CHOICE, 0, 0, offsetof(struct sfs_options, prefetch), 4, "readahead|shard|off"},
-	{"cache_dir", OPT_STRING, 0, 0, offsetof(struct sfs_options, cache_dir), 0, NULL},
-	{"cache_size", OPT_SIZE, 16u << 20, 1ull << 60, offsetof(struct sfs_options, cache_size), 8, NULL},
-	{"cache_policy", OPT_CHOICE, 0, 0, offsetof(struct sfs_options, cache_policy), 4, "lru|pin"},
-	/* Generic mount(8) options that mount.fuse3 may pass on: accepted and
-	 * ignored (the mount is always read-only, nodev, nosuid). */
-	{"ro", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"rw", OPT_IGNORED, 0, 0, 0, 0, NULL},
-	{"defaults", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"auto", OPT_IGNORED, 0, 0, 0, 0, NULL},
-	{"noauto", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"_netdev", OPT_IGNORED, 0, 0, 0, 0, NULL},
-	{"nofail", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"user", OPT_IGNORED, 0, 0, 0, 0, NULL},
-	{"nouser", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"users", OPT_IGNORED, 0, 0, 0, 0, NULL},
-	{"dev", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"nodev", OPT_IGNORED, 0, 0, 0, 0, NULL},
-	{"suid", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"nosuid", OPT_IGNORED, 0, 0, 0, 0, NULL},
-	{"exec", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"noexec", OPT_IGNORED, 0, 0, 0, 0, NULL},
-	{"async", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"atime", OPT_IGNORED, 0, 0, 0, 0, NULL},
-	{"noatime", OPT_IGNORED, 0, 0, 0, 0, NULL},	{"relatime", OPT_IGNORED, 0, 0, 0, 0, NULL},
-	{"nodiratime", OPT_IGNORED, 0, 0, 0, 0, NULL}, {"comment", OPT_IGNORED_VALUE, 0, 0, 0, 0, NULL},
+    UINT_OPT("nconnect", nconnect, 1, 16),
+    {"rsize", OPT_SIZE, 4096, 1u << 20, offsetof(struct sfs_options, rsize), 4, NULL},
+    UINT_OPT("timeo", timeo_ds, 1, 6000),
+    UINT_OPT("retrans", retrans, 1, 100),
+    FLAG_OPT("soft", hard, 0),
+    FLAG_OPT("hard", hard, 1),
+    UINT_OPT("actimeo", actimeo_s, 0, 86400),
+    UINT_OPT("uid", uid, 0, 4294967294u),
+    UINT_OPT("gid", gid, 0, 4294967294u),
+    FLAG_OPT("allow_other", allow_other, 1),
+    FLAG_OPT("default_permissions", default_permissions, 1),
+    FLAG_OPT("direct_io", direct_io, 1),
+    UINT_OPT("io_threads", io_threads, 0, 64),
+    UINT_OPT("max_threads", max_threads, 1, 1024),
+    {"prefetch_mem", OPT_SIZE, 4u << 20, 1ull << 40, offsetof(struct sfs_options, prefetch_mem), 8,
+     NULL},
+    {"prefetch_max", OPT_SIZE, 0, 1ull << 50, offsetof(struct sfs_options, prefetch_max), 8, NULL},
+    {"prefetch", OPT_CHOICE, 0, 0, offsetof(struct sfs_options, prefetch), 4,
+     "readahead|shard|off"},
+    {"cache_dir", OPT_STRING, 0, 0, offsetof(struct sfs_options, cache_dir), 0, NULL},
+    {"cache_size", OPT_SIZE, 16u << 20, 1ull << 60, offsetof(struct sfs_options, cache_size), 8,
+     NULL},
+    {"cache_policy", OPT_CHOICE, 0, 0, offsetof(struct sfs_options, cache_policy), 4, "lru|pin"},
+    /* Generic mount(8) options that mount.fuse3 may pass on: accepted and
+     * ignored (the mount is always read-only, nodev, nosuid). */
+    {"ro", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"rw", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"defaults", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"auto", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"noauto", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"_netdev", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"nofail", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"user", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"nouser", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"users", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"dev", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"nodev", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"suid", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"nosuid", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"exec", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"noexec", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"async", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"atime", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"noatime", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"relatime", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"nodiratime", OPT_IGNORED, 0, 0, 0, 0, NULL},
+    {"comment", OPT_IGNORED_VALUE, 0, 0, 0, 0, NULL},
 };
 
 static int fail(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -90,12 +117,30 @@ int sfs_parse_size(const char *s, uint64_t *out)
 	if (errno)
 		return -EINVAL;
 	switch (*end) {
-	case 0: break;
-	case 'k': case 'K': mult = 1ull << 10; end++; break;
-	case 'm': case 'M': mult = 1ull << 20; end++; break;
-	case 'g': case 'G': mult = 1ull << 30; end++; break;
-	case 't': case 'T': mult = 1ull << 40; end++; break;
-	default: return -EINVAL;
+	case 0:
+		break;
+	case 'k':
+	case 'K':
+		mult = 1ull << 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		mult = 1ull << 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		mult = 1ull << 30;
+		end++;
+		break;
+	case 't':
+	case 'T':
+		mult = 1ull << 40;
+		end++;
+		break;
+	default:
+		return -EINVAL;
 	}
 	if (*end || (v && mult > UINT64_MAX / v))
 		return -EINVAL;
@@ -122,9 +167,15 @@ static void store(struct sfs_options *o, const struct opt_def *d, uint64_t v)
 	char *p = (char *)o + d->offset;
 
 	switch (d->width) {
-	case 1: *(bool *)p = v != 0; break;
-	case 4: *(uint32_t *)p = (uint32_t)v; break;
-	case 8: *(uint64_t *)p = v; break;
+	case 1:
+		*(bool *)p = v != 0;
+		break;
+	case 4:
+		*(uint32_t *)p = (uint32_t)v;
+		break;
+	case 8:
+		*(uint64_t *)p = v;
+		break;
 	}
 }
 
@@ -183,13 +234,14 @@ static int parse_one(struct sfs_options *o, char *item, char *err, size_t len)
 		case OPT_SIZE:
 			if (!val || !*val)
 				return fail(err, len, "mount option '%s' needs a value", item);
-			if ((d->kind == OPT_UINT ? parse_uint(val, &v) : sfs_parse_size(val, &v)) < 0)
-				return fail(err, len, "mount option '%s=%s': not a%s number", item, val,
-					    d->kind == OPT_SIZE ? " size or" : "n unsigned");
+			if ((d->kind == OPT_UINT ? parse_uint(val, &v) : sfs_parse_size(val, &v)) <
+			    0)
+				return fail(err, len, "mount option '%s=%s': not a%s number", item,
+					    val, d->kind == OPT_SIZE ? " size or" : "n unsigned");
 			if (v < d->min || v > d->max)
 				return fail(err, len,
-					    "mount option '%s=%s' is out of range (%llu..%llu)", item,
-					    val, (unsigned long long)d->min,
+					    "mount option '%s=%s' is out of range (%llu..%llu)",
+					    item, val, (unsigned long long)d->min,
 					    (unsigned long long)d->max);
 			store(o, d, v);
 			return 0;
@@ -236,8 +288,8 @@ static int parse_source(struct sfs_options *o, const char *src, char *err, size_
 		return fail(err, len, "source '%s' has an empty host in its list", src);
 	for (; *h; h++)
 		if (!isalnum((unsigned char)*h) && !strchr("-._,", *h))
-			return fail(err, len, "source '%s': invalid character '%c' in host list", src,
-				    *h);
+			return fail(err, len, "source '%s': invalid character '%c' in host list",
+				    src, *h);
 	if (strlen(o->export_path) > 1024)
 		return fail(err, len, "export path too long");
 	return 0;
@@ -292,7 +344,8 @@ int sfs_options_parse(int argc, char **argv, struct sfs_options *o, char *err, s
 		}
 	}
 	if (n_pos < 2)
-		return fail(err, len, n_pos ? "missing MOUNTPOINT" : "missing source and MOUNTPOINT");
+		return fail(err, len,
+			    n_pos ? "missing MOUNTPOINT" : "missing source and MOUNTPOINT");
 	if ((rc = parse_source(o, pos[0], err, len)))
 		return rc;
 	if (!*pos[1])
@@ -384,56 +437,57 @@ int sfs_resolve_hosts(const char *hosts, char ***out, char *err, size_t len)
 
 void sfs_options_usage(FILE *out, const char *prog)
 {
-	fprintf(out,
-		"usage: %s [-f] [-d] [-o OPT[,OPT...]] HOST[,HOST...]:/EXPORT MOUNTPOINT\n"
-		"\n"
-		"Mount an NFSv3 export served by every HOST (the nodes of a scale-out cluster)\n"
-		"read-only at MOUNTPOINT, striping reads across all nodes. A HOST is an IPv4\n"
-		"address or a DNS name; a name with several addresses contributes them all.\n"
-		"\n"
-		"  -f                  stay in the foreground (log to stderr)\n"
-		"  -d                  debug logging (implies -f)\n"
-		"  -h, --help          this text\n"
-		"  -V, --version       print the version\n"
-		"\n"
-		"Mount options (-o):\n"
-		"  nconnect=N          TCP connections per node address, 1..16 (default %u)\n"
-		"  rsize=BYTES         largest READ, 4096..1048576, capped by the server (default %u)\n"
-		"  timeo=DECISECONDS   a request without a reply after this is re-issued on\n"
-		"                      another node, 1..6000 (default %u = %.1f s)\n"
-		"  retrans=N           after timeo*retrans without a reply a connection is dropped\n"
-		"                      and, under soft, a request no node can serve fails with EIO\n"
-		"                      (default %u)\n"
-		"  soft                fail reads with EIO when no node answers (default)\n"
-		"  hard                wait for the cluster to come back instead\n"
-		"  actimeo=SECONDS     attribute and directory entry cache time, 0..86400\n"
-		"                      (default %u)\n"
-		"  uid=N, gid=N        AUTH_SYS identity sent to NFS (default: the caller's)\n"
-		"  allow_other         let users other than the mounter access the mount\n"
-		"  default_permissions let the kernel check file modes\n"
-		"  direct_io           bypass the kernel page cache: one copy less per byte,\n"
-		"                      no sharing of cached pages between readers\n"
-		"  prefetch_mem=SIZE   memory for fetch buffers in flight, K/M/G suffixes\n"
-		"                      (default %lluM)\n"
-		"  cache_dir=PATH      keep fetched chunks on local disk (NVMe) in PATH, across\n"
-		"                      epochs and restarts; created 0700. Default: no cache\n"
-		"  cache_size=SIZE     cache capacity, K/M/G/T (default: 90%% of the filesystem;\n"
-		"                      5%% of it, at most 4G, is always left free)\n"
-		"  cache_policy=lru|pin lru: evict least recently used files (dataset fits);\n"
-		"                      pin: once full keep what is cached, admit nothing new\n"
-		"                      (dataset larger than the cache) (default lru)\n"
-		"  prefetch=shard|readahead|off  shard: open() of a file up to prefetch_max\n"
-		"                      fetches it whole into the cache; readahead: a window\n"
-		"                      ahead of sequential readers only (default shard)\n"
-		"  prefetch_max=SIZE   largest file fetched whole on open (default %lluG)\n"
-		"  io_threads=N        NFS I/O threads, 0 = one per CPU (default 0)\n"
-		"  max_threads=N       FUSE worker threads (default 64)\n"
-		"Generic mount options (ro, rw, _netdev, nofail, noauto, defaults, ...) are\n"
-		"accepted and ignored: the mount is always read-only.\n"
-		"\n"
-		"Statistics: MOUNTPOINT/.shardfs/stats (Prometheus text format).\n",
-		prog, SFS_DEFAULT_NCONNECT, SFS_DEFAULT_RSIZE, SFS_DEFAULT_TIMEO_DS,
-		SFS_DEFAULT_TIMEO_DS / 10.0, SFS_DEFAULT_RETRANS, SFS_DEFAULT_ACTIMEO_S,
-		(unsigned long long)(SFS_DEFAULT_PREFETCH_MEM >> 20),
-		(unsigned long long)(SFS_DEFAULT_PREFETCH_MAX >> 30));
+	fprintf(
+	    out,
+	    "usage: %s [-f] [-d] [-o OPT[,OPT...]] HOST[,HOST...]:/EXPORT MOUNTPOINT\n"
+	    "\n"
+	    "Mount an NFSv3 export served by every HOST (the nodes of a scale-out cluster)\n"
+	    "read-only at MOUNTPOINT, striping reads across all nodes. A HOST is an IPv4\n"
+	    "address or a DNS name; a name with several addresses contributes them all.\n"
+	    "\n"
+	    "  -f                  stay in the foreground (log to stderr)\n"
+	    "  -d                  debug logging (implies -f)\n"
+	    "  -h, --help          this text\n"
+	    "  -V, --version       print the version\n"
+	    "\n"
+	    "Mount options (-o):\n"
+	    "  nconnect=N          TCP connections per node address, 1..16 (default %u)\n"
+	    "  rsize=BYTES         largest READ, 4096..1048576, capped by the server (default %u)\n"
+	    "  timeo=DECISECONDS   a request without a reply after this is re-issued on\n"
+	    "                      another node, 1..6000 (default %u = %.1f s)\n"
+	    "  retrans=N           after timeo*retrans without a reply a connection is dropped\n"
+	    "                      and, under soft, a request no node can serve fails with EIO\n"
+	    "                      (default %u)\n"
+	    "  soft                fail reads with EIO when no node answers (default)\n"
+	    "  hard                wait for the cluster to come back instead\n"
+	    "  actimeo=SECONDS     attribute and directory entry cache time, 0..86400\n"
+	    "                      (default %u)\n"
+	    "  uid=N, gid=N        AUTH_SYS identity sent to NFS (default: the caller's)\n"
+	    "  allow_other         let users other than the mounter access the mount\n"
+	    "  default_permissions let the kernel check file modes\n"
+	    "  direct_io           bypass the kernel page cache: one copy less per byte,\n"
+	    "                      no sharing of cached pages between readers\n"
+	    "  prefetch_mem=SIZE   memory for fetch buffers in flight, K/M/G suffixes\n"
+	    "                      (default %lluM)\n"
+	    "  cache_dir=PATH      keep fetched chunks on local disk (NVMe) in PATH, across\n"
+	    "                      epochs and restarts; created 0700. Default: no cache\n"
+	    "  cache_size=SIZE     cache capacity, K/M/G/T (default: 90%% of the filesystem;\n"
+	    "                      5%% of it, at most 4G, is always left free)\n"
+	    "  cache_policy=lru|pin lru: evict least recently used files (dataset fits);\n"
+	    "                      pin: once full keep what is cached, admit nothing new\n"
+	    "                      (dataset larger than the cache) (default lru)\n"
+	    "  prefetch=shard|readahead|off  shard: open() of a file up to prefetch_max\n"
+	    "                      fetches it whole into the cache; readahead: a window\n"
+	    "                      ahead of sequential readers only (default shard)\n"
+	    "  prefetch_max=SIZE   largest file fetched whole on open (default %lluG)\n"
+	    "  io_threads=N        NFS I/O threads, 0 = one per CPU (default 0)\n"
+	    "  max_threads=N       FUSE worker threads (default 64)\n"
+	    "Generic mount options (ro, rw, _netdev, nofail, noauto, defaults, ...) are\n"
+	    "accepted and ignored: the mount is always read-only.\n"
+	    "\n"
+	    "Statistics: MOUNTPOINT/.shardfs/stats (Prometheus text format).\n",
+	    prog, SFS_DEFAULT_NCONNECT, SFS_DEFAULT_RSIZE, SFS_DEFAULT_TIMEO_DS,
+	    SFS_DEFAULT_TIMEO_DS / 10.0, SFS_DEFAULT_RETRANS, SFS_DEFAULT_ACTIMEO_S,
+	    (unsigned long long)(SFS_DEFAULT_PREFETCH_MEM >> 20),
+	    (unsigned long long)(SFS_DEFAULT_PREFETCH_MAX >> 30));
 }

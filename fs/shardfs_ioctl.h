@@ -24,47 +24,47 @@
 #include <linux/ioctl.h>
 #include <stdint.h>
 
-#define SHARDFS_IOC_MAGIC 'S'
+#define SHARDFS_IOC_MAGIC   'S'
 #define SHARDFS_ABI_VERSION 1
 
 /* --- SHARDFS_IOC_QUERY: what this mount can do --------------------------- */
 
-#define SHARDFS_CAP_SHM 0x1u	   /* shared-memory regions */
-#define SHARDFS_CAP_CUDA_IPC 0x2u  /* CUDA regions (a usable GPU and runtime) */
-#define SHARDFS_CAP_WARM 0x4u	   /* SHARDFS_IOC_WARM (the mount has a cache) */
+#define SHARDFS_CAP_SHM	     0x1u /* shared-memory regions */
+#define SHARDFS_CAP_CUDA_IPC 0x2u /* CUDA regions (a usable GPU and runtime) */
+#define SHARDFS_CAP_WARM     0x4u /* SHARDFS_IOC_WARM (the mount has a cache) */
 
 #define SHARDFS_MAX_GPUS 8
 
 struct shardfs_query {
-	uint32_t size;		    /* in: sizeof(struct shardfs_query) */
-	uint32_t abi_version;	    /* out: SHARDFS_ABI_VERSION */
-	uint32_t caps;		    /* out: SHARDFS_CAP_* */
-	uint32_t n_gpus;	    /* out: usable GPUs (0 without CUDA) */
-	uint32_t max_ranges;	    /* out: ranges per SHARDFS_IOC_STAGE */
-	uint32_t max_regions;	    /* out: regions per open file */
-	uint64_t max_stage_bytes;   /* out: bytes per SHARDFS_IOC_STAGE call */
+	uint32_t size;				/* in: sizeof(struct shardfs_query) */
+	uint32_t abi_version;			/* out: SHARDFS_ABI_VERSION */
+	uint32_t caps;				/* out: SHARDFS_CAP_* */
+	uint32_t n_gpus;			/* out: usable GPUs (0 without CUDA) */
+	uint32_t max_ranges;			/* out: ranges per SHARDFS_IOC_STAGE */
+	uint32_t max_regions;			/* out: regions per open file */
+	uint64_t max_stage_bytes;		/* out: bytes per SHARDFS_IOC_STAGE call */
 	uint8_t gpu_uuid[SHARDFS_MAX_GPUS][16]; /* out: the first GPUs' UUIDs */
-	uint64_t reserved[8];	    /* in: zero */
+	uint64_t reserved[8];			/* in: zero */
 };
 #define SHARDFS_IOC_QUERY _IOWR(SHARDFS_IOC_MAGIC, 0x01, struct shardfs_query)
 
 /* --- SHARDFS_IOC_REGISTER: a target region -------------------------------- */
 
-#define SHARDFS_REGION_SHM 1
+#define SHARDFS_REGION_SHM  1
 #define SHARDFS_REGION_CUDA 2
 
 struct shardfs_region {
-	uint32_t size;		    /* in: sizeof(struct shardfs_region) */
-	uint32_t kind;		    /* in: SHARDFS_REGION_* */
-	uint64_t region_id;	    /* out: names the region in STAGE/UNREGISTER */
-	uint64_t offset;	    /* in: SHM: offset of the region in the object;
-				       CUDA: offset of the view in the allocation */
-	uint64_t length;	    /* in: bytes of the region */
-	uint64_t alloc_size;	    /* in: CUDA: size of the whole allocation */
-	char shm_name[256];	    /* in: SHM: "/name" as given to shm_open(3) */
+	uint32_t size;		     /* in: sizeof(struct shardfs_region) */
+	uint32_t kind;		     /* in: SHARDFS_REGION_* */
+	uint64_t region_id;	     /* out: names the region in STAGE/UNREGISTER */
+	uint64_t offset;	     /* in: SHM: offset of the region in the object;
+					CUDA: offset of the view in the allocation */
+	uint64_t length;	     /* in: bytes of the region */
+	uint64_t alloc_size;	     /* in: CUDA: size of the whole allocation */
+	char shm_name[256];	     /* in: SHM: "/name" as given to shm_open(3) */
 	uint8_t cuda_ipc_handle[64]; /* in: CUDA: cudaIpcMemHandle_t of the allocation base */
-	uint8_t gpu_uuid[16];	    /* in: CUDA: the GPU holding the allocation */
-	uint64_t reserved[4];	    /* in: zero */
+	uint8_t gpu_uuid[16];	     /* in: CUDA: the GPU holding the allocation */
+	uint64_t reserved[4];	     /* in: zero */
 };
 #define SHARDFS_IOC_REGISTER _IOWR(SHARDFS_IOC_MAGIC, 0x02, struct shardfs_region)
 
@@ -79,19 +79,19 @@ struct shardfs_range {
 	uint64_t placed;	/* out: bytes placed (short only at end of file) */
 };
 
-#define SHARDFS_PATH_CACHE 0x1u	  /* bytes came from the local cache */
-#define SHARDFS_PATH_NFS 0x2u	  /* bytes were fetched from NFS first */
-#define SHARDFS_PATH_SHM_COPY 0x10u /* placed by a copy into shared memory */
+#define SHARDFS_PATH_CACHE	 0x1u  /* bytes came from the local cache */
+#define SHARDFS_PATH_NFS	 0x2u  /* bytes were fetched from NFS first */
+#define SHARDFS_PATH_SHM_COPY	 0x10u /* placed by a copy into shared memory */
 #define SHARDFS_PATH_CUDA_PINNED 0x20u /* placed through pinned staging buffers */
 
 struct shardfs_stage {
-	uint32_t size;		/* in: sizeof(struct shardfs_stage) */
-	uint32_t n_ranges;	/* in: 1..SHARDFS_STAGE_MAX_RANGES */
-	uint64_t region_id;	/* in */
-	uint64_t bytes_placed;	/* out: sum of ranges[].placed */
-	uint32_t path;		/* out: SHARDFS_PATH_* bits of how they moved */
-	uint32_t reserved0;	/* in: zero */
-	uint64_t reserved[4];	/* in: zero */
+	uint32_t size;	       /* in: sizeof(struct shardfs_stage) */
+	uint32_t n_ranges;     /* in: 1..SHARDFS_STAGE_MAX_RANGES */
+	uint64_t region_id;    /* in */
+	uint64_t bytes_placed; /* out: sum of ranges[].placed */
+	uint32_t path;	       /* out: SHARDFS_PATH_* bits of how they moved */
+	uint32_t reserved0;    /* in: zero */
+	uint64_t reserved[4];  /* in: zero */
 	struct shardfs_range ranges[SHARDFS_STAGE_MAX_RANGES];
 };
 #define SHARDFS_IOC_STAGE _IOWR(SHARDFS_IOC_MAGIC, 0x03, struct shardfs_stage)

@@ -44,14 +44,15 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 		help(f, metric, type, text);                                                       \
 		for (size_t i = 0; i < n_nodes; i++) {                                             \
 			sfs_origin_node_stats(fs->origin, i, &ns);                                 \
-			fprintf(f, metric "{node=\"%s\"} %llu\n", ns.addr,                          \
+			fprintf(f, metric "{node=\"%s\"} %llu\n", ns.addr,                         \
 				(unsigned long long)(expr));                                       \
 		}                                                                                  \
 	} while (0)
 	PER_NODE("shardfs_node_up", "gauge",
 		 "1 if the node has a connection and answers in time, else 0.",
 		 ns.state == SFS_NODE_UP);
-	help(f, "shardfs_node_state", "gauge", "Health of the node: up, suspect (timed out, probed) or down.");
+	help(f, "shardfs_node_state", "gauge",
+	     "Health of the node: up, suspect (timed out, probed) or down.");
 	for (size_t i = 0; i < n_nodes; i++) {
 		static const char *const names[] = {"up", "suspect", "down"};
 		sfs_origin_node_stats(fs->origin, i, &ns);
@@ -71,16 +72,19 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	PER_NODE("shardfs_node_errors_total", "counter",
 		 "Failed requests and broken connections on the node.", ns.errors);
 	PER_NODE("shardfs_node_reissued_total", "counter",
-		 "Requests re-issued to other nodes because this node failed or did not answer within timeo.",
+		 "Requests re-issued to other nodes because this node failed or did not answer "
+		 "within timeo.",
 		 ns.reissued);
-	PER_NODE("shardfs_node_reconnects_total", "counter", "Connections to the node lost and re-made.",
-		 ns.reconnects);
+	PER_NODE("shardfs_node_reconnects_total", "counter",
+		 "Connections to the node lost and re-made.", ns.reconnects);
 #undef PER_NODE
-	help(f, "shardfs_node_latency_seconds", "histogram", "Time from sending a request to its reply.");
+	help(f, "shardfs_node_latency_seconds", "histogram",
+	     "Time from sending a request to its reply.");
 	for (size_t i = 0; i < n_nodes; i++) {
 		sfs_origin_node_stats(fs->origin, i, &ns);
 		for (int b = 0; b < SFS_ORIGIN_LAT_BUCKETS; b++)
-			fprintf(f, "shardfs_node_latency_seconds_bucket{node=\"%s\",le=\"%g\"} %llu\n",
+			fprintf(f,
+				"shardfs_node_latency_seconds_bucket{node=\"%s\",le=\"%g\"} %llu\n",
 				ns.addr, sfs_origin_lat_bounds_s[b],
 				(unsigned long long)ns.lat_buckets[b]);
 		fprintf(f, "shardfs_node_latency_seconds_bucket{node=\"%s\",le=\"+Inf\"} %llu\n",
@@ -90,8 +94,8 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 		fprintf(f, "shardfs_node_latency_seconds_count{node=\"%s\"} %llu\n", ns.addr,
 			(unsigned long long)ns.lat_count);
 	}
-	metric(f, "shardfs_origin_queue_depth", "gauge", "Requests waiting for a free connection slot.",
-	       sfs_origin_queue_depth(fs->origin));
+	metric(f, "shardfs_origin_queue_depth", "gauge",
+	       "Requests waiting for a free connection slot.", sfs_origin_queue_depth(fs->origin));
 
 	help(f, "shardfs_fuse_requests_total", "counter", "FUSE requests by operation.");
 	for (int op = 0; op < SFS_OP_COUNT; op++)
@@ -99,40 +103,44 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 			(unsigned long long)__atomic_load_n(&fs->op_count[op], __ATOMIC_RELAXED));
 	metric(f, "shardfs_fuse_read_bytes_total", "counter", "Bytes returned to read() callers.",
 	       __atomic_load_n(&fs->read_bytes, __ATOMIC_RELAXED));
-	metric(f, "shardfs_fuse_read_errors_total", "counter", "read() calls answered with an error.",
+	metric(f, "shardfs_fuse_read_errors_total", "counter",
+	       "read() calls answered with an error.",
 	       __atomic_load_n(&fs->read_errors, __ATOMIC_RELAXED));
 	metric(f, "shardfs_inodes", "gauge", "Inodes the kernel holds references to.",
 	       sfs_inode_count(fs->inodes));
 
 	sfs_prefetch_get_stats(fs->prefetch, &ps);
-	metric(f, "shardfs_prefetch_inflight_bytes", "gauge", "Chunk bytes being fetched from NFS now.",
-	       ps.inflight_bytes);
+	metric(f, "shardfs_prefetch_inflight_bytes", "gauge",
+	       "Chunk bytes being fetched from NFS now.", ps.inflight_bytes);
 	metric(f, "shardfs_prefetch_buffer_bytes", "gauge", "Memory held in chunk buffers.",
 	       ps.buffer_bytes);
-	metric(f, "shardfs_prefetch_fetched_bytes_total", "counter", "Bytes fetched from NFS for reads and readahead.",
-	       ps.fetched_bytes);
-	metric(f, "shardfs_prefetch_readahead_chunks_total", "counter", "Chunks fetched ahead of the reader.",
-	       ps.readahead_chunks);
-	metric(f, "shardfs_prefetch_wasted_chunks_total", "counter", "Readahead chunks dropped unread.",
-	       ps.wasted_chunks);
+	metric(f, "shardfs_prefetch_fetched_bytes_total", "counter",
+	       "Bytes fetched from NFS for reads and readahead.", ps.fetched_bytes);
+	metric(f, "shardfs_prefetch_readahead_chunks_total", "counter",
+	       "Chunks fetched ahead of the reader.", ps.readahead_chunks);
+	metric(f, "shardfs_prefetch_wasted_chunks_total", "counter",
+	       "Readahead chunks dropped unread.", ps.wasted_chunks);
 	metric(f, "shardfs_prefetch_files_total", "counter", "File versions opened for fetching.",
 	       ps.files_opened);
 
-	metric(f, "shardfs_prefetch_shard_files_total", "counter", "Files fetched whole (shard prefetch or shardfs-warm).",
-	       ps.shard_files);
-	metric(f, "shardfs_read_stale_total", "counter", "Chunks refused because the file changed on the server under an open.",
+	metric(f, "shardfs_prefetch_shard_files_total", "counter",
+	       "Files fetched whole (shard prefetch or shardfs-warm).", ps.shard_files);
+	metric(f, "shardfs_read_stale_total", "counter",
+	       "Chunks refused because the file changed on the server under an open.",
 	       ps.stale_errors);
-	metric(f, "shardfs_kernel_cache_invalidations_total", "counter", "Kernel page caches dropped because a file changed on the server.",
+	metric(f, "shardfs_kernel_cache_invalidations_total", "counter",
+	       "Kernel page caches dropped because a file changed on the server.",
 	       __atomic_load_n(&fs->invalidations, __ATOMIC_RELAXED));
 
 	struct sfs_store_stats cs = {0};
 	if (fs->store)
 		sfs_store_get_stats(fs->store, &cs);
-	metric(f, "shardfs_cache_enabled", "gauge", "1 if a cache_dir is configured and usable now.",
-	       fs->store && cs.online);
-	metric(f, "shardfs_cache_hit_bytes_total", "counter", "Bytes read served from the local cache.",
-	       ps.hit_bytes);
-	metric(f, "shardfs_cache_miss_bytes_total", "counter", "Bytes readers needed that were not in the local cache (fetched from NFS).",
+	metric(f, "shardfs_cache_enabled", "gauge",
+	       "1 if a cache_dir is configured and usable now.", fs->store && cs.online);
+	metric(f, "shardfs_cache_hit_bytes_total", "counter",
+	       "Bytes read served from the local cache.", ps.hit_bytes);
+	metric(f, "shardfs_cache_miss_bytes_total", "counter",
+	       "Bytes readers needed that were not in the local cache (fetched from NFS).",
 	       (fs->store ? ps.miss_bytes : 0));
 	metric(f, "shardfs_cache_used_bytes", "gauge", "Bytes of chunks in the local cache.",
 	       cs.used_bytes);
@@ -140,33 +148,45 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	       cs.capacity_bytes);
 	metric(f, "shardfs_cache_objects", "gauge", "File versions with chunks in the local cache.",
 	       cs.objects);
-	metric(f, "shardfs_cache_write_bytes_total", "counter", "Bytes written durably to the local cache.",
-	       cs.write_bytes);
-	metric(f, "shardfs_cache_write_queue_bytes", "gauge", "Chunk bytes waiting to be written to the cache.",
-	       cs.queued_bytes);
-	metric(f, "shardfs_cache_not_admitted_bytes_total", "counter", "Bytes not cached because the cache was full (pin) or its filesystem ran out of space.",
-	       cs.not_admitted_bytes);
-	metric(f, "shardfs_cache_evicted_bytes_total", "counter", "Bytes evicted to stay under cache_size.",
-	       cs.evicted_bytes);
-	metric(f, "shardfs_cache_checksum_failures_total", "counter", "Cached chunks whose bytes did not match their checksum (refetched, never served).",
+	metric(f, "shardfs_cache_write_bytes_total", "counter",
+	       "Bytes written durably to the local cache.", cs.write_bytes);
+	metric(f, "shardfs_cache_write_queue_bytes", "gauge",
+	       "Chunk bytes waiting to be written to the cache.", cs.queued_bytes);
+	metric(
+	    f, "shardfs_cache_not_admitted_bytes_total", "counter",
+	    "Bytes not cached because the cache was full (pin) or its filesystem ran out of space.",
+	    cs.not_admitted_bytes);
+	metric(f, "shardfs_cache_evicted_bytes_total", "counter",
+	       "Bytes evicted to stay under cache_size.", cs.evicted_bytes);
+	metric(f, "shardfs_cache_checksum_failures_total", "counter",
+	       "Cached chunks whose bytes did not match their checksum (refetched, never served).",
 	       cs.checksum_failures);
-	metric(f, "shardfs_cache_errors_total", "counter", "Cache directory errors (missing, unwritable, I/O errors); reads went to NFS.",
+	metric(f, "shardfs_cache_errors_total", "counter",
+	       "Cache directory errors (missing, unwritable, I/O errors); reads went to NFS.",
 	       cs.errors);
 
 	metric(f, "shardfs_gpus", "gauge", "GPUs usable for staging (0 without CUDA).",
 	       fs->staging ? sfs_staging_gpu_count(fs->staging) : 0);
-	help(f, "shardfs_stage_bytes_total", "counter", "Bytes placed by SHARDFS_IOC_STAGE, by target.");
+	help(f, "shardfs_stage_bytes_total", "counter",
+	     "Bytes placed by SHARDFS_IOC_STAGE, by target.");
 	for (int t = 0; t < SFS_STAGE_T_COUNT; t++)
-		fprintf(f, "shardfs_stage_bytes_total{target=\"%s\"} %llu\n", sfs_stage_target_names[t],
+		fprintf(f, "shardfs_stage_bytes_total{target=\"%s\"} %llu\n",
+			sfs_stage_target_names[t],
 			(unsigned long long)__atomic_load_n(&fs->stage_bytes[t], __ATOMIC_RELAXED));
-	help(f, "shardfs_stage_requests_total", "counter", "SHARDFS_IOC_STAGE calls served, by target.");
+	help(f, "shardfs_stage_requests_total", "counter",
+	     "SHARDFS_IOC_STAGE calls served, by target.");
 	for (int t = 0; t < SFS_STAGE_T_COUNT; t++)
-		fprintf(f, "shardfs_stage_requests_total{target=\"%s\"} %llu\n", sfs_stage_target_names[t],
-			(unsigned long long)__atomic_load_n(&fs->stage_requests[t], __ATOMIC_RELAXED));
-	help(f, "shardfs_stage_errors_total", "counter", "Staging ioctls refused or failed, by reason.");
+		fprintf(
+		    f, "shardfs_stage_requests_total{target=\"%s\"} %llu\n",
+		    sfs_stage_target_names[t],
+		    (unsigned long long)__atomic_load_n(&fs->stage_requests[t], __ATOMIC_RELAXED));
+	help(f, "shardfs_stage_errors_total", "counter",
+	     "Staging ioctls refused or failed, by reason.");
 	for (int r = 0; r < SFS_STAGE_E_COUNT; r++)
-		fprintf(f, "shardfs_stage_errors_total{reason=\"%s\"} %llu\n", sfs_stage_reason_names[r],
-			(unsigned long long)__atomic_load_n(&fs->stage_errors[r], __ATOMIC_RELAXED));
+		fprintf(
+		    f, "shardfs_stage_errors_total{reason=\"%s\"} %llu\n",
+		    sfs_stage_reason_names[r],
+		    (unsigned long long)__atomic_load_n(&fs->stage_errors[r], __ATOMIC_RELAXED));
 
 	if (fclose(f) != 0) {
 		free(buf);

@@ -29,19 +29,19 @@
 #include <time.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/time.h>   /* before libnfs.h: it uses struct timeval */
+#include <sys/time.h> /* before libnfs.h: it uses struct timeval */
 #include <nfsc/libnfs.h>
-#include <nfsc/libnfs-raw-nfs.h>   /* NFS_V3 */
+#include <nfsc/libnfs-raw-nfs.h> /* NFS_V3 */
 
-#define TIMEOUT_MS 30000
+#define TIMEOUT_MS	30000
 #define SERVICE_TICK_MS 100
 
 struct file {
 	const char *path;
 	uint64_t size;
 	uint64_t nblocks;
-	uint64_t next_block;    /* next block to issue (under work_lock) */
-	uint64_t done_blocks;   /* completed blocks (under work_lock) */
+	uint64_t next_block;  /* next block to issue (under work_lock) */
+	uint64_t done_blocks; /* completed blocks (under work_lock) */
 };
 
 struct ctx;
@@ -58,8 +58,8 @@ struct slot {
 struct ctx {
 	struct nfs_context *nfs;
 	const char *host;
-	struct nfsfh **fh;      /* one per file */
-	struct slot *slots;     /* depth of them */
+	struct nfsfh **fh;  /* one per file */
+	struct slot *slots; /* depth of them */
 	int inflight;
 	bool dead;
 };
@@ -80,8 +80,8 @@ static const char *prog = "shardfs-rawread";
 static struct file *files;
 static size_t nfiles;
 static pthread_mutex_t work_lock = PTHREAD_MUTEX_INITIALIZER;
-static size_t first_open;       /* files before this one are complete */
-static size_t rr_cursor;        /* round-robin position among active files */
+static size_t first_open; /* files before this one are complete */
+static size_t rr_cursor;  /* round-robin position among active files */
 static _Atomic uint64_t bytes_done;
 static atomic_bool failed;
 static pthread_mutex_t err_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -148,7 +148,8 @@ static void usage(FILE *f)
 		"  -q            print only the machine-readable line\n"
 		"  -h            this text\n"
 		"\n"
-		"Last line: bytes=N seconds=S MBps=X (MB = 1e6 bytes).\n", prog);
+		"Last line: bytes=N seconds=S MBps=X (MB = 1e6 bytes).\n",
+		prog);
 }
 
 static long parse_num(const char *s, const char *what, long lo, long hi)
@@ -317,7 +318,8 @@ static void *worker_main(void *arg)
 
 			if (pfd[i].revents || tick) {
 				if (nfs_service(c->nfs, pfd[i].revents) < 0) {
-					fail("connection to %s failed: %s", c->host, nfs_err(c->nfs));
+					fail("connection to %s failed: %s", c->host,
+					     nfs_err(c->nfs));
 					c->dead = true;
 				}
 			}
@@ -339,14 +341,30 @@ int main(int argc, char **argv)
 
 	while ((opt = getopt(argc, argv, "c:d:b:j:t:qh")) != -1) {
 		switch (opt) {
-		case 'c': opt_nconnect = (int)parse_num(optarg, "NCONNECT", 1, 64); break;
-		case 'd': opt_depth = (int)parse_num(optarg, "DEPTH", 1, 1024); break;
-		case 'b': opt_block = (uint64_t)parse_num(optarg, "BLOCK_BYTES", 512, 64L << 20); break;
-		case 'j': opt_files_par = (int)parse_num(optarg, "FILES_IN_PARALLEL", 1, 1 << 20); break;
-		case 't': opt_threads = (int)parse_num(optarg, "THREADS", 1, 256); break;
-		case 'q': opt_quiet = true; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'c':
+			opt_nconnect = (int)parse_num(optarg, "NCONNECT", 1, 64);
+			break;
+		case 'd':
+			opt_depth = (int)parse_num(optarg, "DEPTH", 1, 1024);
+			break;
+		case 'b':
+			opt_block = (uint64_t)parse_num(optarg, "BLOCK_BYTES", 512, 64L << 20);
+			break;
+		case 'j':
+			opt_files_par = (int)parse_num(optarg, "FILES_IN_PARALLEL", 1, 1 << 20);
+			break;
+		case 't':
+			opt_threads = (int)parse_num(optarg, "THREADS", 1, 256);
+			break;
+		case 'q':
+			opt_quiet = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (argc - optind < 2) {
@@ -410,7 +428,8 @@ int main(int argc, char **argv)
 		struct nfs_stat_64 st;
 
 		if (nfs_stat64(ctxs[0].nfs, files[i].path, &st) != 0)
-			die("%s:%s%s: %s", ctxs[0].host, export, files[i].path, nfs_err(ctxs[0].nfs));
+			die("%s:%s%s: %s", ctxs[0].host, export, files[i].path,
+			    nfs_err(ctxs[0].nfs));
 		if ((st.nfs_mode & S_IFMT) != S_IFREG)
 			die("%s: not a regular file", files[i].path);
 		files[i].size = st.nfs_size;
@@ -428,7 +447,8 @@ int main(int argc, char **argv)
 			die("out of memory");
 		for (size_t i = 0; i < nfiles; i++)
 			if (nfs_open(c->nfs, files[i].path, O_RDONLY, &c->fh[i]) != 0)
-				die("cannot open %s on %s: %s", files[i].path, c->host, nfs_err(c->nfs));
+				die("cannot open %s on %s: %s", files[i].path, c->host,
+				    nfs_err(c->nfs));
 		for (int d = 0; d < opt_depth; d++) {
 			c->slots[d].c = c;
 			c->slots[d].buf = malloc(opt_block);
@@ -464,7 +484,7 @@ int main(int argc, char **argv)
 	t1 = now_s();
 
 	if (atomic_load(&failed))
-		return 1;   /* message already printed; exit without draining */
+		return 1; /* message already printed; exit without draining */
 	got = atomic_load(&bytes_done);
 	if (got != total) {
 		fprintf(stderr, "%s: read %" PRIu64 " of %" PRIu64 " bytes\n", prog, got, total);
@@ -482,9 +502,11 @@ int main(int argc, char **argv)
 
 	if (!opt_quiet)
 		printf("read %zu file(s), %.1f MiB in %.3f s: %.1f MiB/s "
-		       "(%d host(s) x %d conn, depth %d, %" PRIu64 "-byte reads, %d thread(s), %d file(s) at once)\n",
+		       "(%d host(s) x %d conn, depth %d, %" PRIu64
+		       "-byte reads, %d thread(s), %d file(s) at once)\n",
 		       nfiles, (double)total / 1048576.0, secs, (double)total / 1048576.0 / secs,
 		       nhosts, opt_nconnect, opt_depth, opt_block, opt_threads, opt_files_par);
-	printf("bytes=%" PRIu64 " seconds=%.3f MBps=%.1f\n", total, secs, (double)total / 1e6 / secs);
+	printf("bytes=%" PRIu64 " seconds=%.3f MBps=%.1f\n", total, secs,
+	       (double)total / 1e6 / secs);
 	return 0;
 }

@@ -116,7 +116,7 @@ static void complete(sfs_origin *o, struct fake_node *n)
 		req->eof = false;
 		req->have_attr = false;
 	} else {
-		served = req->offset >= size ? 0
+		served = req->offset >= size		   ? 0
 			 : size - req->offset < req->count ? size - req->offset
 							   : req->count;
 		fake_fill(seed, req->offset, req->buf, served);
@@ -295,10 +295,7 @@ uint64_t fake_origin_chunk_bytes(sfs_origin *o, uint64_t index)
 
 /* --- the origin.h functions prefetch.c uses -------------------------------- */
 
-uint32_t sfs_origin_max_read(const sfs_origin *pool)
-{
-	return pool->conf.max_read;
-}
+uint32_t sfs_origin_max_read(const sfs_origin *pool) { return pool->conf.max_read; }
 
 void sfs_origin_submit(sfs_origin *o, struct sfs_origin_req *req)
 {

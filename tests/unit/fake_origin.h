@@ -36,15 +36,15 @@ struct fake_origin_conf {
 };
 
 struct fake_origin_stats {
-	uint64_t requests;	   /* submitted */
-	uint64_t bytes_requested;  /* sum of counts */
-	uint64_t bytes_served;	   /* sum of positive results */
-	uint64_t failed;	   /* completed with an injected error */
-	uint64_t outstanding;	   /* submitted, done() not yet returned */
-	uint64_t max_outstanding;  /* since the last reset */
-	uint64_t held;		   /* waiting for fake_origin_release() */
-	uint64_t max_end;	   /* largest offset + count asked for since reset */
-	uint64_t wrong_thread;	   /* completions run on the submitting thread (must be 0) */
+	uint64_t requests;	  /* submitted */
+	uint64_t bytes_requested; /* sum of counts */
+	uint64_t bytes_served;	  /* sum of positive results */
+	uint64_t failed;	  /* completed with an injected error */
+	uint64_t outstanding;	  /* submitted, done() not yet returned */
+	uint64_t max_outstanding; /* since the last reset */
+	uint64_t held;		  /* waiting for fake_origin_release() */
+	uint64_t max_end;	  /* largest offset + count asked for since reset */
+	uint64_t wrong_thread;	  /* completions run on the submitting thread (must be 0) */
 };
 
 sfs_origin *fake_origin_new(const struct fake_origin_conf *conf);

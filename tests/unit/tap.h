@@ -17,8 +17,8 @@
 
 static int tap_n, tap_failed;
 
-__attribute__((format(printf, 4, 5), unused)) static int
-tap_ok(int pass, const char *file, int line, const char *fmt, ...)
+__attribute__((format(printf, 4, 5), unused)) static int tap_ok(int pass, const char *file,
+								int line, const char *fmt, ...)
 {
 	va_list ap;
 

@@ -20,10 +20,7 @@ static char pf_tokens[N_TOKENS];
 static int pf_unrefs[N_TOKENS]; /* protected by pf_lock */
 static pthread_mutex_t pf_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static sfs_pf_file *token(int i)
-{
-	return (sfs_pf_file *)(void *)&pf_tokens[i];
-}
+static sfs_pf_file *token(int i) { return (sfs_pf_file *)(void *)&pf_tokens[i]; }
 
 void sfs_pf_file_unref(sfs_pf_file *f)
 {
@@ -89,7 +86,7 @@ static void test_basic(void)
 	struct sfs_attr aa = mkattr(1, 100, 10);
 	struct sfs_inode *a = sfs_inode_get(t, &fa, &aa, 1000);
 	ok(a && a != root && a->kind == SFS_INODE_NFS && a->fsid == 1 && a->fileid == 100 &&
-		   same_fh(&a->fh, &fa) && a->nlookup == 1,
+	       same_fh(&a->fh, &fa) && a->nlookup == 1,
 	   "get creates an inode with key, handle and one lookup");
 	ok(a && a->attr.size == 10 && a->attr_time_ms == 1000, "get stores attributes and time");
 	ok(sfs_inode_count(t) == 1, "count 1");
@@ -154,10 +151,10 @@ static void test_reuse(void)
 	old->pf = token(10);
 	struct sfs_inode *cur = sfs_inode_get(t, &f2, &a2, 2);
 	ok(cur && cur != old && same_fh(&cur->fh, &f2) && cur->nlookup == 1 &&
-		   cur->attr.size == 222,
+	       cur->attr.size == 222,
 	   "fileid reused with a new handle: a new inode");
 	ok(same_fh(&old->fh, &f1) && old->nlookup == 1 && old->attr.size == 111 &&
-		   old->pf == token(10) && unrefs(10) == 0,
+	       old->pf == token(10) && unrefs(10) == 0,
 	   "the old inode stays valid until forgotten");
 	ok(sfs_inode_get(t, &f2, &a2, 3) == cur && cur->nlookup == 2,
 	   "the new handle now maps to the new inode");
@@ -167,7 +164,8 @@ static void test_reuse(void)
 	ok(sfs_inode_get(t, &f2, &a2, 4) == cur && cur->nlookup == 3,
 	   "the new inode is still found after the old one is freed");
 	sfs_inode_forget(t, cur, 3);
-	ok(sfs_inode_count(t) == 0, "count back to 0 (%llu)", (unsigned long long)sfs_inode_count(t));
+	ok(sfs_inode_count(t) == 0, "count back to 0 (%llu)",
+	   (unsigned long long)sfs_inode_count(t));
 
 	/* A replaced inode the kernel never forgot is still freed at close. */
 	old = sfs_inode_get(t, &f1, &a1, 5);

@@ -15,7 +15,7 @@
 #include "shardfs.h"
 #include "tap.h"
 
-#define FILE_BYTES 100000
+#define FILE_BYTES   100000
 #define REGION_BYTES 200000
 static uint8_t file[FILE_BYTES], region[REGION_BYTES];
 static unsigned lim_ranges = 64, n_stage_calls, n_query_calls;

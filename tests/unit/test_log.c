@@ -63,10 +63,7 @@ static const char *esc(const char *out)
 }
 
 static int side_effects;
-static int touch(void)
-{
-	return ++side_effects;
-}
+static int touch(void) { return ++side_effects; }
 
 static void test_levels(void)
 {

@@ -52,9 +52,12 @@ static uint64_t field(const struct sfs_options *o, size_t off, size_t width)
 	const char *p = (const char *)o + off;
 
 	switch (width) {
-	case sizeof(bool): return *(const bool *)p;
-	case sizeof(uint32_t): return *(const uint32_t *)p;
-	case sizeof(uint64_t): return *(const uint64_t *)p;
+	case sizeof(bool):
+		return *(const bool *)p;
+	case sizeof(uint32_t):
+		return *(const uint32_t *)p;
+	case sizeof(uint64_t):
+		return *(const uint64_t *)p;
 	}
 	abort();
 }
@@ -80,23 +83,25 @@ static void test_defaults(void)
 	int rc = parse(ARGV("h1:/ifs", "/mnt"), &o, err, sizeof(err));
 
 	ok(rc == 0, "plain SOURCE MOUNTPOINT parses (rc %d, \"%s\")", rc, err);
-	ok(o.nconnect == 2 && o.nconnect == SFS_DEFAULT_NCONNECT, "default nconnect 2 (%u)", o.nconnect);
+	ok(o.nconnect == 2 && o.nconnect == SFS_DEFAULT_NCONNECT, "default nconnect 2 (%u)",
+	   o.nconnect);
 	ok(o.rsize == 1048576 && o.rsize == SFS_DEFAULT_RSIZE, "default rsize 1 MiB (%u)", o.rsize);
-	ok(o.timeo_ds == 50 && o.timeo_ds == SFS_DEFAULT_TIMEO_DS, "default timeo 50 (%u)", o.timeo_ds);
+	ok(o.timeo_ds == 50 && o.timeo_ds == SFS_DEFAULT_TIMEO_DS, "default timeo 50 (%u)",
+	   o.timeo_ds);
 	ok(o.retrans == 2 && o.retrans == SFS_DEFAULT_RETRANS, "default retrans 2 (%u)", o.retrans);
 	ok(!o.hard, "default soft");
 	ok(o.actimeo_s == 60 && o.actimeo_s == SFS_DEFAULT_ACTIMEO_S, "default actimeo 60 (%u)",
 	   o.actimeo_s);
 	ok(o.prefetch_mem == SFS_DEFAULT_PREFETCH_MEM, "default prefetch_mem (%llu)",
 	   (unsigned long long)o.prefetch_mem);
-	ok(o.uid == getuid() && o.gid == getgid(), "default uid/gid are the caller's (%u/%u)", o.uid,
-	   o.gid);
+	ok(o.uid == getuid() && o.gid == getgid(), "default uid/gid are the caller's (%u/%u)",
+	   o.uid, o.gid);
 	ok(!o.foreground && !o.debug && !o.help && !o.version && !o.allow_other &&
-		   !o.default_permissions && !o.direct_io && o.io_threads == 0,
+	       !o.default_permissions && !o.direct_io && o.io_threads == 0,
 	   "default flags off, io_threads 0");
 	ok(o.source && !strcmp(o.source, "h1:/ifs") && o.hosts && !strcmp(o.hosts, "h1") &&
-		   o.export_path && !strcmp(o.export_path, "/ifs") && o.mountpoint &&
-		   !strcmp(o.mountpoint, "/mnt"),
+	       o.export_path && !strcmp(o.export_path, "/ifs") && o.mountpoint &&
+	       !strcmp(o.mountpoint, "/mnt"),
 	   "source split into hosts 'h1' and export '/ifs', mountpoint '/mnt'");
 	sfs_options_free(&o);
 	ok(!o.source && !o.hosts && !o.export_path && !o.mountpoint, "sfs_options_free clears");
@@ -163,8 +168,8 @@ static void test_value_errors(void)
 	ERR("nconnect=4x", "-o", "nconnect=4x", "h1:/ifs", "/mnt");
 	ERR("nconnect= 4", "-o", "nconnect= 4", "h1:/ifs", "/mnt");
 	ERR("nconnect=+4", "-o", "nconnect=+4", "h1:/ifs", "/mnt");
-	ERR("nconnect=99999999999999999999999", "-o", "nconnect=99999999999999999999999",
-	    "h1:/ifs", "/mnt");
+	ERR("nconnect=99999999999999999999999", "-o", "nconnect=99999999999999999999999", "h1:/ifs",
+	    "/mnt");
 	ERR("nconnect", "-o", "nconnect=", "h1:/ifs", "/mnt");
 	ERR("nconnect", "-o", "nconnect", "h1:/ifs", "/mnt");
 	ERR("soft", "-o", "soft=1", "h1:/ifs", "/mnt");
@@ -218,14 +223,14 @@ static void test_list_syntax(void)
 	rc = parse(ARGV("h1,h2:/ifs", "/mnt/x", "-o", "ro,nconnect=3,_netdev"), &o, err,
 		   sizeof(err));
 	ok(rc == 0 && o.nconnect == 3 && !strcmp(o.hosts, "h1,h2") &&
-		   !strcmp(o.mountpoint, "/mnt/x"),
+	       !strcmp(o.mountpoint, "/mnt/x"),
 	   "options after positionals (rc %d, \"%s\")", rc, err);
 	sfs_options_free(&o);
 
 	rc = parse(ARGV("-o", "nconnect=3", "h1:/ifs", "-o", "timeo=9", "/mnt", "-f"), &o, err,
 		   sizeof(err));
 	ok(rc == 0 && o.nconnect == 3 && o.timeo_ds == 9 && o.foreground &&
-		   !strcmp(o.export_path, "/ifs") && !strcmp(o.mountpoint, "/mnt"),
+	       !strcmp(o.export_path, "/ifs") && !strcmp(o.mountpoint, "/mnt"),
 	   "options between positionals (rc %d, \"%s\")", rc, err);
 	sfs_options_free(&o);
 
@@ -236,7 +241,7 @@ static void test_list_syntax(void)
 			"h1:/ifs", "/mnt"),
 		   &o, err, sizeof(err));
 	ok(rc == 0 && o.nconnect == SFS_DEFAULT_NCONNECT && o.rsize == SFS_DEFAULT_RSIZE &&
-		   !o.hard && !o.allow_other,
+	       !o.hard && !o.allow_other,
 	   "generic mount options accepted and ignored (rc %d, \"%s\")", rc, err);
 	sfs_options_free(&o);
 
@@ -258,7 +263,7 @@ static void check_source(const char *src, const char *hosts, const char *export_
 	int rc = parse(ARGV(src, "/mnt"), &o, err, sizeof(err));
 
 	ok(rc == 0 && !strcmp(o.source, src) && !strcmp(o.hosts, hosts) &&
-		   !strcmp(o.export_path, export_path),
+	       !strcmp(o.export_path, export_path),
 	   "source '%s' -> hosts '%s', export '%s' (rc %d, \"%s\")", src, hosts, export_path, rc,
 	   err);
 	sfs_options_free(&o);
@@ -315,22 +320,35 @@ static void test_parse_size(void)
 		const char *s;
 		uint64_t want;
 	} good[] = {
-		{"0", 0},
-		{"0K", 0},
-		{"123", 123},
-		{"64K", 64ull << 10},
-		{"64k", 64ull << 10},
-		{"256M", 256ull << 20},
-		{"256m", 256ull << 20},
-		{"2G", 2ull << 30},
-		{"1T", 1ull << 40},
-		{"16777215T", 16777215ull << 40},
-		{"17179869183G", 17179869183ull << 30},
-		{"18446744073709551615", UINT64_MAX},
+	    {"0", 0},
+	    {"0K", 0},
+	    {"123", 123},
+	    {"64K", 64ull << 10},
+	    {"64k", 64ull << 10},
+	    {"256M", 256ull << 20},
+	    {"256m", 256ull << 20},
+	    {"2G", 2ull << 30},
+	    {"1T", 1ull << 40},
+	    {"16777215T", 16777215ull << 40},
+	    {"17179869183G", 17179869183ull << 30},
+	    {"18446744073709551615", UINT64_MAX},
 	};
 	static const char *const bad[] = {
-		"", "K", "-1", "+1", " 1", "1 ", "1.5G", "1KB", "1P", "0x10", "12a",
-		"16777216T", "17179869184G", "18446744073709551616", "99999999999999999999999K",
+	    "",
+	    "K",
+	    "-1",
+	    "+1",
+	    " 1",
+	    "1 ",
+	    "1.5G",
+	    "1KB",
+	    "1P",
+	    "0x10",
+	    "12a",
+	    "16777216T",
+	    "17179869184G",
+	    "18446744073709551616",
+	    "99999999999999999999999K",
 	};
 
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
@@ -365,15 +383,15 @@ static void test_resolve(void)
 	n = sfs_resolve_hosts("10.0.0.1,10.0.0.2,10.0.0.1,10.0.0.3,10.0.0.2", &addrs, err,
 			      sizeof(err));
 	ok(n == 3 && !strcmp(addrs[0], "10.0.0.1") && !strcmp(addrs[1], "10.0.0.2") &&
-		   !strcmp(addrs[2], "10.0.0.3"),
+	       !strcmp(addrs[2], "10.0.0.3"),
 	   "numeric list deduplicated in order (n %d, \"%s\")", n, err);
 	if (n > 0)
 		sfs_addrs_free(addrs, (size_t)n);
 
 	addrs = NULL;
 	n = sfs_resolve_hosts("localhost", &addrs, err, sizeof(err));
-	ok(n >= 1 && has_addr(addrs, n, "127.0.0.1"), "localhost contributes 127.0.0.1 (n %d, \"%s\")",
-	   n, err);
+	ok(n >= 1 && has_addr(addrs, n, "127.0.0.1"),
+	   "localhost contributes 127.0.0.1 (n %d, \"%s\")", n, err);
 	if (n > 0)
 		sfs_addrs_free(addrs, (size_t)n);
 

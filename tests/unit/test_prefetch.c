@@ -31,10 +31,9 @@ static void setup(uint32_t max_read, unsigned delay_us, unsigned n_threads, uint
 		  unsigned window)
 {
 	org = fake_origin_new(&(struct fake_origin_conf){
-		.max_read = max_read, .n_threads = n_threads, .delay_us = delay_us});
-	int rc = sfs_prefetch_open(&(struct sfs_prefetch_conf){.mem_bytes = mem_bytes,
-							       .window_chunks = window},
-				   org, &pf);
+	    .max_read = max_read, .n_threads = n_threads, .delay_us = delay_us});
+	int rc = sfs_prefetch_open(
+	    &(struct sfs_prefetch_conf){.mem_bytes = mem_bytes, .window_chunks = window}, org, &pf);
 	if (rc) {
 		printf("Bail out! sfs_prefetch_open: %d\n", rc);
 		exit(1);
@@ -125,8 +124,8 @@ static int view_check(const struct tfile *t, uint64_t off, const struct sfs_pf_v
 				k++;
 			snprintf(why, why_len,
 				 "read at %llu len %zu: byte %llu is 0x%02x, want 0x%02x",
-				 (unsigned long long)off, want, (unsigned long long)(off + total + k),
-				 p[k], exp[total + k]);
+				 (unsigned long long)off, want,
+				 (unsigned long long)(off + total + k), p[k], exp[total + k]);
 			rc = -1;
 		}
 		total += n;
@@ -256,7 +255,8 @@ static void test_exact(uint32_t max_read)
 	fake_origin_drain(org);
 	struct tfile u = topen(2, 3 * MiB, 3 * MiB);
 	req0 = ostats().requests;
-	CHECK_READ(&u, 2 * MiB, MiB + 10, "max_read %u: file of exactly 3 MiB, last chunk", max_read);
+	CHECK_READ(&u, 2 * MiB, MiB + 10, "max_read %u: file of exactly 3 MiB, last chunk",
+		   max_read);
 	uint64_t parts = (MiB + max_read - 1) / max_read;
 	uint64_t reqs = ostats().requests - req0;
 	ok(reqs == parts, "max_read %u: one chunk is %llu requests (%llu)", max_read,
@@ -291,7 +291,8 @@ static void test_sequential(void)
 	CHECK_READ(&t, 0, 128 * KiB, "sequential: first read");
 	struct fake_origin_stats os = ostats();
 	ok(os.held == window * 4 && os.max_end == (1 + window) * MiB,
-	   "sequential: the first read starts %u chunks of readahead (held %llu parts, up to %llu MiB)",
+	   "sequential: the first read starts %u chunks of readahead (held %llu parts, up to %llu "
+	   "MiB)",
 	   window, (unsigned long long)os.held, (unsigned long long)(os.max_end >> 20));
 	fake_origin_release(org);
 	fake_origin_drain(org);
@@ -592,8 +593,7 @@ static void test_failures(void)
 	pthread_join(th[0], NULL);
 	pthread_join(th[1], NULL);
 	ok((w[0].rc == -EIO || w[1].rc == -EIO) && !w[0].bad && !w[1].bad &&
-		   (w[0].rc == -EIO || w[0].rc == 64 * KiB) &&
-		   (w[1].rc == -EIO || w[1].rc == 64 * KiB),
+	       (w[0].rc == -EIO || w[0].rc == 64 * KiB) && (w[1].rc == -EIO || w[1].rc == 64 * KiB),
 	   "failure: readers sharing a failed chunk get -EIO (rc %zd, %zd)", w[0].rc, w[1].rc);
 	fake_origin_fail(org, 0, 0, 0);
 	CHECK_READ(&t, 9 * MiB, 256 * KiB, "failure: shared failed chunk, retry succeeds");
@@ -612,8 +612,8 @@ static void test_short(uint32_t max_read)
 	struct tfile t = topen(14, 4 * MiB + 100, server);
 
 	CHECK_READ(&t, 0, 64 * KiB, "shrunk file (max_read %u): start", max_read);
-	CHECK_READ(&t, 2 * MiB + 512 * KiB, 64 * KiB, "shrunk file (max_read %u): read across new end",
-		   max_read);
+	CHECK_READ(&t, 2 * MiB + 512 * KiB, 64 * KiB,
+		   "shrunk file (max_read %u): read across new end", max_read);
 	CHECK_READ(&t, server, 10, "shrunk file (max_read %u): read at new end", max_read);
 	CHECK_READ(&t, 3 * MiB, 10, "shrunk file (max_read %u): read past new end", max_read);
 	CHECK_READ(&t, 2 * MiB, 2 * MiB, "shrunk file (max_read %u): 2 MiB over the new end",
@@ -679,7 +679,8 @@ static void *reader_thread(void *arg)
 					       expected_len(r->t, kept_off[0], kept_len[0]), why,
 					       sizeof(why)) &&
 				    !r->bad++)
-					snprintf(r->why, sizeof(r->why), "pinned view changed: %s", why);
+					snprintf(r->why, sizeof(r->why), "pinned view changed: %s",
+						 why);
 				sfs_pf_view_release(r->t->f, &kept[0]);
 				memmove(kept, kept + 1, 2 * sizeof(kept[0]));
 				memmove(kept_off, kept_off + 1, 2 * sizeof(kept_off[0]));
@@ -713,11 +714,11 @@ static void test_concurrent(void)
 	setup(100000, 100, 2, 16 * MiB, 4);
 	struct tfile t = topen(16, 24 * MiB + 777, 24 * MiB + 777);
 	struct reader r[5] = {
-		{.t = &t, .kind = 0, .start = 0, .seed = 1, .reads = 150},
-		{.t = &t, .kind = 0, .start = 12 * MiB + 3, .seed = 2, .reads = 150},
-		{.t = &t, .kind = 1, .seed = 3, .reads = 150},
-		{.t = &t, .kind = 1, .seed = 4, .reads = 150},
-		{.t = &t, .kind = 2, .seed = 5, .reads = 150},
+	    {.t = &t, .kind = 0, .start = 0, .seed = 1, .reads = 150},
+	    {.t = &t, .kind = 0, .start = 12 * MiB + 3, .seed = 2, .reads = 150},
+	    {.t = &t, .kind = 1, .seed = 3, .reads = 150},
+	    {.t = &t, .kind = 1, .seed = 4, .reads = 150},
+	    {.t = &t, .kind = 2, .seed = 5, .reads = 150},
 	};
 	pthread_t th[5];
 
@@ -775,14 +776,15 @@ static void test_close_inflight(void)
 	for (uint32_t i = 0; i < 40; i++) {
 		t = topen(200 + i, 16 * MiB, 16 * MiB);
 		for (uint64_t k = 0; k <= i % 3; k++)
-			bad += read_check(&t, k * 128 * KiB, 128 * KiB, NULL, why, sizeof(why)) != 0;
+			bad +=
+			    read_check(&t, k * 128 * KiB, 128 * KiB, NULL, why, sizeof(why)) != 0;
 		sfs_pf_file_unref(t.f);
 	}
 	fake_origin_drain(org);
 	ps = pstats();
 	ok(bad == 0 && ps.inflight_bytes == 0 && ps.files_opened == 40,
-	   "close in flight: 40 files closed with readahead pending (%d wrong, %llu in flight)", bad,
-	   (unsigned long long)ps.inflight_bytes);
+	   "close in flight: 40 files closed with readahead pending (%d wrong, %llu in flight)",
+	   bad, (unsigned long long)ps.inflight_bytes);
 	teardown();
 }
 
@@ -799,7 +801,7 @@ static void test_pins(void)
 	ok(read_check(&t, 10 * MiB + 1000, 64 * KiB, &v1, why, sizeof(why)) == 0,
 	   "pins: first view %s", why);
 	ok(read_check(&t, 30 * MiB + 512 * KiB, 2 * MiB, &v3, why, sizeof(why)) == 0 &&
-		   v3.n_pins == 3,
+	       v3.n_pins == 3,
 	   "pins: a 3-chunk view pins 3 chunks (%d) %s", v3.n_pins, why);
 	for (uint64_t i = 0; i < 30; i++)
 		bad += read_check(&t, (40 + (i * 7) % 23) * MiB, 100 * KiB, NULL, why,
@@ -884,44 +886,29 @@ static void test_submit_race(void)
 	teardown();
 }
 
-static void test_exact_1m(void)
-{
-	test_exact(MiB);
-}
-static void test_exact_256k(void)
-{
-	test_exact(256 * KiB);
-}
-static void test_exact_100000(void)
-{
-	test_exact(100000);
-}
-static void test_short_256k(void)
-{
-	test_short(256 * KiB);
-}
-static void test_short_100000(void)
-{
-	test_short(100000);
-}
+static void test_exact_1m(void) { test_exact(MiB); }
+static void test_exact_256k(void) { test_exact(256 * KiB); }
+static void test_exact_100000(void) { test_exact(100000); }
+static void test_short_256k(void) { test_short(256 * KiB); }
+static void test_short_100000(void) { test_short(100000); }
 
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } tests[] = {
-	{"exact_1m", test_exact_1m},
-	{"exact_256k", test_exact_256k},
-	{"exact_100000", test_exact_100000},
-	{"sequential", test_sequential},
-	{"random_reader", test_random_reader},
-	{"budget", test_budget},
-	{"failures", test_failures},
-	{"short_256k", test_short_256k},
-	{"short_100000", test_short_100000},
-	{"concurrent", test_concurrent},
-	{"close_inflight", test_close_inflight},
-	{"pins", test_pins},
-	{"submit_race", test_submit_race},
+    {"exact_1m", test_exact_1m},
+    {"exact_256k", test_exact_256k},
+    {"exact_100000", test_exact_100000},
+    {"sequential", test_sequential},
+    {"random_reader", test_random_reader},
+    {"budget", test_budget},
+    {"failures", test_failures},
+    {"short_256k", test_short_256k},
+    {"short_100000", test_short_100000},
+    {"concurrent", test_concurrent},
+    {"close_inflight", test_close_inflight},
+    {"pins", test_pins},
+    {"submit_race", test_submit_race},
 };
 
 /* With no arguments, runs every test; otherwise only the named ones. */
