@@ -37,6 +37,10 @@
 
 enum chunk_state { CHUNK_LOADING, CHUNK_FETCHING, CHUNK_READY, CHUNK_FAILED };
 
+/* Threads that read cached chunks ahead of sequential readers (the reader's
+ * own chunk is read on its own thread). */
+#define SFS_PF_LOADERS 2
+
 struct pf_chunk {
 	struct sfs_pf_file *file; /* set at creation */
 	uint64_t index;		  /* set at creation */
@@ -47,11 +51,12 @@ struct pf_chunk {
 	uint32_t fetch_len; /* bytes asked for */
 	unsigned refs;	    /* views pinning the buffer, plus a store write */
 	unsigned parts_pending;
-	bool used;	/* a reader asked for it */
-	bool consumed;	/* a read ended at its last byte: the reader moved on */
-	bool readahead; /* started before anyone asked */
-	bool in_store;	/* its bytes are durable in the store */
-	bool loaded;	/* its bytes were read from the store */
+	bool used;	    /* a reader asked for it */
+	bool consumed;	    /* a read ended at its last byte: the reader moved on */
+	bool readahead;	    /* started before anyone asked */
+	bool in_store;	    /* its bytes are durable in the store */
+	bool loaded;	    /* its bytes were read from the store */
+	sfs_store_obj *obj; /* LOADING: the store object, referenced */
 	char *buf;
 	unsigned n_parts;
 	struct sfs_origin_req parts[]; /* owned by origin while FETCHING */
@@ -86,9 +91,16 @@ struct sfs_prefetch {
 	pthread_mutex_t files_lock;    /* taken with a file's lock held; then only trylock */
 	struct sfs_pf_file *files;     /* protected by files_lock: every live file */
 	pthread_mutex_t buf_lock;
-	void **free_bufs;	  /* protected by buf_lock */
-	size_t n_free, n_buffers; /* protected by buf_lock */
-	pthread_t pump;		  /* restarts shard pumps stalled on the budget */
+	void **free_bufs;		   /* protected by buf_lock */
+	size_t n_free, n_buffers;	   /* protected by buf_lock */
+	pthread_t pump;			   /* restarts shard pumps stalled on the budget */
+	pthread_t loaders[SFS_PF_LOADERS]; /* read cached chunks ahead of readers */
+	unsigned n_loaders;
+	pthread_mutex_t load_lock; /* leaf */
+	pthread_cond_t load_cond;
+	struct pf_chunk **load_q; /* protected by load_lock: LOADING chunks, a FIFO ring */
+	size_t load_head, load_len, load_cap;
+	bool load_stop; /* protected by load_lock */
 	bool pump_started;
 	bool stopping;			 /* protected by files_lock */
 	pthread_cond_t pump_cond;	 /* with files_lock */
@@ -287,6 +299,10 @@ static struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint6
 	c->file = f;
 	c->index = index;
 	c->state = loading ? CHUNK_LOADING : CHUNK_FETCHING;
+	if (loading) {
+		c->obj = f->obj;
+		sfs_store_obj_ref(c->obj);
+	}
 	c->len = c->fetch_len = len;
 	c->buf = buf;
 	c->readahead = !demand;
@@ -521,6 +537,61 @@ static void *pump_main(void *arg)
 	return NULL;
 }
 
+/* --- loaders ---------------------------------------------------------------- */
+
+static void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c);
+
+/* Hand LOADING chunks to the loader threads. Without loaders (no store) the
+ * caller never makes any. The queue grows as needed: each entry already
+ * holds a buffer within the budget, so it is bounded by it. */
+static void loader_queue(sfs_prefetch *pf, struct pf_chunk **c, size_t n)
+{
+	if (!n)
+		return;
+	pthread_mutex_lock(&pf->load_lock);
+	if (pf->load_len + n > pf->load_cap) {
+		size_t cap = (pf->load_len + n) * 2;
+		struct pf_chunk **q = malloc(cap * sizeof(*q));
+		if (!q) {
+			pthread_mutex_unlock(&pf->load_lock);
+			for (size_t i = 0; i < n; i++)
+				load_chunk(c[i]->file, c[i]); /* no memory: load here */
+			return;
+		}
+		for (size_t i = 0; i < pf->load_len; i++)
+			q[i] = pf->load_q[(pf->load_head + i) % pf->load_cap];
+		free(pf->load_q);
+		pf->load_q = q;
+		pf->load_head = 0;
+		pf->load_cap = cap;
+	}
+	for (size_t i = 0; i < n; i++)
+		pf->load_q[(pf->load_head + pf->load_len++) % pf->load_cap] = c[i];
+	pthread_cond_broadcast(&pf->load_cond);
+	pthread_mutex_unlock(&pf->load_lock);
+}
+
+static void *loader_main(void *arg)
+{
+	sfs_prefetch *pf = arg;
+
+	pthread_mutex_lock(&pf->load_lock);
+	for (;;) {
+		while (!pf->load_len && !pf->load_stop)
+			pthread_cond_wait(&pf->load_cond, &pf->load_lock);
+		if (!pf->load_len)
+			break; /* stopping, and nothing left: every queued load runs */
+		struct pf_chunk *c = pf->load_q[pf->load_head];
+		pf->load_head = (pf->load_head + 1) % pf->load_cap;
+		pf->load_len--;
+		pthread_mutex_unlock(&pf->load_lock);
+		load_chunk(c->file, c);
+		pthread_mutex_lock(&pf->load_lock);
+	}
+	pthread_mutex_unlock(&pf->load_lock);
+	return NULL;
+}
+
 /* --- public API ----------------------------------------------------------- */
 
 int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin, sfs_prefetch **out)
@@ -546,13 +617,18 @@ int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin, 
 	pthread_mutex_init(&pf->buf_lock, NULL);
 	pthread_mutex_init(&pf->files_lock, NULL);
 	pthread_cond_init(&pf->pump_cond, NULL);
+	pthread_mutex_init(&pf->load_lock, NULL);
+	pthread_cond_init(&pf->load_cond, NULL);
 	if (pf->conf.store && pthread_create(&pf->pump, NULL, pump_main, pf) == 0)
 		pf->pump_started = true;
+	for (unsigned i = 0; pf->conf.store && i < SFS_PF_LOADERS; i++)
+		if (pthread_create(&pf->loaders[pf->n_loaders], NULL, loader_main, pf) == 0)
+			pf->n_loaders++;
 	*out = pf;
 	return 0;
 }
 
-void sfs_prefetch_close(sfs_prefetch *pf)
+void sfs_prefetch_stop(sfs_prefetch *pf)
 {
 	if (!pf)
 		return;
@@ -562,7 +638,25 @@ void sfs_prefetch_close(sfs_prefetch *pf)
 		pthread_cond_signal(&pf->pump_cond);
 		pthread_mutex_unlock(&pf->files_lock);
 		pthread_join(pf->pump, NULL);
+		pf->pump_started = false;
 	}
+	pthread_mutex_lock(&pf->load_lock);
+	pf->load_stop = true;
+	pthread_cond_broadcast(&pf->load_cond);
+	pthread_mutex_unlock(&pf->load_lock);
+	for (unsigned i = 0; i < pf->n_loaders; i++)
+		pthread_join(pf->loaders[i], NULL);
+	pf->n_loaders = 0;
+}
+
+void sfs_prefetch_close(sfs_prefetch *pf)
+{
+	if (!pf)
+		return;
+	sfs_prefetch_stop(pf);
+	free(pf->load_q);
+	pthread_mutex_destroy(&pf->load_lock);
+	pthread_cond_destroy(&pf->load_cond);
 	for (size_t i = 0; i < pf->n_free; i++)
 		free(pf->free_bufs[i]);
 	free(pf->free_bufs);
@@ -704,8 +798,13 @@ uint64_t sfs_pf_file_cached_bytes(sfs_pf_file *f)
  * the origin instead. Called without the file lock, on LOADING chunks. */
 static void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c)
 {
-	ssize_t n = sfs_store_read_chunk(f->obj, (uint32_t)c->index, c->buf);
+	/* c->obj: the store object, referenced when the load was started (the
+	 * file may be closed, and its f->obj dropped, before a queued load runs). */
+	ssize_t n = sfs_store_read_chunk(c->obj, (uint32_t)c->index, c->buf);
 	bool free_file = false;
+
+	sfs_store_obj_put(c->obj);
+	c->obj = NULL;
 
 	pthread_mutex_lock(&f->lock);
 	if (n == (ssize_t)c->fetch_len) {
@@ -726,7 +825,8 @@ static void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c)
 ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v)
 {
 	struct pf_chunk *want[3], *started[SFS_PF_MAX_WINDOW * 2 + 3], *loads[3];
-	size_t n_started = 0, n_loads = 0;
+	struct pf_chunk *ahead_loads[SFS_PF_MAX_WINDOW];
+	size_t n_started = 0, n_loads = 0, n_ahead_loads = 0;
 	int n_want = 0;
 	ssize_t ret = 0;
 
@@ -772,17 +872,27 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 		uint64_t last = (f->size - 1) >> SFS_CHUNK_SHIFT;
 		for (uint64_t ci = c1 + 1; ci <= c1 + f->pf->conf.window_chunks && ci <= last;
 		     ci++) {
-			if (chunk_find(f, ci) || store_state(f, ci) != SFS_CHUNK_ABSENT)
+			if (chunk_find(f, ci))
 				continue;
-			struct pf_chunk *c = chunk_start(f, ci, c0, false, false);
+			enum sfs_chunk_state st = store_state(f, ci);
+			bool cached = st == SFS_CHUNK_PRESENT || st == SFS_CHUNK_VERIFIED;
+			if (st == SFS_CHUNK_WRITING ||
+			    (cached && n_ahead_loads == SFS_PF_MAX_WINDOW))
+				continue;
+			struct pf_chunk *c = chunk_start(f, ci, c0, false, cached);
 			if (!c)
 				break;
-			started[n_started++] = c;
+			if (cached)
+				ahead_loads[n_ahead_loads++] =
+				    c; /* read ahead from the cache too */
+			else
+				started[n_started++] = c;
 		}
 	}
 	shard_pump(f, started, &n_started, SFS_PF_MAX_WINDOW);
 	pthread_mutex_unlock(&f->lock);
 	submit_chunks(f, started, n_started);
+	loader_queue(f->pf, ahead_loads, n_ahead_loads);
 	for (size_t i = 0; i < n_loads; i++)
 		load_chunk(f, loads[i]);
 

@@ -62,6 +62,9 @@ struct sfs_prefetch_stats {
 };
 
 int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin, sfs_prefetch **out);
+/* Stop the helper threads (shard pump, cache loaders) after they finish
+ * what is queued; call while the origin and the store are still open. */
+void sfs_prefetch_stop(sfs_prefetch *pf);
 void sfs_prefetch_close(sfs_prefetch *pf);
 void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out);
 

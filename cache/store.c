@@ -846,6 +846,13 @@ sfs_store_obj *sfs_store_obj_get(sfs_store *s, const struct sfs_file_version *v)
 	return o;
 }
 
+void sfs_store_obj_ref(sfs_store_obj *o)
+{
+	pthread_mutex_lock(&o->store->lock);
+	o->refs++;
+	pthread_mutex_unlock(&o->store->lock);
+}
+
 void sfs_store_obj_put(sfs_store_obj *o)
 {
 	sfs_store *s = o->store;

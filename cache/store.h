@@ -81,6 +81,8 @@ void sfs_store_get_stats(sfs_store *store, struct sfs_store_stats *out);
  * Returns NULL on ENOMEM. */
 sfs_store_obj *sfs_store_obj_get(sfs_store *store, const struct sfs_file_version *v);
 void sfs_store_obj_put(sfs_store_obj *obj);
+/* One more reference to an object the caller already holds. */
+void sfs_store_obj_ref(sfs_store_obj *obj);
 
 enum sfs_chunk_state sfs_store_chunk_state(sfs_store_obj *obj, uint32_t index);
 uint64_t sfs_store_obj_cached_bytes(sfs_store_obj *obj);

@@ -240,6 +240,7 @@ out_session:
 	fuse_session_destroy(se);
 out_origin:
 	fuse_opt_free_args(&args);
+	sfs_prefetch_stop(fs.prefetch); /* its threads use the origin and the store */
 	sfs_inode_table_close(fs.inodes);
 	sfs_origin_close(fs.origin); /* before prefetch: completions touch its files */
 	sfs_store_close(fs.store);   /* finishes queued writes, whose callbacks too */
