@@ -412,7 +412,6 @@ static int conn_send(struct sfs_conn *conn, struct sfs_attempt *a, struct sfs_or
 	conn->n_busy--;
 	pthread_mutex_lock(&pool->lock);
 	attempt_unlink(a);
-	req->n_outstanding--;
 	req_requeue(pool, req, -1);
 	pthread_mutex_unlock(&pool->lock);
 	snprintf(conn->err, sizeof(conn->err), "send failed: %s", nfs_get_error(conn->nfs) ?: "?");
@@ -458,8 +457,6 @@ static bool conn_pull_one(struct sfs_conn *conn)
 		return false;
 	}
 	q_unlink(pool, req);
-	req->n_attempts++;
-	req->n_outstanding++;
 	a->req = req;
 	a->req_next = req->attempts;
 	req->attempts = a;
@@ -591,13 +588,10 @@ static void slot_cb(struct rpc_context *rpc, int status, void *data, void *priva
 	pthread_mutex_lock(&pool->lock);
 	req = a->req;
 	attempt_unlink(a);
-	if (req)
-		req->n_outstanding--;
 	if (status != RPC_STATUS_SUCCESS) {
 		if (status != RPC_STATUS_CANCEL)
 			count(&node->errors, 1);
 		if (req && !req->completed && !req->queued) {
-			req->last_err = -EIO;
 			req_requeue(pool, req, node->index);
 			count(&node->reissued, 1);
 		}
@@ -1191,10 +1185,8 @@ static void req_reset(sfs_origin *pool, struct sfs_origin_req *req, uint64_t now
 	req->have_attr = false;
 	req->link = NULL;
 	req->queued = req->completed = false;
-	req->n_attempts = req->n_outstanding = 0;
 	req->avoid_node = -1;
 	req->done_bytes = 0;
-	req->last_err = 0;
 	req->attempts = NULL;
 	req->deadline_ms = now + pool->fail_ms;
 }

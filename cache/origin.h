@@ -106,12 +106,9 @@ struct sfs_origin_req {
 	struct sfs_attempt *attempts; /* sends in flight, chained */
 	void *call_wait;	      /* sfs_origin_call()'s waiter */
 	bool queued, completed;
-	uint8_t n_attempts;    /* sends so far */
-	uint8_t n_outstanding; /* sends whose reply has not arrived */
-	int16_t avoid_node;    /* node that timed out on it last, or -1 */
-	uint32_t done_bytes;   /* READ: bytes already placed (short replies) */
-	uint64_t deadline_ms;  /* soft mounts: fail with -EIO after this */
-	int last_err;
+	int16_t avoid_node;   /* node that timed out on it last, or -1 */
+	uint32_t done_bytes;  /* READ: bytes already placed (short replies) */
+	uint64_t deadline_ms; /* soft mounts: fail with -EIO after this */
 };
 
 struct sfs_origin_conf {

@@ -32,7 +32,6 @@ enum sfs_fuse_op {
 	SFS_OP_GETXATTR,
 	SFS_OP_IOCTL,
 	SFS_OP_WRITE_DENIED, /* any modifying operation, answered EROFS */
-	SFS_OP_OTHER,
 	SFS_OP_COUNT
 };
 

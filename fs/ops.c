@@ -713,7 +713,6 @@ const char *const sfs_fuse_op_names[SFS_OP_COUNT] = {
     [SFS_OP_GETXATTR] = "getxattr",
     [SFS_OP_IOCTL] = "ioctl",
     [SFS_OP_WRITE_DENIED] = "write_denied",
-    [SFS_OP_OTHER] = "other",
 };
 
 const struct fuse_lowlevel_ops sfs_fuse_ops = {
