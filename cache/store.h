@@ -113,6 +113,24 @@ int sfs_store_chunk_fd(sfs_store_obj *obj, uint32_t index, off_t *off, uint32_t 
 int sfs_store_write_chunk(sfs_store_obj *obj, uint32_t index, const void *buf, uint32_t len,
 			  void (*done)(void *arg, int err), void *arg);
 
+/*
+ * The random-access read: [off, off + len) of a cached version (len <= 1 MiB,
+ * any alignment, may cross one chunk boundary), read from disk and verified
+ * at a finer grain than a chunk: every 64 KiB sub-block that the range
+ * touches (objects of several chunks), or the whole object (objects of one
+ * chunk or less, packed in segments). buf is 4096-aligned scratch of buf_len
+ * >= SFS_STORE_RANGE_BUF_BYTES. On success *data points at byte `off` inside
+ * buf. Returns the bytes available (short only at the end of the version),
+ * -ENOENT if a chunk of the range is not in the store (nothing was read),
+ * -EBADMSG if a checksum failed (that chunk becomes ABSENT: a miss), or
+ * another -errno for an I/O error. Takes the store lock only briefly, never
+ * across I/O; any thread.
+ */
+#define SFS_STORE_SUB_SHIFT	   16 /* 64 KiB verification blocks */
+#define SFS_STORE_RANGE_BUF_BYTES ((1u << 20) + (3u << SFS_STORE_SUB_SHIFT))
+ssize_t sfs_store_read_range(sfs_store_obj *obj, uint64_t off, size_t len, void *buf,
+			     size_t buf_len, const char **data);
+
 /* Count a checksum failure noticed elsewhere; make the chunk ABSENT. */
 void sfs_store_drop_chunk(sfs_store_obj *obj, uint32_t index);
 
