@@ -1,0 +1,195 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Random-offset records in one big file against a real 4-node cluster: a
+# file larger than prefetch_max and prefetch_mem read with shuffled preads
+# of 110 KB records and odd lengths (across 64 KiB and 1 MiB boundaries, at
+# and past EOF), cold then warm (served straight from the cache, verified
+# per 64 KiB sub-block), by 8 concurrent readers, and with one sub-block of
+# the cached object corrupted. Every pread is compared with the same pread
+# on the export; the stats file tells what came from NFS.
+. "$(dirname "$0")/lib.sh"
+sfs_require
+
+CACHE=$WORK/cache
+MB=$((1 << 20))
+SIZE=$((96 * MB + 12345))
+OPTS="cache_dir=$CACHE,cache_size=1G,prefetch_max=16M,prefetch_mem=32M"
+REC="python3 $WORK/rec.py"
+mkdir -p "$EXPORT"
+head -c "$SIZE" /dev/urandom >"$EXPORT/records.bin"
+
+# rec.py PLAN_SEED THREADS MOUNT_FILE EXPORT_FILE: one epoch of preads, the
+# same plan on both files; each thread reads every record of the plan in its
+# own shuffled order. Prints the number of preads and mismatches.
+cat >"$WORK/rec.py" <<'PY'
+import os, random, sys, threading
+
+KIB, MIB = 1 << 10, 1 << 20
+REC = 110000
+
+def plan(size, seed):
+    rng = random.Random(seed)
+    # Every record of the file once (an epoch), in a shuffled order.
+    reads = [(o, REC) for o in range(0, size, REC)]
+    # Across 1 MiB chunk boundaries and 64 KiB sub-block boundaries.
+    for k in rng.sample(range(1, size // MIB), 12):
+        reads += [(k * MIB - 50000, 100000), (k * MIB - 1, 2), (k * MIB - REC + 7, REC)]
+    for k in rng.sample(range(1, size // (64 * KIB)), 24):
+        reads += [(k * 64 * KIB - 3, 7), (k * 64 * KIB - 4096, 65536 + 8192)]
+    # Odd lengths at odd offsets.
+    for n in (1, 3, 4095, 4097, 65535, 65537, 131071, MIB - 1, MIB + 1, 2 * MIB + 5):
+        reads.append((rng.randrange(0, size - n), n))
+    # At EOF and past it.
+    reads += [(size - 7, 100), (size - 1, 1), (size - MIB - 1, 3 * MIB), (size - REC, REC),
+              (size, 10), (size + 100, REC), (size + 5 * MIB, 1)]
+    rng.shuffle(reads)
+    return reads
+
+def main(seed, n_threads, got_path, want_path):
+    size = os.path.getsize(want_path)
+    reads = plan(size, seed)
+    bad = []
+    def reader(t):
+        order = list(reads)
+        random.Random(seed * 100 + t).shuffle(order)
+        g = os.open(got_path, os.O_RDONLY)
+        w = os.open(want_path, os.O_RDONLY)
+        try:
+            for off, n in order:
+                try:
+                    got = os.pread(g, n, off)
+                except OSError as e:
+                    bad.append((off, n, str(e)))
+                    continue
+                if got != os.pread(w, n, off):
+                    bad.append((off, n, "%d bytes differ" % len(got)))
+        finally:
+            os.close(g)
+            os.close(w)
+    ts = [threading.Thread(target=reader, args=(t,)) for t in range(n_threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for b in bad[:5]:
+        print("# pread(off=%d, len=%d): %s" % b)
+    print("# %d threads x %d preads, %d wrong" % (n_threads, len(reads), len(bad)))
+    return 1 if bad else 0
+
+sys.exit(main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]))
+PY
+
+sfs_cluster_up 4
+
+fetched() { stat_value shardfs_prefetch_fetched_bytes_total; }
+# counter NAME: a counter's value, 0 when the daemon does not export it
+counter() { local v; v=$(stat_value "$1"); echo "${v:-0}"; }
+wait_idle() {
+	for _ in $(seq 100); do
+		[ "$(stat_value shardfs_prefetch_inflight_bytes)" = 0 ] &&
+			[ "$(stat_value shardfs_cache_write_queue_bytes)" = 0 ] && return 0
+		sleep 0.1
+	done
+}
+le() { [ "$1" -le "$2" ]; }
+# epoch SEED THREADS: one epoch of shuffled preads, compared with the export
+epoch() { $REC "$1" "$2" "$MNT/records.bin" "$EXPORT/records.bin"; }
+section() { diag "--- $1 (at ${SECONDS}s)"; }
+BOUND=$((SIZE * 11 / 10))
+
+# --- cold, then warm ---------------------------------------------------------------
+section "cold and warm epochs"
+sfs_mount "$OPTS"
+drop_caches
+check "cold epoch: every pread byte-exact" epoch 1 1
+wait_idle
+f1=$(fetched)
+check "cold epoch: fetched $f1 bytes, at least the file ($SIZE)" le "$SIZE" "$f1"
+check "cold epoch: fetched $f1 bytes <= 1.1 x the file ($BOUND)" le "$f1" "$BOUND"
+check "cold epoch: the whole file is cached ($(counter shardfs_cache_used_bytes))" \
+	le "$SIZE" "$(counter shardfs_cache_used_bytes)"
+check "cold epoch: no checksum failures" [ "$(counter shardfs_cache_checksum_failures_total)" = 0 ]
+
+drop_caches
+d1=$(counter shardfs_cache_direct_reads_total)
+h1=$(counter shardfs_cache_hit_bytes_total)
+w1=$(counter shardfs_cache_write_bytes_total)
+check "warm epoch: every pread byte-exact" epoch 2 1
+check "warm epoch: nothing fetched from NFS ($f1 -> $(fetched))" [ "$(fetched)" = "$f1" ]
+d2=$(counter shardfs_cache_direct_reads_total)
+h2=$(counter shardfs_cache_hit_bytes_total)
+check "warm epoch: served by direct reads from the cache ($((d2 - d1)))" le 1 $((d2 - d1))
+check "warm epoch: hits cover the file ($((h2 - h1)) >= $SIZE)" le "$SIZE" $((h2 - h1))
+check "warm epoch: nothing written to the cache" [ "$(counter shardfs_cache_write_bytes_total)" = "$w1" ]
+check "warm epoch: no checksum failures" [ "$(counter shardfs_cache_checksum_failures_total)" = 0 ]
+sfs_umount
+
+# --- 8 concurrent readers of the same chunks -------------------------------------------
+section "8 concurrent readers"
+rm -rf "$CACHE"
+sfs_mount "$OPTS"
+drop_caches
+check "8 readers, cold: every pread byte-exact" epoch 3 8
+wait_idle
+f1=$(fetched)
+check "8 readers, cold: each chunk fetched once ($f1 <= $BOUND)" le "$f1" "$BOUND"
+drop_caches
+check "8 readers, warm: every pread byte-exact" epoch 4 8
+check "8 readers, warm: nothing fetched from NFS" [ "$(fetched)" = "$f1" ]
+check "8 readers: no checksum failures" [ "$(counter shardfs_cache_checksum_failures_total)" = 0 ]
+sfs_umount
+
+# --- a corrupted 64 KiB sub-block ----------------------------------------------------------
+section "a corrupted sub-block"
+mapfile -t objs < <(find "$CACHE/objects" -type f 2>/dev/null)
+check "one cache object for the file (${#objs[@]})" [ "${#objs[@]}" = 1 ]
+CHUNK=40
+SUB=5
+# Where the file's bytes start in the object (found by content: the first
+# 4096-aligned offset holding the file's first 4096 bytes), then flip bytes
+# inside sub-block SUB of chunk CHUNK, not at its edges.
+at=$(python3 - "${objs[0]:-/nonexistent}" "$EXPORT/records.bin" $CHUNK $SUB <<'PY'
+import os, sys
+obj, src, chunk, sub = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+with open(src, "rb") as f:
+    first = f.read(4096)
+with open(obj, "r+b") as f:
+    head = f.read(4 << 20)
+    data_off = next((o for o in range(0, len(head) - 4096, 4096) if head[o:o + 4096] == first), None)
+    if data_off is None:
+        sys.exit("the file's first bytes are not in the object")
+    n = int.from_bytes(head[32:36], "little")
+    print("# data_off %d (header: %d chunks)" % (data_off, n), file=sys.stderr)
+    base = data_off + (chunk << 20) + (sub << 16)
+    for d in (100, 30000, 65000):
+        f.seek(base + d)
+        b = f.read(1)
+        f.seek(base + d)
+        f.write(bytes([b[0] ^ 0xA5]))
+print(base)
+PY
+)
+diag "flipped 3 bytes at ${at:-?} of the object"
+check "corrupted the object" [ -n "$at" ]
+sfs_mount "$OPTS"
+drop_caches
+f0=$(fetched)
+off=$(( (CHUNK << 20) + (SUB << 16) - 20000 ))
+check "corrupted sub-block: the record that covers it is byte-exact" python3 -c "
+import os, sys
+g = os.open(sys.argv[1], os.O_RDONLY); w = os.open(sys.argv[2], os.O_RDONLY)
+sys.exit(os.pread(g, 110000, $off) != os.pread(w, 110000, $off))" "$MNT/records.bin" "$EXPORT/records.bin"
+f1=$(fetched)
+check "corrupted sub-block: counted as a checksum failure" le 1 "$(counter shardfs_cache_checksum_failures_total)"
+check "corrupted sub-block: refetched about one chunk ($((f1 - f0)) bytes)" \
+	bash -c "[ $((f1 - f0)) -ge 65536 ] && [ $((f1 - f0)) -le $((2 * MB)) ]"
+check "corrupted sub-block: a whole epoch is byte-exact" epoch 5 1
+wait_idle
+f2=$(fetched)
+check "corrupted sub-block: only that chunk was refetched ($((f2 - f0)) bytes)" le $((f2 - f0)) $((2 * MB))
+drop_caches
+check "corrupted sub-block: whole file byte-exact (sequential)" cmp -s "$MNT/records.bin" "$EXPORT/records.bin"
+check "corrupted sub-block: the chunk was cached again (nothing more fetched)" [ "$(fetched)" = "$f2" ]
+check "unmount ends the daemon" sfs_umount
+section "done"
+sfs_finish
