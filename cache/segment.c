@@ -1172,8 +1172,10 @@ static int list_dir(sfs_seg *sg, struct seq_list *segs, struct seq_list *idxs)
 			unlinkat(sg->dirfd, de->d_name, 0); /* not ours: temp files, strays */
 	}
 	closedir(d);
-	qsort(segs->v, segs->n, sizeof(uint32_t), seq_cmp);
-	qsort(idxs->v, idxs->n, sizeof(uint32_t), seq_cmp);
+	if (segs->n)
+		qsort(segs->v, segs->n, sizeof(uint32_t), seq_cmp);
+	if (idxs->n)
+		qsort(idxs->v, idxs->n, sizeof(uint32_t), seq_cmp);
 	return err;
 }
 
