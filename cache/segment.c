@@ -127,12 +127,13 @@ struct pend {
 };
 
 struct sfs_seg {
-	char *dir;	      /* set at open, then read-only */
-	int dirfd;	      /* set at open, then read-only */
-	uint64_t seg_bytes;   /* set at open, then read-only */
-	uint32_t wbuf_cap;    /* set at open, then read-only */
-	bool no_direct;	      /* O_DIRECT refused once (tmpfs); atomic */
-	pthread_mutex_t lock; /* a leaf */
+	char *dir;			 /* set at open, then read-only */
+	int dirfd;			 /* set at open, then read-only */
+	uint64_t seg_bytes;		 /* set at open, then read-only */
+	uint32_t wbuf_cap;		 /* set at open, then read-only */
+	bool no_direct;			 /* O_DIRECT refused once (tmpfs); atomic */
+	struct sfs_log_ratelimit err_rl; /* flush failure warnings; atomic */
+	pthread_mutex_t lock;		 /* a leaf */
 
 	/* protected by lock */
 	struct ent *tab;
@@ -779,7 +780,6 @@ static void publish(sfs_seg *sg, struct seg **nw, uint32_t n_new)
  */
 static void flush_failed(sfs_seg *sg, struct seg **nw, uint32_t n_new, int err)
 {
-	static struct sfs_log_ratelimit rl;
 	char name[32];
 
 	for (uint32_t k = 1; k <= n_new && nw[k]; k++) {
@@ -800,7 +800,7 @@ static void flush_failed(sfs_seg *sg, struct seg **nw, uint32_t n_new, int err)
 		seg_unref(sg, act);
 	sg->act = NULL;
 	sg->n_act_ents = 0;
-	if (sfs_log_ratelimit(&rl, 60000))
+	if (sfs_log_ratelimit(&sg->err_rl, 60000))
 		sfs_log(SFS_LOG_WARN, "segment", "%s: flush failed: %s; starting a new segment",
 			sg->dir, strerror(-err));
 }

@@ -24,6 +24,8 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -617,6 +619,87 @@ static void test_concurrent(void)
 	tmp_remove();
 }
 
+static void fsize_limit(rlim_t bytes)
+{
+	struct rlimit rl;
+	getrlimit(RLIMIT_FSIZE, &rl);
+	rl.rlim_cur = bytes;
+	if (setrlimit(RLIMIT_FSIZE, &rl))
+		bail("setrlimit", -errno);
+}
+
+static bool visible(sfs_seg *sg, uint32_t a, uint32_t b)
+{
+	uint8_t key[16];
+	for (uint32_t i = a; i < b; i++)
+		if (key_of(i, key), sfs_seg_lookup(sg, key, NULL))
+			return true;
+	return false;
+}
+
+static uint32_t len_fail(uint32_t i) { return i == 14 ? MiB : len_100k(i); }
+
+/*
+ * Failed flushes (RLIMIT_FSIZE: a short write, then EFBIG): first inside the
+ * segment being filled (a torn record stays behind its end), then in a new
+ * segment after the old one was written and sealed. Nothing of a failed
+ * flush is visible; the same objects appended again go to new segments; a
+ * reopen finds each object once, byte-exact.
+ */
+static void test_flush_failure(void)
+{
+	uint32_t good, miss, bad;
+	struct sfs_seg_stats st;
+
+	signal(SIGXFSZ, SIG_IGN);
+	tmp_new();
+	sfs_seg *sg = open_or_bail(MiB, 0);
+	for (uint32_t i = 0; i < 5; i++)
+		put(sg, i, len_100k(i));
+	ok(sfs_seg_flush(sg) == 0, "5 records of 100 KiB");
+	fsize_limit(640 * KiB); /* record 5 fits, record 6 is cut */
+	for (uint32_t i = 5; i < 8; i++)
+		put(sg, i, len_100k(i));
+	int rc = sfs_seg_flush(sg);
+	fsize_limit(RLIM_INFINITY);
+	sfs_seg_get_stats(sg, &st);
+	ok(rc == -EFBIG && !visible(sg, 5, 8) && st.errors == 1 && st.objects == 5,
+	   "a failed flush (%d) publishes nothing", rc);
+	check_range(sg, 0, 5, len_100k, &good, &miss, &bad);
+	ok(good == 5, "what was there still reads");
+	for (uint32_t i = 5; i < 8; i++)
+		put(sg, i, len_100k(i));
+	ok(sfs_seg_flush(sg) == 0 && file_size(spath("00000001.seg")) > 0,
+	   "appended again: into a new segment");
+
+	fsize_limit(MiB); /* 6 more records fit segment 1; the 1 MiB one in 2 does not */
+	for (uint32_t i = 8; i < 15; i++)
+		put(sg, i, len_fail(i));
+	rc = sfs_seg_flush(sg);
+	fsize_limit(RLIM_INFINITY);
+	ok(rc == -EFBIG && !visible(sg, 8, 15) && file_size(spath("00000002.seg")) < 0,
+	   "a flush failing in its new segment: nothing visible, the new file removed");
+	for (uint32_t i = 8; i < 15; i++)
+		put(sg, i, len_fail(i));
+	ok(sfs_seg_flush(sg) == 0, "appended again");
+	check_range(sg, 0, 15, len_fail, &good, &miss, &bad);
+	ok(good == 15, "all 15 read byte-exact (%u good, %u miss, %u bad)", good, miss, bad);
+	sfs_seg_close(sg);
+
+	sg = open_or_bail(MiB, 0);
+	sfs_seg_get_stats(sg, &st);
+	check_range(sg, 0, 15, len_fail, &good, &miss, &bad);
+	ok(good == 15 && st.objects == 15, "after reopen: 15 objects, byte-exact (%u good)", good);
+	uint64_t live = 0;
+	for (uint32_t i = 0; i < 15; i++)
+		live += len_fail(i);
+	ok(st.live_bytes == live, "live bytes count each object once");
+	ok(file_size(spath("00000000.seg")) == 6 * (off_t)rec_bytes(len_100k(0)),
+	   "segment 0 cut after its last good record");
+	sfs_seg_close(sg);
+	tmp_remove();
+}
+
 /* Memory per object at 200,000 objects: an .idx of 200,000 one-byte
  * records over a sparse segment file (no 800 MB of writes), loaded at open. */
 static void test_scale(void)
@@ -678,6 +761,7 @@ int main(void)
 	test_evict();
 	test_many_segments();
 	test_concurrent();
+	test_flush_failure();
 	test_scale();
 
 	/* tmpfs: O_DIRECT refused, buffered I/O. */
