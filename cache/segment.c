@@ -649,22 +649,38 @@ uint64_t sfs_seg_pending_bytes(sfs_seg *sg) { return sg->wlen; }
 static int seg_create(sfs_seg *sg, struct seg **out)
 {
 	uint32_t seq = sg->next_seq++;
-	int fd = seg_open_fd(sg, seq, O_RDWR | O_CREAT | O_EXCL);
+	char name[32];
+	int err;
+
+	/* Created first without O_DIRECT: a filesystem refusing O_DIRECT
+	 * may create the file before it says EINVAL. */
+	seg_name(name, seq, "seg");
+	int fd = openat(sg->dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0)
-		return fd;
+		return -errno;
+	close(fd);
+	fd = seg_open_fd(sg, seq, O_RDWR);
+	if (fd < 0) {
+		err = fd;
+		goto err_unlink;
+	}
 	if (fsync(sg->dirfd)) {
-		int err = -errno;
-		close(fd);
-		return err;
+		err = -errno;
+		goto err_close;
 	}
 	struct seg *s = seg_new(seq, fd, 0);
 	if (!s) {
-		close(fd);
-		return -ENOMEM;
+		err = -ENOMEM;
+		goto err_close;
 	}
 	s->refs = 1;
 	*out = s;
 	return 0;
+err_close:
+	close(fd);
+err_unlink:
+	unlinkat(sg->dirfd, name, 0);
+	return err;
 }
 
 /* Writes pend[i, j) (one segment's run: contiguous in wbuf and in the file)
