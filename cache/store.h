@@ -3,8 +3,9 @@
  * store — the local NVMe chunk cache.
  *
  * Owns: cached file versions ("objects") under cache_dir, one file each:
- * a header with one record per 1 MiB chunk (XXH3-64 of its bytes, length,
- * a valid mark) and the chunk bytes at fixed offsets. An object is named by
+ * a header with one record per 1 MiB chunk (its length, a valid mark, and
+ * one XXH3-64 per 64 KiB sub-block) and the chunk bytes at fixed offsets,
+ * chunk after chunk. An object is named by
  * XXH3-128 of (fsid, fileid, size, mtime, ctime) — never by path — so a
  * changed file is a new object and old bytes can never be served for it.
  * Also owns: the in-memory index, recovery at startup, the writer thread
@@ -17,10 +18,18 @@
  * PRESENT (found on disk at startup) -> VERIFIED on the first read whose
  * checksum matches; a mismatch makes it ABSENT again (a miss, never an
  * error). Only VERIFIED chunks are served from their file descriptor.
+ * Every read checks what it reads: read_chunk all sub-blocks of a chunk,
+ * read_range only the sub-blocks its range touches (a range read leaves a
+ * PRESENT chunk PRESENT).
+ *
+ * Memory: an object nobody holds costs its struct and one byte per chunk;
+ * while it is referenced, also its open fds and 136 bytes per chunk it has
+ * read (the records), until the last reference goes.
  *
  * Threading: every function may be called from any thread. One lock
- * (store->lock, a leaf) protects the index and every object's chunk table.
- * Write completions run on the writer thread and must not block.
+ * (store->lock, a leaf) protects the index and every object's chunk table;
+ * reads take it only around their I/O, never across it. Write completions
+ * run on the writer thread and must not block.
  */
 #ifndef SFS_STORE_H
 #define SFS_STORE_H
@@ -126,7 +135,7 @@ int sfs_store_write_chunk(sfs_store_obj *obj, uint32_t index, const void *buf, u
  * another -errno for an I/O error. Takes the store lock only briefly, never
  * across I/O; any thread.
  */
-#define SFS_STORE_SUB_SHIFT	   16 /* 64 KiB verification blocks */
+#define SFS_STORE_SUB_SHIFT	  16 /* 64 KiB verification blocks */
 #define SFS_STORE_RANGE_BUF_BYTES ((1u << 20) + (3u << SFS_STORE_SUB_SHIFT))
 ssize_t sfs_store_read_range(sfs_store_obj *obj, uint64_t off, size_t len, void *buf,
 			     size_t buf_len, const char **data);

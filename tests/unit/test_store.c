@@ -10,8 +10,9 @@
  *
  * Tests that damage the cache on disk rely on the object file layout that
  * store.c documents: a 64-byte header (size at offset 24, n_chunks at 32,
- * data_off at 40), 16-byte chunk records from offset 64, and chunk i's bytes
- * at data_off + i MiB, data_off being 64 + 16 n rounded up to 4096.
+ * data_off at 40), 136-byte chunk records from offset 64 (16 XXH3-64 of
+ * 64 KiB sub-blocks, then length and valid mark), and chunk i's bytes at
+ * data_off + i MiB, data_off being 64 + 136 n rounded up to 4096.
  *
  * Threading: ok() runs on the main thread only; write completions (the
  * store's writer thread) and the worker threads of the concurrency test
@@ -303,7 +304,7 @@ static const char *state_name(enum sfs_chunk_state st)
 
 static uint64_t data_off_for(uint32_t n_chunks)
 {
-	return (64 + 16ull * n_chunks + 4095) & ~4095ull;
+	return (64 + 136ull * n_chunks + 4095) & ~4095ull;
 }
 
 /* Finds the object file under dir/objects whose header says `size`; the
@@ -1177,6 +1178,376 @@ static void test_offline(void)
 	tmp_remove();
 }
 
+/* --- range reads ------------------------------------------------------------- */
+
+#define RG_SIZE (3 * MiB + 12345) /* 4 chunks, the last short */
+#define RG_SEED 33
+
+/* Compares n bytes at data with bytes [off, off + n) of file `seed`.
+ * Returns -1 if equal, else the first differing index. */
+static long range_diff(uint32_t seed, uint64_t off, const char *data, size_t n)
+{
+	uint64_t base = off & ~7ull;
+	uint8_t *exp = malloc(n + 16);
+	long at = -1;
+
+	fill(seed, base, exp, n + (off - base));
+	const uint8_t *e = exp + (off - base);
+	if (memcmp(e, data, n))
+		for (size_t k = 0; k < n; k++)
+			if (e[k] != (uint8_t)data[k]) {
+				at = (long)k;
+				break;
+			}
+	free(exp);
+	return at;
+}
+
+static uint64_t rg_rand(uint64_t *st)
+{
+	*st = mix(*st);
+	return *st;
+}
+
+/* One range read checked: returns 0 if it gave exactly the bytes the
+ * version has there (min(len, size - off) of them), else -1 with why set. */
+static int range_check(sfs_store_obj *o, uint32_t seed, uint64_t size, uint64_t off, size_t len,
+		       uint8_t *buf, char *why, size_t why_len)
+{
+	const char *data = NULL;
+	size_t want = off >= size ? 0 : (size - off < len ? (size_t)(size - off) : len);
+	ssize_t n = sfs_store_read_range(o, off, len, buf, SFS_STORE_RANGE_BUF_BYTES, &data);
+	long at = -1;
+
+	if (n == (ssize_t)want && n > 0)
+		at = range_diff(seed, off, data, (size_t)n);
+	if (n != (ssize_t)want || at >= 0) {
+		snprintf(why, why_len, "read_range(%llu, %zu) = %zd (want %zu), bad byte %ld",
+			 (unsigned long long)off, len, n, want, at);
+		return -1;
+	}
+	return 0;
+}
+
+static uint8_t *range_buf(void)
+{
+	uint8_t *b = aligned_alloc(4096, SFS_STORE_RANGE_BUF_BYTES);
+
+	if (!b)
+		bail("aligned_alloc", -ENOMEM);
+	return b;
+}
+
+/* The edge cases and n random ranges; returns how many were wrong. */
+static int range_sweep(sfs_store_obj *o, uint32_t seed, uint64_t size, int n, uint64_t rnd,
+		       uint8_t *buf)
+{
+	static const struct {
+		uint64_t off;
+		size_t len;
+	} edges[] = {
+	    {0, 1},
+	    {0, MiB},
+	    {1, MiB},
+	    {MiB - 1, 2},
+	    {MiB - 100, 200},
+	    {MiB / 2, MiB},
+	    {65535, 2},
+	    {65536, 65536},
+	    {2 * MiB + 7, MiB}, /* into the short chunk */
+	    {3 * MiB, 12345},
+	    {3 * MiB + 12344, 1},
+	    {3 * MiB + 12300, 1000}, /* past EOF: short */
+	    {3 * MiB - 3, MiB},
+	    {RG_SIZE, 10}, /* at EOF: 0 */
+	    {RG_SIZE + 5000, 10},
+	};
+	char why[256];
+	int wrong = 0;
+
+	for (size_t i = 0; i < sizeof(edges) / sizeof(edges[0]); i++)
+		if (range_check(o, seed, size, edges[i].off, edges[i].len, buf, why, sizeof(why))) {
+			diag("%s", why);
+			wrong++;
+		}
+	for (int i = 0; i < n; i++) {
+		uint64_t r = rg_rand(&rnd);
+		size_t len = r % 4 == 0 ? 1 + (size_t)(rg_rand(&rnd) % MiB) : 110 * 1000;
+		uint64_t off = rg_rand(&rnd) % size;
+		if (range_check(o, seed, size, off, len, buf, why, sizeof(why))) {
+			if (wrong < 5)
+				diag("%s", why);
+			wrong++;
+		}
+	}
+	return wrong;
+}
+
+static sfs_store_obj *write_all(sfs_store *s, const struct sfs_file_version *v, uint32_t seed)
+{
+	sfs_store_obj *o = sfs_store_obj_get(s, v);
+	uint32_t n = (uint32_t)((v->size + MiB - 1) / MiB);
+	int rc = 0;
+
+	for (uint32_t i = 0; i < n && rc == 0; i++)
+		rc = write_sync(o, seed, v->size, i);
+	if (rc)
+		bail("write_all", rc);
+	return o;
+}
+
+static void test_range(void)
+{
+	diag("read_range: random offsets and lengths, byte-exact");
+	tmp_new();
+	const char *dir = tpath("cache");
+	sfs_store *s = store_open(dir, 0, SFS_STORE_LRU);
+	struct sfs_file_version v = version(1000, RG_SIZE);
+	sfs_store_obj *o = write_all(s, &v, RG_SEED);
+	uint8_t *buf = range_buf();
+
+	int wrong = range_sweep(o, RG_SEED, RG_SIZE, 2000, 1, buf);
+	ok(wrong == 0, "written this run (VERIFIED, records in memory): %d of 2015 wrong", wrong);
+	const char *data = NULL;
+	ssize_t n = sfs_store_read_range(o, 0, MiB + 1, buf, SFS_STORE_RANGE_BUF_BYTES, &data);
+	ok(n == -EINVAL, "len 1 MiB + 1: %zd (want -EINVAL)", n);
+	n = sfs_store_read_range(o, 100, MiB, buf, MiB, &data);
+	ok(n == -EINVAL, "buf_len too small for the sub-blocks: %zd (want -EINVAL)", n);
+	n = sfs_store_read_range(o, 100, 10, buf, 65536, &data);
+	ok(n == 10 && range_diff(RG_SEED, 100, data, 10) < 0,
+	   "a small range with a small buffer: %zd (want 10)", n);
+	/* A misaligned buffer takes the buffered fd. */
+	char why[256] = "";
+	int r = 0;
+	for (uint64_t off = 5; off < RG_SIZE && r == 0; off += 700001)
+		r = range_check(o, RG_SEED, RG_SIZE, off, 110 * 1000, buf, why, sizeof(why));
+	const char *d2 = NULL;
+	n = sfs_store_read_range(o, MiB - 50, 100, buf + 8, SFS_STORE_RANGE_BUF_BYTES - 8, &d2);
+	ok(r == 0 && n == 100 && range_diff(RG_SEED, MiB - 50, d2, 100) < 0,
+	   "misaligned buffer across a chunk boundary: %zd %s", n, why);
+	ok(sfs_store_chunk_state(o, 1) == SFS_CHUNK_VERIFIED, "range reads keep chunks VERIFIED");
+	sfs_store_obj_put(o);
+	sfs_store_close(s);
+
+	/* After a restart: PRESENT chunks, records read from the file. */
+	s = store_open(dir, 0, SFS_STORE_LRU);
+	o = sfs_store_obj_get(s, &v);
+	wrong = range_sweep(o, RG_SEED, RG_SIZE, 1000, 2, buf);
+	ok(wrong == 0, "after reopen (PRESENT, records from disk): %d of 1015 wrong", wrong);
+	ok(sfs_store_chunk_state(o, 0) == SFS_CHUNK_PRESENT,
+	   "range reads verify sub-blocks, not chunks: chunk 0 stays PRESENT (got %s)",
+	   state_name(sfs_store_chunk_state(o, 0)));
+	sfs_store_obj_put(o);
+	/* Dropped and taken again: records read again. */
+	o = sfs_store_obj_get(s, &v);
+	wrong = range_sweep(o, RG_SEED, RG_SIZE, 200, 3, buf);
+	ok(wrong == 0, "after the last reference went and came back: %d wrong", wrong);
+	long bad;
+	n = read_check(o, RG_SEED, RG_SIZE, 3, &bad);
+	ok(n == 12345 && bad < 0, "read_chunk of the short chunk after range reads: %zd", n);
+
+	/* A missing chunk: ranges that touch it are -ENOENT, others work. */
+	sfs_store_drop_chunk(o, 2);
+	n = sfs_store_read_range(o, 2 * MiB - 10, 20, buf, SFS_STORE_RANGE_BUF_BYTES, &data);
+	ok(n == -ENOENT, "range across into an ABSENT chunk: %zd (want -ENOENT)", n);
+	n = sfs_store_read_range(o, 3 * MiB - 10, 20, buf, SFS_STORE_RANGE_BUF_BYTES, &data);
+	ok(n == -ENOENT, "range across out of an ABSENT chunk: %zd (want -ENOENT)", n);
+	r = range_check(o, RG_SEED, RG_SIZE, 2 * MiB - 110000, 110000, buf, why, sizeof(why));
+	ok(r == 0, "range ending at the ABSENT chunk's start %s", why);
+	sfs_store_obj_put(o);
+	sfs_store_close(s);
+	free(buf);
+	tmp_remove();
+}
+
+/* Flips one byte of the object file at `at`. */
+static void flip_byte(const char *path, off_t at)
+{
+	uint8_t byte;
+	int fd = open(path, O_RDWR);
+
+	if (fd < 0 || pread(fd, &byte, 1, at) != 1)
+		bail("flip: pread", -errno);
+	byte ^= 0x10;
+	if (pwrite(fd, &byte, 1, at) != 1)
+		bail("flip: pwrite", -errno);
+	close(fd);
+}
+
+static void test_range_corruption(void)
+{
+	diag("read_range: a flipped byte in one sub-block is a miss for its chunk only");
+	tmp_new();
+	const char *dir = tpath("cache");
+	sfs_store *s = store_open(dir, 0, SFS_STORE_LRU);
+	struct sfs_file_version v = version(1100, RG_SIZE);
+	sfs_store_obj_put(write_all(s, &v, RG_SEED));
+	sfs_store_close(s);
+	char path[1024];
+	if (find_object(dir, RG_SIZE, path, sizeof(path)) != 0)
+		bail("object file not found", -ENOENT);
+	uint64_t d0 = data_off_for(4);
+	flip_byte(path, (off_t)(d0 + MiB + 5 * 65536 + 100)); /* chunk 1, sub-block 5 */
+
+	s = store_open(dir, 0, SFS_STORE_LRU);
+	sfs_store_obj *o = sfs_store_obj_get(s, &v);
+	uint8_t *buf = range_buf();
+	char why[256] = "";
+	int r =
+	    range_check(o, RG_SEED, RG_SIZE, MiB + 3 * 65536 + 5, 100000, buf, why, sizeof(why));
+	ok(r == 0, "chunk 1, sub-blocks 3-4 (not the flipped one): exact %s", why);
+	const char *data = NULL;
+	ssize_t n =
+	    sfs_store_read_range(o, MiB + 5 * 65536, 10, buf, SFS_STORE_RANGE_BUF_BYTES, &data);
+	struct sfs_store_stats ss = stats(s);
+	ok(n == -EBADMSG, "range in the flipped sub-block: %zd (want -EBADMSG)", n);
+	ok(sfs_store_chunk_state(o, 1) == SFS_CHUNK_ABSENT && ss.checksum_failures == 1 &&
+	       ss.used_bytes == RG_SIZE - MiB,
+	   "chunk 1 %s, checksum_failures %llu, used %llu (want ABSENT 1 %llu)",
+	   state_name(sfs_store_chunk_state(o, 1)), (unsigned long long)ss.checksum_failures,
+	   (unsigned long long)ss.used_bytes, (unsigned long long)(RG_SIZE - MiB));
+	n = sfs_store_read_range(o, MiB + 3 * 65536, 10, buf, SFS_STORE_RANGE_BUF_BYTES, &data);
+	ok(n == -ENOENT, "a good sub-block of that chunk now: %zd (want -ENOENT)", n);
+	long bad;
+	ok(read_check(o, RG_SEED, RG_SIZE, 1, &bad) == -ENOENT, "read_chunk(1): -ENOENT");
+	r = range_check(o, RG_SEED, RG_SIZE, 10, MiB - 20, buf, why, sizeof(why));
+	r |= range_check(o, RG_SEED, RG_SIZE, 2 * MiB + 1000, MiB, buf, why, sizeof(why));
+	ok(r == 0, "chunks 0, 2 and 3 still served exactly %s", why);
+	sfs_store_obj_put(o);
+	sfs_store_close(s);
+
+	/* The record was cleared on disk; a rewrite makes it whole again. */
+	s = store_open(dir, 0, SFS_STORE_LRU);
+	o = sfs_store_obj_get(s, &v);
+	ok(sfs_store_chunk_state(o, 1) == SFS_CHUNK_ABSENT, "after reopen chunk 1 ABSENT (got %s)",
+	   state_name(sfs_store_chunk_state(o, 1)));
+	int rc = write_sync(o, RG_SEED, RG_SIZE, 1);
+	r = range_check(o, RG_SEED, RG_SIZE, MiB - 7, MiB, buf, why, sizeof(why));
+	ok(rc == 0 && r == 0, "rewritten chunk 1 served across both its boundaries: %d %s", rc,
+	   why);
+
+	/* A flip under a held object whose records are in memory, in the first
+	 * sub-block of chunk 3, reached by a range that starts in chunk 2:
+	 * chunk 3 goes, chunk 2 stays. */
+	flip_byte(path, (off_t)(d0 + 3 * MiB + 1));
+	n = sfs_store_read_range(o, 3 * MiB - 100, 200, buf, SFS_STORE_RANGE_BUF_BYTES, &data);
+	ok(n == -EBADMSG && sfs_store_chunk_state(o, 3) == SFS_CHUNK_ABSENT &&
+	       sfs_store_chunk_state(o, 2) != SFS_CHUNK_ABSENT,
+	   "range across into a bad sub-block: %zd, chunk 3 %s, chunk 2 %s", n,
+	   state_name(sfs_store_chunk_state(o, 3)), state_name(sfs_store_chunk_state(o, 2)));
+	r = range_check(o, RG_SEED, RG_SIZE, 3 * MiB - 100000, 100000, buf, why, sizeof(why));
+	ok(r == 0, "chunk 2 up to the boundary still exact %s", why);
+	/* A damaged record (one sub-block hash) fails that sub-block. */
+	uint64_t junk = 0x5555;
+	int fd = open(path, O_RDWR);
+	if (fd < 0 || pwrite(fd, &junk, 8, 64 + 136 * 0 + 8 * 2) != 8)
+		bail("damage record", -errno);
+	close(fd);
+	sfs_store_obj_put(o);
+	o = sfs_store_obj_get(s, &v); /* records read from disk again */
+	n = sfs_store_read_range(o, 2 * 65536 + 3, 5, buf, SFS_STORE_RANGE_BUF_BYTES, &data);
+	ok(n == -EBADMSG && sfs_store_chunk_state(o, 0) == SFS_CHUNK_ABSENT,
+	   "a damaged sub-block hash in chunk 0's record: %zd, chunk 0 %s", n,
+	   state_name(sfs_store_chunk_state(o, 0)));
+	ss = stats(s);
+	ok(ss.checksum_failures == 2, "checksum_failures %llu this run (want 2)",
+	   (unsigned long long)ss.checksum_failures);
+	sfs_store_obj_put(o);
+	sfs_store_close(s);
+	free(buf);
+	tmp_remove();
+}
+
+/* An object file of the previous layout (one hash per chunk) is discarded. */
+static void test_old_layout(void)
+{
+	diag("objects of the previous layout are discarded at load");
+	tmp_new();
+	const char *dir = tpath("cache");
+	sfs_store *s = store_open(dir, 0, SFS_STORE_LRU);
+	struct sfs_file_version v = version(1200, MiB + 1);
+	sfs_store_obj_put(write_all(s, &v, 12));
+	sfs_store_close(s);
+	char path[1024];
+	if (find_object(dir, MiB + 1, path, sizeof(path)) != 0)
+		bail("object file not found", -ENOENT);
+	int fd = open(path, O_RDWR);
+	if (fd < 0 || pwrite(fd, "SFSOBJS1", 8, 0) != 8)
+		bail("old magic", -errno);
+	close(fd);
+	s = store_open(dir, 0, SFS_STORE_LRU);
+	struct sfs_store_stats ss = stats(s);
+	ok(ss.objects == 0 && ss.used_bytes == 0 && !exists(path),
+	   "old magic: objects %llu used %llu, file %s (want 0 0 deleted)",
+	   (unsigned long long)ss.objects, (unsigned long long)ss.used_bytes,
+	   exists(path) ? "kept" : "deleted");
+	sfs_store_close(s);
+	tmp_remove();
+}
+
+/* --- concurrent range readers ------------------------------------------------ */
+
+#define RC_THREADS 8
+#define RC_READS   300
+
+static sfs_store_obj *rc_obj;
+static long rc_wrong, rc_errors; /* atomic */
+
+static void *rc_reader(void *arg)
+{
+	uint64_t rnd = 77 + (uint64_t)(intptr_t)arg;
+	uint8_t *buf = range_buf();
+	uint8_t *chunk = aligned_alloc(4096, MiB);
+	char why[256];
+
+	for (int i = 0; i < RC_READS; i++) {
+		uint64_t off = rg_rand(&rnd) % RG_SIZE;
+		size_t len = i % 5 ? 110 * 1000 : 1 + (size_t)(rg_rand(&rnd) % MiB);
+		if (range_check(rc_obj, RG_SEED, RG_SIZE, off, len, buf, why, sizeof(why))) {
+			printf("# thread %d: %s\n", (int)(intptr_t)arg, why);
+			__atomic_fetch_add(&rc_wrong, 1, __ATOMIC_RELAXED);
+		}
+		if (i % 50 == 0) {
+			uint32_t c = (uint32_t)(off / MiB);
+			ssize_t n = sfs_store_read_chunk(rc_obj, c, chunk);
+			if (n < 0 || chunk_diff(RG_SEED, c, chunk, (size_t)n) >= 0)
+				__atomic_fetch_add(&rc_errors, 1, __ATOMIC_RELAXED);
+		}
+	}
+	free(chunk);
+	free(buf);
+	return NULL;
+}
+
+static void test_range_concurrency(void)
+{
+	diag("read_range: %d threads on one object, records loaded under the race", RC_THREADS);
+	tmp_new();
+	const char *dir = tpath("cache");
+	sfs_store *s = store_open(dir, 0, SFS_STORE_LRU);
+	struct sfs_file_version v = version(1300, RG_SIZE);
+	sfs_store_obj_put(write_all(s, &v, RG_SEED));
+	sfs_store_close(s);
+	s = store_open(dir, 0, SFS_STORE_LRU); /* PRESENT: records from disk */
+	rc_obj = sfs_store_obj_get(s, &v);
+	pthread_t t[RC_THREADS];
+	for (int i = 0; i < RC_THREADS; i++)
+		pthread_create(&t[i], NULL, rc_reader, (void *)(intptr_t)i);
+	for (int i = 0; i < RC_THREADS; i++)
+		pthread_join(t[i], NULL);
+	struct sfs_store_stats ss = stats(s);
+	ok(rc_wrong == 0 && rc_errors == 0,
+	   "%d concurrent range reads: %ld wrong, %ld read_chunk errors (want 0 0)",
+	   RC_THREADS * RC_READS, rc_wrong, rc_errors);
+	ok(ss.checksum_failures == 0 && ss.used_bytes == RG_SIZE,
+	   "checksum_failures %llu used %llu (want 0 %llu)",
+	   (unsigned long long)ss.checksum_failures, (unsigned long long)ss.used_bytes,
+	   (unsigned long long)RG_SIZE);
+	sfs_store_obj_put(rc_obj);
+	sfs_store_close(s);
+	tmp_remove();
+}
+
 /* --- concurrency ------------------------------------------------------------- */
 
 #define CC_FILES   2
@@ -1349,6 +1720,10 @@ static const struct {
     {"lru", test_lru},
     {"pin", test_pin},
     {"concurrency", test_concurrency},
+    {"range", test_range},
+    {"range_corruption", test_range_corruption},
+    {"old_layout", test_old_layout},
+    {"range_concurrency", test_range_concurrency},
     {"offline", test_offline},
 };
 
