@@ -679,6 +679,8 @@ void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out)
 	LOAD(hit_bytes);
 	LOAD(miss_bytes);
 	LOAD(stale_errors);
+	LOAD(direct_reads);
+	LOAD(direct_scratch_bytes);
 #undef LOAD
 }
 
@@ -822,6 +824,78 @@ static void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c)
 		file_free(f);
 }
 
+/* --- the direct path: cached bytes for small files and random readers ---- */
+
+/* Per-thread scratch of the direct path (4096-aligned, made on a thread's
+ * first direct read, freed when the thread exits). A view that points into
+ * it is valid until the same thread's next sfs_pf_read(). */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static bool scratch_ok;
+
+static void scratch_init(void) { scratch_ok = pthread_key_create(&scratch_key, free) == 0; }
+
+static void *scratch_get(sfs_prefetch *pf)
+{
+	pthread_once(&scratch_once, scratch_init);
+	if (!scratch_ok)
+		return NULL;
+	void *b = pthread_getspecific(scratch_key);
+	if (!b && (b = aligned_alloc(4096, SFS_STORE_RANGE_BUF_BYTES))) {
+		if (pthread_setspecific(scratch_key, b) != 0) {
+			free(b);
+			return NULL;
+		}
+		count(&pf->stats.direct_scratch_bytes, SFS_STORE_RANGE_BUF_BYTES);
+	}
+	return b;
+}
+
+/*
+ * Serve [off, end) straight from the store, verified by this read, when
+ * chunk buffers would not pay: the file is one chunk or less (read whole,
+ * once: no readahead, no chunk state, no pins) or the reader jumps around
+ * (a chunk loaded for one record would be dropped before its other records
+ * are asked for, so only the 64 KiB blocks the record touches are read).
+ * Sequential readers of large files keep the chunk path and its loaders.
+ * Returns the bytes served, or -1 to take the chunk path (a chunk of the
+ * range is in memory or not in the store, or the read failed its checks:
+ * the chunk path then fetches it again).
+ */
+static ssize_t direct_read(struct sfs_pf_file *f, uint64_t off, uint64_t end, struct sfs_pf_view *v)
+{
+	uint64_t c0 = off >> SFS_CHUNK_SHIFT, c1 = (end - 1) >> SFS_CHUNK_SHIFT;
+
+	pthread_mutex_lock(&f->lock);
+	/* f->obj is dropped only when the last open ends; a reader holds one. */
+	sfs_store_obj *obj = f->obj;
+	bool small = f->size <= SFS_CHUNK_BYTES;
+	bool seq = c0 == 0 || c0 + 1 == f->next_seq || c0 == f->next_seq;
+	bool in_mem = chunk_find(f, c0) || (c1 != c0 && chunk_find(f, c1));
+	bool go = obj && !in_mem && (small || !seq);
+	if (go) {
+		f->sequential = false;
+		f->next_seq = c1 + 1;
+	}
+	pthread_mutex_unlock(&f->lock);
+	if (!go)
+		return -1;
+	void *buf = scratch_get(f->pf);
+	const char *data;
+	ssize_t n = buf ? sfs_store_read_range(obj, off, (size_t)(end - off), buf,
+					       SFS_STORE_RANGE_BUF_BYTES, &data)
+			: -ENOMEM;
+	if (n <= 0)
+		return -1;
+	v->iov[0].iov_base = (void *)data;
+	v->iov[0].iov_len = (size_t)n;
+	v->n_iov = 1;
+	v->bytes = (size_t)n;
+	count(&f->pf->stats.hit_bytes, n);
+	count(&f->pf->stats.direct_reads, 1);
+	return n;
+}
+
 ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v)
 {
 	struct pf_chunk *want[3], *started[SFS_PF_MAX_WINDOW * 2 + 3], *loads[3];
@@ -839,6 +913,11 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 	uint64_t c0 = off >> SFS_CHUNK_SHIFT, c1 = (end - 1) >> SFS_CHUNK_SHIFT;
 	if (c1 - c0 >= 3)
 		return -EINVAL;
+	if (end - off <= SFS_CHUNK_BYTES) {
+		ssize_t n = direct_read(f, off, end, v);
+		if (n > 0)
+			return n;
+	}
 
 	pthread_mutex_lock(&f->lock);
 	/* Sequential: this read starts in the chunk the last one ended in, or
@@ -941,6 +1020,10 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 				i++;
 		pthread_cond_broadcast(&f->cond);
 	}
+	/* A view holds its file: the kernel may see the reply and close the
+	 * file (and the last open may drop f) before the view is released. */
+	if (v->n_pins)
+		f->refs++;
 	pthread_mutex_unlock(&f->lock);
 	return ret < 0 ? ret : (ssize_t)v->bytes;
 }
@@ -961,7 +1044,10 @@ void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v)
 	}
 	v->n_pins = 0;
 	pthread_cond_broadcast(&f->cond);
+	bool last = --f->refs == 0; /* the view's reference */
 	pthread_mutex_unlock(&f->lock);
+	if (last)
+		file_free(f);
 }
 
 void sfs_pf_file_drop_idle(sfs_pf_file *f)

@@ -239,7 +239,7 @@ static int do_warm(struct sfs_fs *fs, struct sfs_inode *i, struct sfs_open_file 
 		return rc;
 	pthread_mutex_lock(&i->lock);
 	bool current = i->pf == of->pf;
-	w->file_bytes = i->pf_attr.size;
+	w->file_bytes = i->opened_version.size;
 	pthread_mutex_unlock(&i->lock);
 	w->cached_bytes = sfs_pf_file_cached_bytes(of->pf);
 	if (!current)

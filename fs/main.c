@@ -226,7 +226,12 @@ int main(int argc, char **argv)
 	if (!lc)
 		goto out_unmount;
 	fuse_loop_cfg_set_max_threads(lc, o.max_threads);
-	fuse_loop_cfg_set_idle_threads(lc, o.max_threads < 16 ? o.max_threads : 16);
+	/* Workers never exit once started: with fewer idle threads kept than
+	 * readers in flight, libfuse created and destroyed a thread (clone,
+	 * stack mmap/munmap, and our per-thread read scratch) every few
+	 * requests: 8% of the daemon's CPU on a small-file epoch. An idle
+	 * worker costs its touched stack and scratch pages. */
+	fuse_loop_cfg_set_idle_threads(lc, o.max_threads);
 	rc = fuse_session_loop_mt(se, lc);
 	fuse_loop_cfg_destroy(lc);
 	status = rc == 0 ? 0 : 1;

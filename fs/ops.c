@@ -278,22 +278,84 @@ static struct sfs_file_version version_of(const struct sfs_attr *a)
 					 .ctime_ns = (uint32_t)a->ctime.tv_nsec};
 }
 
-static bool same_version(const struct sfs_attr *a, const struct sfs_attr *b)
+static bool same_version(const struct sfs_file_version *a, const struct sfs_file_version *b)
 {
-	return a->size == b->size && a->mtime.tv_sec == b->mtime.tv_sec &&
-	       a->mtime.tv_nsec == b->mtime.tv_nsec && a->ctime.tv_sec == b->ctime.tv_sec &&
-	       a->ctime.tv_nsec == b->ctime.tv_nsec;
+	return a->size == b->size && a->mtime_s == b->mtime_s && a->mtime_ns == b->mtime_ns &&
+	       a->ctime_s == b->ctime_s && a->ctime_ns == b->ctime_ns;
 }
 
 /* The end of one open of i (its handle holds a reference on pf). When the
- * last one closes, chunks kept for it go back to the memory budget. */
+ * last one closes, the inode lets go of its fetch state too: chunks kept for
+ * it go back to the memory budget, and a file the kernel remembers but
+ * nobody reads holds no prefetch or store state. */
 static void file_closed(struct sfs_inode *i, sfs_pf_file *pf)
 {
+	sfs_pf_file *last = NULL;
+
 	pthread_mutex_lock(&i->lock);
-	i->n_open--;
+	if (--i->n_open == 0) {
+		last = i->pf;
+		i->pf = NULL;
+	}
 	pthread_mutex_unlock(&i->lock);
 	sfs_pf_file_drop_idle(pf); /* pairs with sfs_pf_file_opened() */
 	sfs_pf_file_unref(pf);
+	if (last)
+		sfs_pf_file_unref(last); /* the inode's reference */
+}
+
+/* open() of the stats file: a snapshot of the text, served direct_io. */
+static void open_stats_file(fuse_req_t req, struct sfs_fs *fs, struct fuse_file_info *fi)
+{
+	struct stats_snapshot *s = calloc(1, sizeof(*s));
+	ssize_t n = s ? sfs_stats_render(fs, &s->text) : -ENOMEM;
+
+	if (n < 0) {
+		free(s);
+		reply_err(req, (int)n);
+		return;
+	}
+	s->len = (size_t)n;
+	fi->fh = (uintptr_t)s;
+	fi->direct_io = 1; /* size is not known in advance */
+	fi->nonseekable = 0;
+	fuse_reply_open(req, fi);
+}
+
+/*
+ * One more open of version v of i: the fetch state shared by the opens of
+ * v (made if none is), referenced for the caller and counted in n_open.
+ * *unchanged: the kernel's pages of i, if any, are of v (keep_cache);
+ * *changed: they are of another version and must be dropped. Returns 0 or
+ * -ENOMEM. Takes i->lock.
+ */
+static int open_fetch_state(struct sfs_fs *fs, struct sfs_inode *i,
+			    const struct sfs_file_version *v, sfs_pf_file **out, bool *unchanged,
+			    bool *changed)
+{
+	pthread_mutex_lock(&i->lock);
+	*unchanged = i->have_opened_version && same_version(&i->opened_version, v);
+	*changed = i->have_opened_version && !*unchanged;
+	sfs_pf_file *pf = i->pf;
+	if (pf && !*unchanged) {
+		sfs_pf_file_unref(pf); /* open handles of the old version keep theirs */
+		pf = i->pf = NULL;
+	}
+	if (!pf) {
+		int rc = sfs_pf_file_open_version(fs->prefetch, &i->fh, v, &pf);
+		if (rc < 0) {
+			pthread_mutex_unlock(&i->lock);
+			return rc;
+		}
+		i->pf = pf;
+	}
+	i->opened_version = *v;
+	i->have_opened_version = true;
+	sfs_pf_file_ref(pf);
+	i->n_open++;
+	pthread_mutex_unlock(&i->lock);
+	*out = pf;
+	return 0;
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -301,6 +363,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct sfs_fs *fs = FS(req);
 	struct sfs_inode *i = I(fs, ino);
 	struct sfs_attr a;
+	sfs_pf_file *pf;
+	bool unchanged, changed;
 	int rc;
 
 	op_count(fs, SFS_OP_OPEN);
@@ -309,18 +373,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	if (i->kind == SFS_INODE_STATS) {
-		struct stats_snapshot *s = calloc(1, sizeof(*s));
-		ssize_t n = s ? sfs_stats_render(fs, &s->text) : -ENOMEM;
-		if (n < 0) {
-			free(s);
-			reply_err(req, (int)n);
-			return;
-		}
-		s->len = (size_t)n;
-		fi->fh = (uintptr_t)s;
-		fi->direct_io = 1; /* size is not known in advance */
-		fi->nonseekable = 0;
-		fuse_reply_open(req, fi);
+		open_stats_file(req, fs, fi);
 		return;
 	}
 	if (i->kind != SFS_INODE_NFS) {
@@ -333,27 +386,11 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		reply_err(req, rc);
 		return;
 	}
-	pthread_mutex_lock(&i->lock);
-	sfs_pf_file *pf = i->pf;
-	bool unchanged = pf && same_version(&i->pf_attr, &a);
-	bool changed = pf && !unchanged;
-	if (!unchanged) {
-		sfs_pf_file *n;
-		struct sfs_file_version v = version_of(&a);
-		rc = sfs_pf_file_open_version(fs->prefetch, &i->fh, &v, &n);
-		if (rc < 0) {
-			pthread_mutex_unlock(&i->lock);
-			reply_err(req, rc);
-			return;
-		}
-		if (i->pf)
-			sfs_pf_file_unref(i->pf); /* open handles keep their own refs */
-		i->pf = pf = n;
-		i->pf_attr = a;
+	struct sfs_file_version v = version_of(&a);
+	if ((rc = open_fetch_state(fs, i, &v, &pf, &unchanged, &changed)) < 0) {
+		reply_err(req, rc);
+		return;
 	}
-	sfs_pf_file_ref(pf);
-	i->n_open++;
-	pthread_mutex_unlock(&i->lock);
 	if (changed) {
 		/* The file changed on the server: pages the kernel cached for the
 		 * old version must go (AUTO_INVAL_DATA also does this on the next

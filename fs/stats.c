@@ -139,6 +139,10 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	       "1 if a cache_dir is configured and usable now.", fs->store && cs.online);
 	metric(f, "shardfs_cache_hit_bytes_total", "counter",
 	       "Bytes read served from the local cache.", ps.hit_bytes);
+	metric(f, "shardfs_cache_direct_reads_total", "counter",
+	       "Reads served straight from the cache, verified per 64 KiB block or object, "
+	       "with no chunk buffer (small files and random readers).",
+	       ps.direct_reads);
 	metric(f, "shardfs_cache_miss_bytes_total", "counter",
 	       "Bytes readers needed that were not in the local cache (fetched from NFS).",
 	       (fs->store ? ps.miss_bytes : 0));
