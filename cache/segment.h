@@ -13,7 +13,8 @@
  * On disk, DIR (cache_dir/segments):
  *   NNNNNNNN.seg   a segment: 8 hex digits of a sequence number that only
  *                  grows; records appended, never rewritten; at most
- *                  segment_bytes long
+ *                  segment_bytes long (a record longer than that gets a
+ *                  segment of its own)
  *   NNNNNNNN.idx   the summary of a sealed segment (every record's key,
  *                  offset, length, XXH3-64, and a checksum of the summary),
  *                  written to a temporary name, fdatasync'd and renamed once
@@ -100,7 +101,8 @@ size_t sfs_seg_read_buf_bytes(uint32_t len);
  * of its length) and verify it. On success sets *data to its first byte
  * inside buf and returns its length. -ENOENT: not present. -EBADMSG: it did
  * not check, was short, or its segment is gone: the entry is dropped (a
- * miss). Another -errno: an I/O error (the entry is dropped too). Marks the
+ * miss). -EINVAL: buf is too small or not 4096-aligned (nothing dropped).
+ * Another -errno: an I/O error (the entry is dropped too). Marks the
  * segment used (for lru). Any thread; blocks on one pread.
  */
 ssize_t sfs_seg_read(sfs_seg *sg, const uint8_t key[16], void *buf, size_t buf_len,

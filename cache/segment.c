@@ -1,0 +1,1283 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * segment — the packed small-object log. See segment.h for the contract.
+ *
+ * Owns the segment files under conf->dir, the index (key -> record), the
+ * segment table, the open-fd cache and the write buffer. Does not own keys,
+ * admission, capacity or threads (the store's).
+ *
+ * On disk (little-endian, native layout):
+ *
+ *   NNNNNNNN.seg   records, each 4096-aligned:
+ *     [0, 8)    magic "SFSSEGR1"          [24, 28) len (1 .. 1 MiB)
+ *     [8, 24)   key                       [28, 32) zero
+ *     [32, 40)  XXH3-64 of the bytes      [40, 56) zero
+ *     [56, 64)  XXH3-64 of these 64 bytes with [56, 64) zero
+ *     [64, 64 + len) the bytes, then zeros to the next 4096 boundary.
+ *     A record longer than segment_bytes gets a segment of its own (the
+ *     only case where a segment exceeds segment_bytes).
+ *   NNNNNNNN.idx   a sealed segment's summary:
+ *     [0, 32)   struct idx_head {magic "SFSSEGI1", seq, n, end_bytes, 0}
+ *     then n    struct idx_ent {key, xxh64, off4k, len} (32 bytes each)
+ *     then      XXH3-64 of everything before it (8 bytes)
+ *   written as NNNNNNNN.idx.tmp, fdatasync'd, renamed, directory fsync'd.
+ *   Valid when the checksum matches, seq matches the name and the .seg is at
+ *   least end_bytes long (end_bytes >= every entry's end).
+ *
+ * In memory:
+ *
+ *   sg->tab[cap]  open addressing, linear probing, backward-shift deletion,
+ *                 load <= 0.8, doubling; struct ent is 36 bytes, so 36-72
+ *                 bytes per object (45 at 0.8 load, 72 just after doubling)
+ *                 ent.seg -> sg->segs[slot] (struct seg: one per segment file;
+ *                 slot reused once an evicted segment is unreferenced)
+ *   writer state  wbuf (records being appended), pend[] (their keys and
+ *                 where each goes), act (the segment being filled) and
+ *                 act_ents[] (its records so far, for its .idx)
+ *
+ * Locking: sg->lock (a leaf) protects tab, segs[] and every struct seg's
+ * fields except the writer-only ones marked so; it is never held across a
+ * syscall other than clock_gettime. The writer state is touched only by
+ * the writer thread (sfs_seg_append/flush/evict_coldest), one at a time.
+ * A reader holds a reference (seg->refs) on a segment across its pread; an
+ * evicted segment (dead) is freed and its fd closed by the last unref.
+ */
+#include "segment.h"
+#include "log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define REC_MAGIC	  0x3152474553534653ull /* "SFSSEGR1" */
+#define IDX_MAGIC	  0x3149474553534653ull /* "SFSSEGI1" */
+#define BLK		  4096u
+#define HDR_BYTES	  64u
+#define MAX_OPEN_FDS	  256u
+#define DEFAULT_SEG_BYTES (256ull << 20)
+#define DEFAULT_WBUF	  (8u << 20)
+#define MIN_TAB_CAP	  1024u
+#define SEG_NAME_LEN	  12 /* "NNNNNNNN.seg" */
+
+struct rec_hdr {
+	uint64_t magic;
+	uint8_t key[16];
+	uint32_t len;
+	uint32_t zero0;
+	uint64_t xxh64;
+	uint64_t zero1[2];
+	uint64_t hdr_xxh;
+};
+_Static_assert(sizeof(struct rec_hdr) == HDR_BYTES, "record header layout");
+
+struct idx_head {
+	uint64_t magic;
+	uint32_t seq;
+	uint32_t n;
+	uint64_t end_bytes;
+	uint64_t zero;
+};
+_Static_assert(sizeof(struct idx_head) == 32, "idx header layout");
+
+struct idx_ent {
+	uint8_t key[16];
+	uint64_t xxh64;
+	uint32_t off4k;
+	uint32_t len;
+};
+_Static_assert(sizeof(struct idx_ent) == 32, "idx entry layout");
+
+/* One index slot; len == 0: empty. 4-byte aligned on purpose (36 bytes). */
+struct ent {
+	uint8_t key[16];
+	uint32_t xxh_lo, xxh_hi;
+	uint32_t seg; /* slot in sg->segs */
+	uint32_t off4k;
+	uint32_t len;
+};
+_Static_assert(sizeof(struct ent) == 36, "index entry is 36 bytes");
+
+struct seg {
+	uint32_t seq;	      /* set at creation, then read-only */
+	uint32_t slot;	      /* set when published, then read-only */
+	int fd;		      /* -1 when closed; protected by lock */
+	uint32_t refs;	      /* readers + the writer for act; lock */
+	bool dead;	      /* evicted; lock */
+	bool active;	      /* the segment being filled; lock */
+	uint64_t bytes;	      /* end of the last published record; lock */
+	uint64_t last_use_ms; /* lock */
+	uint64_t n_live;      /* index entries pointing here; lock */
+	uint64_t wend;	      /* end of the records written; writer only */
+};
+
+struct pend {
+	uint8_t key[16];
+	uint64_t xxh64;
+	uint32_t len;
+	uint32_t rel;	   /* 0: act; k >= 1: the k-th segment this flush creates */
+	uint64_t file_off; /* offset in that segment */
+	uint64_t buf_off;  /* offset in wbuf */
+};
+
+struct sfs_seg {
+	char *dir;			 /* set at open, then read-only */
+	int dirfd;			 /* set at open, then read-only */
+	uint64_t seg_bytes;		 /* set at open, then read-only */
+	uint32_t wbuf_cap;		 /* set at open, then read-only */
+	bool no_direct;			 /* O_DIRECT refused once (tmpfs); atomic */
+	struct sfs_log_ratelimit err_rl; /* flush failure warnings; atomic */
+	pthread_mutex_t lock;		 /* a leaf */
+
+	/* protected by lock */
+	struct ent *tab;
+	uint32_t tab_cap, tab_n;
+	struct seg **segs; /* by slot; NULL = free */
+	uint32_t segs_cap;
+	uint32_t segs_used; /* slots taken (dead segments still read included) */
+	uint32_t n_segs;    /* segments not evicted */
+	uint32_t n_open_fds;
+	struct sfs_seg_stats st; /* objects, segments, index_bytes computed */
+
+	/* writer thread only */
+	uint8_t *wbuf;
+	uint32_t wlen;
+	struct pend *pend;
+	uint32_t n_pend, pend_cap;
+	uint32_t tgt_rel;	  /* where the next append goes (struct pend.rel) */
+	uint64_t tgt_pos;	  /* and at which offset */
+	struct seg *act;	  /* segment being filled (writer holds a ref), or NULL */
+	struct idx_ent *act_ents; /* act's records so far */
+	uint32_t n_act_ents, act_ents_cap;
+	uint32_t next_seq;
+};
+
+static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+static uint64_t rec_bytes(uint32_t len) { return round_up(HDR_BYTES + (uint64_t)len, BLK); }
+
+size_t sfs_seg_read_buf_bytes(uint32_t len) { return (size_t)rec_bytes(len); }
+
+static uint64_t ent_xxh(const struct ent *e) { return (uint64_t)e->xxh_hi << 32 | e->xxh_lo; }
+
+static void seg_name(char *buf, uint32_t seq, const char *ext)
+{
+	snprintf(buf, 32, "%08x.%s", seq, ext);
+}
+
+/* --- index (caller holds lock) ---------------------------------------------- */
+
+/* The key is already a uniform hash: its first 8 bytes are the home slot. */
+static uint32_t tab_home(const sfs_seg *sg, const uint8_t key[16])
+{
+	uint64_t h;
+	memcpy(&h, key, 8);
+	return (uint32_t)(h & (sg->tab_cap - 1));
+}
+
+/* Returns the slot holding key, or -1. */
+static long tab_find(const sfs_seg *sg, const uint8_t key[16])
+{
+	uint32_t mask = sg->tab_cap - 1;
+	for (uint32_t i = tab_home(sg, key);; i = (i + 1) & mask) {
+		if (!sg->tab[i].len)
+			return -1;
+		if (!memcmp(sg->tab[i].key, key, 16))
+			return (long)i;
+	}
+}
+
+/* Empties slot i and shifts later members of its probe run back. */
+static void tab_del_at(sfs_seg *sg, uint32_t i)
+{
+	uint32_t mask = sg->tab_cap - 1;
+	struct ent *e = &sg->tab[i];
+	struct seg *s = sg->segs[e->seg];
+
+	s->n_live--;
+	sg->st.live_bytes -= e->len;
+	sg->tab_n--;
+	for (uint32_t j = (i + 1) & mask; sg->tab[j].len; j = (j + 1) & mask) {
+		uint32_t home = tab_home(sg, sg->tab[j].key);
+		if (((j - home) & mask) >= ((j - i) & mask)) {
+			sg->tab[i] = sg->tab[j];
+			i = j;
+		}
+	}
+	sg->tab[i].len = 0;
+}
+
+/* Places e in a table known not to hold its key. */
+static void tab_place(struct ent *tab, uint32_t cap, const struct ent *e)
+{
+	uint64_t h;
+	memcpy(&h, e->key, 8);
+	uint32_t i = (uint32_t)(h & (cap - 1));
+	while (tab[i].len)
+		i = (i + 1) & (cap - 1);
+	tab[i] = *e;
+}
+
+/* Doubles the table until n more entries keep it at most 0.8 full. Returns
+ * 0 or -ENOMEM (the table is unchanged). */
+static int tab_reserve(sfs_seg *sg, uint32_t n)
+{
+	uint32_t cap = sg->tab_cap;
+	while ((uint64_t)(sg->tab_n + n) * 5 > (uint64_t)cap * 4)
+		cap *= 2;
+	if (cap == sg->tab_cap)
+		return 0;
+	struct ent *tab = calloc(cap, sizeof(*tab));
+	if (!tab)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < sg->tab_cap; i++)
+		if (sg->tab[i].len)
+			tab_place(tab, cap, &sg->tab[i]);
+	free(sg->tab);
+	sg->tab = tab;
+	sg->tab_cap = cap;
+	return 0;
+}
+
+/* Inserts (or replaces: a later record of a key wins) the entry. Returns 0
+ * or -ENOMEM. */
+static int tab_put(sfs_seg *sg, const uint8_t key[16], uint64_t xxh64, struct seg *s, uint64_t off,
+		   uint32_t len)
+{
+	struct ent e = {.xxh_lo = (uint32_t)xxh64,
+			.xxh_hi = (uint32_t)(xxh64 >> 32),
+			.seg = s->slot,
+			.off4k = (uint32_t)(off / BLK),
+			.len = len};
+	memcpy(e.key, key, 16);
+	long at = tab_find(sg, key);
+	if (at >= 0) {
+		tab_del_at(sg, (uint32_t)at);
+	} else {
+		int err = tab_reserve(sg, 1);
+		if (err)
+			return err;
+	}
+	tab_place(sg->tab, sg->tab_cap, &e);
+	sg->tab_n++;
+	s->n_live++;
+	sg->st.live_bytes += len;
+	return 0;
+}
+
+/* --- segment table (caller holds lock) ---------------------------------------- */
+
+/* Makes room for n more segments. Returns 0 or -ENOMEM. */
+static int segs_reserve(sfs_seg *sg, uint32_t n)
+{
+	uint32_t cap = sg->segs_cap ? sg->segs_cap : 64;
+	while (cap - sg->segs_used < n)
+		cap *= 2;
+	if (cap == sg->segs_cap)
+		return 0;
+	struct seg **v = realloc(sg->segs, cap * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	memset(v + sg->segs_cap, 0, (cap - sg->segs_cap) * sizeof(*v));
+	sg->segs = v;
+	sg->segs_cap = cap;
+	return 0;
+}
+
+/* Gives s a slot and counts it. Returns 0 or -ENOMEM. */
+static int segs_add(sfs_seg *sg, struct seg *s)
+{
+	int err = segs_reserve(sg, 1);
+	if (err)
+		return err;
+	uint32_t slot = 0;
+	while (sg->segs[slot])
+		slot++;
+	s->slot = slot;
+	sg->segs[slot] = s;
+	sg->segs_used++;
+	sg->n_segs++;
+	sg->st.disk_bytes += s->bytes;
+	if (s->fd >= 0)
+		sg->n_open_fds++;
+	return 0;
+}
+
+static struct seg *seg_new(uint32_t seq, int fd, uint64_t bytes)
+{
+	struct seg *s = calloc(1, sizeof(*s));
+	if (s) {
+		s->seq = seq;
+		s->fd = fd;
+		s->bytes = bytes;
+		s->last_use_ms = sfs_now_ms();
+	}
+	return s;
+}
+
+/*
+ * Drops a reference. When it was the last one of a dead segment, frees the
+ * slot and returns the fd the caller must close after unlocking (and the
+ * struct to free through *free_me); else returns -1. Caller holds lock.
+ */
+static int seg_unref_locked(sfs_seg *sg, struct seg *s, struct seg **free_me)
+{
+	int fd = -1;
+	*free_me = NULL;
+	if (--s->refs || !s->dead)
+		return -1;
+	sg->segs[s->slot] = NULL;
+	sg->segs_used--;
+	fd = s->fd;
+	if (fd >= 0)
+		sg->n_open_fds--;
+	*free_me = s;
+	return fd;
+}
+
+static void seg_unref(sfs_seg *sg, struct seg *s)
+{
+	struct seg *free_me;
+	pthread_mutex_lock(&sg->lock);
+	int fd = seg_unref_locked(sg, s, &free_me);
+	pthread_mutex_unlock(&sg->lock);
+	if (fd >= 0)
+		close(fd);
+	free(free_me);
+}
+
+/*
+ * Opens segment seq for reading (rw for the writer), O_DIRECT unless the
+ * filesystem refused it once. Returns the fd or -errno. Any thread, no lock.
+ */
+static int seg_open_fd(sfs_seg *sg, uint32_t seq, int flags)
+{
+	char name[32];
+	seg_name(name, seq, "seg");
+	flags |= O_CLOEXEC;
+	if (!__atomic_load_n(&sg->no_direct, __ATOMIC_RELAXED)) {
+		int fd = openat(sg->dirfd, name, flags | O_DIRECT, 0600);
+		if (fd >= 0 || errno != EINVAL)
+			return fd >= 0 ? fd : -errno;
+		__atomic_store_n(&sg->no_direct, true, __ATOMIC_RELAXED);
+	}
+	int fd = openat(sg->dirfd, name, flags, 0600);
+	return fd >= 0 ? fd : -errno;
+}
+
+/* The least recently used segment with an fd that nobody reads. Caller
+ * holds lock. A scan: it runs only when an fd is opened past the bound. */
+static struct seg *fd_victim(sfs_seg *sg)
+{
+	struct seg *best = NULL;
+	for (uint32_t i = 0; i < sg->segs_cap; i++) {
+		struct seg *s = sg->segs[i];
+		if (s && s->fd >= 0 && !s->refs && (!best || s->last_use_ms < best->last_use_ms))
+			best = s;
+	}
+	return best;
+}
+
+/*
+ * The fd of s, which the caller holds a reference on; opens it if closed
+ * (outside the lock) and closes the least recently used idle fd past
+ * MAX_OPEN_FDS. Returns the fd (valid while the reference is held) or
+ * -errno. Any thread, lock not held.
+ */
+static int seg_fd(sfs_seg *sg, struct seg *s)
+{
+	int fd = seg_open_fd(sg, s->seq, O_RDONLY);
+	int extra = -1;
+	pthread_mutex_lock(&sg->lock);
+	if (fd < 0) {
+		/* nothing to install */
+	} else if (s->fd >= 0) {
+		extra = fd;
+		fd = s->fd;
+	} else {
+		s->fd = fd;
+		if (++sg->n_open_fds > MAX_OPEN_FDS) {
+			struct seg *v = fd_victim(sg);
+			if (v) {
+				extra = v->fd;
+				v->fd = -1;
+				sg->n_open_fds--;
+			}
+		}
+	}
+	pthread_mutex_unlock(&sg->lock);
+	if (extra >= 0)
+		close(extra);
+	return fd;
+}
+
+/* --- reads -------------------------------------------------------------------- */
+
+bool sfs_seg_lookup(sfs_seg *sg, const uint8_t key[16], uint32_t *len)
+{
+	pthread_mutex_lock(&sg->lock);
+	long at = tab_find(sg, key);
+	if (at >= 0 && len)
+		*len = sg->tab[at].len;
+	pthread_mutex_unlock(&sg->lock);
+	return at >= 0;
+}
+
+static uint64_t hdr_sum(const struct rec_hdr *h)
+{
+	struct rec_hdr c = *h;
+	c.hdr_xxh = 0;
+	return XXH3_64bits(&c, sizeof(c));
+}
+
+/* Whether the record at buf (n bytes read) is key's with length len and
+ * bytes hashing to xxh64. */
+static bool rec_check(const uint8_t *buf, ssize_t n, const uint8_t key[16], uint32_t len,
+		      uint64_t xxh64)
+{
+	const struct rec_hdr *h = (const struct rec_hdr *)buf;
+	if (n < (ssize_t)(HDR_BYTES + len))
+		return false;
+	if (h->magic != REC_MAGIC || h->len != len || memcmp(h->key, key, 16) ||
+	    h->xxh64 != xxh64 || h->hdr_xxh != hdr_sum(h))
+		return false;
+	return XXH3_64bits(buf + HDR_BYTES, len) == xxh64;
+}
+
+/* Drops key's entry if it still is the one read (segment slot and offset).
+ * Counts the failure. Any thread, lock not held. */
+static void drop_entry(sfs_seg *sg, const uint8_t key[16], const struct ent *was, bool io_error)
+{
+	pthread_mutex_lock(&sg->lock);
+	long at = tab_find(sg, key);
+	if (at >= 0 && sg->tab[at].seg == was->seg && sg->tab[at].off4k == was->off4k)
+		tab_del_at(sg, (uint32_t)at);
+	if (io_error)
+		sg->st.errors++;
+	else
+		sg->st.checksum_failures++;
+	pthread_mutex_unlock(&sg->lock);
+}
+
+ssize_t sfs_seg_read(sfs_seg *sg, const uint8_t key[16], void *buf, size_t buf_len,
+		     const char **data)
+{
+	struct ent e;
+	struct seg *s;
+	int fd;
+
+	pthread_mutex_lock(&sg->lock);
+	long at = tab_find(sg, key);
+	if (at < 0) {
+		pthread_mutex_unlock(&sg->lock);
+		return -ENOENT;
+	}
+	e = sg->tab[at];
+	if (buf_len < rec_bytes(e.len) || (uintptr_t)buf % BLK) {
+		pthread_mutex_unlock(&sg->lock);
+		return -EINVAL;
+	}
+	s = sg->segs[e.seg];
+	s->refs++;
+	s->last_use_ms = sfs_now_ms();
+	fd = s->fd;
+	pthread_mutex_unlock(&sg->lock);
+
+	if (fd < 0)
+		fd = seg_fd(sg, s);
+	ssize_t n = 0;
+	int err = fd < 0 ? fd : 0;
+	if (!err) {
+		n = pread(fd, buf, rec_bytes(e.len), (off_t)e.off4k * BLK);
+		if (n < 0)
+			err = -errno;
+	}
+	seg_unref(sg, s);
+	if (!err && rec_check(buf, n, key, e.len, ent_xxh(&e))) {
+		*data = (const char *)buf + HDR_BYTES;
+		return e.len;
+	}
+	/* A vanished segment, a short read or bytes that do not check: a miss. */
+	bool io_error = err && err != -ENOENT;
+	drop_entry(sg, key, &e, io_error);
+	return io_error ? err : -EBADMSG;
+}
+
+/* --- writing ------------------------------------------------------------------ */
+
+static int write_all(int fd, const uint8_t *p, size_t n, off_t off)
+{
+	while (n) {
+		ssize_t w = pwrite(fd, p, n, off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		if (w == 0)
+			return -EIO;
+		p += w;
+		n -= (size_t)w;
+		off += w;
+	}
+	return 0;
+}
+
+/*
+ * Writes DIR/NNNNNNNN.idx for segment seq: n entries, the records ending at
+ * end_bytes. Temp file, fdatasync, rename, directory fsync. Returns 0 or
+ * -errno (then no .idx exists and the segment is scanned at the next open).
+ * Writer thread (or open), no lock.
+ */
+static int write_idx(sfs_seg *sg, uint32_t seq, const struct idx_ent *ents, uint32_t n,
+		     uint64_t end_bytes)
+{
+	size_t size = sizeof(struct idx_head) + (size_t)n * sizeof(*ents) + 8;
+	uint8_t *buf = malloc(size);
+	char tmp[32], name[32];
+	int err = -ENOMEM;
+
+	if (!buf)
+		return err;
+	struct idx_head h = {.magic = IDX_MAGIC, .seq = seq, .n = n, .end_bytes = end_bytes};
+	memcpy(buf, &h, sizeof(h));
+	memcpy(buf + sizeof(h), ents, (size_t)n * sizeof(*ents));
+	uint64_t sum = XXH3_64bits(buf, size - 8);
+	memcpy(buf + size - 8, &sum, 8);
+	seg_name(name, seq, "idx");
+	seg_name(tmp, seq, "idx.tmp");
+	int fd = openat(sg->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		err = -errno;
+		goto err_free;
+	}
+	err = write_all(fd, buf, size, 0);
+	if (!err && fdatasync(fd))
+		err = -errno;
+	close(fd);
+	if (!err && renameat(sg->dirfd, tmp, sg->dirfd, name))
+		err = -errno;
+	if (err)
+		unlinkat(sg->dirfd, tmp, 0);
+	else if (fsync(sg->dirfd))
+		err = -errno;
+err_free:
+	free(buf);
+	return err;
+}
+
+/* Adds an .idx entry for the segment being written. Returns 0 or -ENOMEM. */
+static int act_ents_add(sfs_seg *sg, const struct pend *p)
+{
+	if (sg->n_act_ents == sg->act_ents_cap) {
+		uint32_t cap = sg->act_ents_cap ? sg->act_ents_cap * 2 : 256;
+		struct idx_ent *v = realloc(sg->act_ents, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		sg->act_ents = v;
+		sg->act_ents_cap = cap;
+	}
+	struct idx_ent *e = &sg->act_ents[sg->n_act_ents++];
+	memcpy(e->key, p->key, 16);
+	e->xxh64 = p->xxh64;
+	e->off4k = (uint32_t)(p->file_off / BLK);
+	e->len = p->len;
+	return 0;
+}
+
+static bool pending_has(const sfs_seg *sg, const uint8_t key[16])
+{
+	for (uint32_t i = 0; i < sg->n_pend; i++)
+		if (!memcmp(sg->pend[i].key, key, 16))
+			return true;
+	return false;
+}
+
+int sfs_seg_append(sfs_seg *sg, const uint8_t key[16], const void *bytes, uint32_t len)
+{
+	uint64_t rb = rec_bytes(len);
+
+	if (!len || len > SFS_SEG_MAX_OBJECT)
+		return -E2BIG;
+	if (pending_has(sg, key) || sfs_seg_lookup(sg, key, NULL))
+		return -EEXIST;
+	if (sg->wlen + rb > sg->wbuf_cap)
+		return -ENOBUFS;
+	if (sg->n_pend == sg->pend_cap) {
+		uint32_t cap = sg->pend_cap ? sg->pend_cap * 2 : 64;
+		struct pend *v = realloc(sg->pend, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		sg->pend = v;
+		sg->pend_cap = cap;
+	}
+	/* A record that does not fit starts the next segment (a record longer
+	 * than a segment gets one of its own). */
+	if (sg->tgt_pos && sg->tgt_pos + rb > sg->seg_bytes) {
+		sg->tgt_rel++;
+		sg->tgt_pos = 0;
+	}
+	struct pend *p = &sg->pend[sg->n_pend++];
+	memcpy(p->key, key, 16);
+	p->len = len;
+	p->xxh64 = XXH3_64bits(bytes, len);
+	p->rel = sg->tgt_rel;
+	p->file_off = sg->tgt_pos;
+	p->buf_off = sg->wlen;
+
+	uint8_t *r = sg->wbuf + sg->wlen;
+	struct rec_hdr h = {.magic = REC_MAGIC, .len = len, .xxh64 = p->xxh64};
+	memcpy(h.key, key, 16);
+	h.hdr_xxh = hdr_sum(&h);
+	memcpy(r, &h, sizeof(h));
+	memcpy(r + HDR_BYTES, bytes, len);
+	memset(r + HDR_BYTES + len, 0, rb - HDR_BYTES - len);
+	sg->wlen += (uint32_t)rb;
+	sg->tgt_pos += rb;
+	return 0;
+}
+
+uint64_t sfs_seg_pending_bytes(sfs_seg *sg) { return sg->wlen; }
+
+/* Creates the next segment file (and makes its name durable). Returns 0 and
+ * the new segment (writer's reference held, not yet published), or -errno. */
+static int seg_create(sfs_seg *sg, struct seg **out)
+{
+	uint32_t seq = sg->next_seq++;
+	char name[32];
+	int err;
+
+	/* Created first without O_DIRECT: a filesystem refusing O_DIRECT
+	 * may create the file before it says EINVAL. */
+	seg_name(name, seq, "seg");
+	int fd = openat(sg->dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	fd = seg_open_fd(sg, seq, O_RDWR);
+	if (fd < 0) {
+		err = fd;
+		goto err_unlink;
+	}
+	if (fsync(sg->dirfd)) {
+		err = -errno;
+		goto err_close;
+	}
+	struct seg *s = seg_new(seq, fd, 0);
+	if (!s) {
+		err = -ENOMEM;
+		goto err_close;
+	}
+	s->refs = 1;
+	*out = s;
+	return 0;
+err_close:
+	close(fd);
+err_unlink:
+	unlinkat(sg->dirfd, name, 0);
+	return err;
+}
+
+/* Writes pend[i, j) (one segment's run: contiguous in wbuf and in the file)
+ * to s and fdatasyncs it. Returns 0 or -errno. */
+static int write_run(sfs_seg *sg, struct seg *s, uint32_t i, uint32_t j)
+{
+	const struct pend *a = &sg->pend[i], *z = &sg->pend[j - 1];
+	uint64_t n = z->buf_off + rec_bytes(z->len) - a->buf_off;
+	int err = write_all(s->fd, sg->wbuf + a->buf_off, n, (off_t)a->file_off);
+	if (!err && fdatasync(s->fd))
+		err = -errno;
+	if (err)
+		return err;
+	for (uint32_t k = i; k < j; k++) {
+		err = act_ents_add(sg, &sg->pend[k]);
+		if (err)
+			return err;
+	}
+	s->wend = a->file_off + n;
+	return 0;
+}
+
+/*
+ * Writes the pending records, run by run: a run for a new segment first
+ * seals the previous one (its .idx), then creates the file. nw[0] is act,
+ * nw[k] the k-th new segment (filled in here). Returns 0 or -errno.
+ */
+static int write_runs(sfs_seg *sg, struct seg **nw)
+{
+	for (uint32_t i = 0, j; i < sg->n_pend; i = j) {
+		uint32_t rel = sg->pend[i].rel;
+		int err;
+
+		for (j = i; j < sg->n_pend && sg->pend[j].rel == rel;)
+			j++;
+		if (rel > 0) {
+			struct seg *prev = nw[rel - 1];
+			if (prev) {
+				/* best effort: without .idx it is scanned at open */
+				write_idx(sg, prev->seq, sg->act_ents, sg->n_act_ents, prev->wend);
+			}
+			sg->n_act_ents = 0;
+			err = seg_create(sg, &nw[rel]);
+			if (err)
+				return err;
+		}
+		err = write_run(sg, nw[rel], i, j);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+/* Room for everything a flush publishes, so that publishing cannot fail.
+ * Returns 0 or -ENOMEM. Takes the lock. */
+static int reserve_publish(sfs_seg *sg, uint32_t n_new)
+{
+	pthread_mutex_lock(&sg->lock);
+	int err = tab_reserve(sg, sg->n_pend);
+	if (!err)
+		err = segs_reserve(sg, n_new);
+	pthread_mutex_unlock(&sg->lock);
+	return err;
+}
+
+/* Makes a written run's segment end visible. Caller holds lock. */
+static void publish_end(sfs_seg *sg, struct seg *s)
+{
+	sg->st.disk_bytes += s->wend - s->bytes;
+	s->bytes = s->wend;
+}
+
+/*
+ * Publishes a flush that wrote everything: new segments into the table,
+ * entries into the index, the last segment written becomes act. Cannot
+ * fail (reserve_publish made room). Takes the lock.
+ */
+static void publish(sfs_seg *sg, struct seg **nw, uint32_t n_new)
+{
+	struct seg *old_act = sg->act;
+
+	pthread_mutex_lock(&sg->lock);
+	for (uint32_t k = 1; k <= n_new; k++)
+		segs_add(sg, nw[k]);
+	for (uint32_t k = 0; k <= n_new; k++)
+		if (nw[k])
+			publish_end(sg, nw[k]);
+	for (uint32_t i = 0; i < sg->n_pend; i++) {
+		const struct pend *p = &sg->pend[i];
+		tab_put(sg, p->key, p->xxh64, nw[p->rel], p->file_off, p->len);
+	}
+	if (n_new) {
+		if (old_act)
+			old_act->active = false;
+		nw[n_new]->active = true;
+		sg->act = nw[n_new];
+	}
+	sg->st.write_bytes += sg->wlen;
+	sg->st.flushes++;
+	pthread_mutex_unlock(&sg->lock);
+	/* The writer's references on the segments sealed by this flush. */
+	if (n_new && old_act)
+		seg_unref(sg, old_act);
+	for (uint32_t k = 1; k < n_new; k++)
+		seg_unref(sg, nw[k]);
+}
+
+/*
+ * A flush that failed: nothing is published. The new files go away; act
+ * is retired (its file may now hold a torn record past its end: it gets no
+ * more appends, stays readable and evictable, and is scanned at the next
+ * open, where the torn record stops the scan).
+ */
+static void flush_failed(sfs_seg *sg, struct seg **nw, uint32_t n_new, int err)
+{
+	char name[32];
+
+	for (uint32_t k = 1; k <= n_new && nw[k]; k++) {
+		close(nw[k]->fd);
+		seg_name(name, nw[k]->seq, "seg");
+		unlinkat(sg->dirfd, name, 0);
+		seg_name(name, nw[k]->seq, "idx");
+		unlinkat(sg->dirfd, name, 0);
+		free(nw[k]);
+	}
+	struct seg *act = sg->act;
+	pthread_mutex_lock(&sg->lock);
+	sg->st.errors++;
+	if (act)
+		act->active = false;
+	pthread_mutex_unlock(&sg->lock);
+	if (act)
+		seg_unref(sg, act);
+	sg->act = NULL;
+	sg->n_act_ents = 0;
+	if (sfs_log_ratelimit(&sg->err_rl, 60000))
+		sfs_log(SFS_LOG_WARN, "segment", "%s: flush failed: %s; starting a new segment",
+			sg->dir, strerror(-err));
+}
+
+/* Forgets the appended records; the next append goes after act's end. */
+static void pending_reset(sfs_seg *sg)
+{
+	sg->wlen = 0;
+	sg->n_pend = 0;
+	sg->tgt_rel = sg->act ? 0 : 1;
+	sg->tgt_pos = sg->act ? sg->act->wend : 0;
+}
+
+int sfs_seg_flush(sfs_seg *sg)
+{
+	if (!sg->n_pend)
+		return 0;
+	uint32_t n_new = sg->pend[sg->n_pend - 1].rel;
+	struct seg **nw = calloc(n_new + 1, sizeof(*nw));
+	int err = nw ? reserve_publish(sg, n_new) : -ENOMEM;
+	if (err)
+		goto out;
+	nw[0] = sg->act;
+	err = write_runs(sg, nw);
+	if (err)
+		flush_failed(sg, nw, n_new, err);
+	else
+		publish(sg, nw, n_new);
+out:
+	pending_reset(sg);
+	free(nw);
+	return err;
+}
+
+/* --- eviction ----------------------------------------------------------------- */
+
+/* The least recently used segment but act (ties: the older). Caller holds
+ * lock. */
+static struct seg *coldest_locked(sfs_seg *sg)
+{
+	struct seg *best = NULL;
+	for (uint32_t i = 0; i < sg->segs_cap; i++) {
+		struct seg *s = sg->segs[i];
+		if (!s || s->dead || s->active)
+			continue;
+		if (!best || s->last_use_ms < best->last_use_ms ||
+		    (s->last_use_ms == best->last_use_ms && s->seq < best->seq))
+			best = s;
+	}
+	return best;
+}
+
+bool sfs_seg_coldest(sfs_seg *sg, uint64_t *last_use_ms, uint64_t *bytes)
+{
+	pthread_mutex_lock(&sg->lock);
+	struct seg *s = coldest_locked(sg);
+	if (s) {
+		*last_use_ms = s->last_use_ms;
+		*bytes = s->bytes;
+	}
+	pthread_mutex_unlock(&sg->lock);
+	return s != NULL;
+}
+
+/* Removes every index entry of s: a scan of the table (eviction is rare).
+ * After a backward shift, slot i holds a new entry and is looked at again.
+ * Caller holds lock. */
+static void tab_drop_seg(sfs_seg *sg, const struct seg *s)
+{
+	for (uint32_t i = 0; i < sg->tab_cap && s->n_live;) {
+		if (sg->tab[i].len && sg->tab[i].seg == s->slot)
+			tab_del_at(sg, i);
+		else
+			i++;
+	}
+}
+
+uint64_t sfs_seg_evict_coldest(sfs_seg *sg)
+{
+	char name[32];
+
+	pthread_mutex_lock(&sg->lock);
+	struct seg *s = coldest_locked(sg);
+	if (!s) {
+		pthread_mutex_unlock(&sg->lock);
+		return 0;
+	}
+	uint64_t bytes = s->bytes;
+	tab_drop_seg(sg, s);
+	s->dead = true;
+	s->refs++; /* ours, until the files are gone */
+	sg->n_segs--;
+	sg->st.disk_bytes -= bytes;
+	sg->st.evicted_segments++;
+	sg->st.evicted_bytes += bytes;
+	pthread_mutex_unlock(&sg->lock);
+
+	seg_name(name, s->seq, "idx");
+	unlinkat(sg->dirfd, name, 0);
+	seg_name(name, s->seq, "seg");
+	unlinkat(sg->dirfd, name, 0);
+	seg_unref(sg, s);
+	return bytes;
+}
+
+void sfs_seg_get_stats(sfs_seg *sg, struct sfs_seg_stats *out)
+{
+	pthread_mutex_lock(&sg->lock);
+	*out = sg->st;
+	out->objects = sg->tab_n;
+	out->segments = sg->n_segs;
+	out->index_bytes = (uint64_t)sg->tab_cap * sizeof(struct ent) +
+			   (uint64_t)sg->segs_cap * sizeof(struct seg *) +
+			   (uint64_t)sg->segs_used * sizeof(struct seg);
+	pthread_mutex_unlock(&sg->lock);
+}
+
+/* --- open and recovery -------------------------------------------------------- */
+
+/* What a segment holds, from its .idx or a scan. */
+struct seg_sum {
+	struct idx_ent *ents;
+	uint32_t n, cap;
+	uint64_t end_bytes;
+};
+
+static int sum_add(struct seg_sum *sum, const struct rec_hdr *h, uint64_t off)
+{
+	if (sum->n == sum->cap) {
+		uint32_t cap = sum->cap ? sum->cap * 2 : 256;
+		struct idx_ent *v = realloc(sum->ents, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		sum->ents = v;
+		sum->cap = cap;
+	}
+	struct idx_ent *e = &sum->ents[sum->n++];
+	memcpy(e->key, h->key, 16);
+	e->xxh64 = h->xxh64;
+	e->off4k = (uint32_t)(off / BLK);
+	e->len = h->len;
+	return 0;
+}
+
+/*
+ * Reads and checks DIR/NNNNNNNN.idx against a segment file of seg_size
+ * bytes. Returns 0 with *sum filled, or -errno (-EBADMSG: it does not
+ * check). Open only.
+ */
+static int load_idx(sfs_seg *sg, uint32_t seq, uint64_t seg_size, struct seg_sum *sum)
+{
+	char name[32];
+	struct stat st;
+	struct idx_head h;
+	int err = -EBADMSG;
+
+	seg_name(name, seq, "idx");
+	int fd = openat(sg->dirfd, name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) || st.st_size < (off_t)(sizeof(h) + 8) ||
+	    (st.st_size - sizeof(h) - 8) % sizeof(struct idx_ent))
+		goto out_close;
+	size_t size = (size_t)st.st_size;
+	uint8_t *buf = malloc(size);
+	if (!buf) {
+		err = -ENOMEM;
+		goto out_close;
+	}
+	uint64_t sum64;
+	if (pread(fd, buf, size, 0) != (ssize_t)size)
+		goto out_free;
+	memcpy(&h, buf, sizeof(h));
+	memcpy(&sum64, buf + size - 8, 8);
+	if (h.magic != IDX_MAGIC || h.seq != seq || XXH3_64bits(buf, size - 8) != sum64 ||
+	    h.n != (size - sizeof(h) - 8) / sizeof(struct idx_ent) || h.end_bytes > seg_size)
+		goto out_free;
+	struct idx_ent *ents = (struct idx_ent *)(buf + sizeof(h));
+	for (uint32_t i = 0; i < h.n; i++)
+		if (!ents[i].len || ents[i].len > SFS_SEG_MAX_OBJECT ||
+		    (uint64_t)ents[i].off4k * BLK + rec_bytes(ents[i].len) > h.end_bytes)
+			goto out_free;
+	sum->ents = malloc(h.n * sizeof(*ents) + 1);
+	if (!sum->ents) {
+		err = -ENOMEM;
+		goto out_free;
+	}
+	memcpy(sum->ents, ents, h.n * sizeof(*ents));
+	sum->n = sum->cap = h.n;
+	sum->end_bytes = h.end_bytes;
+	err = 0;
+out_free:
+	free(buf);
+out_close:
+	close(fd);
+	return err;
+}
+
+/* Checks the record at off and returns its length in the file, or 0 when
+ * it does not check (the end of the good records). */
+static uint64_t scan_one(int fd, uint8_t *buf, uint64_t off, uint64_t size)
+{
+	const struct rec_hdr *h = (const struct rec_hdr *)buf;
+	if (pread(fd, buf, BLK, (off_t)off) != (ssize_t)BLK)
+		return 0;
+	if (h->magic != REC_MAGIC || !h->len || h->len > SFS_SEG_MAX_OBJECT ||
+	    h->hdr_xxh != hdr_sum(h))
+		return 0;
+	uint64_t rb = rec_bytes(h->len);
+	if (off + rb > size)
+		return 0;
+	if (rb > BLK && pread(fd, buf + BLK, rb - BLK, (off_t)(off + BLK)) != (ssize_t)(rb - BLK))
+		return 0;
+	return XXH3_64bits(buf + HDR_BYTES, h->len) == h->xxh64 ? rb : 0;
+}
+
+/* Scans a segment without a valid .idx record by record; stops at the first
+ * record that does not check. Returns 0 with *sum filled, or -errno. */
+static int scan_seg(int fd, uint64_t size, struct seg_sum *sum)
+{
+	uint8_t *buf = aligned_alloc(BLK, rec_bytes(SFS_SEG_MAX_OBJECT));
+	uint64_t off = 0, rb;
+	int err = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	while (!err && (rb = scan_one(fd, buf, off, size))) {
+		err = sum_add(sum, (const struct rec_hdr *)buf, off);
+		off += rb;
+	}
+	sum->end_bytes = off;
+	free(buf);
+	return err;
+}
+
+/* Index entries and table slot for a recovered segment. Open only. */
+static int seg_adopt(sfs_seg *sg, uint32_t seq, const struct seg_sum *sum)
+{
+	struct seg *s = seg_new(seq, -1, sum->end_bytes);
+	if (!s)
+		return -ENOMEM;
+	int err = segs_add(sg, s);
+	if (err) {
+		free(s);
+		return err;
+	}
+	for (uint32_t i = 0; !err && i < sum->n; i++) {
+		const struct idx_ent *e = &sum->ents[i];
+		err = tab_put(sg, e->key, e->xxh64, s, (uint64_t)e->off4k * BLK, e->len);
+	}
+	return err;
+}
+
+/*
+ * Recovers segment seq: entries from its .idx when it checks, else from a
+ * scan (and then an .idx is written: the segment gets no more appends).
+ * A torn tail is cut off; a segment with no good record is removed.
+ * Returns 0 or -ENOMEM (an unreadable segment is skipped). Open only.
+ */
+static int load_seg(sfs_seg *sg, uint32_t seq, bool has_idx)
+{
+	char name[32];
+	struct stat st;
+	struct seg_sum sum = {0};
+
+	seg_name(name, seq, "seg");
+	int fd = openat(sg->dirfd, name, O_RDWR | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st)) {
+		sfs_log(SFS_LOG_WARN, "segment", "%s/%s: %s; skipped", sg->dir, name,
+			strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	int err = has_idx ? load_idx(sg, seq, (uint64_t)st.st_size, &sum) : -ENOENT;
+	bool scanned = err && err != -ENOMEM;
+	if (scanned) {
+		if (has_idx) {
+			seg_name(name, seq, "idx");
+			unlinkat(sg->dirfd, name, 0);
+			seg_name(name, seq, "seg");
+		}
+		err = scan_seg(fd, (uint64_t)st.st_size, &sum);
+	}
+	if (err)
+		goto out;
+	if (!sum.n) {
+		unlinkat(sg->dirfd, name, 0);
+		goto out;
+	}
+	if ((uint64_t)st.st_size > sum.end_bytes && ftruncate(fd, (off_t)sum.end_bytes) == 0)
+		fdatasync(fd);
+	err = seg_adopt(sg, seq, &sum);
+	if (!err && scanned)
+		write_idx(sg, seq, sum.ents, sum.n, sum.end_bytes);
+out:
+	free(sum.ents);
+	close(fd);
+	return err;
+}
+
+/* Parses "NNNNNNNN.seg" / "NNNNNNNN.idx". Returns 1 (.seg), 2 (.idx) or 0. */
+static int parse_name(const char *name, uint32_t *seq)
+{
+	if (strlen(name) != SEG_NAME_LEN || name[8] != '.')
+		return 0;
+	for (int i = 0; i < 8; i++)
+		if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+			return 0;
+	*seq = (uint32_t)strtoul(name, NULL, 16);
+	return !strcmp(name + 9, "seg") ? 1 : !strcmp(name + 9, "idx") ? 2 : 0;
+}
+
+struct seq_list {
+	uint32_t *v;
+	size_t n, cap;
+};
+
+static int seq_add(struct seq_list *l, uint32_t seq)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		uint32_t *v = realloc(l->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = seq;
+	return 0;
+}
+
+static int seq_cmp(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static bool seq_has(const struct seq_list *l, uint32_t seq)
+{
+	return l->n && bsearch(&seq, l->v, l->n, sizeof(seq), seq_cmp);
+}
+
+/* Lists DIR: segment and .idx numbers into segs/idxs; removes other files.
+ * Returns 0 or -errno. */
+static int list_dir(sfs_seg *sg, struct seq_list *segs, struct seq_list *idxs)
+{
+	int fd = dup(sg->dirfd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *de;
+	int err = 0;
+
+	if (!d) {
+		err = -errno;
+		if (fd >= 0)
+			close(fd);
+		return err;
+	}
+	rewinddir(d);
+	while (!err && (de = readdir(d))) {
+		uint32_t seq;
+		int kind = parse_name(de->d_name, &seq);
+		if (kind == 1)
+			err = seq_add(segs, seq);
+		else if (kind == 2)
+			err = seq_add(idxs, seq);
+		else if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+			 de->d_type != DT_DIR)
+			unlinkat(sg->dirfd, de->d_name, 0); /* not ours: temp files, strays */
+	}
+	closedir(d);
+	if (segs->n)
+		qsort(segs->v, segs->n, sizeof(uint32_t), seq_cmp);
+	if (idxs->n)
+		qsort(idxs->v, idxs->n, sizeof(uint32_t), seq_cmp);
+	return err;
+}
+
+/* Loads every segment in DIR, oldest first (a key's later record wins).
+ * Returns 0 or -errno. Open only. */
+static int recover(sfs_seg *sg)
+{
+	struct seq_list segs = {0}, idxs = {0};
+	char name[32];
+
+	int err = list_dir(sg, &segs, &idxs);
+	for (size_t i = 0; !err && i < idxs.n; i++) {
+		if (!seq_has(&segs, idxs.v[i])) {
+			seg_name(name, idxs.v[i], "idx");
+			unlinkat(sg->dirfd, name, 0);
+		}
+	}
+	for (size_t i = 0; !err && i < segs.n; i++)
+		err = load_seg(sg, segs.v[i], seq_has(&idxs, segs.v[i]));
+	if (!err && segs.n)
+		sg->next_seq = segs.v[segs.n - 1] + 1;
+	free(segs.v);
+	free(idxs.v);
+	return err;
+}
+
+int sfs_seg_open(const struct sfs_seg_conf *conf, sfs_seg **out)
+{
+	sfs_seg *sg = calloc(1, sizeof(*sg));
+	int err = -ENOMEM;
+
+	if (!sg)
+		return err;
+	pthread_mutex_init(&sg->lock, NULL);
+	sg->dirfd = -1;
+	sg->seg_bytes =
+	    conf->segment_bytes ? round_up(conf->segment_bytes, BLK) : DEFAULT_SEG_BYTES;
+	uint64_t wb =
+	    round_up(conf->write_buffer_bytes ? conf->write_buffer_bytes : DEFAULT_WBUF, BLK);
+	if (wb < rec_bytes(SFS_SEG_MAX_OBJECT))
+		wb = rec_bytes(SFS_SEG_MAX_OBJECT); /* room for the largest record */
+	sg->wbuf_cap = (uint32_t)wb;
+	sg->dir = strdup(conf->dir);
+	sg->wbuf = aligned_alloc(BLK, sg->wbuf_cap);
+	sg->tab = calloc(MIN_TAB_CAP, sizeof(*sg->tab));
+	sg->tab_cap = MIN_TAB_CAP;
+	if (!sg->dir || !sg->wbuf || !sg->tab)
+		goto err_close;
+	if (mkdir(conf->dir, 0700) && errno != EEXIST) {
+		err = -errno;
+		goto err_close;
+	}
+	sg->dirfd = open(conf->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (sg->dirfd < 0) {
+		err = -errno;
+		goto err_close;
+	}
+	err = recover(sg);
+	if (err)
+		goto err_close;
+	pending_reset(sg);
+	*out = sg;
+	return 0;
+err_close:
+	sfs_seg_close(sg);
+	return err;
+}
+
+void sfs_seg_close(sfs_seg *sg)
+{
+	if (!sg)
+		return;
+	for (uint32_t i = 0; i < sg->segs_cap; i++) {
+		struct seg *s = sg->segs[i];
+		if (s && s->fd >= 0)
+			close(s->fd);
+		free(s);
+	}
+	if (sg->dirfd >= 0)
+		close(sg->dirfd);
+	pthread_mutex_destroy(&sg->lock);
+	free(sg->segs);
+	free(sg->tab);
+	free(sg->wbuf);
+	free(sg->pend);
+	free(sg->act_ents);
+	free(sg->dir);
+	free(sg);
+}
