@@ -86,8 +86,9 @@
 #define OBJ_MAGIC	 0x32534a424f534653ull /* "SFSOBJS2": records of sub-block hashes */
 #define REC_VALID	 0x4b4f4843u	       /* "CHOK" */
 #define WRITE_BATCH	 64
-#define GATHER_MS	 1 /* a writer with few jobs waits this long for more */
-#define GATHER_JOBS	 8 /* ... when it has fewer than this */
+#define GATHER_MS	 1   /* a writer with few jobs waits this long for more */
+#define GATHER_JOBS	 8   /* ... when it has fewer than this */
+#define GATHER_IDLE_US	 200 /* ... while they come at most this far apart */
 #define RETRY_OFFLINE_MS 5000
 #define SUB_SHIFT	 SFS_STORE_SUB_SHIFT
 #define SUB_BYTES	 (1u << SUB_SHIFT)
@@ -1066,24 +1067,53 @@ static void writer_retry(sfs_store *s)
 	}
 }
 
-/* Take up to WRITE_BATCH jobs. A few packed ones wait GATHER_MS for company:
- * one segment flush (and fdatasync) then serves them all. Caller holds lock. */
+static void ts_add_us(struct timespec *ts, long us)
+{
+	ts->tv_nsec += us * 1000L;
+	while (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+/*
+ * Take up to WRITE_BATCH jobs. A few packed ones wait for company while
+ * more keep coming (GATHER_IDLE_US apart, GATHER_MS at most): one segment
+ * flush (one fdatasync) then serves them all. A deep queue never waits.
+ * Measured with test_store small_many (4 threads, each waiting for its
+ * write of 1-150 KB before the next, 400 writes, 2-vCPU VM): 100-107
+ * flushes with this wait, 190-245 without, a fixed 1 ms wait 100; wall
+ * time 100-125 ms, 60-115 ms, 175-200 ms. So it halves the fdatasyncs of a
+ * shallow queue for at most GATHER_MS more before done (prefetch keeps
+ * serving the bytes from memory meanwhile). Caller holds lock.
+ */
+static void writer_gather(sfs_store *s)
+{
+	struct timespec end, slice;
+
+	clock_gettime(CLOCK_REALTIME, &end);
+	ts_add_us(&end, GATHER_MS * 1000L);
+	for (;;) {
+		size_t had = s->n_jobs;
+		int rc = 0;
+		clock_gettime(CLOCK_REALTIME, &slice);
+		ts_add_us(&slice, GATHER_IDLE_US);
+		if (slice.tv_sec > end.tv_sec ||
+		    (slice.tv_sec == end.tv_sec && slice.tv_nsec > end.tv_nsec))
+			slice = end;
+		while (s->n_jobs == had && !s->stopping && rc != ETIMEDOUT)
+			rc = pthread_cond_timedwait(&s->work, &s->lock, &slice);
+		if (rc == ETIMEDOUT || s->n_jobs >= GATHER_JOBS || s->stopping)
+			return;
+	}
+}
+
 static size_t writer_take(sfs_store *s, struct write_job **batch)
 {
 	size_t n = 0;
 
-	if (s->n_jobs < GATHER_JOBS && !s->stopping && s->jobs->obj->packed) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += GATHER_MS * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		while (s->n_jobs < GATHER_JOBS && !s->stopping &&
-		       pthread_cond_timedwait(&s->work, &s->lock, &ts) == 0)
-			;
-	}
+	if (s->n_jobs < GATHER_JOBS && !s->stopping && s->jobs->obj->packed)
+		writer_gather(s);
 	while (s->jobs && n < WRITE_BATCH) {
 		batch[n++] = s->jobs;
 		s->jobs = s->jobs->next;
@@ -1234,8 +1264,7 @@ void sfs_store_get_stats(sfs_store *s, struct sfs_store_stats *out)
 	LOAD(not_admitted_bytes);
 #undef LOAD
 	pthread_mutex_lock(&s->lock);
-	/* The segments' bytes as they are now (flushes and evictions). */
-	out->used_bytes = s->used_bytes + gs.disk_bytes + s->seg_reserved;
+	out->used_bytes = used_total(s); /* what admission sees */
 	out->capacity_bytes = s->capacity_bytes;
 	out->objects = s->n_objects + gs.objects;
 	out->small_objects = gs.objects;
