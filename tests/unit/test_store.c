@@ -2,7 +2,8 @@
 /*
  * test_store — cache/store.c against a real local directory.
  *
- * Linked with store.c, uring.c and log.c only (sfs_store_dep); the one
+ * Linked with store.c, segment.c, uring.c and log.c only (sfs_store_dep);
+ * segment.c is part of the store (its packed layout), not faked. The one
  * neighbour is the filesystem, so every test works in its own fresh
  * directory under /tmp and removes it at the end. Chunk bytes are synthetic
  * (byte i of file `seed` comes from fill()), and every read is compared byte
@@ -12,7 +13,10 @@
  * store.c documents: a 64-byte header (size at offset 24, n_chunks at 32,
  * data_off at 40), 136-byte chunk records from offset 64 (16 XXH3-64 of
  * 64 KiB sub-blocks, then length and valid mark), and chunk i's bytes at
- * data_off + i MiB, data_off being 64 + 136 n rounded up to 4096.
+ * data_off + i MiB, data_off being 64 + 136 n rounded up to 4096. Versions
+ * of 1 MiB or less are packed in cache_dir/segments; tests that damage those
+ * find a record by its bytes and know only that a sealed segment is checked
+ * at read and the one being filled by the scan at open (segment.h).
  *
  * Threading: ok() runs on the main thread only; write completions (the
  * store's writer thread) and the worker threads of the concurrency test
