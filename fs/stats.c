@@ -152,6 +152,14 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	       cs.capacity_bytes);
 	metric(f, "shardfs_cache_objects", "gauge", "File versions with chunks in the local cache.",
 	       cs.objects);
+	metric(f, "shardfs_cache_small_objects", "gauge",
+	       "File versions of one chunk or less packed in segment files (in objects too).",
+	       cs.small_objects);
+	metric(f, "shardfs_cache_segments", "gauge",
+	       "Segment files holding packed small file versions.", cs.segments);
+	metric(f, "shardfs_cache_index_bytes", "gauge",
+	       "Memory held by the local cache's indexes (objects, segment index).",
+	       cs.index_bytes);
 	metric(f, "shardfs_cache_write_bytes_total", "counter",
 	       "Bytes written durably to the local cache.", cs.write_bytes);
 	metric(f, "shardfs_cache_write_queue_bytes", "gauge",
