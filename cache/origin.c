@@ -470,9 +470,13 @@ static bool conn_pull_one(struct sfs_conn *conn)
 
 /* --- completions ---------------------------------------------------------- */
 
+/* reply_decode's answer for a READ that came back short and must continue
+ * (not a byte count: a 1-byte file's READ returns 1, which this once was). */
+#define READ_CONTINUES (-EINPROGRESS)
+
 /* Decode a successful RPC reply for a claimed request. Runs on the I/O
- * thread without the lock. Returns the result, or 1 if a READ came back
- * short and must continue (the request was re-queued). */
+ * thread without the lock. Returns the result, or READ_CONTINUES if a READ
+ * came back short and must continue (the caller re-queues it). */
 static int reply_decode(struct sfs_conn *conn, struct sfs_attempt *a, struct sfs_origin_req *req,
 			void *data)
 {
@@ -498,7 +502,7 @@ static int reply_decode(struct sfs_conn *conn, struct sfs_attempt *a, struct sfs
 			req->eof = ok->eof || (n == 0);
 			return (int)req->done_bytes;
 		}
-		return 1; /* short read, not at EOF: continue from done_bytes */
+		return READ_CONTINUES; /* short, not at EOF: continue from done_bytes */
 	}
 	case SFS_ORIGIN_GETATTR: {
 		GETATTR3res *res = data;
@@ -615,7 +619,7 @@ static void slot_cb(struct rpc_context *rpc, int status, void *data, void *priva
 	pthread_mutex_unlock(&pool->lock);
 
 	int result = reply_decode(conn, a, req, data);
-	if (result == -EAGAIN || result == 1) {
+	if (result == -EAGAIN || result == READ_CONTINUES) {
 		/* JUKEBOX or a short read: back in the queue (claimed requests
 		 * have no attempts left, so this is the only owner). */
 		pthread_mutex_lock(&pool->lock);
