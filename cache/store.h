@@ -126,7 +126,7 @@ int sfs_store_write_chunk(sfs_store_obj *obj, uint32_t index, const void *buf, u
  * another -errno for an I/O error. Takes the store lock only briefly, never
  * across I/O; any thread.
  */
-#define SFS_STORE_SUB_SHIFT	   16 /* 64 KiB verification blocks */
+#define SFS_STORE_SUB_SHIFT	  16 /* 64 KiB verification blocks */
 #define SFS_STORE_RANGE_BUF_BYTES ((1u << 20) + (3u << SFS_STORE_SUB_SHIFT))
 ssize_t sfs_store_read_range(sfs_store_obj *obj, uint64_t off, size_t len, void *buf,
 			     size_t buf_len, const char **data);
