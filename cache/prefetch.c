@@ -833,6 +833,7 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 	v->n_iov = 0;
 	v->n_pins = 0;
 	v->bytes = 0;
+	v->cache_bytes = 0;
 	if (off >= f->size || len == 0)
 		return 0;
 	uint64_t end = off + len < f->size ? off + len : f->size;
@@ -916,6 +917,7 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 			count(&f->pf->stats.hit_bytes, (int64_t)(to - from));
 		else if (f->obj)
 			count(&f->pf->stats.miss_bytes, (int64_t)(to - from));
+		v->cache_bytes += c->loaded ? (size_t)(to - from) : 0;
 		if (to == cstart + c->len)
 			c->consumed = true;
 		v->iov[v->n_iov].iov_base = c->buf + (from - cstart);
