@@ -84,7 +84,7 @@ compare_all() {
 want() { [ "$(answer "$1" "$MNT/$2")" = "$3" ] || { diag "$1 $2: want $3"; return 1; }; }
 
 # --- allow_other: kernel permission checks ------------------------------------------
-sfs_mount "allow_other,timeo=20,retrans=3"
+sfs_mount "allow_other,timeo=20,retrans=3,cache_dir=$WORK/cache"
 opts=$(awk -v m="$MNT" '$2 == m { print $4 }' /proc/mounts)
 check "allow_other adds default_permissions to the mount ($opts)" \
 	bash -c "[[ ',$opts,' == *,default_permissions,* && ',$opts,' == *,allow_other,* ]]"
@@ -140,14 +140,24 @@ if [ -n "$CG" ]; then
 	inf=$(awk -v m='shardfs_job_read_wait_seconds_bucket{job="slurm/4242",le="+Inf"} ' 'index($0, m) == 1 { print $2 }' "$MNT/.shardfs/stats")
 	check "the job's wait histogram counts every read request ($req requests, $cnt waits, +Inf $inf)" \
 		bash -c "[ -n '$req' ] && [ '$req' -gt 0 ] && [ '$req' = '$cnt' ] && [ '$cnt' = '$inf' ]"
+	# Read again from the local cache (page cache dropped, fetch buffers
+	# freed at close): the job's cache bytes grow.
+	c0=$(job_value slurm/4242 shardfs_job_read_cache_bytes_total)
+	drop_caches
+	in_cgroup "$SL" cat "$MNT/job-slurm" >/dev/null
+	c1=$(job_value slurm/4242 shardfs_job_read_cache_bytes_total)
+	check "a second read from the local cache counts as cache bytes ($((c1 - c0)) of $(stat -c %s "$EXPORT/job-slurm"))" \
+		[ $((c1 - c0)) -ge $((3 << 19)) ]
 	check "blocked time is reported for the job" bash -c "[ -n '$(job_value slurm/4242 shardfs_job_read_blocked_seconds_total)' ]"
 	# Outside any job: uid/<uid>, unless this test itself runs inside one.
 	if grep -qE '/job_[0-9]+(/|$)|pod' /proc/self/cgroup; then
 		diag "this test runs inside a job's cgroup: uid/ fallback not checked"
 	else
+		b0=$(job_value "uid/$UID2" shardfs_job_read_bytes_total)
 		runuser -u "$U2" -- cat "$MNT/job-uid" >/dev/null
+		b1=$(job_value "uid/$UID2" shardfs_job_read_bytes_total)
 		check "a reader in no job's cgroup is counted as uid/$UID2" \
-			[ "$(job_value "uid/$UID2" shardfs_job_read_bytes_total)" = "$(stat -c %s "$EXPORT/job-uid")" ]
+			[ "$((b1 - ${b0:-0}))" = "$(stat -c %s "$EXPORT/job-uid")" ]
 	fi
 	# One process, 2,000 O_DIRECT reads: one /proc read, not one per request;
 	# then 10,000 short-lived readers, each with its own pid.
