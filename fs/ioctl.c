@@ -5,8 +5,14 @@
  *
  * Owns: validating every struct that comes in (size field, reserved words,
  * bounds), the per-open-file region table and its uid rule, and counting
- * bytes, requests and refusals. Bytes come from cache/prefetch (verified,
- * fetched first when missing); cache/staging moves them into the target.
+ * bytes, requests and refusals (STAGE also per job, fs/jobs.h).
+ * Who may call: anyone holding an open file of the mount. With allow_other
+ * that open was checked by the kernel against the file's mode
+ * (default_permissions is implied unless allow_other_unchecked), so an ioctl
+ * reaches only bytes its caller may read; a region is usable only by the
+ * uid that registered it, and a shm object must belong to that uid.
+ * Bytes come from cache/prefetch (verified, fetched first when missing);
+ * cache/staging moves them into the target.
  * Threading: runs on FUSE workers; ioctls on one open file are serialised
  * by its lock (regions are used by one thread at a time). Never replies
  * with a lock held.
