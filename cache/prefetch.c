@@ -893,6 +893,7 @@ static ssize_t direct_read(struct sfs_pf_file *f, sfs_store_obj *obj, uint64_t o
 	v->iov[0].iov_len = (size_t)n;
 	v->n_iov = 1;
 	v->bytes = (size_t)n;
+	v->cache_bytes = (size_t)n;
 	count(&f->pf->stats.hit_bytes, n);
 	count(&f->pf->stats.direct_reads, 1);
 	return n;
@@ -1000,6 +1001,7 @@ static ssize_t fill_view(struct sfs_pf_file *f, uint64_t off, uint64_t end, stru
 		v->iov[v->n_iov].iov_len = (size_t)(to - from);
 		v->n_iov++;
 		v->bytes += (size_t)(to - from);
+		v->cache_bytes += c->loaded ? (size_t)(to - from) : 0;
 		if (to < cstart + SFS_CHUNK_BYTES && to < end)
 			break; /* short chunk: end of file */
 	}
@@ -1038,6 +1040,7 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 	v->n_iov = 0;
 	v->n_pins = 0;
 	v->bytes = 0;
+	v->cache_bytes = 0;
 	if (off >= f->size || len == 0)
 		return 0;
 	uint64_t end = off + len < f->size ? off + len : f->size;

@@ -109,7 +109,8 @@ struct sfs_pf_view {
 	struct iovec iov[3];
 	int n_iov;
 	size_t bytes;
-	void *pins[3]; /* private: chunks (and their file) held until sfs_pf_view_release() */
+	size_t cache_bytes; /* of bytes: served from the local cache (per-job accounting) */
+	void *pins[3];	    /* private: chunks (and their file) held until sfs_pf_view_release() */
 	int n_pins;
 };
 

@@ -19,6 +19,7 @@
 #include "../cache/prefetch.h"
 #include "../cache/staging.h"
 #include "inode.h"
+#include "jobs.h"
 #include "options.h"
 
 /* FUSE operations we count, by name in the stats file. */
@@ -63,6 +64,7 @@ struct sfs_fs {
 	sfs_staging *staging;		      /* set at start, then read-only */
 	struct fuse_session *se;	      /* set at start: for kernel cache invalidation */
 	sfs_inode_table *inodes;	      /* set at start, then read-only */
+	sfs_jobs *jobs;			      /* set at start, then read-only: per-job reads */
 	double attr_timeout_s;		      /* set at start, then read-only */
 	uint64_t start_ns;		      /* set at start, then read-only */
 	struct sfs_inode ctl_dir, stats_file; /* the virtual .shardfs/ tree */
@@ -89,6 +91,14 @@ struct sfs_open_file {
 	} regions[SFS_MAX_REGIONS]; /* protected by lock */
 	uint64_t next_region_id;    /* protected by lock */
 };
+
+/* Start per-job accounting (fs/jobs.h) of a read or STAGE for req's caller;
+ * end it with sfs_jobs_read_end(fs->jobs, ...). Any FUSE worker. */
+static inline struct sfs_job_read sfs_fs_job_begin(struct sfs_fs *fs, fuse_req_t req)
+{
+	const struct fuse_ctx *c = fuse_req_ctx(req);
+	return sfs_jobs_read_begin(fs->jobs, c->pid, c->uid);
+}
 
 extern const struct fuse_lowlevel_ops sfs_fuse_ops;
 

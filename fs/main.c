@@ -159,6 +159,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "shardfs: %s\n", strerror(-rc));
 		goto out_origin;
 	}
+	if ((rc = sfs_jobs_open(NULL, &fs.jobs)) < 0) {
+		fprintf(stderr, "shardfs: %s\n", strerror(-rc));
+		goto out_origin;
+	}
 	if (o.cache_dir) {
 		struct sfs_store_conf sc = {.dir = o.cache_dir,
 					    .capacity_bytes = o.cache_size,
@@ -251,6 +255,7 @@ out_origin:
 	sfs_store_close(fs.store);   /* finishes queued writes, whose callbacks too */
 	sfs_prefetch_close(fs.prefetch);
 	sfs_staging_close(fs.staging);
+	sfs_jobs_close(fs.jobs);
 out_addrs:
 	sfs_addrs_free(addrs, (size_t)n_addrs);
 out_opts:

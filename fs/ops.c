@@ -435,7 +435,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	sfs_pf_file *pf = ((struct sfs_open_file *)(uintptr_t)fi->fh)->pf;
 	struct sfs_pf_view v;
+	struct sfs_job_read jr = sfs_fs_job_begin(fs, req);
 	ssize_t n = sfs_pf_read(pf, (uint64_t)off, size, &v);
+	sfs_jobs_read_end(fs->jobs, &jr, n, v.cache_bytes);
 	if (n < 0) {
 		__atomic_fetch_add(&fs->read_errors, 1, __ATOMIC_RELAXED);
 		reply_err(req, (int)n);

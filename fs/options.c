@@ -56,6 +56,7 @@ static const struct opt_def opt_table[] = {
     UINT_OPT("gid", gid, 0, 4294967294u),
     FLAG_OPT("allow_other", allow_other, 1),
     FLAG_OPT("default_permissions", default_permissions, 1),
+    FLAG_OPT("allow_other_unchecked", allow_other_unchecked, 1),
     FLAG_OPT("direct_io", direct_io, 1),
     UINT_OPT("io_threads", io_threads, 0, 64),
     UINT_OPT("max_threads", max_threads, 1, 1024),
@@ -355,6 +356,16 @@ int sfs_options_parse(int argc, char **argv, struct sfs_options *o, char *err, s
 		return -ENOMEM;
 	if (o->cache_dir && o->cache_dir[0] != '/')
 		return fail(err, len, "cache_dir '%s' must be an absolute path", o->cache_dir);
+	/* allow_other lets every local user in: the kernel must then check
+	 * each caller against the file's mode, owner and group, or everyone
+	 * reads what the mount's NFS identity reads. */
+	if (o->allow_other_unchecked && o->default_permissions)
+		return fail(err, len,
+			    "allow_other_unchecked and default_permissions contradict each other");
+	if (o->allow_other_unchecked)
+		o->allow_other = true;
+	else if (o->allow_other)
+		o->default_permissions = true;
 	if (o->rsize % 4096)
 		o->rsize -= o->rsize % 4096; /* nfs(5) rounds rsize down, so do we */
 	return 0;
@@ -462,9 +473,16 @@ void sfs_options_usage(FILE *out, const char *prog)
 	    "  hard                wait for the cluster to come back instead\n"
 	    "  actimeo=SECONDS     attribute and directory entry cache time, 0..86400\n"
 	    "                      (default %u)\n"
-	    "  uid=N, gid=N        AUTH_SYS identity sent to NFS (default: the caller's)\n"
-	    "  allow_other         let users other than the mounter access the mount\n"
-	    "  default_permissions let the kernel check file modes\n"
+	    "  uid=N, gid=N        AUTH_SYS identity of every NFS request, whoever the\n"
+	    "                      reader is (default: the mounting user's)\n"
+	    "  allow_other         let users other than the mounter access the mount; implies\n"
+	    "                      default_permissions: the kernel checks each caller's uid,\n"
+	    "                      gid and groups against the file's mode, owner and group\n"
+	    "  default_permissions let the kernel check file modes (also without allow_other)\n"
+	    "  allow_other_unchecked  allow_other WITHOUT that check: every local user reads\n"
+	    "                      whatever the NFS identity (uid=, gid=) can read, whatever\n"
+	    "                      the mode. Unsafe on shared nodes; only for single-tenant\n"
+	    "                      nodes whose users are all allowed to read the whole export\n"
 	    "  direct_io           bypass the kernel page cache: one copy less per byte,\n"
 	    "                      no sharing of cached pages between readers\n"
 	    "  prefetch_mem=SIZE   memory for fetch buffers in flight, K/M/G suffixes\n"
@@ -485,7 +503,15 @@ void sfs_options_usage(FILE *out, const char *prog)
 	    "Generic mount options (ro, rw, _netdev, nofail, noauto, defaults, ...) are\n"
 	    "accepted and ignored: the mount is always read-only.\n"
 	    "\n"
-	    "Statistics: MOUNTPOINT/.shardfs/stats (Prometheus text format).\n",
+	    "\n"
+	    "Permissions: NFS sees only the uid=/gid= identity; the server's own checks\n"
+	    "(and ACLs) apply to that identity, not to the local reader. The kernel check\n"
+	    "covers mode bits, owner and group (supplementary groups included) as NFS\n"
+	    "reports them, cached for actimeo; server-side ACLs are not evaluated per\n"
+	    "reader.\n"
+	    "\n"
+	    "Statistics: MOUNTPOINT/.shardfs/stats (Prometheus text format), with reads\n"
+	    "counted per job (Slurm job, Kubernetes pod or uid, from the reader's cgroup).\n",
 	    prog, SFS_DEFAULT_NCONNECT, SFS_DEFAULT_RSIZE, SFS_DEFAULT_TIMEO_DS,
 	    SFS_DEFAULT_TIMEO_DS / 10.0, SFS_DEFAULT_RETRANS, SFS_DEFAULT_ACTIMEO_S,
 	    (unsigned long long)(SFS_DEFAULT_PREFETCH_MEM >> 20),

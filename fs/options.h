@@ -38,15 +38,16 @@ struct sfs_options {
 	unsigned actimeo_s;
 	uint32_t uid, gid;
 	bool allow_other, default_permissions;
-	bool direct_io;	       /* bypass the kernel page cache for file data */
-	unsigned io_threads;   /* 0 = one per CPU */
-	unsigned max_threads;  /* FUSE worker threads */
-	uint64_t prefetch_mem; /* budget for fetch buffers in memory */
-	char *cache_dir;       /* NULL: no local cache */
-	uint64_t cache_size;   /* 0: 90% of cache_dir's filesystem */
-	unsigned cache_policy; /* 0 lru, 1 pin (enum sfs_store_policy) */
-	unsigned prefetch;     /* 0 readahead, 1 shard, 2 off (enum sfs_prefetch_mode) */
-	uint64_t prefetch_max; /* shard: files up to this size are fetched whole */
+	bool allow_other_unchecked; /* allow_other without default_permissions (unsafe) */
+	bool direct_io;		    /* bypass the kernel page cache for file data */
+	unsigned io_threads;	    /* 0 = one per CPU */
+	unsigned max_threads;	    /* FUSE worker threads */
+	uint64_t prefetch_mem;	    /* budget for fetch buffers in memory */
+	char *cache_dir;	    /* NULL: no local cache */
+	uint64_t cache_size;	    /* 0: 90% of cache_dir's filesystem */
+	unsigned cache_policy;	    /* 0 lru, 1 pin (enum sfs_store_policy) */
+	unsigned prefetch;	    /* 0 readahead, 1 shard, 2 off (enum sfs_prefetch_mode) */
+	uint64_t prefetch_max;	    /* shard: files up to this size are fetched whole */
 };
 
 /*

@@ -23,6 +23,71 @@ static void metric(FILE *f, const char *name, const char *type, const char *text
 	fprintf(f, "%s %llu\n", name, (unsigned long long)value);
 }
 
+#define STR_(x) #x
+#define STR(x)	STR_(x)
+
+/* One labelled sample per job. */
+#define PER_JOB(name, type, text, field)                                                           \
+	do {                                                                                       \
+		help(f, name, type, text);                                                         \
+		for (size_t k = 0; k < n; k++)                                                     \
+			fprintf(f, name "{job=\"%s\"} %llu\n", js[k].label,                        \
+				(unsigned long long)js[k].field);                                  \
+	} while (0)
+
+/* Per-job read accounting (fs/jobs.h). Returns 0 or -ENOMEM. */
+static int render_jobs(FILE *f, sfs_jobs *jobs)
+{
+	struct sfs_jobs_totals t;
+	struct sfs_job_stats *js = malloc(SFS_JOBS_MAX * sizeof(*js));
+
+	if (!js)
+		return -ENOMEM;
+	size_t n = sfs_jobs_snapshot(jobs, js, SFS_JOBS_MAX, &t);
+	PER_JOB("shardfs_job_read_bytes_total", "counter",
+		"Bytes returned to read() and placed by STAGE, by the caller's job.", read_bytes);
+	PER_JOB("shardfs_job_read_requests_total", "counter",
+		"read() and STAGE calls (errors included), by the caller's job.", read_requests);
+	PER_JOB("shardfs_job_read_cache_bytes_total", "counter",
+		"Of the job's bytes, those served from the local cache.", cache_bytes);
+	help(f, "shardfs_job_read_wait_seconds", "histogram",
+	     "Time each read() or STAGE call of the job waited for its data in the daemon.");
+	for (size_t k = 0; k < n; k++) {
+		uint64_t cum = 0;
+		for (int b = 0; b < SFS_JOBS_WAIT_BUCKETS; b++) {
+			cum += js[k].wait_buckets[b];
+			fprintf(f,
+				"shardfs_job_read_wait_seconds_bucket{job=\"%s\",le=\"%g\"} %llu\n",
+				js[k].label, sfs_jobs_wait_bounds_s[b], (unsigned long long)cum);
+		}
+		fprintf(f, "shardfs_job_read_wait_seconds_bucket{job=\"%s\",le=\"+Inf\"} %llu\n",
+			js[k].label, (unsigned long long)js[k].wait_count);
+		fprintf(f, "shardfs_job_read_wait_seconds_sum{job=\"%s\"} %.6f\n", js[k].label,
+			(double)js[k].wait_ns / 1e9);
+		fprintf(f, "shardfs_job_read_wait_seconds_count{job=\"%s\"} %llu\n", js[k].label,
+			(unsigned long long)js[k].wait_count);
+	}
+	help(f, "shardfs_job_read_blocked_seconds_total", "counter",
+	     "Wall time during which at least one read of the job was waiting.");
+	for (size_t k = 0; k < n; k++)
+		fprintf(f, "shardfs_job_read_blocked_seconds_total{job=\"%s\"} %.6f\n", js[k].label,
+			(double)js[k].busy_ns / 1e9);
+	free(js);
+	metric(f, "shardfs_jobs", "gauge",
+	       "Jobs being accounted (at most " STR(SFS_JOBS_MAX) "; idle ones age out).", t.jobs);
+	metric(f, "shardfs_jobs_aged_out_total", "counter",
+	       "Jobs removed from the accounting after a long time without a read.",
+	       t.evicted_jobs);
+	metric(f, "shardfs_job_pid_entries", "gauge",
+	       "Entries of the pid -> job cache in use (at most " STR(SFS_JOBS_PID_ENTRIES) ").",
+	       t.pid_entries);
+	metric(f, "shardfs_job_cgroup_reads_total", "counter",
+	       "/proc/PID/cgroup files read to find a caller's job (pid cache misses).",
+	       t.cgroup_reads);
+	return 0;
+}
+#undef PER_JOB
+
 ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 {
 	char *buf = NULL;
@@ -200,7 +265,8 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 		    sfs_stage_reason_names[r],
 		    (unsigned long long)__atomic_load_n(&fs->stage_errors[r], __ATOMIC_RELAXED));
 
-	if (fclose(f) != 0) {
+	int rc = fs->jobs ? render_jobs(f, fs->jobs) : 0;
+	if (fclose(f) != 0 || rc < 0) {
 		free(buf);
 		return -ENOMEM;
 	}

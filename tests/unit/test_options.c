@@ -130,6 +130,13 @@ static void test_values(void)
 	check_opt("gid=1234", FIELD(gid), 1234);
 	check_opt("allow_other", FIELD(allow_other), 1);
 	check_opt("default_permissions", FIELD(default_permissions), 1);
+	/* allow_other implies the kernel's permission check; only the explicit
+	 * opt-out turns it off (issue 11). */
+	check_opt("allow_other", FIELD(default_permissions), 1);
+	check_opt("allow_other_unchecked", FIELD(allow_other), 1);
+	check_opt("allow_other_unchecked", FIELD(default_permissions), 0);
+	check_opt("allow_other,allow_other_unchecked", FIELD(default_permissions), 0);
+	check_opt("allow_other,default_permissions", FIELD(default_permissions), 1);
 	check_opt("direct_io", FIELD(direct_io), 1);
 	check_opt("io_threads=0", FIELD(io_threads), 0);
 	check_opt("io_threads=64", FIELD(io_threads), 64);
@@ -176,6 +183,8 @@ static void test_value_errors(void)
 	ERR("hard", "-o", "hard=0", "h1:/ifs", "/mnt");
 	ERR("allow_other", "-o", "allow_other=yes", "h1:/ifs", "/mnt");
 	ERR("direct_io", "-o", "direct_io=1", "h1:/ifs", "/mnt");
+	ERR("contradict", "-o", "allow_other_unchecked,default_permissions", "h1:/ifs", "/mnt");
+	ERR("allow_other_unchecked", "-o", "allow_other_unchecked=1", "h1:/ifs", "/mnt");
 	ERR("ro", "-o", "ro=1", "h1:/ifs", "/mnt");
 	ERR("bogus", "-o", "bogus", "h1:/ifs", "/mnt");
 	ERR("foo", "-o", "foo=bar", "h1:/ifs", "/mnt");
