@@ -9,6 +9,7 @@
 #define FUSE_USE_VERSION 35
 #include <fuse_lowlevel.h>
 
+#include "../cache/namespace.h"
 #include "../cache/origin.h"
 #include "../cache/prefetch.h"
 #include "../cache/staging.h"
@@ -57,6 +58,7 @@ struct sfs_fs {
 	sfs_staging *staging;		      /* set at start, then read-only */
 	struct fuse_session *se;	      /* set at start: for kernel cache invalidation */
 	sfs_inode_table *inodes;	      /* set at start, then read-only */
+	sfs_ns *ns;			      /* set at start; non-NULL iff immutable */
 	double attr_timeout_s;		      /* set at start, then read-only */
 	uint64_t start_ns;		      /* set at start, then read-only */
 	struct sfs_inode ctl_dir, stats_file; /* the virtual .shardfs/ tree */
