@@ -212,6 +212,7 @@ int main(int argc, char **argv)
 				o.export_path, o.cache_dir, (unsigned long long)st.entries);
 		}
 	}
+	pthread_mutex_init(&fs.statfs_lock, NULL);
 	fs.opts = &o;
 	fs.attr_timeout_s = o.immutable ? SFS_IMMUTABLE_TIMEOUT_S : o.actimeo_s;
 	fs.start_ns = sfs_now_ns();

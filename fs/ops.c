@@ -295,10 +295,27 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 
 	op_count(fs, SFS_OP_STATFS);
 	struct sfs_origin_req r = {.op = SFS_ORIGIN_FSSTAT, .fh = sfs_inode_root(fs->inodes)->fh};
-	int rc = sfs_origin_call(fs->origin, &r);
-	if (rc < 0) {
-		reply_err(req, rc);
-		return;
+	/* Immutable: the first answer serves the whole mount, and a mount with
+	 * no answer yet reports no sizes rather than wait for a node. */
+	bool cached = false;
+	if (fs->ns) {
+		pthread_mutex_lock(&fs->statfs_lock);
+		cached = fs->have_fsstat;
+		r.fsstat = fs->fsstat;
+		pthread_mutex_unlock(&fs->statfs_lock);
+	}
+	if (!cached) {
+		int rc = sfs_origin_call(fs->origin, &r);
+		if (rc < 0 && !fs->ns) {
+			reply_err(req, rc);
+			return;
+		}
+		if (rc == 0 && fs->ns) {
+			pthread_mutex_lock(&fs->statfs_lock);
+			fs->fsstat = r.fsstat;
+			fs->have_fsstat = true;
+			pthread_mutex_unlock(&fs->statfs_lock);
+		}
 	}
 	sv.f_bsize = SFS_CHUNK_BYTES;
 	sv.f_frsize = 4096;
