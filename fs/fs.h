@@ -15,6 +15,7 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include "../cache/namespace.h"
 #include "../cache/origin.h"
 #include "../cache/prefetch.h"
 #include "../cache/staging.h"
@@ -65,6 +66,10 @@ struct sfs_fs {
 	struct fuse_session *se;	      /* set at start: for kernel cache invalidation */
 	sfs_inode_table *inodes;	      /* set at start, then read-only */
 	sfs_jobs *jobs;			      /* set at start, then read-only: per-job reads */
+	sfs_ns *ns;			      /* set at start; non-NULL iff immutable */
+	pthread_mutex_t statfs_lock;	      /* immutable: guards the two below */
+	bool have_fsstat;		      /* protected by statfs_lock */
+	struct sfs_fsstat fsstat;	      /* protected by statfs_lock: first answer */
 	double attr_timeout_s;		      /* set at start, then read-only */
 	uint64_t start_ns;		      /* set at start, then read-only */
 	struct sfs_inode ctl_dir, stats_file; /* the virtual .shardfs/ tree */

@@ -68,6 +68,9 @@ static const struct opt_def opt_table[] = {
     {"cache_dir", OPT_STRING, 0, 0, offsetof(struct sfs_options, cache_dir), 0, NULL},
     {"cache_size", OPT_SIZE, 16u << 20, 1ull << 60, offsetof(struct sfs_options, cache_size), 8,
      NULL},
+    FLAG_OPT("immutable", immutable, 1),
+    FLAG_OPT("noimmutable", noimmutable, 1),
+    UINT_OPT("namespace_max", namespace_max, 1000, 1000000000),
     {"cache_policy", OPT_CHOICE, 0, 0, offsetof(struct sfs_options, cache_policy), 4, "lru|pin"},
     /* Generic mount(8) options that mount.fuse3 may pass on: accepted and
      * ignored (the mount is always read-only, nodev, nosuid). */
@@ -268,6 +271,15 @@ static int parse_opt_list(struct sfs_options *o, const char *list, char *err, si
 	return rc;
 }
 
+/* Does the export path go through a ".snapshot" component? */
+static bool is_snapshot_path(const char *path)
+{
+	for (const char *p = path; (p = strstr(p, "/.snapshot")); p++)
+		if (p[10] == '/' || p[10] == 0)
+			return true;
+	return false;
+}
+
 static int parse_source(struct sfs_options *o, const char *src, char *err, size_t len)
 {
 	const char *colon = strstr(src, ":/");
@@ -313,6 +325,7 @@ int sfs_options_parse(int argc, char **argv, struct sfs_options *o, char *err, s
 	o->prefetch_mem = SFS_DEFAULT_PREFETCH_MEM;
 	o->prefetch_max = SFS_DEFAULT_PREFETCH_MAX;
 	o->prefetch = 1; /* shard */
+	o->namespace_max = SFS_DEFAULT_NAMESPACE_MAX;
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -368,6 +381,12 @@ int sfs_options_parse(int argc, char **argv, struct sfs_options *o, char *err, s
 		o->default_permissions = true;
 	if (o->rsize % 4096)
 		o->rsize -= o->rsize % 4096; /* nfs(5) rounds rsize down, so do we */
+	/* A snapshot cannot change: a path through .snapshot/ is immutable
+	 * unless the user says otherwise (noimmutable wins over both). */
+	if (is_snapshot_path(o->export_path))
+		o->immutable = true;
+	if (o->noimmutable)
+		o->immutable = false;
 	return 0;
 }
 
@@ -483,6 +502,13 @@ void sfs_options_usage(FILE *out, const char *prog)
 	    "                      whatever the NFS identity (uid=, gid=) can read, whatever\n"
 	    "                      the mode. Unsafe on shared nodes; only for single-tenant\n"
 	    "                      nodes whose users are all allowed to read the whole export\n"
+	    "  immutable           the files under the export do not change while mounted:\n"
+	    "                      never revalidate, keep the names and attributes seen in\n"
+	    "                      cache_dir, and serve them (and cached data) with every\n"
+	    "                      node down. Implied by a path under .snapshot/\n"
+	    "  noimmutable         not immutable, even under .snapshot/\n"
+	    "  namespace_max=N     immutable: names kept at most, ~200 bytes each in memory\n"
+	    "                      and on disk (default %u); beyond it, NFS answers\n"
 	    "  direct_io           bypass the kernel page cache: one copy less per byte,\n"
 	    "                      no sharing of cached pages between readers\n"
 	    "  prefetch_mem=SIZE   memory for fetch buffers in flight, K/M/G suffixes\n"
@@ -514,6 +540,6 @@ void sfs_options_usage(FILE *out, const char *prog)
 	    "counted per job (Slurm job, Kubernetes pod or uid, from the reader's cgroup).\n",
 	    prog, SFS_DEFAULT_NCONNECT, SFS_DEFAULT_RSIZE, SFS_DEFAULT_TIMEO_DS,
 	    SFS_DEFAULT_TIMEO_DS / 10.0, SFS_DEFAULT_RETRANS, SFS_DEFAULT_ACTIMEO_S,
-	    (unsigned long long)(SFS_DEFAULT_PREFETCH_MEM >> 20),
+	    SFS_DEFAULT_NAMESPACE_MAX, (unsigned long long)(SFS_DEFAULT_PREFETCH_MEM >> 20),
 	    (unsigned long long)(SFS_DEFAULT_PREFETCH_MAX >> 30));
 }

@@ -143,6 +143,19 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	PER_NODE("shardfs_node_reconnects_total", "counter",
 		 "Connections to the node lost and re-made.", ns.reconnects);
 #undef PER_NODE
+	help(f, "shardfs_node_metadata_calls_total", "counter",
+	     "Metadata requests the node answered, by kind (lookup, getattr, readdir, readlink, "
+	     "fsstat).");
+	for (size_t i = 0; i < n_nodes; i++) {
+		sfs_origin_node_stats(fs->origin, i, &ns);
+		for (int k = 0; k < SFS_ORIGIN_N_OPS; k++)
+			if (k != SFS_ORIGIN_READ)
+				fprintf(f,
+					"shardfs_node_metadata_calls_total{node=\"%s\",kind=\"%s\"}"
+					" %llu\n",
+					ns.addr, sfs_origin_op_names[k],
+					(unsigned long long)ns.meta_by_op[k]);
+	}
 	help(f, "shardfs_node_latency_seconds", "histogram",
 	     "Time from sending a request to its reply.");
 	for (size_t i = 0; i < n_nodes; i++) {
@@ -241,6 +254,37 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	metric(f, "shardfs_cache_errors_total", "counter",
 	       "Cache directory errors (missing, unwritable, I/O errors); reads went to NFS.",
 	       cs.errors);
+
+	struct sfs_ns_stats nss = {0};
+	bool any_up = false;
+	if (fs->ns)
+		sfs_ns_get_stats(fs->ns, &nss);
+	for (size_t i = 0; i < n_nodes && !any_up; i++) {
+		sfs_origin_node_stats(fs->origin, i, &ns);
+		any_up = ns.state == SFS_NODE_UP;
+	}
+	metric(f, "shardfs_immutable", "gauge", "1 if mounted immutable (never revalidates).",
+	       fs->ns != NULL);
+	metric(f, "shardfs_namespace_entries", "gauge",
+	       "Names (with handles and attributes) held by the immutable namespace.", nss.entries);
+	metric(f, "shardfs_namespace_complete_dirs", "gauge",
+	       "Directories whose whole listing the namespace holds.", nss.dirs_complete);
+	metric(f, "shardfs_namespace_disk_bytes", "gauge",
+	       "Bytes of the namespace log in cache_dir.", nss.file_bytes);
+	metric(f, "shardfs_namespace_memory_bytes", "gauge",
+	       "Bytes of memory held by the namespace index.", nss.mem_bytes);
+	metric(f, "shardfs_namespace_hits_total", "counter",
+	       "Lookups and listings answered from the namespace without NFS.", nss.hits);
+	metric(f, "shardfs_namespace_misses_total", "counter",
+	       "Lookups and listings the namespace could not answer (asked NFS).", nss.misses);
+	metric(f, "shardfs_namespace_not_recorded_total", "counter",
+	       "Names not kept because namespace_max was reached.", nss.not_recorded);
+	metric(f, "shardfs_namespace_discarded_bytes", "gauge",
+	       "Bytes of a damaged namespace log cut off at mount (re-read from NFS).",
+	       nss.discarded_bytes);
+	metric(f, "shardfs_serving_from_cache", "gauge",
+	       "1 if immutable and no node is up: names and data come from the cache only.",
+	       fs->ns && !any_up);
 
 	metric(f, "shardfs_gpus", "gauge", "GPUs usable for staging (0 without CUDA).",
 	       fs->staging ? sfs_staging_gpu_count(fs->staging) : 0);

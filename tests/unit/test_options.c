@@ -430,8 +430,44 @@ static void test_resolve(void)
 		sfs_addrs_free(addrs, (size_t)n);
 }
 
+/* immutable, noimmutable, namespace_max, and .snapshot/ paths (issue 10). */
+static void check_immutable(const char *src, const char *opts, bool want)
+{
+	struct sfs_options o;
+	char err[512];
+	int rc = opts ? parse(ARGV("-o", opts, src, "/mnt"), &o, err, sizeof(err))
+		      : parse(ARGV(src, "/mnt"), &o, err, sizeof(err));
+
+	ok(rc == 0 && o.immutable == want, "%s -o %s: immutable %d (rc %d, \"%s\")", src,
+	   opts ? opts : "(none)", want, rc, err);
+	sfs_options_free(&o);
+}
+
+static void test_immutable(void)
+{
+	struct sfs_options o;
+	char err[512];
+
+	ok(parse(ARGV("h1:/ifs", "/mnt"), &o, err, sizeof(err)) == 0 && !o.immutable &&
+	       o.namespace_max == SFS_DEFAULT_NAMESPACE_MAX,
+	   "default: not immutable, namespace_max %u", SFS_DEFAULT_NAMESPACE_MAX);
+	sfs_options_free(&o);
+	check_immutable("h1:/ifs", "immutable", true);
+	check_immutable("h1:/ifs", "immutable,noimmutable", false);
+	check_immutable("h1:/ifs/data/.snapshot/daily/train", NULL, true);
+	check_immutable("h1:/ifs/data/.snapshot", NULL, true);
+	check_immutable("h1:/ifs/data/.snapshot/daily", "noimmutable", false);
+	check_immutable("h1:/ifs/data/.snapshots/x", NULL, false);
+	check_immutable("h1:/ifs/data/x.snapshot/y", NULL, false);
+	check_opt("namespace_max=1000", FIELD(namespace_max), 1000);
+	check_opt("namespace_max=50000000", FIELD(namespace_max), 50000000);
+	ERR("namespace_max", "-o", "namespace_max=10", "h1:/ifs", "/mnt");
+	ERR("immutable", "-o", "immutable=1", "h1:/ifs", "/mnt");
+}
+
 int main(void)
 {
+	test_immutable();
 	test_defaults();
 	test_values();
 	test_value_errors();
