@@ -102,6 +102,7 @@ struct sfs_node {
 	unsigned conns_up; /* atomic */
 	uint64_t read_bytes, read_requests, meta_requests, errors, reissued,
 	    reconnects;							     /* atomic */
+	uint64_t meta_by_op[SFS_ORIGIN_N_OPS];				     /* atomic */
 	uint64_t lat_count, lat_sum_ns, lat_buckets[SFS_ORIGIN_LAT_BUCKETS]; /* atomic */
 	struct sfs_log_ratelimit warn_rl;
 };
@@ -129,6 +130,7 @@ struct sfs_origin {
 	struct sfs_iothread *threads;
 	unsigned n_threads;
 	bool started;
+	bool offline_open;  /* set at open: started with no node, root from the caller */
 	bool stopping;	    /* atomic */
 	unsigned nodes_up;  /* atomic: nodes in state UP */
 	struct sfs_fh root; /* set at open, then read-only */
@@ -162,6 +164,19 @@ static void node_set_state(struct sfs_origin *pool, struct sfs_node *node, int s
 }
 
 static void count(uint64_t *ctr, uint64_t n) { __atomic_fetch_add(ctr, n, __ATOMIC_RELAXED); }
+
+const char *const sfs_origin_op_names[SFS_ORIGIN_N_OPS] = {
+    [SFS_ORIGIN_READ] = "read",		[SFS_ORIGIN_GETATTR] = "getattr",
+    [SFS_ORIGIN_LOOKUP] = "lookup",	[SFS_ORIGIN_READDIRPLUS] = "readdir",
+    [SFS_ORIGIN_READLINK] = "readlink", [SFS_ORIGIN_FSSTAT] = "fsstat",
+};
+
+/* One metadata reply from node, of op. */
+static void count_meta(struct sfs_node *node, enum sfs_origin_op op)
+{
+	count(&node->meta_requests, 1);
+	count(&node->meta_by_op[op], 1);
+}
 
 static void node_record_latency(struct sfs_node *node, uint64_t ns)
 {
@@ -470,9 +485,13 @@ static bool conn_pull_one(struct sfs_conn *conn)
 
 /* --- completions ---------------------------------------------------------- */
 
+/* reply_decode's answer for a READ that came back short and must continue
+ * (not a byte count: a 1-byte file's READ returns 1, which this once was). */
+#define READ_CONTINUES (-EINPROGRESS)
+
 /* Decode a successful RPC reply for a claimed request. Runs on the I/O
- * thread without the lock. Returns the result, or 1 if a READ came back
- * short and must continue (the request was re-queued). */
+ * thread without the lock. Returns the result, or READ_CONTINUES if a READ
+ * came back short and must continue (the caller re-queues it). */
 static int reply_decode(struct sfs_conn *conn, struct sfs_attempt *a, struct sfs_origin_req *req,
 			void *data)
 {
@@ -498,11 +517,11 @@ static int reply_decode(struct sfs_conn *conn, struct sfs_attempt *a, struct sfs
 			req->eof = ok->eof || (n == 0);
 			return (int)req->done_bytes;
 		}
-		return 1; /* short read, not at EOF: continue from done_bytes */
+		return READ_CONTINUES; /* short, not at EOF: continue from done_bytes */
 	}
 	case SFS_ORIGIN_GETATTR: {
 		GETATTR3res *res = data;
-		count(&node->meta_requests, 1);
+		count_meta(node, req->op);
 		if ((err = nfsstat_to_errno(res->status)))
 			return err;
 		fattr_to_attr(&res->GETATTR3res_u.resok.obj_attributes, &req->attr);
@@ -511,7 +530,7 @@ static int reply_decode(struct sfs_conn *conn, struct sfs_attempt *a, struct sfs
 	}
 	case SFS_ORIGIN_LOOKUP: {
 		LOOKUP3res *res = data;
-		count(&node->meta_requests, 1);
+		count_meta(node, req->op);
 		if ((err = nfsstat_to_errno(res->status)))
 			return err;
 		LOOKUP3resok *ok = &res->LOOKUP3res_u.resok;
@@ -523,7 +542,7 @@ static int reply_decode(struct sfs_conn *conn, struct sfs_attempt *a, struct sfs
 	}
 	case SFS_ORIGIN_READDIRPLUS: {
 		READDIRPLUS3res *res = data;
-		count(&node->meta_requests, 1);
+		count_meta(node, req->op);
 		if ((err = nfsstat_to_errno(res->status)))
 			return err;
 		READDIRPLUS3resok *ok = &res->READDIRPLUS3res_u.resok;
@@ -550,7 +569,7 @@ static int reply_decode(struct sfs_conn *conn, struct sfs_attempt *a, struct sfs
 	}
 	case SFS_ORIGIN_READLINK: {
 		READLINK3res *res = data;
-		count(&node->meta_requests, 1);
+		count_meta(node, req->op);
 		if ((err = nfsstat_to_errno(res->status)))
 			return err;
 		req->link = strdup(res->READLINK3res_u.resok.data);
@@ -558,7 +577,7 @@ static int reply_decode(struct sfs_conn *conn, struct sfs_attempt *a, struct sfs
 	}
 	case SFS_ORIGIN_FSSTAT: {
 		FSSTAT3res *res = data;
-		count(&node->meta_requests, 1);
+		count_meta(node, req->op);
 		if ((err = nfsstat_to_errno(res->status)))
 			return err;
 		FSSTAT3resok *ok = &res->FSSTAT3res_u.resok;
@@ -615,7 +634,7 @@ static void slot_cb(struct rpc_context *rpc, int status, void *data, void *priva
 	pthread_mutex_unlock(&pool->lock);
 
 	int result = reply_decode(conn, a, req, data);
-	if (result == -EAGAIN || result == 1) {
+	if (result == -EAGAIN || result == READ_CONTINUES) {
 		/* JUKEBOX or a short read: back in the queue (claimed requests
 		 * have no attempts left, so this is the only owner). */
 		pthread_mutex_lock(&pool->lock);
@@ -655,6 +674,18 @@ static void mount_cb(int err, struct nfs_context *nfs, void *data, void *private
 		snprintf(conn->err, sizeof(conn->err), "%s", data ? (char *)data : strerror(-err));
 		conn->broken = true;
 		return;
+	}
+	if (pool->offline_open) {
+		/* Started from a saved root: a node exporting another root is
+		 * another cluster or export, and must not serve these handles. */
+		const struct nfs_fh *rfh = nfs_get_rootfh(nfs);
+		if (!rfh || (uint32_t)rfh->len != pool->root.len ||
+		    memcmp(rfh->val, pool->root.data, pool->root.len)) {
+			snprintf(conn->err, sizeof(conn->err),
+				 "its export root differs from the one this mount started with");
+			conn->broken = true;
+			return;
+		}
 	}
 	conn->state = CONN_UP;
 	conn->backoff_ms = BACKOFF_MIN_MS;
@@ -1049,6 +1080,16 @@ int sfs_origin_open(const struct sfs_origin_conf *conf, sfs_origin **out, char *
 				break;
 			}
 		err = classify_mount_error(first_err->err);
+		if (err == -EHOSTUNREACH && conf->offline_root) {
+			/* No node: the caller serves what it saved and we
+			 * connect when the nodes answer. */
+			pool->root = *conf->offline_root;
+			pool->offline_open = true;
+			sfs_log(SFS_LOG_WARN, "origin",
+				"no node answers (e.g. %s: %s); starting without one, will retry",
+				first_err->node->addr, first_err->err);
+			goto opened;
+		}
 		if (pool->n_nodes > 1 && err == -EHOSTUNREACH)
 			snprintf(err_msg, err_len, "no node could mount %s (e.g. %s: %s)",
 				 conf->export_path, first_err->node->addr, first_err->err);
@@ -1069,6 +1110,7 @@ int sfs_origin_open(const struct sfs_origin_conf *conf, sfs_origin **out, char *
 					break;
 				}
 		}
+opened:
 	iothread_free(&boot);
 	*out = pool;
 	return 0;
@@ -1261,6 +1303,8 @@ void sfs_origin_node_stats(const sfs_origin *pool, size_t i, struct sfs_origin_n
 	out->errors = LOAD(errors);
 	out->reissued = LOAD(reissued);
 	out->reconnects = LOAD(reconnects);
+	for (int k = 0; k < SFS_ORIGIN_N_OPS; k++)
+		out->meta_by_op[k] = LOAD(meta_by_op[k]);
 	out->lat_count = LOAD(lat_count);
 	out->lat_sum_ns = LOAD(lat_sum_ns);
 	for (int b = 0; b < SFS_ORIGIN_LAT_BUCKETS; b++)

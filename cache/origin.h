@@ -54,6 +54,8 @@ enum sfs_origin_op {
 	SFS_ORIGIN_READLINK,
 	SFS_ORIGIN_FSSTAT,
 };
+#define SFS_ORIGIN_N_OPS 6 /* the ops above, for per-op counters */
+extern const char *const sfs_origin_op_names[SFS_ORIGIN_N_OPS]; /* "read", "lookup", ... */
 
 struct sfs_origin_req;
 struct sfs_attempt;
@@ -122,6 +124,9 @@ struct sfs_origin_conf {
 	bool hard;		 /* hard: wait for the cluster forever; soft: -EIO */
 	uint32_t uid, gid;	 /* AUTH_SYS identity */
 	unsigned n_threads;	 /* I/O threads; 0 = one per online CPU */
+	/* Non-NULL: when no node answers at open, start anyway with this root
+	 * handle (saved by an earlier mount) and connect in the background. */
+	const struct sfs_fh *offline_root;
 };
 
 typedef struct sfs_origin sfs_origin;
@@ -129,7 +134,8 @@ typedef struct sfs_origin sfs_origin;
 /*
  * Connect every connection of every node (concurrently, in the calling
  * thread) and check the export. Succeeds when at least one node mounted the
- * export; nodes that failed are retried later with backoff. On failure
+ * export, or when none answered and conf->offline_root is set; nodes that
+ * failed are retried later with backoff. On failure
  * writes a one-line reason (naming the node and cause) into err_msg and
  * returns -errno (-EHOSTUNREACH, -ENOENT for a missing export, -EACCES, ...).
  * No thread is started: call sfs_origin_start() (after any fork).
@@ -174,6 +180,7 @@ struct sfs_origin_node_stats {
 	enum sfs_origin_node_state state;
 	unsigned conns_up;
 	uint64_t read_bytes, read_requests, meta_requests, errors, reissued, reconnects;
+	uint64_t meta_by_op[SFS_ORIGIN_N_OPS]; /* metadata requests answered, by op */
 	uint64_t lat_count, lat_sum_ns;
 	uint64_t lat_buckets[SFS_ORIGIN_LAT_BUCKETS]; /* cumulative counts <= bound */
 };

@@ -75,6 +75,7 @@ struct sfs_pf_file {
 	unsigned refs;	   /* openers + chunks in flight or being written */
 	unsigned openers;  /* sfs_pf_file_opened() minus closes (drop_idle) */
 	uint64_t next_seq; /* chunk a sequential reader asks for next */
+	unsigned seq_run;  /* reads in a row that started at next_seq or just after */
 	bool sequential;
 	bool shard;	     /* the pump fetches every chunk the store lacks */
 	bool warmed;	     /* sfs_pf_file_warm() started a whole-file fetch */
@@ -679,6 +680,8 @@ void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out)
 	LOAD(hit_bytes);
 	LOAD(miss_bytes);
 	LOAD(stale_errors);
+	LOAD(direct_reads);
+	LOAD(direct_scratch_bytes);
 #undef LOAD
 }
 
@@ -822,29 +825,92 @@ static void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c)
 		file_free(f);
 }
 
-ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v)
+/* --- the direct path: cached bytes for small files and random readers ---- */
+
+/* Per-thread scratch of the direct path (4096-aligned, made on a thread's
+ * first direct read, freed when the thread exits). A view that points into
+ * it is valid until the same thread's next sfs_pf_read(). */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static bool scratch_ok;
+
+static void scratch_init(void) { scratch_ok = pthread_key_create(&scratch_key, free) == 0; }
+
+static void *scratch_get(sfs_prefetch *pf)
 {
-	struct pf_chunk *want[3], *started[SFS_PF_MAX_WINDOW * 2 + 3], *loads[3];
-	struct pf_chunk *ahead_loads[SFS_PF_MAX_WINDOW];
-	size_t n_started = 0, n_loads = 0, n_ahead_loads = 0;
-	int n_want = 0;
-	ssize_t ret = 0;
+	pthread_once(&scratch_once, scratch_init);
+	if (!scratch_ok)
+		return NULL;
+	void *b = pthread_getspecific(scratch_key);
+	if (!b && (b = aligned_alloc(4096, SFS_STORE_RANGE_BUF_BYTES))) {
+		if (pthread_setspecific(scratch_key, b) != 0) {
+			free(b);
+			return NULL;
+		}
+		count(&pf->stats.direct_scratch_bytes, SFS_STORE_RANGE_BUF_BYTES);
+	}
+	return b;
+}
 
-	v->n_iov = 0;
-	v->n_pins = 0;
-	v->bytes = 0;
-	if (off >= f->size || len == 0)
-		return 0;
-	uint64_t end = off + len < f->size ? off + len : f->size;
-	uint64_t c0 = off >> SFS_CHUNK_SHIFT, c1 = (end - 1) >> SFS_CHUNK_SHIFT;
-	if (c1 - c0 >= 3)
-		return -EINVAL;
+/*
+ * Whether the reader of f reads sequentially: this read starts within two
+ * chunks of where the last one ended (the kernel's readahead requests are
+ * in flight together and may arrive out of order), for the second time in
+ * a row (one such step happens by chance among random readers; two rarely
+ * do). The first read at the start of a file counts too (shards are read
+ * from 0).
+ * Updates the detector. Caller holds f->lock.
+ */
+static bool track_sequential(struct sfs_pf_file *f, uint64_t c0, uint64_t c1)
+{
+	bool step = c0 + 2 >= f->next_seq && c0 <= f->next_seq + 2;
 
-	pthread_mutex_lock(&f->lock);
-	/* Sequential: this read starts in the chunk the last one ended in, or
-	 * the next. The first read of a file counts as sequential. */
-	f->sequential = c0 == 0 || c0 + 1 == f->next_seq || c0 == f->next_seq;
+	f->seq_run = step ? f->seq_run + 1 : 0;
 	f->next_seq = c1 + 1;
+	f->sequential = c0 == 0 || f->seq_run >= 2;
+	return f->sequential;
+}
+
+/*
+ * Serve [off, end) straight from the store, verified by this read: only the
+ * 64 KiB blocks the range touches (a whole packed object for a small file)
+ * are read, into this thread's scratch; no chunk buffer, no readahead, no
+ * pins. Returns the bytes served, or -1 when the chunk path must take it
+ * (not in the store, or it failed its checks: the chunk path fetches it
+ * again from NFS).
+ */
+static ssize_t direct_read(struct sfs_pf_file *f, sfs_store_obj *obj, uint64_t off, uint64_t end,
+			   struct sfs_pf_view *v)
+{
+	void *buf = scratch_get(f->pf);
+	const char *data;
+	ssize_t n = buf ? sfs_store_read_range(obj, off, (size_t)(end - off), buf,
+					       SFS_STORE_RANGE_BUF_BYTES, &data)
+			: -ENOMEM;
+	if (n <= 0)
+		return -1;
+	v->iov[0].iov_base = (void *)data;
+	v->iov[0].iov_len = (size_t)n;
+	v->n_iov = 1;
+	v->bytes = (size_t)n;
+	v->cache_bytes = (size_t)n;
+	count(&f->pf->stats.hit_bytes, n);
+	count(&f->pf->stats.direct_reads, 1);
+	return n;
+}
+
+/*
+ * Step 1 of a chunk-path read: find or start every chunk of [c0, c1),
+ * pinned for the reader, as want[]. Chunks to fetch go to started[], cached
+ * chunks to load on this thread to loads[]. Waits (on f->cond) while there
+ * is no buffer or room. Caller holds f->lock. Returns how many were wanted.
+ */
+static int claim_chunks(struct sfs_pf_file *f, uint64_t c0, uint64_t c1, struct pf_chunk **want,
+			struct pf_chunk **started, size_t *n_started, struct pf_chunk **loads,
+			size_t *n_loads)
+{
+	int n_want = 0;
+
 	for (uint64_t ci = c0; ci <= c1; ci++) {
 		struct pf_chunk *c;
 		for (;;) {
@@ -856,9 +922,9 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 			bool load = st == SFS_CHUNK_PRESENT || st == SFS_CHUNK_VERIFIED;
 			if ((c = chunk_start(f, ci, c0, true, load))) {
 				if (load)
-					loads[n_loads++] = c;
+					loads[(*n_loads)++] = c;
 				else
-					started[n_started++] = c;
+					started[(*n_started)++] = c;
 				break;
 			}
 			/* Out of memory or room: wait for a pin or fetch to end. */
@@ -868,35 +934,48 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 		c->used = true;
 		want[n_want++] = c;
 	}
-	if (f->sequential && f->pf->conf.mode != SFS_PREFETCH_OFF) {
-		uint64_t last = (f->size - 1) >> SFS_CHUNK_SHIFT;
-		for (uint64_t ci = c1 + 1; ci <= c1 + f->pf->conf.window_chunks && ci <= last;
-		     ci++) {
-			if (chunk_find(f, ci))
-				continue;
-			enum sfs_chunk_state st = store_state(f, ci);
-			bool cached = st == SFS_CHUNK_PRESENT || st == SFS_CHUNK_VERIFIED;
-			if (st == SFS_CHUNK_WRITING ||
-			    (cached && n_ahead_loads == SFS_PF_MAX_WINDOW))
-				continue;
-			struct pf_chunk *c = chunk_start(f, ci, c0, false, cached);
-			if (!c)
-				break;
-			if (cached)
-				ahead_loads[n_ahead_loads++] =
-				    c; /* read ahead from the cache too */
-			else
-				started[n_started++] = c;
-		}
-	}
-	shard_pump(f, started, &n_started, SFS_PF_MAX_WINDOW);
-	pthread_mutex_unlock(&f->lock);
-	submit_chunks(f, started, n_started);
-	loader_queue(f->pf, ahead_loads, n_ahead_loads);
-	for (size_t i = 0; i < n_loads; i++)
-		load_chunk(f, loads[i]);
+	return n_want;
+}
 
-	pthread_mutex_lock(&f->lock);
+/*
+ * Step 2: the readahead window after c1 for a sequential reader: chunks the
+ * store lacks are fetched (started[]), cached ones loaded by the loader
+ * threads (ahead_loads[]). Caller holds f->lock.
+ */
+static void start_readahead(struct sfs_pf_file *f, uint64_t c0, uint64_t c1,
+			    struct pf_chunk **started, size_t *n_started,
+			    struct pf_chunk **ahead_loads, size_t *n_ahead_loads)
+{
+	uint64_t last = (f->size - 1) >> SFS_CHUNK_SHIFT;
+
+	for (uint64_t ci = c1 + 1; ci <= c1 + f->pf->conf.window_chunks && ci <= last; ci++) {
+		if (chunk_find(f, ci))
+			continue;
+		enum sfs_chunk_state st = store_state(f, ci);
+		bool cached = st == SFS_CHUNK_PRESENT || st == SFS_CHUNK_VERIFIED;
+		if (st == SFS_CHUNK_WRITING || (cached && *n_ahead_loads == SFS_PF_MAX_WINDOW))
+			continue;
+		struct pf_chunk *c = chunk_start(f, ci, c0, false, cached);
+		if (!c)
+			break;
+		if (cached)
+			ahead_loads[(*n_ahead_loads)++] = c; /* read ahead from the cache too */
+		else
+			started[(*n_started)++] = c;
+	}
+}
+
+/*
+ * Step 3: wait for the wanted chunks and point v at [off, end) in them.
+ * Returns the bytes, or the first failed chunk's error (then nothing stays
+ * pinned, and failed chunks are dropped so that the next read retries).
+ * Caller holds f->lock.
+ */
+static ssize_t fill_view(struct sfs_pf_file *f, uint64_t off, uint64_t end, struct pf_chunk **want,
+			 int n_want, struct sfs_pf_view *v)
+{
+	ssize_t ret = 0;
+
 	for (int i = 0; i < n_want; i++)
 		while (want[i]->state == CHUNK_FETCHING || want[i]->state == CHUNK_LOADING)
 			pthread_cond_wait(&f->cond, &f->lock);
@@ -922,6 +1001,7 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 		v->iov[v->n_iov].iov_len = (size_t)(to - from);
 		v->n_iov++;
 		v->bytes += (size_t)(to - from);
+		v->cache_bytes += c->loaded ? (size_t)(to - from) : 0;
 		if (to < cstart + SFS_CHUNK_BYTES && to < end)
 			break; /* short chunk: end of file */
 	}
@@ -933,7 +1013,6 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 		v->n_pins = 0;
 		v->n_iov = 0;
 		v->bytes = 0;
-		/* Failed chunks are dropped so that the next read retries. */
 		for (size_t i = 0; i < f->n_chunks;)
 			if (f->chunks[i]->state == CHUNK_FAILED && f->chunks[i]->refs == 0)
 				chunk_free(f, i);
@@ -941,8 +1020,66 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 				i++;
 		pthread_cond_broadcast(&f->cond);
 	}
-	pthread_mutex_unlock(&f->lock);
 	return ret < 0 ? ret : (ssize_t)v->bytes;
+}
+
+/*
+ * Where a read's bytes come from: a file of one chunk or less (read whole,
+ * once) and a reader that jumps around (a chunk loaded for one record would
+ * be dropped before its other records are asked for) take the direct path
+ * when the store has the range and no chunk of it is in memory. Everything
+ * else takes the chunk path: claim the chunks, start readahead, load or
+ * fetch, wait, fill the view.
+ */
+ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v)
+{
+	struct pf_chunk *want[3], *started[SFS_PF_MAX_WINDOW * 2 + 3], *loads[3];
+	struct pf_chunk *ahead_loads[SFS_PF_MAX_WINDOW];
+	size_t n_started = 0, n_loads = 0, n_ahead_loads = 0;
+
+	v->n_iov = 0;
+	v->n_pins = 0;
+	v->bytes = 0;
+	v->cache_bytes = 0;
+	if (off >= f->size || len == 0)
+		return 0;
+	uint64_t end = off + len < f->size ? off + len : f->size;
+	uint64_t c0 = off >> SFS_CHUNK_SHIFT, c1 = (end - 1) >> SFS_CHUNK_SHIFT;
+	if (c1 - c0 >= 3)
+		return -EINVAL;
+
+	pthread_mutex_lock(&f->lock);
+	bool seq = track_sequential(f, c0, c1);
+	/* f->obj is dropped only when the last open ends; a reader holds one. */
+	sfs_store_obj *obj = f->obj;
+	bool direct = obj && end - off <= SFS_CHUNK_BYTES && (f->size <= SFS_CHUNK_BYTES || !seq) &&
+		      !chunk_find(f, c0) && (c1 == c0 || !chunk_find(f, c1));
+	pthread_mutex_unlock(&f->lock);
+	if (direct) {
+		ssize_t n = direct_read(f, obj, off, end, v);
+		if (n > 0)
+			return n;
+	}
+
+	pthread_mutex_lock(&f->lock);
+	int n_want = claim_chunks(f, c0, c1, want, started, &n_started, loads, &n_loads);
+	if (seq && f->pf->conf.mode != SFS_PREFETCH_OFF)
+		start_readahead(f, c0, c1, started, &n_started, ahead_loads, &n_ahead_loads);
+	shard_pump(f, started, &n_started, SFS_PF_MAX_WINDOW);
+	pthread_mutex_unlock(&f->lock);
+	submit_chunks(f, started, n_started);
+	loader_queue(f->pf, ahead_loads, n_ahead_loads);
+	for (size_t i = 0; i < n_loads; i++)
+		load_chunk(f, loads[i]);
+
+	pthread_mutex_lock(&f->lock);
+	ssize_t ret = fill_view(f, off, end, want, n_want, v);
+	/* A view holds its file: the kernel may see the reply and close the
+	 * file (and the last open may drop f) before the view is released. */
+	if (v->n_pins)
+		f->refs++;
+	pthread_mutex_unlock(&f->lock);
+	return ret;
 }
 
 void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v)
@@ -961,7 +1098,10 @@ void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v)
 	}
 	v->n_pins = 0;
 	pthread_cond_broadcast(&f->cond);
+	bool last = --f->refs == 0; /* the view's reference */
 	pthread_mutex_unlock(&f->lock);
+	if (last)
+		file_free(f);
 }
 
 void sfs_pf_file_drop_idle(sfs_pf_file *f)

@@ -55,10 +55,13 @@ struct sfs_prefetch_stats {
 	uint64_t readahead_chunks; /* chunks fetched before anyone asked */
 	uint64_t wasted_chunks;	   /* readahead chunks dropped unread */
 	uint64_t files_opened;
-	uint64_t shard_files;  /* files fetched whole (shard prefetch or warm) */
-	uint64_t hit_bytes;    /* bytes read from the store */
-	uint64_t miss_bytes;   /* bytes readers needed that came from the origin */
-	uint64_t stale_errors; /* reads refused: the file changed under an open */
+	uint64_t shard_files;	       /* files fetched whole (shard prefetch or warm) */
+	uint64_t hit_bytes;	       /* bytes read from the store */
+	uint64_t miss_bytes;	       /* bytes readers needed that came from the origin */
+	uint64_t stale_errors;	       /* reads refused: the file changed under an open */
+	uint64_t direct_reads;	       /* reads served straight from the store (small files,
+					  random readers), no chunk buffer */
+	uint64_t direct_scratch_bytes; /* per-thread scratch of those reads */
 };
 
 int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin, sfs_prefetch **out);
@@ -100,20 +103,25 @@ void sfs_pf_file_unref(sfs_pf_file *f);
  * fetches in flight finish and are freed with the file. */
 void sfs_pf_file_drop_idle(sfs_pf_file *f);
 
-/* Bytes of a read, as up to three pieces of pinned chunk buffers. */
+/* Bytes of a read, as up to three pieces of pinned chunk buffers, or one
+ * piece of the calling thread's scratch (the direct path: no pins). */
 struct sfs_pf_view {
 	struct iovec iov[3];
 	int n_iov;
 	size_t bytes;
-	void *pins[3]; /* private: chunks held until sfs_pf_view_release() */
+	size_t cache_bytes; /* of bytes: served from the local cache (per-job accounting) */
+	void *pins[3];	    /* private: chunks (and their file) held until sfs_pf_view_release() */
 	int n_pins;
 };
 
 /*
  * Make [off, off + len) available (len <= 2 MiB), fetching what is missing
  * and starting readahead. Fills v with pointers into chunk buffers, pinned
- * until sfs_pf_view_release(). Returns bytes available (short only at end
- * of file) or -errno (-EIO when no node could serve). Blocks.
+ * until sfs_pf_view_release(), or, for a file of one chunk or less and for
+ * a reader that jumps around, into this thread's scratch with bytes read
+ * and verified from the store for this call: valid until the same thread's
+ * next sfs_pf_read(). Returns bytes available (short only at end of file)
+ * or -errno (-EIO when no node could serve). Blocks.
  */
 ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v);
 void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v);

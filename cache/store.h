@@ -2,17 +2,22 @@
 /*
  * store — the local NVMe chunk cache.
  *
- * Owns: cached file versions ("objects") under cache_dir, one file each:
- * a header with one record per 1 MiB chunk (its length, a valid mark, and
- * one XXH3-64 per 64 KiB sub-block) and the chunk bytes at fixed offsets,
- * chunk after chunk. An object is named by
- * XXH3-128 of (fsid, fileid, size, mtime, ctime) — never by path — so a
- * changed file is a new object and old bytes can never be served for it.
- * Also owns: the in-memory index, recovery at startup, the writer thread
- * (io_uring batches, fdatasync before a chunk becomes visible), eviction
- * (lru) or admission control (pin) under cache_size, the lock that keeps a
- * second daemon off the same cache_dir, and degrading to "no cache" when
- * the directory is missing, full or failing.
+ * Owns: cached file versions ("objects") under cache_dir, in two layouts
+ * that callers never see: a version larger than one chunk has a file of its
+ * own (a header with one record per 1 MiB chunk: its length, a valid mark,
+ * one XXH3-64 per 64 KiB sub-block; then the chunk bytes, chunk after
+ * chunk); a version of one chunk or less (1 byte to SFS_SEG_MAX_OBJECT) is
+ * packed as one record among many in append-only segment files (segment.h),
+ * so a million small files make a few hundred files, not a million. A
+ * version is named by XXH3-128 of (fsid, fileid, size, mtime, ctime) —
+ * never by path — so a changed file is a new object and old bytes can
+ * never be served for it. Also owns: the in-memory index, recovery at
+ * startup, the writer thread (io_uring batches and segment flushes,
+ * fdatasync before a chunk becomes visible), eviction (lru: the colder of
+ * the least recently used file nobody holds and the least recently used
+ * segment) or admission control (pin) under cache_size, the lock that
+ * keeps a second daemon off the same cache_dir, and degrading to "no
+ * cache" when the directory is missing, full or failing.
  *
  * Chunk states: ABSENT -> WRITING -> VERIFIED (written by us this run), or
  * PRESENT (found on disk at startup) -> VERIFIED on the first read whose
@@ -20,16 +25,22 @@
  * error). Only VERIFIED chunks are served from their file descriptor.
  * Every read checks what it reads: read_chunk all sub-blocks of a chunk,
  * read_range only the sub-blocks its range touches (a range read leaves a
- * PRESENT chunk PRESENT).
+ * PRESENT chunk PRESENT). A packed version's one chunk is ABSENT, WRITING
+ * (queued) or PRESENT (durable in a segment), never VERIFIED: it has no fd
+ * of its own (sfs_store_chunk_fd says -ENOENT), and each read checks it
+ * whole; a segment evicted under its holders makes it ABSENT (a miss).
  *
- * Memory: an object nobody holds costs its struct and one byte per chunk;
- * while it is referenced, also its open fds and 136 bytes per chunk it has
- * read (the records), until the last reference goes.
+ * Memory: a per-file object nobody holds costs its struct (~150 bytes) and
+ * one byte per chunk; while it is referenced, also its open fds and 136
+ * bytes per chunk it has read (the records), until the last reference
+ * goes. A packed version costs one segment index entry (36-72 bytes) and
+ * nothing else unless referenced.
  *
  * Threading: every function may be called from any thread. One lock
- * (store->lock, a leaf) protects the index and every object's chunk table;
- * reads take it only around their I/O, never across it. Write completions
- * run on the writer thread and must not block.
+ * (store->lock) protects the index and every object's chunk table; under it
+ * only the segment index's own lock (a leaf) may be taken. Reads take it
+ * only around their I/O, never across it. Write completions run on the
+ * writer thread and must not block.
  */
 #ifndef SFS_STORE_H
 #define SFS_STORE_H
@@ -48,7 +59,8 @@ struct sfs_store_conf {
 	const char *dir;	 /* cache_dir; created 0700 */
 	uint64_t capacity_bytes; /* cache_size; 0 = 90% of the filesystem */
 	enum sfs_store_policy policy;
-	uint64_t chunk_bytes; /* 1 MiB */
+	uint64_t chunk_bytes;	/* 1 MiB (a power of two, 64 KiB to 1 MiB) */
+	uint64_t segment_bytes; /* packed segments; 0 = capacity / 16, 4 to 256 MiB */
 };
 
 /* The identity of one version of one file. */
@@ -61,10 +73,15 @@ struct sfs_file_version {
 enum sfs_chunk_state { SFS_CHUNK_ABSENT, SFS_CHUNK_WRITING, SFS_CHUNK_PRESENT, SFS_CHUNK_VERIFIED };
 
 struct sfs_store_stats {
-	uint64_t used_bytes, capacity_bytes;
+	uint64_t used_bytes; /* object files' chunk bytes + segment files' bytes */
+	uint64_t capacity_bytes;
 	uint64_t write_bytes, evicted_bytes, checksum_failures, errors;
-	uint64_t objects, not_admitted_bytes;
-	uint64_t queued_bytes; /* chunk bytes waiting to be written */
+	uint64_t objects; /* cached versions of both layouts */
+	uint64_t not_admitted_bytes;
+	uint64_t queued_bytes;	/* chunk bytes waiting to be written */
+	uint64_t segments;	/* segment files */
+	uint64_t small_objects; /* versions packed in segments (in objects too) */
+	uint64_t index_bytes;	/* memory held by the store's indexes */
 	bool online;
 };
 
@@ -140,7 +157,8 @@ int sfs_store_write_chunk(sfs_store_obj *obj, uint32_t index, const void *buf, u
 ssize_t sfs_store_read_range(sfs_store_obj *obj, uint64_t off, size_t len, void *buf,
 			     size_t buf_len, const char **data);
 
-/* Count a checksum failure noticed elsewhere; make the chunk ABSENT. */
+/* Count a checksum failure noticed elsewhere; make the chunk ABSENT (a
+ * packed version's record is dropped by the read that finds it bad). */
 void sfs_store_drop_chunk(sfs_store_obj *obj, uint32_t index);
 
 #endif

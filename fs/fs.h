@@ -6,13 +6,21 @@
 #ifndef SFS_FS_H
 #define SFS_FS_H
 
-#define FUSE_USE_VERSION 35
+/* 3.12 or later: fuse_session_loop_mt() then takes the fuse_loop_config
+ * that fuse_loop_cfg_create() makes. Below 3.12 it expects the old public
+ * struct and read ours as {clone_fd = version id, max_idle_threads = 0}: a
+ * new thread for every request and max_threads ignored (measured: thread
+ * creation and page faults on fresh stacks and buffers dominated the daemon
+ * on small reads). */
+#define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include "../cache/namespace.h"
 #include "../cache/origin.h"
 #include "../cache/prefetch.h"
 #include "../cache/staging.h"
 #include "inode.h"
+#include "jobs.h"
 #include "options.h"
 
 /* FUSE operations we count, by name in the stats file. */
@@ -57,6 +65,11 @@ struct sfs_fs {
 	sfs_staging *staging;		      /* set at start, then read-only */
 	struct fuse_session *se;	      /* set at start: for kernel cache invalidation */
 	sfs_inode_table *inodes;	      /* set at start, then read-only */
+	sfs_jobs *jobs;			      /* set at start, then read-only: per-job reads */
+	sfs_ns *ns;			      /* set at start; non-NULL iff immutable */
+	pthread_mutex_t statfs_lock;	      /* immutable: guards the two below */
+	bool have_fsstat;		      /* protected by statfs_lock */
+	struct sfs_fsstat fsstat;	      /* protected by statfs_lock: first answer */
 	double attr_timeout_s;		      /* set at start, then read-only */
 	uint64_t start_ns;		      /* set at start, then read-only */
 	struct sfs_inode ctl_dir, stats_file; /* the virtual .shardfs/ tree */
@@ -83,6 +96,14 @@ struct sfs_open_file {
 	} regions[SFS_MAX_REGIONS]; /* protected by lock */
 	uint64_t next_region_id;    /* protected by lock */
 };
+
+/* Start per-job accounting (fs/jobs.h) of a read or STAGE for req's caller;
+ * end it with sfs_jobs_read_end(fs->jobs, ...). Any FUSE worker. */
+static inline struct sfs_job_read sfs_fs_job_begin(struct sfs_fs *fs, fuse_req_t req)
+{
+	const struct fuse_ctx *c = fuse_req_ctx(req);
+	return sfs_jobs_read_begin(fs->jobs, c->pid, c->uid);
+}
 
 extern const struct fuse_lowlevel_ops sfs_fuse_ops;
 

@@ -37,11 +37,16 @@ struct sfs_inode {
 	bool orphaned;		     /* protected by the table lock: fileid reused */
 
 	pthread_mutex_t lock;
-	struct sfs_attr attr;	 /* protected by lock */
-	uint64_t attr_time_ms;	 /* protected by lock: when attr was fetched */
-	sfs_pf_file *pf;	 /* protected by lock: fetch state for current opens */
-	struct sfs_attr pf_attr; /* protected by lock: attributes pf was made for */
-	unsigned n_open;	 /* protected by lock: open file handles on pf */
+	struct sfs_attr attr;  /* protected by lock */
+	uint64_t attr_time_ms; /* protected by lock: when attr was fetched */
+	/* Fetch state exists only while the file is open (n_open > 0): a file
+	 * the kernel remembers but nobody has open costs this struct alone. */
+	sfs_pf_file *pf; /* protected by lock: fetch state for current opens */
+	unsigned n_open; /* protected by lock: open file handles on pf */
+	/* protected by lock: the version the kernel's page cache holds (the
+	 * last one opened), kept across closes to decide keep_cache */
+	struct sfs_file_version opened_version;
+	bool have_opened_version;
 };
 
 typedef struct sfs_inode_table sfs_inode_table;

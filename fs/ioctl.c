@@ -5,8 +5,14 @@
  *
  * Owns: validating every struct that comes in (size field, reserved words,
  * bounds), the per-open-file region table and its uid rule, and counting
- * bytes, requests and refusals. Bytes come from cache/prefetch (verified,
- * fetched first when missing); cache/staging moves them into the target.
+ * bytes, requests and refusals (STAGE also per job, fs/jobs.h).
+ * Who may call: anyone holding an open file of the mount. With allow_other
+ * that open was checked by the kernel against the file's mode
+ * (default_permissions is implied unless allow_other_unchecked), so an ioctl
+ * reaches only bytes its caller may read; a region is usable only by the
+ * uid that registered it, and a shm object must belong to that uid.
+ * Bytes come from cache/prefetch (verified, fetched first when missing);
+ * cache/staging moves them into the target.
  * Threading: runs on FUSE workers; ioctls on one open file are serialised
  * by its lock (regions are used by one thread at a time). Never replies
  * with a lock held.
@@ -151,8 +157,10 @@ static int find_region(struct sfs_open_file *of, uint64_t id, uid_t uid, int *sl
 	return -ENOENT;
 }
 
-/* Place the ranges. Caller holds of->lock. */
-static int do_stage(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid, struct shardfs_stage *s)
+/* Place the ranges; *cache_bytes: how many came from the local cache.
+ * Caller holds of->lock. */
+static int do_stage(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid, struct shardfs_stage *s,
+		    uint64_t *cache_bytes)
 {
 	int slot, rc;
 	uint64_t total = 0;
@@ -194,6 +202,7 @@ static int do_stage(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid, stru
 				return (int)n;
 			if (n == 0)
 				break; /* end of file: short only here */
+			*cache_bytes += v.cache_bytes;
 			rc = sfs_stage_region_put(region, g->region_offset + g->placed, v.iov,
 						  v.n_iov);
 			sfs_pf_view_release(of->pf, &v);
@@ -239,7 +248,7 @@ static int do_warm(struct sfs_fs *fs, struct sfs_inode *i, struct sfs_open_file 
 		return rc;
 	pthread_mutex_lock(&i->lock);
 	bool current = i->pf == of->pf;
-	w->file_bytes = i->pf_attr.size;
+	w->file_bytes = i->opened_version.size;
 	pthread_mutex_unlock(&i->lock);
 	w->cached_bytes = sfs_pf_file_cached_bytes(of->pf);
 	if (!current)
@@ -299,9 +308,13 @@ void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		break;
 	case SHARDFS_IOC_STAGE:
 		if (!(rc = take_in(&buf->s, sizeof(buf->s), in_buf, in_bufsz, out_bufsz, true))) {
+			uint64_t cache_bytes = 0;
+			struct sfs_job_read jr = sfs_fs_job_begin(fs, req);
 			pthread_mutex_lock(&of->lock);
-			rc = do_stage(fs, of, uid, &buf->s);
+			rc = do_stage(fs, of, uid, &buf->s, &cache_bytes);
 			pthread_mutex_unlock(&of->lock);
+			sfs_jobs_read_end(fs->jobs, &jr, rc < 0 ? rc : (ssize_t)buf->s.bytes_placed,
+					  cache_bytes);
 		}
 		out_len = sizeof(buf->s);
 		break;

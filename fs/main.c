@@ -90,6 +90,51 @@ static void *tune_readahead(void *arg)
 	return NULL;
 }
 
+/*
+ * Immutable mounts: open the namespace saved in cache_dir/namespace (memory
+ * only without a cache_dir, or when that folder cannot be used). Returns 0
+ * and *out, or -EBUSY (another daemon owns it: the mount must be refused).
+ */
+static int open_namespace(const struct sfs_options *o, sfs_ns **out)
+{
+	char err[512] = "", *dir = NULL;
+	struct sfs_ns_conf c = {
+	    .export_path = o->export_path, .hosts = o->hosts, .max_entries = o->namespace_max};
+	int rc;
+
+	if (o->cache_dir && (mkdir(o->cache_dir, 0700) == 0 || errno == EEXIST) &&
+	    asprintf(&dir, "%s/namespace", o->cache_dir) < 0)
+		dir = NULL;
+	c.dir = dir;
+	rc = sfs_ns_open(&c, out, err, sizeof(err));
+	free(dir);
+	if (rc == -EBUSY) {
+		fprintf(stderr, "shardfs: %s\n", err);
+		return rc;
+	}
+	if (rc < 0 && c.dir) {
+		sfs_log(SFS_LOG_WARN, "main", "%s; the namespace is kept in memory only", err);
+		c.dir = NULL;
+		rc = sfs_ns_open(&c, out, err, sizeof(err));
+	}
+	if (rc < 0)
+		fprintf(stderr, "shardfs: %s\n", err);
+	return rc;
+}
+
+/* True when no node is up (a mount that started from its saved namespace). */
+static bool no_node_up(sfs_origin *origin)
+{
+	struct sfs_origin_node_stats ns;
+
+	for (size_t i = 0; i < sfs_origin_node_count(origin); i++) {
+		sfs_origin_node_stats(origin, i, &ns);
+		if (ns.state == SFS_NODE_UP)
+			return false;
+	}
+	return true;
+}
+
 int main(int argc, char **argv)
 {
 	struct sfs_options o;
@@ -143,19 +188,43 @@ int main(int argc, char **argv)
 	    .gid = o.gid,
 	    .n_threads = o.io_threads,
 	};
+	struct sfs_fh saved_root;
+	if (o.immutable) {
+		if (open_namespace(&o, &fs.ns) < 0)
+			goto out_addrs;
+		if (sfs_ns_saved_root(fs.ns, &saved_root))
+			oc.offline_root = &saved_root; /* may start with no node up */
+	}
 	rc = sfs_origin_open(&oc, &fs.origin, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "shardfs: %s\n", err[0] ? err : strerror(-rc));
 		goto out_addrs;
 	}
+	if (fs.ns) {
+		/* A namespace saved for another root (cluster) is dropped here. */
+		sfs_ns_bind(fs.ns, sfs_origin_root(fs.origin));
+		if (no_node_up(fs.origin)) {
+			struct sfs_ns_stats st;
+			sfs_ns_get_stats(fs.ns, &st);
+			sfs_log(SFS_LOG_WARN, "main",
+				"no node answers: serving %s from the namespace saved in %s "
+				"(%llu names) and the data cache until a node answers",
+				o.export_path, o.cache_dir, (unsigned long long)st.entries);
+		}
+	}
+	pthread_mutex_init(&fs.statfs_lock, NULL);
 	fs.opts = &o;
-	fs.attr_timeout_s = o.actimeo_s;
+	fs.attr_timeout_s = o.immutable ? SFS_IMMUTABLE_TIMEOUT_S : o.actimeo_s;
 	fs.start_ns = sfs_now_ns();
 	fs.ctl_dir.kind = SFS_INODE_CTL_DIR;
 	fs.ctl_dir.fileid = UINT64_MAX - 1;
 	fs.stats_file.kind = SFS_INODE_STATS;
 	fs.stats_file.fileid = UINT64_MAX - 2;
 	if ((rc = sfs_inode_table_open(sfs_origin_root(fs.origin), &fs.inodes)) < 0) {
+		fprintf(stderr, "shardfs: %s\n", strerror(-rc));
+		goto out_origin;
+	}
+	if ((rc = sfs_jobs_open(NULL, &fs.jobs)) < 0) {
 		fprintf(stderr, "shardfs: %s\n", strerror(-rc));
 		goto out_origin;
 	}
@@ -195,7 +264,7 @@ int main(int argc, char **argv)
 	if (!o.foreground)
 		sfs_log_use_syslog();
 	fs.se = se;
-	if ((rc = sfs_origin_start(fs.origin)) < 0 ||
+	if ((rc = sfs_origin_start(fs.origin)) < 0 || (fs.ns && (rc = sfs_ns_start(fs.ns)) < 0) ||
 	    (fs.store && (rc = sfs_store_start(fs.store)) < 0) ||
 	    (rc = sfs_prefetch_open(
 		 &(struct sfs_prefetch_conf){
@@ -215,8 +284,8 @@ int main(int argc, char **argv)
 		sfs_log(SFS_LOG_ERR, "main", "cannot set up staging: %s", strerror(-rc));
 		goto out_unmount;
 	}
-	sfs_log(SFS_LOG_INFO, "main", "mounted %s on %s (%d node addresses, %u connections each)",
-		o.source, o.mountpoint, n_addrs, o.nconnect);
+	sfs_log(SFS_LOG_INFO, "main", "mounted %s on %s (%d node addresses, %u connections each%s)",
+		o.source, o.mountpoint, n_addrs, o.nconnect, o.immutable ? ", immutable" : "");
 
 	pthread_t tuner;
 	if (pthread_create(&tuner, NULL, tune_readahead, o.mountpoint) == 0)
@@ -226,7 +295,12 @@ int main(int argc, char **argv)
 	if (!lc)
 		goto out_unmount;
 	fuse_loop_cfg_set_max_threads(lc, o.max_threads);
-	fuse_loop_cfg_set_idle_threads(lc, o.max_threads < 16 ? o.max_threads : 16);
+	/* Workers never exit once started: with fewer idle threads kept than
+	 * readers in flight, libfuse created and destroyed a thread (clone,
+	 * stack mmap/munmap, and our per-thread read scratch) every few
+	 * requests: 8% of the daemon's CPU on a small-file epoch. An idle
+	 * worker costs its touched stack and scratch pages. */
+	fuse_loop_cfg_set_idle_threads(lc, o.max_threads);
 	rc = fuse_session_loop_mt(se, lc);
 	fuse_loop_cfg_destroy(lc);
 	status = rc == 0 ? 0 : 1;
@@ -246,7 +320,9 @@ out_origin:
 	sfs_store_close(fs.store);   /* finishes queued writes, whose callbacks too */
 	sfs_prefetch_close(fs.prefetch);
 	sfs_staging_close(fs.staging);
+	sfs_jobs_close(fs.jobs);
 out_addrs:
+	sfs_ns_close(fs.ns); /* after the origin: its threads record listings */
 	sfs_addrs_free(addrs, (size_t)n_addrs);
 out_opts:
 	sfs_options_free(&o);

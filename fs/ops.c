@@ -86,22 +86,41 @@ static void virtual_stat(struct sfs_fs *fs, struct sfs_inode *i, struct stat *st
 	}
 }
 
-/* Fresh attributes of an NFS inode: cached if younger than actimeo. */
+/* The key of a directory in the namespace (fs->ns): the root has its own. */
+static uint64_t ns_key(struct sfs_fs *fs, struct sfs_inode *i)
+{
+	return i == sfs_inode_root(fs->inodes) ? SFS_NS_ROOT : i->fileid;
+}
+
+/*
+ * Fresh attributes of an NFS inode: cached if younger than actimeo, and
+ * forever under immutable (fs->ns), where the root's come from the
+ * namespace of an earlier mount when it holds them. Takes i->lock briefly;
+ * calls the origin with no lock held. Returns 0 or -errno.
+ */
 static int inode_getattr(struct sfs_fs *fs, struct sfs_inode *i, struct sfs_attr *out, bool force)
 {
 	uint64_t now = sfs_now_ms();
+	bool is_root = i == sfs_inode_root(fs->inodes);
 
 	pthread_mutex_lock(&i->lock);
-	bool fresh = i->attr_time_ms && now - i->attr_time_ms < fs->opts->actimeo_s * 1000ull;
+	bool fresh =
+	    i->attr_time_ms && (fs->ns || now - i->attr_time_ms < fs->opts->actimeo_s * 1000ull);
 	*out = i->attr;
 	pthread_mutex_unlock(&i->lock);
 	if (fresh && !force)
 		return 0;
+	if (fs->ns && is_root && !force && sfs_ns_lookup(fs->ns, SFS_NS_ROOT, "", NULL, out) == 0) {
+		sfs_inode_set_attr(i, out, now);
+		return 0;
+	}
 	struct sfs_origin_req r = {.op = SFS_ORIGIN_GETATTR, .fh = i->fh};
 	int rc = sfs_origin_call(fs->origin, &r);
 	if (rc < 0)
 		return rc;
 	sfs_inode_set_attr(i, &r.attr, now);
+	if (fs->ns && is_root)
+		sfs_ns_add(fs->ns, SFS_NS_ROOT, "", &i->fh, &r.attr);
 	*out = r.attr;
 	return 0;
 }
@@ -120,6 +139,48 @@ static void fill_entry(struct sfs_fs *fs, struct fuse_entry_param *e, struct sfs
 }
 
 /* --- namespace ------------------------------------------------------------ */
+
+/* Reply a negative entry (cached by the kernel for the attribute timeout). */
+static void reply_noent(struct sfs_fs *fs, fuse_req_t req)
+{
+	struct fuse_entry_param e;
+
+	memset(&e, 0, sizeof(e));
+	e.entry_timeout = fs->attr_timeout_s;
+	fuse_reply_entry(req, &e);
+}
+
+/* Reply an entry for (fh, attr): the inode gains one lookup reference. */
+static void reply_child(struct sfs_fs *fs, fuse_req_t req, const struct sfs_fh *fh,
+			const struct sfs_attr *a)
+{
+	struct fuse_entry_param e;
+	struct sfs_inode *child = sfs_inode_get(fs->inodes, fh, a, sfs_now_ms());
+
+	if (!child) {
+		reply_err(req, -ENOMEM);
+		return;
+	}
+	fill_entry(fs, &e, child, a);
+	if (fuse_reply_entry(req, &e) != 0)
+		sfs_inode_forget(fs->inodes, child, 1);
+}
+
+/* Immutable: answer a lookup from the namespace. Returns true if it replied. */
+static bool lookup_from_ns(struct sfs_fs *fs, fuse_req_t req, struct sfs_inode *p, const char *name)
+{
+	struct sfs_fh fh;
+	struct sfs_attr a;
+	int rc = sfs_ns_lookup(fs->ns, ns_key(fs, p), name, &fh, &a);
+
+	if (rc == -ENODATA)
+		return false;
+	if (rc == -ENOENT)
+		reply_noent(fs, req);
+	else
+		reply_child(fs, req, &fh, &a);
+	return true;
+}
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
@@ -141,13 +202,12 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		reply_err(req, -ENOENT);
 		return;
 	}
+	if (fs->ns && lookup_from_ns(fs, req, p, name))
+		return;
 	struct sfs_origin_req r = {.op = SFS_ORIGIN_LOOKUP, .fh = p->fh, .name = name};
 	int rc = sfs_origin_call(fs->origin, &r);
 	if (rc == -ENOENT) {
-		/* A negative entry, cached by the kernel for actimeo. */
-		memset(&e, 0, sizeof(e));
-		e.entry_timeout = fs->attr_timeout_s;
-		fuse_reply_entry(req, &e);
+		reply_noent(fs, req); /* cached by the kernel for actimeo */
 		return;
 	}
 	if (rc < 0) {
@@ -162,14 +222,9 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		}
 		r.attr = g.attr;
 	}
-	child = sfs_inode_get(fs->inodes, &r.out_fh, &r.attr, sfs_now_ms());
-	if (!child) {
-		reply_err(req, -ENOMEM);
-		return;
-	}
-	fill_entry(fs, &e, child, &r.attr);
-	if (fuse_reply_entry(req, &e) != 0)
-		sfs_inode_forget(fs->inodes, child, 1);
+	if (fs->ns) /* ".." and "." are refused: they are not names of the tree */
+		sfs_ns_add(fs->ns, ns_key(fs, p), name, &r.out_fh, &r.attr);
+	reply_child(fs, req, &r.out_fh, &r.attr);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -240,10 +295,27 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 
 	op_count(fs, SFS_OP_STATFS);
 	struct sfs_origin_req r = {.op = SFS_ORIGIN_FSSTAT, .fh = sfs_inode_root(fs->inodes)->fh};
-	int rc = sfs_origin_call(fs->origin, &r);
-	if (rc < 0) {
-		reply_err(req, rc);
-		return;
+	/* Immutable: the first answer serves the whole mount, and a mount with
+	 * no answer yet reports no sizes rather than wait for a node. */
+	bool cached = false;
+	if (fs->ns) {
+		pthread_mutex_lock(&fs->statfs_lock);
+		cached = fs->have_fsstat;
+		r.fsstat = fs->fsstat;
+		pthread_mutex_unlock(&fs->statfs_lock);
+	}
+	if (!cached) {
+		int rc = sfs_origin_call(fs->origin, &r);
+		if (rc < 0 && !fs->ns) {
+			reply_err(req, rc);
+			return;
+		}
+		if (rc == 0 && fs->ns) {
+			pthread_mutex_lock(&fs->statfs_lock);
+			fs->fsstat = r.fsstat;
+			fs->have_fsstat = true;
+			pthread_mutex_unlock(&fs->statfs_lock);
+		}
 	}
 	sv.f_bsize = SFS_CHUNK_BYTES;
 	sv.f_frsize = 4096;
@@ -278,22 +350,84 @@ static struct sfs_file_version version_of(const struct sfs_attr *a)
 					 .ctime_ns = (uint32_t)a->ctime.tv_nsec};
 }
 
-static bool same_version(const struct sfs_attr *a, const struct sfs_attr *b)
+static bool same_version(const struct sfs_file_version *a, const struct sfs_file_version *b)
 {
-	return a->size == b->size && a->mtime.tv_sec == b->mtime.tv_sec &&
-	       a->mtime.tv_nsec == b->mtime.tv_nsec && a->ctime.tv_sec == b->ctime.tv_sec &&
-	       a->ctime.tv_nsec == b->ctime.tv_nsec;
+	return a->size == b->size && a->mtime_s == b->mtime_s && a->mtime_ns == b->mtime_ns &&
+	       a->ctime_s == b->ctime_s && a->ctime_ns == b->ctime_ns;
 }
 
 /* The end of one open of i (its handle holds a reference on pf). When the
- * last one closes, chunks kept for it go back to the memory budget. */
+ * last one closes, the inode lets go of its fetch state too: chunks kept for
+ * it go back to the memory budget, and a file the kernel remembers but
+ * nobody reads holds no prefetch or store state. */
 static void file_closed(struct sfs_inode *i, sfs_pf_file *pf)
 {
+	sfs_pf_file *last = NULL;
+
 	pthread_mutex_lock(&i->lock);
-	i->n_open--;
+	if (--i->n_open == 0) {
+		last = i->pf;
+		i->pf = NULL;
+	}
 	pthread_mutex_unlock(&i->lock);
 	sfs_pf_file_drop_idle(pf); /* pairs with sfs_pf_file_opened() */
 	sfs_pf_file_unref(pf);
+	if (last)
+		sfs_pf_file_unref(last); /* the inode's reference */
+}
+
+/* open() of the stats file: a snapshot of the text, served direct_io. */
+static void open_stats_file(fuse_req_t req, struct sfs_fs *fs, struct fuse_file_info *fi)
+{
+	struct stats_snapshot *s = calloc(1, sizeof(*s));
+	ssize_t n = s ? sfs_stats_render(fs, &s->text) : -ENOMEM;
+
+	if (n < 0) {
+		free(s);
+		reply_err(req, (int)n);
+		return;
+	}
+	s->len = (size_t)n;
+	fi->fh = (uintptr_t)s;
+	fi->direct_io = 1; /* size is not known in advance */
+	fi->nonseekable = 0;
+	fuse_reply_open(req, fi);
+}
+
+/*
+ * One more open of version v of i: the fetch state shared by the opens of
+ * v (made if none is), referenced for the caller and counted in n_open.
+ * *unchanged: the kernel's pages of i, if any, are of v (keep_cache);
+ * *changed: they are of another version and must be dropped. Returns 0 or
+ * -ENOMEM. Takes i->lock.
+ */
+static int open_fetch_state(struct sfs_fs *fs, struct sfs_inode *i,
+			    const struct sfs_file_version *v, sfs_pf_file **out, bool *unchanged,
+			    bool *changed)
+{
+	pthread_mutex_lock(&i->lock);
+	*unchanged = i->have_opened_version && same_version(&i->opened_version, v);
+	*changed = i->have_opened_version && !*unchanged;
+	sfs_pf_file *pf = i->pf;
+	if (pf && !*unchanged) {
+		sfs_pf_file_unref(pf); /* open handles of the old version keep theirs */
+		pf = i->pf = NULL;
+	}
+	if (!pf) {
+		int rc = sfs_pf_file_open_version(fs->prefetch, &i->fh, v, &pf);
+		if (rc < 0) {
+			pthread_mutex_unlock(&i->lock);
+			return rc;
+		}
+		i->pf = pf;
+	}
+	i->opened_version = *v;
+	i->have_opened_version = true;
+	sfs_pf_file_ref(pf);
+	i->n_open++;
+	pthread_mutex_unlock(&i->lock);
+	*out = pf;
+	return 0;
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -301,6 +435,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct sfs_fs *fs = FS(req);
 	struct sfs_inode *i = I(fs, ino);
 	struct sfs_attr a;
+	sfs_pf_file *pf;
+	bool unchanged, changed;
 	int rc;
 
 	op_count(fs, SFS_OP_OPEN);
@@ -309,18 +445,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	if (i->kind == SFS_INODE_STATS) {
-		struct stats_snapshot *s = calloc(1, sizeof(*s));
-		ssize_t n = s ? sfs_stats_render(fs, &s->text) : -ENOMEM;
-		if (n < 0) {
-			free(s);
-			reply_err(req, (int)n);
-			return;
-		}
-		s->len = (size_t)n;
-		fi->fh = (uintptr_t)s;
-		fi->direct_io = 1; /* size is not known in advance */
-		fi->nonseekable = 0;
-		fuse_reply_open(req, fi);
+		open_stats_file(req, fs, fi);
 		return;
 	}
 	if (i->kind != SFS_INODE_NFS) {
@@ -333,27 +458,11 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		reply_err(req, rc);
 		return;
 	}
-	pthread_mutex_lock(&i->lock);
-	sfs_pf_file *pf = i->pf;
-	bool unchanged = pf && same_version(&i->pf_attr, &a);
-	bool changed = pf && !unchanged;
-	if (!unchanged) {
-		sfs_pf_file *n;
-		struct sfs_file_version v = version_of(&a);
-		rc = sfs_pf_file_open_version(fs->prefetch, &i->fh, &v, &n);
-		if (rc < 0) {
-			pthread_mutex_unlock(&i->lock);
-			reply_err(req, rc);
-			return;
-		}
-		if (i->pf)
-			sfs_pf_file_unref(i->pf); /* open handles keep their own refs */
-		i->pf = pf = n;
-		i->pf_attr = a;
+	struct sfs_file_version v = version_of(&a);
+	if ((rc = open_fetch_state(fs, i, &v, &pf, &unchanged, &changed)) < 0) {
+		reply_err(req, rc);
+		return;
 	}
-	sfs_pf_file_ref(pf);
-	i->n_open++;
-	pthread_mutex_unlock(&i->lock);
 	if (changed) {
 		/* The file changed on the server: pages the kernel cached for the
 		 * old version must go (AUTO_INVAL_DATA also does this on the next
@@ -398,7 +507,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	sfs_pf_file *pf = ((struct sfs_open_file *)(uintptr_t)fi->fh)->pf;
 	struct sfs_pf_view v;
+	struct sfs_job_read jr = sfs_fs_job_begin(fs, req);
 	ssize_t n = sfs_pf_read(pf, (uint64_t)off, size, &v);
+	sfs_jobs_read_end(fs->jobs, &jr, n, v.cache_bytes);
 	if (n < 0) {
 		__atomic_fetch_add(&fs->read_errors, 1, __ATOMIC_RELAXED);
 		reply_err(req, (int)n);
@@ -434,8 +545,14 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 /* --- directories ---------------------------------------------------------- */
 
+/* An open directory. Readdirs of one handle are serialised by the kernel. */
 struct dir_handle {
 	uint8_t cookieverf[8]; /* from the server's last READDIRPLUS reply */
+	/* immutable only: where this listing comes from, and what NFS gave */
+	enum { DIR_SRC_ANY, DIR_SRC_NS, DIR_SRC_NFS } src;
+	uint64_t next_off; /* the offset that continues the listing */
+	uint64_t n_seen;   /* names recorded from offset 0 on, in order */
+	bool gap;	   /* a seek or an unrecorded name: do not mark complete */
 };
 
 struct dir_fill {
@@ -446,6 +563,9 @@ struct dir_fill {
 	size_t size, used;
 	unsigned added;
 	uint64_t now_ms;
+	uint64_t last_cookie;
+	struct dir_handle *record; /* immutable, from NFS: record names here */
+	uint64_t ns_dir;	   /* ... under this namespace key */
 };
 
 static int dir_add(struct dir_fill *d, const char *name, uint64_t cookie,
@@ -475,13 +595,59 @@ static int dir_add(struct dir_fill *d, const char *name, uint64_t cookie,
 				  (off_t)cookie);
 	d->used += need;
 	d->added++;
+	d->last_cookie = cookie;
 	return 0;
 }
 
+/* Runs on the origin I/O thread (see sfs_origin_dirent_fn); never blocks. */
 static int dirent_cb(struct sfs_origin_req *r, const char *name, uint64_t cookie,
 		     const struct sfs_attr *attr, const struct sfs_fh *fh)
 {
-	return dir_add(r->arg, name, cookie, attr, fh);
+	struct dir_fill *d = r->arg;
+	int full = dir_add(d, name, cookie, attr, fh);
+
+	if (!full && d->record && strcmp(name, ".") && strcmp(name, "..")) {
+		if (attr && fh && sfs_ns_add(d->fs->ns, d->ns_dir, name, fh, attr) == 0)
+			d->record->n_seen++;
+		else
+			d->record->gap = true;
+	}
+	return full;
+}
+
+static int ns_dirent_cb(void *arg, const char *name, uint64_t next, const struct sfs_fh *fh,
+			const struct sfs_attr *attr)
+{
+	return dir_add(arg, name, next, attr, fh);
+}
+
+/*
+ * Immutable: list a directory whose whole listing the namespace holds
+ * ("." and ".." first, at offsets 1 and 2). Returns true when it filled d.
+ */
+static bool readdir_from_ns(struct sfs_fs *fs, struct sfs_inode *i, struct dir_handle *h, off_t off,
+			    struct dir_fill *d)
+{
+	struct sfs_attr self;
+
+	if (off == 0)
+		h->src = DIR_SRC_ANY; /* rewinddir: decide again */
+	if (h->src == DIR_SRC_NFS)
+		return false;
+	pthread_mutex_lock(&i->lock);
+	self = i->attr;
+	pthread_mutex_unlock(&i->lock);
+	struct sfs_attr parent = {.type = S_IFDIR, .mode = 0555};
+	for (off_t k = off; k < 2; k++)
+		if (dir_add(d, k ? ".." : ".", (uint64_t)k + 1, k ? &parent : &self, NULL))
+			break;
+	if (sfs_ns_readdir(fs->ns, ns_key(fs, i), (uint64_t)off, ns_dirent_cb, d) < 0) {
+		d->used = d->added = 0; /* not held: NFS lists it, cookies are its own */
+		h->src = DIR_SRC_NFS;
+		return false;
+	}
+	h->src = DIR_SRC_NS;
+	return true;
 }
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -495,7 +661,9 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		return;
 	}
 	fi->fh = (uintptr_t)h;
-	fi->cache_readdir = 0;
+	/* Immutable: the kernel may keep listings until memory pressure. */
+	fi->cache_readdir = fs->ns != NULL;
+	fi->keep_cache = fs->ns != NULL;
 	if (fuse_reply_open(req, fi) != 0)
 		free(h);
 }
@@ -525,7 +693,20 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			if (dir_add(&d, names[k], (uint64_t)k + 1, &a, NULL))
 				break;
 		}
+	} else if (fs->ns && readdir_from_ns(fs, i, h, off, &d)) {
+		/* served from the namespace */
 	} else {
+		if (fs->ns) {
+			/* Record what NFS lists; a listing read whole from offset 0
+			 * without a gap becomes complete in the namespace. */
+			if (off == 0) {
+				h->n_seen = 0;
+				h->gap = false;
+			} else if ((uint64_t)off != h->next_off)
+				h->gap = true;
+			d.record = h;
+			d.ns_dir = ns_key(fs, i);
+		}
 		struct sfs_origin_req r = {.op = SFS_ORIGIN_READDIRPLUS,
 					   .fh = i->fh,
 					   .cookie = (uint64_t)off,
@@ -542,6 +723,11 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			return;
 		}
 		memcpy(h->cookieverf, r.cookieverf, sizeof(h->cookieverf));
+		if (d.record) {
+			h->next_off = d.added ? d.last_cookie : (uint64_t)off;
+			if (r.eof && !h->gap)
+				sfs_ns_dir_complete(fs->ns, d.ns_dir, h->n_seen);
+		}
 	}
 	fuse_reply_buf(req, d.buf, d.used);
 	free(d.buf);

@@ -56,6 +56,7 @@ static const struct opt_def opt_table[] = {
     UINT_OPT("gid", gid, 0, 4294967294u),
     FLAG_OPT("allow_other", allow_other, 1),
     FLAG_OPT("default_permissions", default_permissions, 1),
+    FLAG_OPT("allow_other_unchecked", allow_other_unchecked, 1),
     FLAG_OPT("direct_io", direct_io, 1),
     UINT_OPT("io_threads", io_threads, 0, 64),
     UINT_OPT("max_threads", max_threads, 1, 1024),
@@ -67,6 +68,9 @@ static const struct opt_def opt_table[] = {
     {"cache_dir", OPT_STRING, 0, 0, offsetof(struct sfs_options, cache_dir), 0, NULL},
     {"cache_size", OPT_SIZE, 16u << 20, 1ull << 60, offsetof(struct sfs_options, cache_size), 8,
      NULL},
+    FLAG_OPT("immutable", immutable, 1),
+    FLAG_OPT("noimmutable", noimmutable, 1),
+    UINT_OPT("namespace_max", namespace_max, 1000, 1000000000),
     {"cache_policy", OPT_CHOICE, 0, 0, offsetof(struct sfs_options, cache_policy), 4, "lru|pin"},
     /* Generic mount(8) options that mount.fuse3 may pass on: accepted and
      * ignored (the mount is always read-only, nodev, nosuid). */
@@ -267,6 +271,15 @@ static int parse_opt_list(struct sfs_options *o, const char *list, char *err, si
 	return rc;
 }
 
+/* Does the export path go through a ".snapshot" component? */
+static bool is_snapshot_path(const char *path)
+{
+	for (const char *p = path; (p = strstr(p, "/.snapshot")); p++)
+		if (p[10] == '/' || p[10] == 0)
+			return true;
+	return false;
+}
+
 static int parse_source(struct sfs_options *o, const char *src, char *err, size_t len)
 {
 	const char *colon = strstr(src, ":/");
@@ -312,6 +325,7 @@ int sfs_options_parse(int argc, char **argv, struct sfs_options *o, char *err, s
 	o->prefetch_mem = SFS_DEFAULT_PREFETCH_MEM;
 	o->prefetch_max = SFS_DEFAULT_PREFETCH_MAX;
 	o->prefetch = 1; /* shard */
+	o->namespace_max = SFS_DEFAULT_NAMESPACE_MAX;
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -355,8 +369,24 @@ int sfs_options_parse(int argc, char **argv, struct sfs_options *o, char *err, s
 		return -ENOMEM;
 	if (o->cache_dir && o->cache_dir[0] != '/')
 		return fail(err, len, "cache_dir '%s' must be an absolute path", o->cache_dir);
+	/* allow_other lets every local user in: the kernel must then check
+	 * each caller against the file's mode, owner and group, or everyone
+	 * reads what the mount's NFS identity reads. */
+	if (o->allow_other_unchecked && o->default_permissions)
+		return fail(err, len,
+			    "allow_other_unchecked and default_permissions contradict each other");
+	if (o->allow_other_unchecked)
+		o->allow_other = true;
+	else if (o->allow_other)
+		o->default_permissions = true;
 	if (o->rsize % 4096)
 		o->rsize -= o->rsize % 4096; /* nfs(5) rounds rsize down, so do we */
+	/* A snapshot cannot change: a path through .snapshot/ is immutable
+	 * unless the user says otherwise (noimmutable wins over both). */
+	if (is_snapshot_path(o->export_path))
+		o->immutable = true;
+	if (o->noimmutable)
+		o->immutable = false;
 	return 0;
 }
 
@@ -462,9 +492,23 @@ void sfs_options_usage(FILE *out, const char *prog)
 	    "  hard                wait for the cluster to come back instead\n"
 	    "  actimeo=SECONDS     attribute and directory entry cache time, 0..86400\n"
 	    "                      (default %u)\n"
-	    "  uid=N, gid=N        AUTH_SYS identity sent to NFS (default: the caller's)\n"
-	    "  allow_other         let users other than the mounter access the mount\n"
-	    "  default_permissions let the kernel check file modes\n"
+	    "  uid=N, gid=N        AUTH_SYS identity of every NFS request, whoever the\n"
+	    "                      reader is (default: the mounting user's)\n"
+	    "  allow_other         let users other than the mounter access the mount; implies\n"
+	    "                      default_permissions: the kernel checks each caller's uid,\n"
+	    "                      gid and groups against the file's mode, owner and group\n"
+	    "  default_permissions let the kernel check file modes (also without allow_other)\n"
+	    "  allow_other_unchecked  allow_other WITHOUT that check: every local user reads\n"
+	    "                      whatever the NFS identity (uid=, gid=) can read, whatever\n"
+	    "                      the mode. Unsafe on shared nodes; only for single-tenant\n"
+	    "                      nodes whose users are all allowed to read the whole export\n"
+	    "  immutable           the files under the export do not change while mounted:\n"
+	    "                      never revalidate, keep the names and attributes seen in\n"
+	    "                      cache_dir, and serve them (and cached data) with every\n"
+	    "                      node down. Implied by a path under .snapshot/\n"
+	    "  noimmutable         not immutable, even under .snapshot/\n"
+	    "  namespace_max=N     immutable: names kept at most, ~200 bytes each in memory\n"
+	    "                      and on disk (default %u); beyond it, NFS answers\n"
 	    "  direct_io           bypass the kernel page cache: one copy less per byte,\n"
 	    "                      no sharing of cached pages between readers\n"
 	    "  prefetch_mem=SIZE   memory for fetch buffers in flight, K/M/G suffixes\n"
@@ -485,9 +529,17 @@ void sfs_options_usage(FILE *out, const char *prog)
 	    "Generic mount options (ro, rw, _netdev, nofail, noauto, defaults, ...) are\n"
 	    "accepted and ignored: the mount is always read-only.\n"
 	    "\n"
-	    "Statistics: MOUNTPOINT/.shardfs/stats (Prometheus text format).\n",
+	    "\n"
+	    "Permissions: NFS sees only the uid=/gid= identity; the server's own checks\n"
+	    "(and ACLs) apply to that identity, not to the local reader. The kernel check\n"
+	    "covers mode bits, owner and group (supplementary groups included) as NFS\n"
+	    "reports them, cached for actimeo; server-side ACLs are not evaluated per\n"
+	    "reader.\n"
+	    "\n"
+	    "Statistics: MOUNTPOINT/.shardfs/stats (Prometheus text format), with reads\n"
+	    "counted per job (Slurm job, Kubernetes pod or uid, from the reader's cgroup).\n",
 	    prog, SFS_DEFAULT_NCONNECT, SFS_DEFAULT_RSIZE, SFS_DEFAULT_TIMEO_DS,
 	    SFS_DEFAULT_TIMEO_DS / 10.0, SFS_DEFAULT_RETRANS, SFS_DEFAULT_ACTIMEO_S,
-	    (unsigned long long)(SFS_DEFAULT_PREFETCH_MEM >> 20),
+	    SFS_DEFAULT_NAMESPACE_MAX, (unsigned long long)(SFS_DEFAULT_PREFETCH_MEM >> 20),
 	    (unsigned long long)(SFS_DEFAULT_PREFETCH_MAX >> 30));
 }

@@ -16,13 +16,16 @@
 #include <stdio.h>
 
 /* Defaults, each defined once. See README "Mount options" for the reasons. */
-#define SFS_DEFAULT_NCONNECT	 2
-#define SFS_DEFAULT_RSIZE	 (1u << 20)
-#define SFS_DEFAULT_TIMEO_DS	 50
-#define SFS_DEFAULT_RETRANS	 2
-#define SFS_DEFAULT_ACTIMEO_S	 60
-#define SFS_DEFAULT_PREFETCH_MEM (256ull << 20)
-#define SFS_DEFAULT_PREFETCH_MAX (2ull << 30)
+#define SFS_DEFAULT_NCONNECT	  2
+#define SFS_DEFAULT_RSIZE	  (1u << 20)
+#define SFS_DEFAULT_TIMEO_DS	  50
+#define SFS_DEFAULT_RETRANS	  2
+#define SFS_DEFAULT_ACTIMEO_S	  60
+#define SFS_DEFAULT_PREFETCH_MEM  (256ull << 20)
+#define SFS_DEFAULT_PREFETCH_MAX  (2ull << 30)
+#define SFS_DEFAULT_NAMESPACE_MAX 2000000
+/* Kernel entry/attr timeout under immutable: a year, i.e. never revalidate. */
+#define SFS_IMMUTABLE_TIMEOUT_S (365.0 * 86400)
 
 struct sfs_options {
 	char *source;	   /* HOST[,HOST...]:/EXPORT as given */
@@ -38,15 +41,19 @@ struct sfs_options {
 	unsigned actimeo_s;
 	uint32_t uid, gid;
 	bool allow_other, default_permissions;
-	bool direct_io;	       /* bypass the kernel page cache for file data */
-	unsigned io_threads;   /* 0 = one per CPU */
-	unsigned max_threads;  /* FUSE worker threads */
-	uint64_t prefetch_mem; /* budget for fetch buffers in memory */
-	char *cache_dir;       /* NULL: no local cache */
-	uint64_t cache_size;   /* 0: 90% of cache_dir's filesystem */
-	unsigned cache_policy; /* 0 lru, 1 pin (enum sfs_store_policy) */
-	unsigned prefetch;     /* 0 readahead, 1 shard, 2 off (enum sfs_prefetch_mode) */
-	uint64_t prefetch_max; /* shard: files up to this size are fetched whole */
+	bool allow_other_unchecked; /* allow_other without default_permissions (unsafe) */
+	bool direct_io;		    /* bypass the kernel page cache for file data */
+	unsigned io_threads;	    /* 0 = one per CPU */
+	unsigned max_threads;	    /* FUSE worker threads */
+	uint64_t prefetch_mem;	    /* budget for fetch buffers in memory */
+	char *cache_dir;	    /* NULL: no local cache */
+	uint64_t cache_size;	    /* 0: 90% of cache_dir's filesystem */
+	unsigned cache_policy;	    /* 0 lru, 1 pin (enum sfs_store_policy) */
+	unsigned prefetch;	    /* 0 readahead, 1 shard, 2 off (enum sfs_prefetch_mode) */
+	uint64_t prefetch_max;	    /* shard: files up to this size are fetched whole */
+	bool immutable;		    /* files never change: no revalidation, namespace kept */
+	bool noimmutable;	    /* refuse the immutable implied by a .snapshot/ path */
+	uint64_t namespace_max;	    /* immutable: names held at most (memory and cache_dir) */
 };
 
 /*

@@ -23,6 +23,71 @@ static void metric(FILE *f, const char *name, const char *type, const char *text
 	fprintf(f, "%s %llu\n", name, (unsigned long long)value);
 }
 
+#define STR_(x) #x
+#define STR(x)	STR_(x)
+
+/* One labelled sample per job. */
+#define PER_JOB(name, type, text, field)                                                           \
+	do {                                                                                       \
+		help(f, name, type, text);                                                         \
+		for (size_t k = 0; k < n; k++)                                                     \
+			fprintf(f, name "{job=\"%s\"} %llu\n", js[k].label,                        \
+				(unsigned long long)js[k].field);                                  \
+	} while (0)
+
+/* Per-job read accounting (fs/jobs.h). Returns 0 or -ENOMEM. */
+static int render_jobs(FILE *f, sfs_jobs *jobs)
+{
+	struct sfs_jobs_totals t;
+	struct sfs_job_stats *js = malloc(SFS_JOBS_MAX * sizeof(*js));
+
+	if (!js)
+		return -ENOMEM;
+	size_t n = sfs_jobs_snapshot(jobs, js, SFS_JOBS_MAX, &t);
+	PER_JOB("shardfs_job_read_bytes_total", "counter",
+		"Bytes returned to read() and placed by STAGE, by the caller's job.", read_bytes);
+	PER_JOB("shardfs_job_read_requests_total", "counter",
+		"read() and STAGE calls (errors included), by the caller's job.", read_requests);
+	PER_JOB("shardfs_job_read_cache_bytes_total", "counter",
+		"Of the job's bytes, those served from the local cache.", cache_bytes);
+	help(f, "shardfs_job_read_wait_seconds", "histogram",
+	     "Time each read() or STAGE call of the job waited for its data in the daemon.");
+	for (size_t k = 0; k < n; k++) {
+		uint64_t cum = 0;
+		for (int b = 0; b < SFS_JOBS_WAIT_BUCKETS; b++) {
+			cum += js[k].wait_buckets[b];
+			fprintf(f,
+				"shardfs_job_read_wait_seconds_bucket{job=\"%s\",le=\"%g\"} %llu\n",
+				js[k].label, sfs_jobs_wait_bounds_s[b], (unsigned long long)cum);
+		}
+		fprintf(f, "shardfs_job_read_wait_seconds_bucket{job=\"%s\",le=\"+Inf\"} %llu\n",
+			js[k].label, (unsigned long long)js[k].wait_count);
+		fprintf(f, "shardfs_job_read_wait_seconds_sum{job=\"%s\"} %.6f\n", js[k].label,
+			(double)js[k].wait_ns / 1e9);
+		fprintf(f, "shardfs_job_read_wait_seconds_count{job=\"%s\"} %llu\n", js[k].label,
+			(unsigned long long)js[k].wait_count);
+	}
+	help(f, "shardfs_job_read_blocked_seconds_total", "counter",
+	     "Wall time during which at least one read of the job was waiting.");
+	for (size_t k = 0; k < n; k++)
+		fprintf(f, "shardfs_job_read_blocked_seconds_total{job=\"%s\"} %.6f\n", js[k].label,
+			(double)js[k].busy_ns / 1e9);
+	free(js);
+	metric(f, "shardfs_jobs", "gauge",
+	       "Jobs being accounted (at most " STR(SFS_JOBS_MAX) "; idle ones age out).", t.jobs);
+	metric(f, "shardfs_jobs_aged_out_total", "counter",
+	       "Jobs removed from the accounting after a long time without a read.",
+	       t.evicted_jobs);
+	metric(f, "shardfs_job_pid_entries", "gauge",
+	       "Entries of the pid -> job cache in use (at most " STR(SFS_JOBS_PID_ENTRIES) ").",
+	       t.pid_entries);
+	metric(f, "shardfs_job_cgroup_reads_total", "counter",
+	       "/proc/PID/cgroup files read to find a caller's job (pid cache misses).",
+	       t.cgroup_reads);
+	return 0;
+}
+#undef PER_JOB
+
 ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 {
 	char *buf = NULL;
@@ -78,6 +143,19 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	PER_NODE("shardfs_node_reconnects_total", "counter",
 		 "Connections to the node lost and re-made.", ns.reconnects);
 #undef PER_NODE
+	help(f, "shardfs_node_metadata_calls_total", "counter",
+	     "Metadata requests the node answered, by kind (lookup, getattr, readdir, readlink, "
+	     "fsstat).");
+	for (size_t i = 0; i < n_nodes; i++) {
+		sfs_origin_node_stats(fs->origin, i, &ns);
+		for (int k = 0; k < SFS_ORIGIN_N_OPS; k++)
+			if (k != SFS_ORIGIN_READ)
+				fprintf(f,
+					"shardfs_node_metadata_calls_total{node=\"%s\",kind=\"%s\"}"
+					" %llu\n",
+					ns.addr, sfs_origin_op_names[k],
+					(unsigned long long)ns.meta_by_op[k]);
+	}
 	help(f, "shardfs_node_latency_seconds", "histogram",
 	     "Time from sending a request to its reply.");
 	for (size_t i = 0; i < n_nodes; i++) {
@@ -139,6 +217,10 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	       "1 if a cache_dir is configured and usable now.", fs->store && cs.online);
 	metric(f, "shardfs_cache_hit_bytes_total", "counter",
 	       "Bytes read served from the local cache.", ps.hit_bytes);
+	metric(f, "shardfs_cache_direct_reads_total", "counter",
+	       "Reads served straight from the cache, verified per 64 KiB block or object, "
+	       "with no chunk buffer (small files and random readers).",
+	       ps.direct_reads);
 	metric(f, "shardfs_cache_miss_bytes_total", "counter",
 	       "Bytes readers needed that were not in the local cache (fetched from NFS).",
 	       (fs->store ? ps.miss_bytes : 0));
@@ -148,6 +230,14 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	       cs.capacity_bytes);
 	metric(f, "shardfs_cache_objects", "gauge", "File versions with chunks in the local cache.",
 	       cs.objects);
+	metric(f, "shardfs_cache_small_objects", "gauge",
+	       "File versions of one chunk or less packed in segment files (in objects too).",
+	       cs.small_objects);
+	metric(f, "shardfs_cache_segments", "gauge",
+	       "Segment files holding packed small file versions.", cs.segments);
+	metric(f, "shardfs_cache_index_bytes", "gauge",
+	       "Memory held by the local cache's indexes (objects, segment index).",
+	       cs.index_bytes);
 	metric(f, "shardfs_cache_write_bytes_total", "counter",
 	       "Bytes written durably to the local cache.", cs.write_bytes);
 	metric(f, "shardfs_cache_write_queue_bytes", "gauge",
@@ -164,6 +254,37 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	metric(f, "shardfs_cache_errors_total", "counter",
 	       "Cache directory errors (missing, unwritable, I/O errors); reads went to NFS.",
 	       cs.errors);
+
+	struct sfs_ns_stats nss = {0};
+	bool any_up = false;
+	if (fs->ns)
+		sfs_ns_get_stats(fs->ns, &nss);
+	for (size_t i = 0; i < n_nodes && !any_up; i++) {
+		sfs_origin_node_stats(fs->origin, i, &ns);
+		any_up = ns.state == SFS_NODE_UP;
+	}
+	metric(f, "shardfs_immutable", "gauge", "1 if mounted immutable (never revalidates).",
+	       fs->ns != NULL);
+	metric(f, "shardfs_namespace_entries", "gauge",
+	       "Names (with handles and attributes) held by the immutable namespace.", nss.entries);
+	metric(f, "shardfs_namespace_complete_dirs", "gauge",
+	       "Directories whose whole listing the namespace holds.", nss.dirs_complete);
+	metric(f, "shardfs_namespace_disk_bytes", "gauge",
+	       "Bytes of the namespace log in cache_dir.", nss.file_bytes);
+	metric(f, "shardfs_namespace_memory_bytes", "gauge",
+	       "Bytes of memory held by the namespace index.", nss.mem_bytes);
+	metric(f, "shardfs_namespace_hits_total", "counter",
+	       "Lookups and listings answered from the namespace without NFS.", nss.hits);
+	metric(f, "shardfs_namespace_misses_total", "counter",
+	       "Lookups and listings the namespace could not answer (asked NFS).", nss.misses);
+	metric(f, "shardfs_namespace_not_recorded_total", "counter",
+	       "Names not kept because namespace_max was reached.", nss.not_recorded);
+	metric(f, "shardfs_namespace_discarded_bytes", "gauge",
+	       "Bytes of a damaged namespace log cut off at mount (re-read from NFS).",
+	       nss.discarded_bytes);
+	metric(f, "shardfs_serving_from_cache", "gauge",
+	       "1 if immutable and no node is up: names and data come from the cache only.",
+	       fs->ns && !any_up);
 
 	metric(f, "shardfs_gpus", "gauge", "GPUs usable for staging (0 without CUDA).",
 	       fs->staging ? sfs_staging_gpu_count(fs->staging) : 0);
@@ -188,7 +309,8 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 		    sfs_stage_reason_names[r],
 		    (unsigned long long)__atomic_load_n(&fs->stage_errors[r], __ATOMIC_RELAXED));
 
-	if (fclose(f) != 0) {
+	int rc = fs->jobs ? render_jobs(f, fs->jobs) : 0;
+	if (fclose(f) != 0 || rc < 0) {
 		free(buf);
 		return -ENOMEM;
 	}

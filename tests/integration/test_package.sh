@@ -83,6 +83,7 @@ for f in ./usr/sbin/shardfs ./usr/bin/shardfs-stat ./usr/bin/shardfs-warm \
 	./usr/share/man/man1/shardfs-bench.1.gz ./usr/bin/shardfs-bench \
 	./usr/lib/shardfs/shardfs-bench ./usr/lib/shardfs/shardfs-cluster \
 	./usr/lib/shardfs/shardfs-gendata ./usr/lib/shardfs/shardfs-rawread \
+	./usr/lib/shardfs/shardfs-smallread \
 	./usr/share/doc/shardfs/examples/systemd/mnt-dataset.mount \
 	./usr/share/doc/shardfs/examples/deploy/slurm/prolog.sh \
 	./usr/lib/$MULTIARCH/libshardfs.so.1 ./usr/lib/$MULTIARCH/libshardfs.so.1.0.0 \

@@ -130,6 +130,13 @@ static void test_values(void)
 	check_opt("gid=1234", FIELD(gid), 1234);
 	check_opt("allow_other", FIELD(allow_other), 1);
 	check_opt("default_permissions", FIELD(default_permissions), 1);
+	/* allow_other implies the kernel's permission check; only the explicit
+	 * opt-out turns it off (issue 11). */
+	check_opt("allow_other", FIELD(default_permissions), 1);
+	check_opt("allow_other_unchecked", FIELD(allow_other), 1);
+	check_opt("allow_other_unchecked", FIELD(default_permissions), 0);
+	check_opt("allow_other,allow_other_unchecked", FIELD(default_permissions), 0);
+	check_opt("allow_other,default_permissions", FIELD(default_permissions), 1);
 	check_opt("direct_io", FIELD(direct_io), 1);
 	check_opt("io_threads=0", FIELD(io_threads), 0);
 	check_opt("io_threads=64", FIELD(io_threads), 64);
@@ -176,6 +183,8 @@ static void test_value_errors(void)
 	ERR("hard", "-o", "hard=0", "h1:/ifs", "/mnt");
 	ERR("allow_other", "-o", "allow_other=yes", "h1:/ifs", "/mnt");
 	ERR("direct_io", "-o", "direct_io=1", "h1:/ifs", "/mnt");
+	ERR("contradict", "-o", "allow_other_unchecked,default_permissions", "h1:/ifs", "/mnt");
+	ERR("allow_other_unchecked", "-o", "allow_other_unchecked=1", "h1:/ifs", "/mnt");
 	ERR("ro", "-o", "ro=1", "h1:/ifs", "/mnt");
 	ERR("bogus", "-o", "bogus", "h1:/ifs", "/mnt");
 	ERR("foo", "-o", "foo=bar", "h1:/ifs", "/mnt");
@@ -421,8 +430,44 @@ static void test_resolve(void)
 		sfs_addrs_free(addrs, (size_t)n);
 }
 
+/* immutable, noimmutable, namespace_max, and .snapshot/ paths (issue 10). */
+static void check_immutable(const char *src, const char *opts, bool want)
+{
+	struct sfs_options o;
+	char err[512];
+	int rc = opts ? parse(ARGV("-o", opts, src, "/mnt"), &o, err, sizeof(err))
+		      : parse(ARGV(src, "/mnt"), &o, err, sizeof(err));
+
+	ok(rc == 0 && o.immutable == want, "%s -o %s: immutable %d (rc %d, \"%s\")", src,
+	   opts ? opts : "(none)", want, rc, err);
+	sfs_options_free(&o);
+}
+
+static void test_immutable(void)
+{
+	struct sfs_options o;
+	char err[512];
+
+	ok(parse(ARGV("h1:/ifs", "/mnt"), &o, err, sizeof(err)) == 0 && !o.immutable &&
+	       o.namespace_max == SFS_DEFAULT_NAMESPACE_MAX,
+	   "default: not immutable, namespace_max %u", SFS_DEFAULT_NAMESPACE_MAX);
+	sfs_options_free(&o);
+	check_immutable("h1:/ifs", "immutable", true);
+	check_immutable("h1:/ifs", "immutable,noimmutable", false);
+	check_immutable("h1:/ifs/data/.snapshot/daily/train", NULL, true);
+	check_immutable("h1:/ifs/data/.snapshot", NULL, true);
+	check_immutable("h1:/ifs/data/.snapshot/daily", "noimmutable", false);
+	check_immutable("h1:/ifs/data/.snapshots/x", NULL, false);
+	check_immutable("h1:/ifs/data/x.snapshot/y", NULL, false);
+	check_opt("namespace_max=1000", FIELD(namespace_max), 1000);
+	check_opt("namespace_max=50000000", FIELD(namespace_max), 50000000);
+	ERR("namespace_max", "-o", "namespace_max=10", "h1:/ifs", "/mnt");
+	ERR("immutable", "-o", "immutable=1", "h1:/ifs", "/mnt");
+}
+
 int main(void)
 {
+	test_immutable();
 	test_defaults();
 	test_values();
 	test_value_errors();

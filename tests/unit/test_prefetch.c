@@ -338,7 +338,8 @@ static void test_sequential(void)
 	teardown();
 
 	/* A sequential reader that starts mid-file (its first read looks random)
-	 * gets readahead from its second read, still inside the same chunk. */
+	 * gets readahead from its third read, the second step in a row (one step
+	 * in order happens by chance among random readers of a file). */
 	setup(MiB, 0, 2, 64 * MiB, 4);
 	t = topen(21, 40 * MiB, 40 * MiB);
 	CHECK_READ(&t, 5 * MiB + 100 * KiB, 128 * KiB, "mid-file reader: first read");
@@ -346,9 +347,28 @@ static void test_sequential(void)
 	uint64_t ra0 = pstats().readahead_chunks;
 	CHECK_READ(&t, 5 * MiB + 228 * KiB, 128 * KiB, "mid-file reader: second read");
 	fake_origin_drain(org);
-	ok(ra0 == 0 && pstats().readahead_chunks == 4,
-	   "mid-file reader: no readahead after one read, 4 chunks after the second (%llu, %llu)",
-	   (unsigned long long)ra0, (unsigned long long)pstats().readahead_chunks);
+	uint64_t ra1 = pstats().readahead_chunks;
+	CHECK_READ(&t, 5 * MiB + 356 * KiB, 128 * KiB, "mid-file reader: third read");
+	fake_origin_drain(org);
+	ok(ra0 == 0 && ra1 == 0 && pstats().readahead_chunks == 4,
+	   "mid-file reader: no readahead after one or two reads, 4 chunks after the third "
+	   "(%llu, %llu, %llu)",
+	   (unsigned long long)ra0, (unsigned long long)ra1,
+	   (unsigned long long)pstats().readahead_chunks);
+	sfs_pf_file_unref(t.f);
+	teardown();
+
+	/* Random readers of one big file: a record now and then lands in or
+	 * next to the chunk of the one before it; that alone starts no
+	 * readahead. */
+	setup(MiB, 0, 2, 64 * MiB, 4);
+	t = topen(22, 40 * MiB, 40 * MiB);
+	static const uint64_t rec_chunk[] = {17, 3, 4, 30, 9, 9, 22, 1, 2, 35, 12};
+	for (size_t k = 0; k < sizeof(rec_chunk) / sizeof(rec_chunk[0]); k++)
+		CHECK_READ(&t, rec_chunk[k] * MiB + 300 * KiB, 110 * KiB, "random reader");
+	fake_origin_drain(org);
+	ok(pstats().readahead_chunks == 0, "random reader: single steps start no readahead (%llu)",
+	   (unsigned long long)pstats().readahead_chunks);
 	sfs_pf_file_unref(t.f);
 	teardown();
 

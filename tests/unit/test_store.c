@@ -2,7 +2,8 @@
 /*
  * test_store — cache/store.c against a real local directory.
  *
- * Linked with store.c, uring.c and log.c only (sfs_store_dep); the one
+ * Linked with store.c, segment.c, uring.c and log.c only (sfs_store_dep);
+ * segment.c is part of the store (its packed layout), not faked. The one
  * neighbour is the filesystem, so every test works in its own fresh
  * directory under /tmp and removes it at the end. Chunk bytes are synthetic
  * (byte i of file `seed` comes from fill()), and every read is compared byte
@@ -12,7 +13,10 @@
  * store.c documents: a 64-byte header (size at offset 24, n_chunks at 32,
  * data_off at 40), 136-byte chunk records from offset 64 (16 XXH3-64 of
  * 64 KiB sub-blocks, then length and valid mark), and chunk i's bytes at
- * data_off + i MiB, data_off being 64 + 136 n rounded up to 4096.
+ * data_off + i MiB, data_off being 64 + 136 n rounded up to 4096. Versions
+ * of 1 MiB or less are packed in cache_dir/segments; tests that damage those
+ * find a record by its bytes and know only that a sealed segment is checked
+ * at read and the one being filled by the scan at open (segment.h).
  *
  * Threading: ok() runs on the main thread only; write completions (the
  * store's writer thread) and the worker threads of the concurrency test
@@ -1548,6 +1552,472 @@ static void test_range_concurrency(void)
 	tmp_remove();
 }
 
+/* --- packed small versions ---------------------------------------------------- */
+
+/* Number of entries in dir/segments (segment files and their summaries). */
+static int count_seg_files(const char *dir)
+{
+	char path[512];
+	struct dirent *e;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "%s/segments", dir);
+	DIR *d = opendir(path);
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static sfs_store *store_open_seg(const char *dir, uint64_t capacity, enum sfs_store_policy policy,
+				 uint64_t segment_bytes)
+{
+	sfs_store *s = NULL;
+	char err[256] = "";
+	int rc = sfs_store_open(&(struct sfs_store_conf){.dir = dir,
+							 .capacity_bytes = capacity,
+							 .policy = policy,
+							 .chunk_bytes = MiB,
+							 .segment_bytes = segment_bytes},
+				&s, err, sizeof(err));
+	if (rc) {
+		printf("# sfs_store_open(%s): %s\n", dir, err);
+		bail("sfs_store_open", rc);
+	}
+	if ((rc = sfs_store_start(s)))
+		bail("sfs_store_start", rc);
+	return s;
+}
+
+/* Checks a packed version through every read path: read_chunk into an
+ * aligned chunk buffer and into a misaligned one, read_range at its edges
+ * and at random. Returns the number of wrong reads (diag says which). */
+static int small_check(sfs_store *s, uint64_t fileid, uint32_t seed, uint64_t size, uint8_t *rbuf)
+{
+	struct sfs_file_version v = version(fileid, size);
+	sfs_store_obj *o = sfs_store_obj_get(s, &v);
+	uint8_t *cbuf = aligned_alloc(4096, MiB + 4096);
+	char why[256];
+	int wrong = 0;
+
+	for (int skew = 0; skew <= 16; skew += 16) {
+		ssize_t n = sfs_store_read_chunk(o, 0, cbuf + skew);
+		long at = n == (ssize_t)size ? chunk_diff(seed, 0, cbuf + skew, size) : -2;
+		if (at != -1) {
+			diag("size %llu: read_chunk (skew %d) = %zd, bad byte %ld",
+			     (unsigned long long)size, skew, n, at);
+			wrong++;
+		}
+	}
+	uint64_t edges[][2] = {{0, 1},		{0, MiB},  {size - 1, 1},
+			       {size - 1, 100}, {size, 5}, {size / 2, size}};
+	for (size_t i = 0; i < sizeof(edges) / sizeof(edges[0]); i++)
+		if (range_check(o, seed, size, edges[i][0], (size_t)edges[i][1], rbuf, why,
+				sizeof(why))) {
+			diag("size %llu: %s", (unsigned long long)size, why);
+			wrong++;
+		}
+	uint64_t rnd = fileid;
+	for (int i = 0; i < 20; i++) {
+		uint64_t off = rg_rand(&rnd) % size;
+		size_t len = 1 + (size_t)(rg_rand(&rnd) % size);
+		if (range_check(o, seed, size, off, len, rbuf, why, sizeof(why))) {
+			diag("size %llu: %s", (unsigned long long)size, why);
+			wrong++;
+		}
+	}
+	off_t off;
+	uint32_t len;
+	if (sfs_store_chunk_fd(o, 0, &off, &len) != -ENOENT ||
+	    sfs_store_chunk_state(o, 0) != SFS_CHUNK_PRESENT ||
+	    sfs_store_obj_cached_bytes(o) != size || sfs_store_cached_bytes(s, &v) != size) {
+		diag("size %llu: chunk_fd, state %s or cached bytes wrong",
+		     (unsigned long long)size, state_name(sfs_store_chunk_state(o, 0)));
+		wrong++;
+	}
+	free(cbuf);
+	sfs_store_obj_put(o);
+	return wrong;
+}
+
+static void test_small(void)
+{
+	diag("packed versions: written, read back through every path, kept across a restart");
+	static const uint64_t sizes[] = {1, 4000, 5000, 110 * 1000, MiB - 64, MiB - 63, MiB};
+	const int n_sizes = (int)(sizeof(sizes) / sizeof(sizes[0]));
+	tmp_new();
+	const char *dir = tpath("cache");
+	sfs_store *s = store_open(dir, 0, SFS_STORE_LRU);
+	uint8_t *rbuf = range_buf();
+
+	for (int i = 0; i < n_sizes; i++) {
+		struct sfs_file_version v = version(2000 + (uint64_t)i, sizes[i]);
+		sfs_store_obj *a = sfs_store_obj_get(s, &v), *b = sfs_store_obj_get(s, &v);
+		struct chunk c = chunk_new(100 + (uint32_t)i, sizes[i], 0, 0);
+		struct slot sl = {0}, sl2 = {0};
+		uint8_t *rb = range_buf();
+		const char *data;
+		ok(a == b && sfs_store_chunk_state(a, 0) == SFS_CHUNK_ABSENT &&
+		       sfs_store_read_chunk(a, 0, rb) == -ENOENT &&
+		       sfs_store_read_range(a, 0, 1, rb, SFS_STORE_RANGE_BUF_BYTES, &data) ==
+			   -ENOENT,
+		   "size %llu: one object for two holders, ABSENT, reads -ENOENT",
+		   (unsigned long long)sizes[i]);
+		int rc = sfs_store_write_chunk(a, 0, c.p, c.len, on_done, &sl);
+		enum sfs_chunk_state st = sfs_store_chunk_state(b, 0);
+		int rc2 = sfs_store_write_chunk(b, 0, c.p, c.len, on_done, &sl2);
+		int err = rc ? rc : slot_wait(&sl);
+		ok(rc == 0 && err == 0 && (st == SFS_CHUNK_WRITING || st == SFS_CHUNK_PRESENT) &&
+		       rc2 == -EEXIST && !sl2.fired,
+		   "size %llu: written %d/%d, seen %s by the other holder, its write %d (want "
+		   "-EEXIST)",
+		   (unsigned long long)sizes[i], rc, err, state_name(st), rc2);
+		rc = write_sync(b, 100 + (uint32_t)i, sizes[i], 0);
+		ok(rc == -EEXIST, "size %llu: a write once durable: %d (want -EEXIST)",
+		   (unsigned long long)sizes[i], rc);
+		chunk_free(&c);
+		free(rb);
+		sfs_store_obj_put(a);
+		sfs_store_obj_put(b);
+		int wrong = small_check(s, 2000 + (uint64_t)i, 100 + (uint32_t)i, sizes[i], rbuf);
+		ok(wrong == 0, "size %llu: every read byte-exact (%d wrong)",
+		   (unsigned long long)sizes[i], wrong);
+	}
+	struct sfs_store_stats ss = stats(s);
+	uint64_t total = 0;
+	for (int i = 0; i < n_sizes; i++)
+		total += sizes[i];
+	ok(ss.small_objects == (uint64_t)n_sizes && ss.objects == (uint64_t)n_sizes &&
+	       ss.write_bytes == total && ss.segments >= 1 && ss.used_bytes >= total,
+	   "stats: small_objects %llu objects %llu write %llu segments %llu used %llu",
+	   (unsigned long long)ss.small_objects, (unsigned long long)ss.objects,
+	   (unsigned long long)ss.write_bytes, (unsigned long long)ss.segments,
+	   (unsigned long long)ss.used_bytes);
+	ok(count_files(dir) == 0, "no object files for packed versions (%d)", count_files(dir));
+	struct sfs_file_version nv = version(2999, 777);
+	sfs_store_obj *held = sfs_store_obj_get(s, &nv);
+	ok(stats(s).objects == (uint64_t)n_sizes, "a held, unwritten small version is no object");
+	sfs_store_obj_put(held);
+	sfs_store_close(s);
+
+	s = store_open(dir, 0, SFS_STORE_LRU);
+	ss = stats(s);
+	int wrong = 0;
+	for (int i = 0; i < n_sizes; i++)
+		wrong += small_check(s, 2000 + (uint64_t)i, 100 + (uint32_t)i, sizes[i], rbuf);
+	ok(ss.small_objects == (uint64_t)n_sizes && wrong == 0,
+	   "after reopen: %llu packed versions, %d wrong reads",
+	   (unsigned long long)ss.small_objects, wrong);
+	sfs_store_close(s);
+	free(rbuf);
+	tmp_remove();
+}
+
+/* Many small versions from several threads, each waiting for its writes. */
+#define SM_THREADS 4
+#define SM_PER	   100
+
+static sfs_store *sm_store;
+static long sm_errors; /* atomic */
+
+static uint64_t sm_size(uint64_t k) { return 1000 + mix(k) % (150 * 1000); }
+
+static void *sm_writer(void *arg)
+{
+	int t = (int)(intptr_t)arg;
+
+	for (int i = 0; i < SM_PER; i++) {
+		uint64_t k = (uint64_t)t * SM_PER + (uint64_t)i;
+		struct sfs_file_version v = version(10000 + k, sm_size(k));
+		sfs_store_obj *o = sfs_store_obj_get(sm_store, &v);
+		int rc = write_sync(o, 5000 + (uint32_t)k, v.size, 0);
+		sfs_store_obj_put(o);
+		if (rc) {
+			printf("# thread %d version %d: %d\n", t, i, rc);
+			__atomic_fetch_add(&sm_errors, 1, __ATOMIC_RELAXED);
+		}
+	}
+	return NULL;
+}
+
+static int sm_check_all(sfs_store *s, uint8_t *rbuf)
+{
+	char why[256];
+	int wrong = 0;
+
+	for (uint64_t k = 0; k < SM_THREADS * SM_PER; k++) {
+		struct sfs_file_version v = version(10000 + k, sm_size(k));
+		sfs_store_obj *o = sfs_store_obj_get(s, &v);
+		if (range_check(o, 5000 + (uint32_t)k, v.size, k % 1000, 110 * 1000, rbuf, why,
+				sizeof(why))) {
+			if (wrong++ < 3)
+				diag("version %llu: %s", (unsigned long long)k, why);
+		}
+		sfs_store_obj_put(o);
+	}
+	return wrong;
+}
+
+static void test_small_many(void)
+{
+	diag("%d small versions from %d threads: few files", SM_THREADS * SM_PER, SM_THREADS);
+	tmp_new();
+	const char *dir = tpath("cache");
+	sm_store = store_open(dir, 0, SFS_STORE_LRU);
+	uint64_t t0 = sfs_now_ms();
+	pthread_t t[SM_THREADS];
+	for (int i = 0; i < SM_THREADS; i++)
+		pthread_create(&t[i], NULL, sm_writer, (void *)(intptr_t)i);
+	for (int i = 0; i < SM_THREADS; i++)
+		pthread_join(t[i], NULL);
+	diag("%d writes in %llu ms", SM_THREADS * SM_PER, (unsigned long long)(sfs_now_ms() - t0));
+	struct sfs_store_stats ss = stats(sm_store);
+	int files = count_files(dir) + count_seg_files(dir);
+	ok(sm_errors == 0 && ss.small_objects == SM_THREADS * SM_PER,
+	   "%ld write errors, %llu packed versions (want 0, %d)", sm_errors,
+	   (unsigned long long)ss.small_objects, SM_THREADS * SM_PER);
+	ok(files >= 1 && files <= 4, "%d files in cache_dir for %d versions (want 1..4)", files,
+	   SM_THREADS * SM_PER);
+	ok(ss.index_bytes > 0 && ss.index_bytes < 64 * 1024,
+	   "index_bytes %llu for %d packed versions (want < 64 KiB)",
+	   (unsigned long long)ss.index_bytes, SM_THREADS * SM_PER);
+	uint8_t *rbuf = range_buf();
+	int wrong = sm_check_all(sm_store, rbuf);
+	ok(wrong == 0, "every version byte-exact (%d wrong)", wrong);
+	sfs_store_close(sm_store);
+	sm_store = store_open(dir, 0, SFS_STORE_LRU);
+	wrong = sm_check_all(sm_store, rbuf);
+	ss = stats(sm_store);
+	ok(wrong == 0 && ss.small_objects == SM_THREADS * SM_PER,
+	   "after reopen: %llu versions, %d wrong", (unsigned long long)ss.small_objects, wrong);
+	sfs_store_close(sm_store);
+	sm_store = NULL;
+	free(rbuf);
+	tmp_remove();
+}
+
+static int write_small(sfs_store *s, uint64_t fileid, uint64_t size)
+{
+	struct sfs_file_version v = version(fileid, size);
+	sfs_store_obj *o = sfs_store_obj_get(s, &v);
+	int rc = write_sync(o, (uint32_t)fileid, size, 0);
+
+	sfs_store_obj_put(o);
+	return rc;
+}
+
+static void test_small_lru(void)
+{
+	diag("lru with both layouts: the colder of objects and segments goes first");
+	tmp_new();
+	const char *dir = tpath("cache");
+	uint64_t cap = 8 * MiB, seg = MiB, sz = 100 * 1000;
+	sfs_store *s = store_open_seg(dir, cap, SFS_STORE_LRU, seg);
+	struct sfs_file_version A = version(3001, 2 * MiB), B = version(3002, 2 * MiB);
+	lru_write(s, 3001, 31, 2 * MiB, cap, "A");
+	lru_write(s, 3002, 32, 2 * MiB, cap, "B");
+	usleep(20 * 1000);
+	int rc = 0;
+	uint64_t max_used = 0, k = 0;
+	for (; k < 20 && rc == 0; k++) { /* ~2 MiB packed: 2 sealed segments or so */
+		rc = write_small(s, 3100 + k, sz);
+		uint64_t u = stats(s).used_bytes;
+		max_used = u > max_used ? u : max_used;
+	}
+	usleep(20 * 1000);
+	sfs_store_obj_put(sfs_store_obj_get(s, &A)); /* A is now the hottest */
+	usleep(20 * 1000);
+	for (; k < 75 && rc == 0; k++) { /* segments of the first 20 go, then A would */
+		rc = write_small(s, 3100 + k, sz);
+		uint64_t u = stats(s).used_bytes;
+		max_used = u > max_used ? u : max_used;
+	}
+	struct sfs_store_stats ss = stats(s);
+	ok(rc == 0 && max_used <= cap,
+	   "60 small versions written: %d, used peaked at %llu (cap %llu)", rc,
+	   (unsigned long long)max_used, (unsigned long long)cap);
+	ok(sfs_store_cached_bytes(s, &B) == 0 && sfs_store_cached_bytes(s, &A) == 2 * MiB,
+	   "B (coldest) evicted, A (touched after the first segments) kept: A %llu B %llu",
+	   (unsigned long long)sfs_store_cached_bytes(s, &A),
+	   (unsigned long long)sfs_store_cached_bytes(s, &B));
+	int first = 0, last = 0;
+	for (uint64_t i = 0; i < 5; i++) {
+		struct sfs_file_version v1 = version(3100 + i, sz), v2 = version(3170 + i, sz);
+		first += sfs_store_cached_bytes(s, &v1) == sz;
+		last += sfs_store_cached_bytes(s, &v2) == sz;
+	}
+	ok(first == 0 && last == 5,
+	   "oldest packed versions evicted (%d of 5 left), newest kept (%d)", first, last);
+	ok(ss.evicted_bytes > 2 * MiB && ss.segments <= cap / seg + 1 && ss.used_bytes <= cap,
+	   "evicted %llu, %llu segments, used %llu", (unsigned long long)ss.evicted_bytes,
+	   (unsigned long long)ss.segments, (unsigned long long)ss.used_bytes);
+	uint8_t *rbuf = range_buf();
+	int wrong = 0;
+	for (uint64_t i = 0; i < 75; i++) {
+		struct sfs_file_version v = version(3100 + i, sz);
+		if (sfs_store_cached_bytes(s, &v) == sz)
+			wrong += small_check(s, 3100 + i, (uint32_t)(3100 + i), sz, rbuf) != 0;
+	}
+	ok(wrong == 0, "every packed version still cached reads back exact (%d wrong)", wrong);
+	free(rbuf);
+	sfs_store_close(s);
+	tmp_remove();
+}
+
+static void test_small_pin(void)
+{
+	diag("pin with packed versions: nothing admitted once full, nothing evicted");
+	tmp_new();
+	const char *dir = tpath("cache");
+	uint64_t cap = MiB, sz = 100 * 1000;
+	sfs_store *s = store_open_seg(dir, cap, SFS_STORE_PIN, MiB);
+	int admitted = 0, rc = 0;
+	for (uint64_t k = 0; k < 20; k++) {
+		rc = write_small(s, 4000 + k, sz);
+		if (rc == 0)
+			admitted++;
+		else if (rc != -ENOSPC)
+			break;
+	}
+	struct sfs_store_stats ss = stats(s);
+	ok(rc == -ENOSPC && admitted >= 8 && admitted <= 10,
+	   "%d of 20 admitted under 1 MiB (want 8-10), then %d", admitted, rc);
+	ok(ss.used_bytes <= cap && ss.evicted_bytes == 0 && ss.not_admitted_bytes > 0,
+	   "used %llu evicted %llu not_admitted %llu", (unsigned long long)ss.used_bytes,
+	   (unsigned long long)ss.evicted_bytes, (unsigned long long)ss.not_admitted_bytes);
+	struct sfs_file_version v = version(4000, sz);
+	ok(sfs_store_cached_bytes(s, &v) == sz, "the first version is kept");
+	struct sfs_file_version big = version(4100, 2 * MiB);
+	sfs_store_obj *o = sfs_store_obj_get(s, &big);
+	rc = write_sync(o, 41, 2 * MiB, 0);
+	ok(rc == -ENOSPC, "a chunk of a large file while full: %d (want -ENOSPC)", rc);
+	sfs_store_obj_put(o);
+	sfs_store_close(s);
+	tmp_remove();
+}
+
+/* Finds `len` bytes of `needle` in the files under dir/segments and flips
+ * the byte at their start + at. Returns 0 if found. */
+static int flip_in_segments(const char *dir, const uint8_t *needle, size_t len, size_t at)
+{
+	char path[512], file[800];
+	struct dirent *e;
+	int rc = -1;
+
+	snprintf(path, sizeof(path), "%s/segments", dir);
+	DIR *d = opendir(path);
+	while (d && rc && (e = readdir(d))) {
+		if (!strstr(e->d_name, ".seg"))
+			continue;
+		snprintf(file, sizeof(file), "%s/%s", path, e->d_name);
+		FILE *f = fopen(file, "rb");
+		struct stat st;
+		if (!f || stat(file, &st))
+			continue;
+		uint8_t *all = malloc((size_t)st.st_size + 1);
+		size_t n = fread(all, 1, (size_t)st.st_size, f);
+		fclose(f);
+		uint8_t *p = n >= len ? memmem(all, n, needle, len) : NULL;
+		if (p) {
+			flip_byte(file, (off_t)(p - all) + (off_t)at);
+			rc = 0;
+		}
+		free(all);
+	}
+	if (d)
+		closedir(d);
+	return rc;
+}
+
+static void test_small_corruption(void)
+{
+	diag("a flipped byte in a packed version: a miss, then rewritable");
+	tmp_new();
+	const char *dir = tpath("cache");
+	/* Segments of 64 KiB: one version each, so the first is sealed (its
+	 * entries come from its summary and its bytes are checked at read);
+	 * the last, being filled, is checked by the scan at open. */
+	sfs_store *s = store_open_seg(dir, 0, SFS_STORE_LRU, 64 * 1024);
+	uint64_t sz = 50000;
+	int rc = 0;
+	for (uint64_t k = 0; k < 3 && rc == 0; k++)
+		rc = write_small(s, 4500 + k, sz);
+	ok(rc == 0, "three small versions written: %d", rc);
+	sfs_store_close(s);
+	uint8_t head[64];
+	fill(4500, 0, head, sizeof(head));
+	ok(flip_in_segments(dir, head, sizeof(head), 30000) == 0, "found the first in a segment");
+	fill(4502, 0, head, sizeof(head));
+	ok(flip_in_segments(dir, head, sizeof(head), 100) == 0, "found the last in a segment");
+
+	s = store_open_seg(dir, 0, SFS_STORE_LRU, 64 * 1024);
+	struct sfs_file_version v = version(4500, sz), last = version(4502, sz);
+	ok(sfs_store_cached_bytes(s, &v) == sz && sfs_store_cached_bytes(s, &last) == 0,
+	   "at open: the sealed one listed (%llu), the scanned bad one not (%llu)",
+	   (unsigned long long)sfs_store_cached_bytes(s, &v),
+	   (unsigned long long)sfs_store_cached_bytes(s, &last));
+	sfs_store_obj *o = sfs_store_obj_get(s, &v);
+	uint8_t *rbuf = range_buf();
+	const char *data = NULL;
+	ssize_t n = sfs_store_read_range(o, 100, 10, rbuf, SFS_STORE_RANGE_BUF_BYTES, &data);
+	struct sfs_store_stats ss = stats(s);
+	ok(n == -EBADMSG && ss.checksum_failures == 1,
+	   "read_range of the flipped version: %zd (want -EBADMSG), checksum_failures %llu", n,
+	   (unsigned long long)ss.checksum_failures);
+	ok(sfs_store_chunk_state(o, 0) == SFS_CHUNK_ABSENT &&
+	       sfs_store_read_chunk(o, 0, rbuf) == -ENOENT && sfs_store_cached_bytes(s, &v) == 0,
+	   "then ABSENT, read_chunk -ENOENT, 0 bytes cached");
+	rc = write_sync(o, 4500, sz, 0);
+	ok(rc == 0 && small_check(s, 4500, 4500, sz, rbuf) == 0, "rewritten and exact: %d", rc);
+	ok(small_check(s, 4501, 4501, sz, rbuf) == 0, "its neighbour unaffected");
+	sfs_store_obj_put(o);
+	free(rbuf);
+	sfs_store_close(s);
+	tmp_remove();
+}
+
+/* Small and large chunks queued at once land in one batch. */
+static void test_mixed_batch(void)
+{
+	diag("packed and per-file writes queued together");
+	tmp_new();
+	const char *dir = tpath("cache");
+	sfs_store *s = store_open(dir, 0, SFS_STORE_LRU);
+	enum { N = 12 };
+	struct chunk c[N];
+	struct slot sl[N];
+	sfs_store_obj *o[N];
+	uint64_t size[N];
+	int rcs[N], bad = 0;
+	memset(sl, 0, sizeof(sl));
+	for (int i = 0; i < N; i++) {
+		size[i] = i % 3 == 0 ? 2 * MiB + 5 : 3000 + 7000 * (uint64_t)i;
+		struct sfs_file_version v = version(5000 + (uint64_t)i, size[i]);
+		o[i] = sfs_store_obj_get(s, &v);
+		c[i] = chunk_new(50 + (uint32_t)i, size[i], 0, i % 2 ? 8 : 0);
+		rcs[i] = sfs_store_write_chunk(o[i], 0, c[i].p, c[i].len, on_done, &sl[i]);
+	}
+	for (int i = 0; i < N; i++) {
+		int e = rcs[i] ? rcs[i] : slot_wait(&sl[i]);
+		long b = -1;
+		ssize_t n = read_check(o[i], 50 + (uint32_t)i, size[i], 0, &b);
+		if (e || n != (ssize_t)(size[i] < MiB ? size[i] : MiB) || b >= 0) {
+			diag("version %d: write %d, read %zd, bad byte %ld", i, e, n, b);
+			bad++;
+		}
+		chunk_free(&c[i]);
+		sfs_store_obj_put(o[i]);
+	}
+	struct sfs_store_stats ss = stats(s);
+	ok(bad == 0 && ss.small_objects == 8 && ss.objects == 12 && count_files(dir) == 4,
+	   "%d wrong; small_objects %llu objects %llu object files %d (want 0 8 12 4)", bad,
+	   (unsigned long long)ss.small_objects, (unsigned long long)ss.objects, count_files(dir));
+	sfs_store_close(s);
+	tmp_remove();
+}
+
 /* --- concurrency ------------------------------------------------------------- */
 
 #define CC_FILES   2
@@ -1724,6 +2194,12 @@ static const struct {
     {"range_corruption", test_range_corruption},
     {"old_layout", test_old_layout},
     {"range_concurrency", test_range_concurrency},
+    {"small", test_small},
+    {"small_many", test_small_many},
+    {"small_lru", test_small_lru},
+    {"small_pin", test_small_pin},
+    {"small_corruption", test_small_corruption},
+    {"mixed_batch", test_mixed_batch},
     {"offline", test_offline},
 };
 
