@@ -209,11 +209,10 @@ PACKED_BYTES=$($SF bytes "$WORK/manifest" small/ med/)
 diag "$N_PACKED small files, $((PACKED_BYTES / MB)) MiB"
 sfs_cluster_up 4
 
-# The segment size, where the daemon has an option for it: small, so that
-# segments are sealed (.idx) and lru can evict whole segments.
-SEG_OPT=$("$SHARDFS" --help 2>&1 | grep -oE '\bsegment_(size|bytes)=' | head -1)
-SEG=${SEG_OPT:+,${SEG_OPT}8M}
-[ -n "$SEG" ] || diag "no segment size option: one 256 MiB segment, none sealed"
+# Segments are cache_size / 16 (4 to 256 MiB; cache/store.c): 256M makes
+# 16 MiB segments, so that the data set fills several, sealed with an .idx;
+# a cache of a quarter of the data (lru, pin) has 4 MiB segments.
+SIZE_OPT=cache_size=256M
 
 fetched() { stat_value shardfs_prefetch_fetched_bytes_total; }
 # counter NAME: a counter's value, 0 when the daemon does not export it
@@ -239,7 +238,7 @@ section() { diag "--- $1 (at ${SECONDS}s)"; }
 
 # --- cold, warm, remount -------------------------------------------------------
 section "cold, warm, remount"
-sfs_mount "cache_dir=$CACHE,cache_size=2G$SEG"
+sfs_mount "cache_dir=$CACHE,$SIZE_OPT"
 drop_caches
 check "cold: $N_PACKED small files byte-exact" small_exact
 wait_idle
@@ -251,9 +250,14 @@ check "cold: no small file in objects/ ($(object_files))" [ "$(object_files)" = 
 read -r recs live live_bytes segs sealed < <(map)
 diag "segments: $segs ($sealed sealed), $recs records"
 check "cold: every small file is a record in a segment ($live of $N_PACKED)" [ "$live" = "$N_PACKED" ]
-[ -n "$SEG" ] && check "cold: segments were sealed with an index ($sealed of $segs)" le 1 "$sealed"
+[ -n "" ] && check "cold: segments were sealed with an index ($sealed of $segs)" le 1 "$sealed"
 check "cold: shardfs_cache_objects counts them ($(stat_value shardfs_cache_objects))" \
 	le "$N_PACKED" "$(counter shardfs_cache_objects)"
+check "cold: shardfs_cache_small_objects = $N_PACKED ($(stat_value shardfs_cache_small_objects))" \
+	[ "$(counter shardfs_cache_small_objects)" = "$N_PACKED" ]
+n=$(find "$CACHE/segments" -name '*.seg' 2>/dev/null | wc -l)
+check "cold: shardfs_cache_segments = $n segment files ($(stat_value shardfs_cache_segments))" \
+	[ "$(counter shardfs_cache_segments)" = "$n" ]
 used=$(counter shardfs_cache_used_bytes)
 check "cold: used bytes $used >= the files' bytes" le "$PACKED_BYTES" "$used"
 w1=$(counter shardfs_cache_write_bytes_total)
@@ -271,7 +275,7 @@ check "warm: served by direct reads ($((d2 - d1)) >= $N_PACKED)" le "$N_PACKED" 
 check "warm: nothing written to the cache" [ "$(counter shardfs_cache_write_bytes_total)" = "$w1" ]
 sfs_umount
 
-sfs_mount "cache_dir=$CACHE,cache_size=2G$SEG"
+sfs_mount "cache_dir=$CACHE,$SIZE_OPT"
 drop_caches
 check "remount: byte-exact" small_exact
 check "remount: nothing fetched from NFS ($(fetched))" [ "$(fetched)" = 0 ]
@@ -302,7 +306,7 @@ sfs_umount
 section "flipped bytes, a truncated segment, a torn tail"
 read -r flipped flip_sealed lost_bytes lost_files what < <($SF damage "$CACHE" "$EXPORT" "$WORK/manifest" 2>"$WORK/damage.err")
 diag "damage: ${what:-none ($(tail -1 "$WORK/damage.err"))}; $lost_files files ($lost_bytes bytes) lost"
-sfs_mount "cache_dir=$CACHE,cache_size=2G$SEG"
+sfs_mount "cache_dir=$CACHE,$SIZE_OPT"
 drop_caches
 if [ -n "${flipped:-}" ]; then
 	check "flipped bytes in a record: byte-exact" cmp -s "$MNT/$flipped" "$EXPORT/$flipped"
@@ -327,7 +331,7 @@ sfs_umount
 # --- SIGKILL in the middle of a cold fill --------------------------------------------
 section "SIGKILL in the middle of a cold fill"
 rm -rf "$CACHE"
-sfs_mount "cache_dir=$CACHE,cache_size=2G$SEG"
+sfs_mount "cache_dir=$CACHE,$SIZE_OPT"
 pid=$(daemon_pid)
 drop_caches
 ( $SF check-quiet "$MNT" "$WORK/manifest" small/ med/ >/dev/null 2>&1 ) &
@@ -343,7 +347,7 @@ wait "$reader"
 read -r recs live live_bytes segs sealed < <(map)
 diag "killed with $live files ($((live_bytes / 1024)) KiB) durable in $segs segments ($sealed sealed)"
 check "SIGKILL mid-fill: some records were durable" le 1 "${live:-0}"
-sfs_mount "cache_dir=$CACHE,cache_size=2G$SEG"
+sfs_mount "cache_dir=$CACHE,$SIZE_OPT"
 drop_caches
 check "SIGKILL mid-fill, remount: byte-exact" small_exact
 f=$(fetched)
@@ -361,7 +365,7 @@ section "a cache smaller than the data: lru"
 rm -rf "$CACHE"
 LIMIT=$(( PACKED_BYTES / 4 / MB ))
 [ "$LIMIT" -ge 16 ] || LIMIT=16
-sfs_mount "cache_dir=$CACHE,cache_size=${LIMIT}M,cache_policy=lru$SEG"
+sfs_mount "cache_dir=$CACHE,cache_size=${LIMIT}M,cache_policy=lru"
 drop_caches
 check "lru ${LIMIT}M: byte-exact" small_exact
 wait_idle
@@ -389,7 +393,7 @@ section "a cache smaller than the data: pin"
 rm -rf "$CACHE"
 LIMIT=$(( PACKED_BYTES / 2 / MB ))
 [ "$LIMIT" -ge 16 ] || LIMIT=16
-sfs_mount "cache_dir=$CACHE,cache_size=${LIMIT}M,cache_policy=pin$SEG"
+sfs_mount "cache_dir=$CACHE,cache_size=${LIMIT}M,cache_policy=pin"
 drop_caches
 check "pin ${LIMIT}M: epoch 1 byte-exact" small_exact
 wait_idle
@@ -417,7 +421,7 @@ sfs_umount
 # --- small files alongside large shards -------------------------------------------------
 section "small files alongside large shards"
 rm -rf "$CACHE"
-sfs_mount "cache_dir=$CACHE,cache_size=2G$SEG"
+sfs_mount "cache_dir=$CACHE,cache_size=1G"
 drop_caches
 check "mixed: small files and 8-64 MiB shards read together, byte-exact" \
 	$SF check "$MNT" "$WORK/manifest" big/ small/ med/
