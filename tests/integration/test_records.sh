@@ -4,9 +4,11 @@
 # file larger than prefetch_max and prefetch_mem read with shuffled preads
 # of 110 KB records and odd lengths (across 64 KiB and 1 MiB boundaries, at
 # and past EOF), cold then warm (served straight from the cache, verified
-# per 64 KiB sub-block), by 8 concurrent readers, and with one sub-block of
-# the cached object corrupted. Every pread is compared with the same pread
-# on the export; the stats file tells what came from NFS.
+# per 64 KiB sub-block), by 8 concurrent readers, with one sub-block of the
+# cached object corrupted and with its short last chunk corrupted, and with
+# direct_io (every pread reaches the daemon at its own offset and length).
+# Every pread is compared with the same pread on the export; the stats file
+# tells what came from NFS.
 . "$(dirname "$0")/lib.sh"
 sfs_require
 
@@ -143,14 +145,14 @@ sfs_umount
 section "a corrupted sub-block"
 mapfile -t objs < <(find "$CACHE/objects" -type f 2>/dev/null)
 check "one cache object for the file (${#objs[@]})" [ "${#objs[@]}" = 1 ]
-CHUNK=40
-SUB=5
-# Where the file's bytes start in the object (found by content: the first
-# 4096-aligned offset holding the file's first 4096 bytes), then flip bytes
-# inside sub-block SUB of chunk CHUNK, not at its edges.
-at=$(python3 - "${objs[0]:-/nonexistent}" "$EXPORT/records.bin" $CHUNK $SUB <<'PY'
-import os, sys
-obj, src, chunk, sub = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+# flip OBJECT FILE_OFFSET...: flip one byte of the object at each offset of
+# the file's bytes. Where they start in the object is found by content (the
+# first 4096-aligned offset holding the file's first 4096 bytes), not from
+# the header's layout. Prints the object offset of the first flip.
+flip() {
+	python3 - "$1" "$EXPORT/records.bin" "${@:2}" <<'PY'
+import sys
+obj, src, offs = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3:]]
 with open(src, "rb") as f:
     first = f.read(4096)
 with open(obj, "r+b") as f:
@@ -160,25 +162,32 @@ with open(obj, "r+b") as f:
         sys.exit("the file's first bytes are not in the object")
     n = int.from_bytes(head[32:36], "little")
     print("# data_off %d (header: %d chunks)" % (data_off, n), file=sys.stderr)
-    base = data_off + (chunk << 20) + (sub << 16)
-    for d in (100, 30000, 65000):
-        f.seek(base + d)
+    for o in offs:
+        f.seek(data_off + o)
         b = f.read(1)
-        f.seek(base + d)
+        f.seek(data_off + o)
         f.write(bytes([b[0] ^ 0xA5]))
-print(base)
+print(data_off + offs[0])
 PY
-)
+}
+# pread_exact OFF LEN: one pread through the mount equals the export's
+pread_exact() {
+	python3 -c "
+import os, sys
+g = os.open(sys.argv[1], os.O_RDONLY); w = os.open(sys.argv[2], os.O_RDONLY)
+sys.exit(os.pread(g, $2, $1) != os.pread(w, $2, $1))" "$MNT/records.bin" "$EXPORT/records.bin"
+}
+# Inside sub-block SUB of chunk CHUNK, not at its edges.
+CHUNK=40
+SUB=5
+base=$(( (CHUNK << 20) + (SUB << 16) ))
+at=$(flip "${objs[0]:-/nonexistent}" $((base + 100)) $((base + 30000)) $((base + 65000)))
 diag "flipped 3 bytes at ${at:-?} of the object"
 check "corrupted the object" [ -n "$at" ]
 sfs_mount "$OPTS"
 drop_caches
 f0=$(fetched)
-off=$(( (CHUNK << 20) + (SUB << 16) - 20000 ))
-check "corrupted sub-block: the record that covers it is byte-exact" python3 -c "
-import os, sys
-g = os.open(sys.argv[1], os.O_RDONLY); w = os.open(sys.argv[2], os.O_RDONLY)
-sys.exit(os.pread(g, 110000, $off) != os.pread(w, 110000, $off))" "$MNT/records.bin" "$EXPORT/records.bin"
+check "corrupted sub-block: the record that covers it is byte-exact" pread_exact $((base - 20000)) 110000
 f1=$(fetched)
 check "corrupted sub-block: counted as a checksum failure" le 1 "$(counter shardfs_cache_checksum_failures_total)"
 check "corrupted sub-block: refetched about one chunk ($((f1 - f0)) bytes)" \
@@ -190,6 +199,44 @@ check "corrupted sub-block: only that chunk was refetched ($((f2 - f0)) bytes)" 
 drop_caches
 check "corrupted sub-block: whole file byte-exact (sequential)" cmp -s "$MNT/records.bin" "$EXPORT/records.bin"
 check "corrupted sub-block: the chunk was cached again (nothing more fetched)" [ "$(fetched)" = "$f2" ]
+sfs_umount
+
+# --- the short last chunk corrupted --------------------------------------------------------
+section "a corrupted last chunk"
+LAST=$(( (SIZE >> 20) << 20 ))
+at=$(flip "${objs[0]:-/nonexistent}" $((SIZE - 10)) $((LAST + 5)))
+check "corrupted the last chunk (${at:-?})" [ -n "$at" ]
+sfs_mount "$OPTS"
+drop_caches
+f0=$(fetched)
+check "corrupted last chunk: a pread at EOF is byte-exact" pread_exact $((SIZE - 100)) 1000
+check "corrupted last chunk: counted as a checksum failure" \
+	le 1 "$(counter shardfs_cache_checksum_failures_total)"
+check "corrupted last chunk: the whole file is byte-exact" cmp -s "$MNT/records.bin" "$EXPORT/records.bin"
+wait_idle
+f1=$(fetched)
+check "corrupted last chunk: refetched only it ($((f1 - f0)) bytes, $((SIZE - LAST)) expected)" \
+	bash -c "[ $((f1 - f0)) -ge $((SIZE - LAST)) ] && [ $((f1 - f0)) -le $((SIZE - LAST + MB)) ]"
+sfs_umount
+
+# --- direct_io: every pread reaches the daemon at its own offset and length --------------
+section "direct_io"
+sfs_mount "$OPTS,direct_io"
+d1=$(counter shardfs_cache_direct_reads_total)
+check "direct_io, warm, 8 readers: every pread byte-exact" epoch 6 8
+check "direct_io, warm: nothing fetched from NFS ($(fetched))" [ "$(fetched)" = 0 ]
+d2=$(counter shardfs_cache_direct_reads_total)
+check "direct_io, warm: the preads were direct reads ($((d2 - d1)) >= 1017)" le 1017 $((d2 - d1))
+check "direct_io, warm: no checksum failures" [ "$(counter shardfs_cache_checksum_failures_total)" = 0 ]
+sfs_umount
+rm -rf "$CACHE"
+sfs_mount "$OPTS,direct_io"
+check "direct_io, cold, 8 readers: every pread byte-exact" epoch 7 8
+wait_idle
+f1=$(fetched)
+check "direct_io, cold: fetched $f1 bytes <= 1.1 x the file ($BOUND)" le "$f1" "$BOUND"
+check "direct_io, cold then warm: every pread byte-exact" epoch 8 1
+check "direct_io, warm: nothing more fetched" [ "$(fetched)" = "$f1" ]
 check "unmount ends the daemon" sfs_umount
 section "done"
 sfs_finish
