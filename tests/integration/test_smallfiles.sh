@@ -129,8 +129,8 @@ def recoverable(recs):
 
 def damage(cache, export, manifest):
     """Flip bytes inside one record in the middle of a sealed segment,
-    truncate another sealed segment in half, tear the last record of the
-    newest segment. Prints: the flipped file, 1 if its segment is sealed (a
+    truncate another sealed segment in half, corrupt one .idx and delete
+    another, tear the last record of the newest segment. Prints: the flipped file, 1 if its segment is sealed (a
     flip in an unsealed one is found by the recovery scan, which drops the
     rest of that segment), the bytes of the files recovery will not find
     (refetched on read), the number of files lost, what was done."""
@@ -168,6 +168,20 @@ def damage(cache, export, manifest):
             if r[1] + HDR + r[3] > new:
                 lost[r[2]] = r[3]
         done.append("truncated %s to %d" % (ts, new))
+    # a corrupted .idx and a missing .idx: recovery scans those segments
+    # instead, and loses none of their records
+    spare = [s for s in sealed if s != fs and s not in other[:1]]
+    if spare:
+        p = os.path.join(d, spare[0][:-4] + ".idx")
+        with open(p, "r+b") as f:
+            f.seek(os.path.getsize(p) // 2)
+            b = f.read(1)
+            f.seek(os.path.getsize(p) // 2)
+            f.write(bytes([b[0] ^ 0xFF]))
+        done.append("corrupted %s.idx" % spare[0][:-4])
+    if len(spare) > 1:
+        os.unlink(os.path.join(d, spare[1][:-4] + ".idx"))
+        done.append("deleted %s.idx" % spare[1][:-4])
     # tear the last record of the newest segment
     ls = segs[-1]
     last = recs_of(ls)[-1]
@@ -309,8 +323,8 @@ fi
 wait_idle
 sfs_umount
 
-# --- flipped bytes, a truncated segment, a torn tail -----------------------------
-section "flipped bytes, a truncated segment, a torn tail"
+# --- flipped bytes, a truncated segment, damaged .idx files, a torn tail ---
+section "flipped bytes, a truncated segment, damaged .idx files, a torn tail"
 read -r flipped flip_sealed missing_bytes missing_files what < <($SF damage "$CACHE" "$EXPORT" "$WORK/manifest" 2>"$WORK/damage.err")
 diag "damage: ${what:-none ($(tail -1 "$WORK/damage.err"))}; $missing_files files ($missing_bytes bytes) not in the cache"
 sfs_mount "cache_dir=$CACHE,$SIZE_OPT"
@@ -324,7 +338,7 @@ if [ -n "${flipped:-}" ]; then
 else
 	not_ok "flipped bytes: no record found to damage"
 fi
-check "flipped, truncated, torn: every file byte-exact" small_exact
+check "flipped, truncated, .idx damaged, torn: every file byte-exact" small_exact
 f=$(fetched)
 check "what was lost was refetched, nothing else ($f bytes, missing ${missing_bytes:-?})" \
 	bash -c "[ $f -ge ${missing_bytes:-1} ] && [ $f -le $(( ${missing_bytes:-0} + MB )) ]"
