@@ -3,10 +3,11 @@
 # Small files packed in segments (cache/segment.h) against a real 4-node
 # cluster: 10,000 files of 1-20 KB and 300 of ~110 KB read through the
 # mount, cold then warm then after a remount; a segment deleted while
-# mounted; flipped bytes, a truncated segment and a torn tail; SIGKILL in
-# the middle of a cold fill; a cache smaller than the data (lru and pin);
-# small files read alongside large shards. Every read is compared with the
-# export's bytes; the stats file tells what came from NFS.
+# mounted; flipped bytes, a truncated segment, damaged .idx files and a torn
+# tail; SIGKILL in the middle of a cold fill; a cache smaller than the data
+# (lru and pin); small files read alongside large shards; sizes at the edges
+# of the packed layout. Every read is compared with the export's bytes; the
+# stats file tells what came from NFS.
 . "$(dirname "$0")/lib.sh"
 sfs_require
 
@@ -26,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 MAX_PACKED = 1 << 20  # SFS_SEG_MAX_OBJECT
 HDR = 64
+EDGE_SIZES = (0, 1, 31, 4032, 4033, 65536, 65537, MAX_PACKED - 1, MAX_PACKED, MAX_PACKED + 1)
 
 def digest(b):
     return hashlib.blake2b(b, digest_size=16).hexdigest()
@@ -57,6 +59,12 @@ def gen(root, manifest, n_small, n_med):
     os.makedirs(root + "/med")
     for i in range(n_med):
         put("med/m%04d" % i, rng.randint(100000, 120000))
+    # Sizes at the edges of the packed layout: a record that fills its 4096
+    # bytes exactly (4032 + the 64-byte header) or by one more, the largest
+    # packed object (1 MiB) and the smallest per-file one, an empty file.
+    os.makedirs(root + "/edge")
+    for size in EDGE_SIZES:
+        put("edge/e%07d" % size, size)
     os.makedirs(root + "/big")
     for i, size in enumerate((8 << 20, (24 << 20) + 777, 64 << 20)):
         put("big/b%d" % i, size)
@@ -191,7 +199,7 @@ def damage(cache, export, manifest):
         done.append("tore %s@%d (%s)" % (ls, last[1], last[2]))
     # What recovery will not find: the damaged records, and any file that
     # was in no segment already (one deleted while mounted).
-    packed = {r[0]: r[1] for r in load(manifest) if r[1] <= MAX_PACKED}
+    packed = {r[0]: r[1] for r in load(manifest, ("small/", "med/"))}
     live = recoverable(segmap(cache, export, manifest))
     missing = [rel for rel in packed if rel not in live]
     assert all(rel in missing for rel in lost), "a damaged record still checks"
@@ -461,6 +469,31 @@ f=$(fetched)
 drop_caches
 check "mixed: warm pass byte-exact" $SF check "$MNT" "$WORK/manifest" big/ small/ med/
 check "mixed: warm pass fetched nothing" [ "$(fetched)" = "$f" ]
+sfs_umount
+
+# --- sizes at the edges of the packed layout ------------------------------------------------
+section "edge sizes"
+CACHE=$WORK/cache-edge
+edge_exact() { $SF check "$MNT" "$WORK/manifest" edge/; }
+sfs_mount "cache_dir=$CACHE,$SIZE_OPT"
+drop_caches
+check "edge sizes (0, 1, 31, 4032, 4033, 64 KiB +- 1, 1 MiB +- 1), cold: byte-exact" edge_exact
+wait_idle
+check "edge sizes: only the 1 MiB + 1 file is an object in objects/ ($(object_files))" [ "$(object_files)" = 1 ]
+check "edge sizes: the 8 of 1 B .. 1 MiB are packed ($(stat_value shardfs_cache_small_objects))" \
+	[ "$(counter shardfs_cache_small_objects)" = 8 ]
+read -r recs live live_bytes segs sealed < <(map)
+check "edge sizes: those of 32 B .. 1 MiB are whole records in a segment ($live of 6)" [ "$live" = 6 ]
+f1=$(fetched)
+drop_caches
+check "edge sizes, warm: byte-exact" edge_exact
+check "edge sizes, warm: nothing fetched ($f1 -> $(fetched))" [ "$(fetched)" = "$f1" ]
+sfs_umount
+sfs_mount "cache_dir=$CACHE,$SIZE_OPT"
+drop_caches
+check "edge sizes, remount: byte-exact" edge_exact
+check "edge sizes, remount: nothing fetched ($(fetched))" [ "$(fetched)" = 0 ]
+check "edge sizes: no checksum failures" [ "$(counter shardfs_cache_checksum_failures_total)" = 0 ]
 check "unmount ends the daemon" sfs_umount
 section "done"
 sfs_finish
