@@ -6,8 +6,8 @@
 # mounted; flipped bytes, a truncated segment, damaged .idx files and a torn
 # tail; SIGKILL in the middle of a cold fill; a cache smaller than the data
 # (lru and pin); small files read alongside large shards; sizes at the edges
-# of the packed layout. Every read is compared with the export's bytes; the
-# stats file tells what came from NFS.
+# of the packed layout; 4 readers of the same files at once. Every read is
+# compared with the export's bytes; the stats file tells what came from NFS.
 . "$(dirname "$0")/lib.sh"
 sfs_require
 
@@ -494,6 +494,28 @@ drop_caches
 check "edge sizes, remount: byte-exact" edge_exact
 check "edge sizes, remount: nothing fetched ($(fetched))" [ "$(fetched)" = 0 ]
 check "edge sizes: no checksum failures" [ "$(counter shardfs_cache_checksum_failures_total)" = 0 ]
+
+# --- 4 readers of the same small files at once, cold --------------------------------------
+section "4 readers of the same files"
+N_MED_BYTES=$($SF bytes "$WORK/manifest" med/)
+drop_caches
+f0=$(fetched)
+pids=()
+for r in 1 2 3 4; do
+	$SF check "$MNT" "$WORK/manifest" med/ >"$WORK/same.$r" 2>&1 &
+	pids+=($!)
+done
+bad=0
+for p in "${pids[@]}"; do wait "$p" || bad=$((bad + 1)); done
+[ "$bad" = 0 ] || diag "$(cat "$WORK"/same.* | head -5)"
+check "4 readers of the same $N_MED files, cold: all byte-exact" [ "$bad" = 0 ]
+wait_idle
+f=$(( $(fetched) - f0 ))
+check "4 readers: each file fetched once ($f of $N_MED_BYTES bytes)" le "$f" $(( N_MED_BYTES * 11 / 10 ))
+check "4 readers: packed once each ($(stat_value shardfs_cache_small_objects) = 8 + $N_MED)" \
+	[ "$(counter shardfs_cache_small_objects)" = $((8 + N_MED)) ]
+read -r recs live live_bytes segs sealed < <(map)
+check "4 readers: one record per file ($recs records, $live files)" [ "$recs" = "$live" ]
 check "unmount ends the daemon" sfs_umount
 section "done"
 sfs_finish
