@@ -76,6 +76,7 @@ struct sfs_pf_file {
 	unsigned openers;  /* sfs_pf_file_opened() minus closes (drop_idle) */
 	uint64_t next_seq; /* chunk a sequential reader asks for next */
 	unsigned seq_run;  /* reads in a row that started at next_seq or just after */
+	int rand_score;	   /* recent share of reads that were not steps, 0..256 */
 	bool sequential;
 	bool shard;	     /* the pump fetches every chunk the store lacks */
 	bool warmed;	     /* sfs_pf_file_warm() started a whole-file fetch */
@@ -857,17 +858,20 @@ static void *scratch_get(sfs_prefetch *pf)
  * chunks of where the last one ended (the kernel's readahead requests are
  * in flight together and may arrive out of order), for the second time in
  * a row (one such step happens by chance among random readers; two rarely
- * do). The first read at the start of a file counts too (shards are read
- * from 0).
- * Updates the detector. Caller holds f->lock.
+ * do), and most recent reads were such steps (rand_score: a moving share of
+ * reads that were not, in 1/256; the kernel's own readahead turns a random
+ * reader's reads into pairs of steps). The first read at the start of a
+ * file counts too (shards are read from 0). Updates the detector. Caller
+ * holds f->lock.
  */
 static bool track_sequential(struct sfs_pf_file *f, uint64_t c0, uint64_t c1)
 {
 	bool step = c0 + 2 >= f->next_seq && c0 <= f->next_seq + 2;
 
 	f->seq_run = step ? f->seq_run + 1 : 0;
+	f->rand_score += ((step ? 0 : 256) - (int)f->rand_score) / 8;
 	f->next_seq = c1 + 1;
-	f->sequential = c0 == 0 || f->seq_run >= 2;
+	f->sequential = (c0 == 0 || f->seq_run >= 2) && f->rand_score < 64;
 	return f->sequential;
 }
 
