@@ -94,6 +94,18 @@ same_bytes() { cmp -s "$1" "$2"; }
 
 # stat_value METRIC_WITH_LABELS: value from the stats file
 stat_value() { awk -v m="$1 " 'index($0, m) == 1 { print $2; exit }' "$MNT/.shardfs/stats"; }
+# counter NAME: a counter's value, 0 when the daemon does not export it
+counter() { local v; v=$(stat_value "$1"); echo "${v:-0}"; }
+# fetched: bytes fetched from NFS so far
+fetched() { stat_value shardfs_prefetch_fetched_bytes_total; }
+# wait_idle: until no chunk is in flight and nothing waits to be written
+wait_idle() {
+	for _ in $(seq 100); do
+		[ "$(stat_value shardfs_prefetch_inflight_bytes)" = 0 ] &&
+			[ "$(stat_value shardfs_cache_write_queue_bytes)" = 0 ] && return 0
+		sleep 0.1
+	done
+}
 
 trap sfs_cleanup EXIT
 trap 'exit 130' INT TERM

@@ -19,15 +19,6 @@ all_exact() {
 	local f
 	for f in "$EXPORT"/shards/s*; do cmp -s "$f" "$MNT/shards/$(basename "$f")" || return 1; done
 }
-fetched() { stat_value shardfs_prefetch_fetched_bytes_total; }
-# wait_idle: until no chunk is in flight (writes to the cache settle)
-wait_idle() {
-	for _ in $(seq 100); do
-		[ "$(stat_value shardfs_prefetch_inflight_bytes)" = 0 ] &&
-			[ "$(stat_value shardfs_cache_write_queue_bytes)" = 0 ] && return 0
-		sleep 0.1
-	done
-}
 objects() { find "$CACHE/objects" -type f | sort; }
 MB=$((1 << 20))
 

@@ -40,13 +40,6 @@ warm_exact() {
 }
 listing() { (cd "$1" && find . -printf '%P %y %s\n' | sort); }
 same_listing() { diff <(listing "$EXPORT") <(listing "$MNT") >"$WORK/list.diff"; }
-wait_idle() {
-	for _ in $(seq 100); do
-		[ "$(stat_value shardfs_prefetch_inflight_bytes)" = 0 ] &&
-			[ "$(stat_value shardfs_cache_write_queue_bytes)" = 0 ] && return 0
-		sleep 0.1
-	done
-}
 kill_daemon() {
 	kill -9 "$(pgrep -f "shardfs .* $MNT( |\$)" | head -1)"
 	umount -l "$MNT" 2>/dev/null

@@ -83,16 +83,6 @@ PY
 
 sfs_cluster_up 4
 
-fetched() { stat_value shardfs_prefetch_fetched_bytes_total; }
-# counter NAME: a counter's value, 0 when the daemon does not export it
-counter() { local v; v=$(stat_value "$1"); echo "${v:-0}"; }
-wait_idle() {
-	for _ in $(seq 100); do
-		[ "$(stat_value shardfs_prefetch_inflight_bytes)" = 0 ] &&
-			[ "$(stat_value shardfs_cache_write_queue_bytes)" = 0 ] && return 0
-		sleep 0.1
-	done
-}
 le() { [ "$1" -le "$2" ]; }
 # epoch SEED THREADS: one epoch of shuffled preads, compared with the export
 epoch() { $REC "$1" "$2" "$MNT/records.bin" "$EXPORT/records.bin"; }

@@ -127,9 +127,11 @@ if [ -n "$CG" ]; then
 	drop_caches
 	# A reader moves itself into the cgroup, then execs the read.
 	in_cgroup() { local cg=$1; shift; bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg" "$@"; }
-	in_cgroup "$SL" cat "$MNT/job-slurm" >/dev/null
-	in_cgroup "$KP" runuser -u "$U1" -- cat "$MNT/job-k8s" >/dev/null
-	in_cgroup "$KS" cat "$MNT/job-k8s-systemd" >/dev/null
+	# O_DIRECT: every byte reaches the daemon whatever the page cache holds
+	# (a buffered cat fell short of the file size once in six runs).
+	in_cgroup "$SL" dd if="$MNT/job-slurm" of=/dev/null bs=1M iflag=direct status=none
+	in_cgroup "$KP" runuser -u "$U1" -- dd if="$MNT/job-k8s" of=/dev/null bs=1M iflag=direct status=none
+	in_cgroup "$KS" dd if="$MNT/job-k8s-systemd" of=/dev/null bs=1M iflag=direct status=none
 	check "Slurm job_4242 (cgroup v2 path .../job_4242/step_0): bytes = file size" \
 		[ "$(job_value slurm/4242 shardfs_job_read_bytes_total)" = "$(stat -c %s "$EXPORT/job-slurm")" ]
 	check "Kubernetes pod$PODUID (cgroupfs) + systemd-driver pod slice: bytes of both files" \

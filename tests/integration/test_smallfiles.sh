@@ -243,17 +243,6 @@ sfs_cluster_up 4
 # a cache of a quarter of the data (lru, pin) has 4 MiB segments.
 SIZE_OPT=cache_size=256M
 
-fetched() { stat_value shardfs_prefetch_fetched_bytes_total; }
-# counter NAME: a counter's value, 0 when the daemon does not export it
-counter() { local v; v=$(stat_value "$1"); echo "${v:-0}"; }
-# wait_idle: until no chunk is in flight and nothing waits to be written
-wait_idle() {
-	for _ in $(seq 100); do
-		[ "$(stat_value shardfs_prefetch_inflight_bytes)" = 0 ] &&
-			[ "$(stat_value shardfs_cache_write_queue_bytes)" = 0 ] && return 0
-		sleep 0.1
-	done
-}
 # small_exact: every small file read through the mount is byte-exact
 small_exact() { $SF check "$MNT" "$WORK/manifest" small/ med/; }
 cache_files() { find "$CACHE" -type f ! -name LOCK | wc -l; }
