@@ -44,6 +44,47 @@ static int check_mountpoint(const char *path)
 	return 0;
 }
 
+/*
+ * The type of the top-most mount whose mount point is path (absolute, no
+ * symlinks), from /proc/self/mountinfo, into type; false if none is. A
+ * second daemon started on a live mount (a re-run prolog, a restarted unit)
+ * would otherwise stack on top of it.
+ */
+static bool mounted_at(const char *path, char *type, size_t type_len)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char *line = NULL, mnt[4096], fstype[256];
+	size_t cap = 0;
+	bool found = false;
+
+	if (!f)
+		return false;
+	while (getline(&line, &cap, f) > 0) {
+		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - TYPE SRC SUPER */
+		char *sep = strstr(line, " - ");
+		if (!sep || sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1 ||
+		    sscanf(sep + 3, "%255s", fstype) != 1)
+			continue;
+		/* Octal escapes (\040 for a space) as the kernel writes them. */
+		char *w = mnt;
+		for (const char *r = mnt; *r; r++)
+			if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] && r[3]) {
+				*w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
+				r += 3;
+			} else {
+				*w++ = *r;
+			}
+		*w = 0;
+		if (strcmp(mnt, path) == 0) {
+			snprintf(type, type_len, "%s", fstype);
+			found = true; /* later lines are mounted on top of earlier ones */
+		}
+	}
+	free(line);
+	fclose(f);
+	return found;
+}
+
 /* FUSE's own arguments, built from ours: always read-only; fsname is the
  * source (escaped: it contains commas) so mount(8) and df show it. */
 static int build_fuse_args(const struct sfs_options *o, struct fuse_args *args, const char *argv0)
@@ -169,6 +210,14 @@ int main(int argc, char **argv)
 	}
 	free(o.mountpoint);
 	o.mountpoint = abs_mnt;
+	/* An autofs trigger (systemd .automount) is meant to be mounted over. */
+	char fstype[256];
+	if (!o.overmount && mounted_at(o.mountpoint, fstype, sizeof(fstype)) &&
+	    strcmp(fstype, "autofs") != 0) {
+		die("mountpoint '%s': already a %s mount (unmount it first, or -o overmount)",
+		    o.mountpoint, fstype);
+		goto out_opts;
+	}
 	n_addrs = sfs_resolve_hosts(o.hosts, &addrs, err, sizeof(err));
 	if (n_addrs < 0) {
 		fprintf(stderr, "shardfs: %s\n", err);

@@ -57,6 +57,7 @@ static const struct opt_def opt_table[] = {
     FLAG_OPT("allow_other", allow_other, 1),
     FLAG_OPT("default_permissions", default_permissions, 1),
     FLAG_OPT("allow_other_unchecked", allow_other_unchecked, 1),
+    FLAG_OPT("overmount", overmount, 1),
     FLAG_OPT("direct_io", direct_io, 1),
     UINT_OPT("io_threads", io_threads, 0, 64),
     UINT_OPT("max_threads", max_threads, 1, 1024),
@@ -509,6 +510,8 @@ void sfs_options_usage(FILE *out, const char *prog)
 	    "  noimmutable         not immutable, even under .snapshot/\n"
 	    "  namespace_max=N     immutable: names kept at most, ~200 bytes each in memory\n"
 	    "                      and on disk (default %u); beyond it, NFS answers\n"
+	    "  overmount           mount even if MOUNTPOINT is already a mount (stacks this\n"
+	    "                      mount on top; refused by default)\n"
 	    "  direct_io           bypass the kernel page cache: one copy less per byte,\n"
 	    "                      no sharing of cached pages between readers\n"
 	    "  prefetch_mem=SIZE   memory for fetch buffers in flight, K/M/G suffixes\n"

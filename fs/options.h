@@ -42,6 +42,7 @@ struct sfs_options {
 	uint32_t uid, gid;
 	bool allow_other, default_permissions;
 	bool allow_other_unchecked; /* allow_other without default_permissions (unsafe) */
+	bool overmount;		    /* mount on top of a mount already at MOUNTPOINT */
 	bool direct_io;		    /* bypass the kernel page cache for file data */
 	unsigned io_threads;	    /* 0 = one per CPU */
 	unsigned max_threads;	    /* FUSE worker threads */

@@ -82,6 +82,16 @@ if command -v mount.fuse3 >/dev/null; then
 		in_ns mount -t fuse "$SHARDFS#$GOOD" "$MNT" -o nconnect=2,timeo=20,_netdev,nofail,noatime
 	check "mount(8) mount reads" grep -qx hello "$MNT/hello.txt"
 	check "mount(8) mount shows the source" bash -c "findmnt -n -o SOURCE '$MNT' | grep -qF '$ADDRS:/ifs'"
+	# A second daemon on a live mount (a re-run prolog, a restarted unit)
+	# is refused, through mount(8) and directly; -o overmount stacks.
+	check "mount(8) over a live shardfs mount is refused, one mount stays" \
+		bash -c "! '$CLUSTER' exec '$CID' -- mount -t fuse '$SHARDFS#$GOOD' '$MNT' 2>'$WORK/err' && grep -q 'already a fuse.shardfs mount' '$WORK/err' && [ \$(grep -c ' $MNT ' /proc/mounts) = 1 ]"
+	in_ns "$SHARDFS" "$GOOD" "$MNT" 2>"$WORK/err"
+	rc=$?
+	check "shardfs over a live mount: exit $rc, one line: $(cat "$WORK/err")" \
+		bash -c "[ $rc != 0 ] && [ \$(wc -l <'$WORK/err') = 1 ] && grep -q 'already a fuse.shardfs mount' '$WORK/err' && [ \$(grep -c ' $MNT ' /proc/mounts) = 1 ]"
+	check "-o overmount stacks a second mount" bash -c "'$CLUSTER' exec '$CID' -- '$SHARDFS' -o overmount '$GOOD' '$MNT' && [ \$(grep -c ' $MNT ' /proc/mounts) = 2 ]"
+	umount "$MNT" 2>/dev/null
 	sfs_umount
 	check "mount(8) refuses a bad option and mounts nothing" \
 		bash -c "! '$CLUSTER' exec '$CID' -- mount -t fuse '$SHARDFS#$GOOD' '$MNT' -o nconnect=99 2>'$WORK/err' && grep -q 'out of range' '$WORK/err' && ! mountpoint -q '$MNT'"

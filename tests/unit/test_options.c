@@ -134,6 +134,8 @@ static void test_values(void)
 	 * opt-out turns it off (issue 11). */
 	check_opt("allow_other", FIELD(default_permissions), 1);
 	check_opt("allow_other_unchecked", FIELD(allow_other), 1);
+	check_opt("overmount", FIELD(overmount), 1);
+	check_opt("ro", FIELD(overmount), 0);
 	check_opt("allow_other_unchecked", FIELD(default_permissions), 0);
 	check_opt("allow_other,allow_other_unchecked", FIELD(default_permissions), 0);
 	check_opt("allow_other,default_permissions", FIELD(default_permissions), 1);
