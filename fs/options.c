@@ -184,6 +184,53 @@ static void store(struct sfs_options *o, const struct opt_def *d, uint64_t v)
 	}
 }
 
+/* Edit distance between two short option names (insertions, deletions,
+ * substitutions, and swaps of neighbours count 1 each). */
+static unsigned name_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	unsigned d[40][40];
+
+	if (la >= 40 || lb >= 40)
+		return 99;
+	for (size_t i = 0; i <= la; i++)
+		d[i][0] = (unsigned)i;
+	for (size_t j = 0; j <= lb; j++)
+		d[0][j] = (unsigned)j;
+	for (size_t i = 1; i <= la; i++)
+		for (size_t j = 1; j <= lb; j++) {
+			unsigned best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+			if (d[i - 1][j] + 1 < best)
+				best = d[i - 1][j] + 1;
+			if (d[i][j - 1] + 1 < best)
+				best = d[i][j - 1] + 1;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+			    d[i - 2][j - 2] + 1 < best)
+				best = d[i - 2][j - 2] + 1;
+			d[i][j] = best;
+		}
+	return d[la][lb];
+}
+
+/* The refusal of an unknown option, with the closest known name when one
+ * is a slip away (at most 2 edits, and fewer than half its letters). */
+static int unknown_option(const char *item, char *err, size_t len)
+{
+	const char *best = NULL;
+	unsigned best_d = 3;
+
+	for (size_t i = 0; i < sizeof(opt_table) / sizeof(opt_table[0]); i++) {
+		unsigned dist = name_distance(item, opt_table[i].name);
+		if (dist < best_d && 2 * dist < strlen(opt_table[i].name)) {
+			best_d = dist;
+			best = opt_table[i].name;
+		}
+	}
+	if (best)
+		return fail(err, len, "unknown mount option '%s' (did you mean '%s'?)", item, best);
+	return fail(err, len, "unknown mount option '%s'", item);
+}
+
 /* One "name[=value]" item of -o. */
 static int parse_one(struct sfs_options *o, char *item, char *err, size_t len)
 {
@@ -228,6 +275,8 @@ static int parse_one(struct sfs_options *o, char *item, char *err, size_t len)
 				size_t n = strcspn(c, "|");
 				if (strlen(val) == n && !strncmp(c, val, n)) {
 					*(unsigned *)((char *)o + d->offset) = k;
+					if (d->offset == offsetof(struct sfs_options, cache_policy))
+						o->cache_policy_given = true;
 					return 0;
 				}
 				c += n + (c[n] == '|');
@@ -252,7 +301,7 @@ static int parse_one(struct sfs_options *o, char *item, char *err, size_t len)
 			return 0;
 		}
 	}
-	return fail(err, len, "unknown mount option '%s'", item);
+	return unknown_option(item, err, len);
 }
 
 static int parse_opt_list(struct sfs_options *o, const char *list, char *err, size_t len)
@@ -370,6 +419,11 @@ int sfs_options_parse(int argc, char **argv, struct sfs_options *o, char *err, s
 		return -ENOMEM;
 	if (o->cache_dir && o->cache_dir[0] != '/')
 		return fail(err, len, "cache_dir '%s' must be an absolute path", o->cache_dir);
+	/* Settings of a cache that is not there mean a forgotten cache_dir. */
+	if (!o->cache_dir && (o->cache_size || o->cache_policy_given))
+		return fail(err, len,
+			    "%s without cache_dir: there is no cache to size or to manage",
+			    o->cache_size ? "cache_size" : "cache_policy");
 	/* allow_other lets every local user in: the kernel must then check
 	 * each caller against the file's mode, owner and group, or everyone
 	 * reads what the mount's NFS identity reads. */

@@ -33,6 +33,7 @@ struct sfs_options {
 	char *export_path; /* the /EXPORT part */
 	char *mountpoint;
 	bool foreground, debug, help, version;
+	bool cache_policy_given; /* cache_policy= was on the command line */
 
 	unsigned nconnect;
 	uint32_t rsize;

@@ -38,6 +38,8 @@ refuse "no mountpoint" "missing MOUNTPOINT" 2 "$GOOD"
 refuse "extra argument" "unexpected argument 'extra'" 2 "$GOOD" "$MNT" extra
 refuse "unknown command-line flag" "unknown option '-x'" 2 -x "$GOOD" "$MNT"
 refuse "unknown mount option" "unknown mount option 'bogus'" 2 -o bogus=1 "$GOOD" "$MNT"
+refuse "misspelled mount option: the closest name" "did you mean 'nconnect'" 2 -o nconect=2 "$GOOD" "$MNT"
+refuse "cache_policy without cache_dir" "cache_policy without cache_dir" 2 -o cache_policy=pin "$GOOD" "$MNT"
 refuse "malformed number" "nconnect=abc" 2 -o nconnect=abc "$GOOD" "$MNT"
 refuse "nconnect=0 out of range" "out of range" 2 -o nconnect=0 "$GOOD" "$MNT"
 refuse "nconnect=17 out of range" "out of range" 2 -o nconnect=17 "$GOOD" "$MNT"

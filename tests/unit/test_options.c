@@ -156,6 +156,11 @@ static void test_values(void)
 
 static void test_value_errors(void)
 {
+	ERR("did you mean 'nconnect'", "-o", "nconect=2", "h1:/ifs", "/mnt");
+	ERR("did you mean 'cache_policy'", "-o", "cache_dir=/c,cache_polcy=pin", "h1:/ifs", "/mnt");
+	ERR("did you mean 'immutable'", "-o", "immutible", "h1:/ifs", "/mnt");
+	ERR("cache_policy without cache_dir", "-o", "cache_policy=pin", "h1:/ifs", "/mnt");
+	ERR("cache_size without cache_dir", "-o", "cache_size=1G", "h1:/ifs", "/mnt");
 	ERR("nconnect=0", "-o", "nconnect=0", "h1:/ifs", "/mnt");
 	ERR("nconnect=17", "-o", "nconnect=17", "h1:/ifs", "/mnt");
 	ERR("rsize=4095", "-o", "rsize=4095", "h1:/ifs", "/mnt");
