@@ -79,53 +79,9 @@ static struct item *items;
 static size_t n_items;
 
 static _Atomic size_t next_item;
-static atomic_bool failed;
-static pthread_mutex_t err_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_barrier_t start_barrier;
 
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void fail(const char *fmt, ...)
-{
-	va_list ap;
-
-	pthread_mutex_lock(&err_lock);
-	if (!atomic_exchange(&failed, true)) {
-		fprintf(stderr, "%s: ", prog);
-		va_start(ap, fmt);
-		vfprintf(stderr, fmt, ap);
-		va_end(ap);
-		fputc('\n', stderr);
-	}
-	pthread_mutex_unlock(&err_lock);
-}
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "%s: ", prog);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
-
-static const char *nfs_err(struct nfs_context *nfs)
-{
-	const char *e = nfs ? nfs_get_error(nfs) : NULL;
-
-	return e && *e ? e : "unknown error";
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#include "reader_common.h"
 
 static double cpu_s(void)
 {
