@@ -72,12 +72,11 @@ struct sfs_pf_file {
 	pthread_mutex_t lock;
 	pthread_cond_t cond; /* a chunk finished, or a pin was dropped */
 	/* protected by lock */
-	unsigned refs;	   /* openers + chunks in flight or being written */
-	unsigned openers;  /* sfs_pf_file_opened() minus closes (drop_idle) */
-	uint64_t next_seq; /* chunk a sequential reader asks for next */
-	unsigned seq_run;  /* reads in a row that started at next_seq or just after */
-	int rand_score;	   /* recent share of reads that were not steps, 0..256 */
-	bool sequential;
+	unsigned refs;	     /* openers + chunks in flight or being written */
+	unsigned openers;    /* sfs_pf_file_opened() minus closes (drop_idle) */
+	uint64_t next_seq;   /* chunk a sequential reader asks for next */
+	unsigned seq_run;    /* reads in a row that started at next_seq or just after */
+	int rand_score;	     /* recent share of reads that were not steps, 0..256 */
 	bool shard;	     /* the pump fetches every chunk the store lacks */
 	bool warmed;	     /* sfs_pf_file_warm() started a whole-file fetch */
 	uint64_t shard_next; /* next chunk the pump considers */
@@ -871,8 +870,7 @@ static bool track_sequential(struct sfs_pf_file *f, uint64_t c0, uint64_t c1)
 	f->seq_run = step ? f->seq_run + 1 : 0;
 	f->rand_score += ((step ? 0 : 256) - (int)f->rand_score) / 8;
 	f->next_seq = c1 + 1;
-	f->sequential = (c0 == 0 || f->seq_run >= 2) && f->rand_score < 64;
-	return f->sequential;
+	return (c0 == 0 || f->seq_run >= 2) && f->rand_score < 64;
 }
 
 /*
