@@ -51,12 +51,13 @@ struct pf_chunk {
 	uint32_t fetch_len; /* bytes asked for */
 	unsigned refs;	    /* views pinning the buffer, plus a store write */
 	unsigned parts_pending;
-	bool used;	    /* a reader asked for it */
-	bool consumed;	    /* a read ended at its last byte: the reader moved on */
-	bool readahead;	    /* started before anyone asked */
-	bool in_store;	    /* its bytes are durable in the store */
-	bool loaded;	    /* its bytes were read from the store */
-	sfs_store_obj *obj; /* LOADING: the store object, referenced */
+	uint64_t parts_done; /* bit p: parts[p] landed (chunks of <= 64 parts) */
+	bool used;	     /* a reader asked for it */
+	bool consumed;	     /* a read ended at its last byte: the reader moved on */
+	bool readahead;	     /* started before anyone asked */
+	bool in_store;	     /* its bytes are durable in the store */
+	bool loaded;	     /* its bytes were read from the store */
+	sfs_store_obj *obj;  /* LOADING: the store object, referenced */
 	char *buf;
 	unsigned n_parts;
 	struct sfs_origin_req parts[]; /* owned by origin while FETCHING */
@@ -245,13 +246,34 @@ static void reclaim_from_other_files(sfs_prefetch *pf, struct sfs_pf_file *self)
 	pthread_mutex_unlock(&pf->files_lock);
 }
 
-/*
- * Create chunk `index`, FETCHING (parts ready; the caller submits them after
- * dropping file->lock) or LOADING (the caller reads it from the store).
- * Returns NULL when there is no buffer or, for readahead (!demand), no room.
- */
-static struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint64_t cur,
-				    bool demand, bool loading)
+/* Origin requests for [from, to) of chunk c, max_read bytes each, appended
+ * to c->parts from slot *n. */
+static void chunk_add_parts(struct pf_chunk *c, uint64_t from, uint64_t to, uint32_t max_read,
+			    unsigned *n)
+{
+	struct sfs_pf_file *f = c->file;
+	uint64_t start = c->index << SFS_CHUNK_SHIFT;
+
+	for (uint64_t at = from; at < to; at += max_read) {
+		struct sfs_origin_req *r = &c->parts[(*n)++];
+		r->op = SFS_ORIGIN_READ;
+		r->fh = f->fh;
+		r->offset = at;
+		r->count = (uint32_t)(to - at < max_read ? to - at : max_read);
+		r->buf = c->buf + (at - start);
+		r->done = part_done;
+		r->arg = c;
+	}
+}
+
+static unsigned parts_for(uint64_t from, uint64_t to, uint32_t max_read)
+{
+	return to > from ? (unsigned)((to - from + max_read - 1) / max_read) : 0;
+}
+
+/* Make room (chunk limit and memory budget) for one more chunk of f.
+ * Returns false when there is none and the chunk is not a reader's own. */
+static bool chunk_make_room(struct sfs_pf_file *f, uint64_t cur, bool demand)
 {
 	sfs_prefetch *pf = f->pf;
 	/* Room for the window ahead of the newest request, the kernel's own
@@ -261,20 +283,12 @@ static struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint6
 	 * of chunks fetched twice at window + 12). The memory budget is the
 	 * real bound. */
 	size_t limit = 2 * (size_t)pf->conf.window_chunks + 16;
-	uint64_t start = index << SFS_CHUNK_SHIFT;
-	uint32_t len =
-	    (uint32_t)(f->size - start < SFS_CHUNK_BYTES ? f->size - start : SFS_CHUNK_BYTES);
-	uint32_t max_read = sfs_origin_max_read(pf->origin);
-	unsigned n_parts;
 
-	if (max_read == 0 || max_read > SFS_CHUNK_BYTES)
-		max_read = SFS_CHUNK_BYTES;
-	n_parts = (len + max_read - 1) / max_read;
 	while (f->n_chunks >= limit)
 		if (!chunk_evict_one(f, cur, demand))
 			break;
 	if (f->n_chunks >= limit && !demand)
-		return NULL;
+		return false;
 	/* Over the memory budget: give back this file's idle chunks first,
 	 * then (for a reader's own chunk) other files' idle chunks. */
 	while (buf_over_budget(pf) && chunk_evict_one(f, cur, demand)) {
@@ -285,10 +299,49 @@ static struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint6
 		size_t cap = f->cap_chunks ? f->cap_chunks * 2 : 16;
 		struct pf_chunk **n = realloc(f->chunks, cap * sizeof(*n));
 		if (!n)
-			return NULL;
+			return false;
 		f->chunks = n;
 		f->cap_chunks = cap;
 	}
+	return true;
+}
+
+/*
+ * Create chunk `index`, FETCHING (parts ready; the caller submits them after
+ * dropping file->lock) or LOADING (the caller reads it from the store).
+ * [head_from, head_to) (absolute offsets; empty: none) is what a reader that
+ * jumps around asked for: its 64 KiB blocks become the first parts, so that
+ * the reader waits for them only (fill_view), and the rest of the chunk
+ * follows in later parts, so that the whole chunk still reaches the store
+ * (every byte fetched once per epoch). Returns NULL when there is no buffer
+ * or, for readahead (!demand), no room.
+ */
+static struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint64_t cur,
+				    bool demand, bool loading, uint64_t head_from, uint64_t head_to)
+{
+	sfs_prefetch *pf = f->pf;
+	uint64_t start = index << SFS_CHUNK_SHIFT;
+	uint32_t len =
+	    (uint32_t)(f->size - start < SFS_CHUNK_BYTES ? f->size - start : SFS_CHUNK_BYTES);
+	uint64_t end = start + len;
+	uint32_t max_read = sfs_origin_max_read(pf->origin);
+
+	if (max_read == 0 || max_read > SFS_CHUNK_BYTES)
+		max_read = SFS_CHUNK_BYTES;
+	/* The head, on 64 KiB blocks, inside the chunk; none if it is all of it. */
+	uint64_t h0 = head_from > start ? head_from & ~(uint64_t)0xffff : start;
+	uint64_t h1 = ((head_to + 0xffff) & ~(uint64_t)0xffff);
+	h1 = h1 < end ? h1 : end;
+	bool split = head_to > head_from && h1 > h0 && (h0 > start || h1 < end);
+	unsigned n_parts = split ? parts_for(h0, h1, max_read) + parts_for(h1, end, max_read) +
+				       parts_for(start, h0, max_read)
+				 : parts_for(start, end, max_read);
+	if (n_parts > 64) { /* tiny rsize: one piece, as before */
+		split = false;
+		n_parts = parts_for(start, end, max_read);
+	}
+	if (!chunk_make_room(f, cur, demand))
+		return NULL;
 	void *buf = buf_get(pf, demand);
 	if (!buf)
 		return NULL;
@@ -309,17 +362,15 @@ static struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint6
 	c->readahead = !demand;
 	c->n_parts = n_parts;
 	c->parts_pending = n_parts;
-	for (unsigned i = 0; i < n_parts; i++) {
-		struct sfs_origin_req *r = &c->parts[i];
-		uint32_t off = i * max_read;
-		r->op = SFS_ORIGIN_READ;
-		r->fh = f->fh;
-		r->offset = start + off;
-		r->count = len - off < max_read ? len - off : max_read;
-		r->buf = buf + off;
-		r->done = part_done;
-		r->arg = c;
+	unsigned n = 0;
+	if (split) {
+		chunk_add_parts(c, h0, h1, max_read, &n);
+		chunk_add_parts(c, h1, end, max_read, &n);
+		chunk_add_parts(c, start, h0, max_read, &n);
+	} else {
+		chunk_add_parts(c, start, end, max_read, &n);
 	}
+	assert(n == n_parts);
 	f->chunks[f->n_chunks++] = c;
 	f->refs++; /* the fetch holds the file */
 	if (!loading)
@@ -369,7 +420,7 @@ static void shard_pump(struct sfs_pf_file *f, struct pf_chunk **started, size_t 
 			f->shard_next++;
 			continue;
 		}
-		struct pf_chunk *c = chunk_start(f, ci, f->next_seq, false, false);
+		struct pf_chunk *c = chunk_start(f, ci, f->next_seq, false, false, 0, 0);
 		if (!c)
 			return; /* budget or room: resumed by a completion or the pump thread */
 		started[(*n)++] = c;
@@ -484,6 +535,9 @@ static void part_done(struct sfs_origin_req *req)
 	}
 	if (req->result > 0)
 		count(&f->pf->stats.fetched_bytes, req->result);
+	c->parts_done |= 1ull << (req - c->parts);
+	if (c->parts_pending > 1 && c->used)
+		pthread_cond_broadcast(&f->cond); /* a reader may wait for this part only */
 	if (--c->parts_pending == 0) {
 		free_file = chunk_finish(f, c, true);
 		shard_pump(f, started, &n_started, SFS_PF_MAX_WINDOW);
@@ -682,6 +736,7 @@ void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out)
 	LOAD(stale_errors);
 	LOAD(direct_reads);
 	LOAD(direct_scratch_bytes);
+	LOAD(direct_fetches);
 #undef LOAD
 }
 
@@ -852,25 +907,34 @@ static void *scratch_get(sfs_prefetch *pf)
 	return b;
 }
 
+/* The kernel's context readahead turns random readers' reads into runs of
+ * steps: a record whose neighbour is in the page cache becomes a stream of
+ * reads (8 threads, 110 KB records in a 1 GiB file: runs of up to 17 steps
+ * in a row). From all jumps (256) it takes 18 steps to get below 24; at 64
+ * (10 steps) the readahead those runs started was 7% of the chunks fetched,
+ * 60% of it never read. */
+#define SEQ_MAX_RAND_SCORE 24
+
 /*
  * Whether the reader of f reads sequentially: this read starts within two
  * chunks of where the last one ended (the kernel's readahead requests are
  * in flight together and may arrive out of order), for the second time in
  * a row (one such step happens by chance among random readers; two rarely
  * do), and most recent reads were such steps (rand_score: a moving share of
- * reads that were not, in 1/256; the kernel's own readahead turns a random
- * reader's reads into pairs of steps). The first read at the start of a
- * file counts too (shards are read from 0). Updates the detector. Caller
- * holds f->lock.
+ * reads that were not, in 1/256, below SEQ_MAX_RAND_SCORE; the first read
+ * of a file is not scored). The first read at the start of a file counts
+ * too (shards are read from 0). Updates the detector. Caller holds f->lock.
  */
 static bool track_sequential(struct sfs_pf_file *f, uint64_t c0, uint64_t c1)
 {
+	bool first = f->next_seq == 0; /* no read yet: no history to score */
 	bool step = c0 + 2 >= f->next_seq && c0 <= f->next_seq + 2;
 
 	f->seq_run = step ? f->seq_run + 1 : 0;
-	f->rand_score += ((step ? 0 : 256) - (int)f->rand_score) / 8;
+	if (!first)
+		f->rand_score += ((step ? 0 : 256) - (int)f->rand_score) / 8;
 	f->next_seq = c1 + 1;
-	return (c0 == 0 || f->seq_run >= 2) && f->rand_score < 64;
+	return (c0 == 0 || f->seq_run >= 2) && f->rand_score < SEQ_MAX_RAND_SCORE;
 }
 
 /*
@@ -901,16 +965,106 @@ static ssize_t direct_read(struct sfs_pf_file *f, sfs_store_obj *obj, uint64_t o
 	return n;
 }
 
+/* A direct fetch's wait for its origin requests (on the reader's stack). */
+struct fetch_wait {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned pending;
+};
+
+/* Origin completion of a direct fetch's request: runs on an I/O thread. The
+ * waiter may return (and its stack go) once pending reaches 0 and the lock
+ * is released, so nothing is touched after the unlock. */
+static void fetch_part_done(struct sfs_origin_req *req)
+{
+	struct fetch_wait *w = req->arg;
+
+	pthread_mutex_lock(&w->lock);
+	if (--w->pending == 0)
+		pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+#define DIRECT_FETCH_REQS 4
+
+/*
+ * Without a store, a reader that jumps around gets exactly what it asked
+ * for (rounded to pages) straight from the origin into this thread's
+ * scratch: a 1 MiB chunk per record would fetch ~9x the bytes of 110 KB
+ * records and nothing would keep the rest. Returns the bytes served, 0 at
+ * end of file, -errno (-ESTALE: the file changed since open), or -1 when the
+ * chunk path must take it (no scratch, a tiny rsize).
+ */
+static ssize_t direct_fetch(struct sfs_pf_file *f, uint64_t off, uint64_t end,
+			    struct sfs_pf_view *v)
+{
+	sfs_prefetch *pf = f->pf;
+	char *buf = scratch_get(pf);
+	uint64_t a0 = off & ~(uint64_t)4095, a1 = (end + 4095) & ~(uint64_t)4095;
+	uint32_t max_read = sfs_origin_max_read(pf->origin);
+	struct sfs_origin_req reqs[DIRECT_FETCH_REQS], *batch[DIRECT_FETCH_REQS];
+	struct fetch_wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+
+	a1 = a1 < f->size ? a1 : f->size;
+	if (max_read == 0 || max_read > SFS_CHUNK_BYTES)
+		max_read = SFS_CHUNK_BYTES;
+	unsigned n = parts_for(a0, a1, max_read);
+	if (!buf || n > DIRECT_FETCH_REQS || a1 - a0 > SFS_STORE_RANGE_BUF_BYTES)
+		return -1;
+	memset(reqs, 0, n * sizeof(reqs[0]));
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t at = a0 + (uint64_t)i * max_read;
+		reqs[i].op = SFS_ORIGIN_READ;
+		reqs[i].fh = f->fh;
+		reqs[i].offset = at;
+		reqs[i].count = (uint32_t)(a1 - at < max_read ? a1 - at : max_read);
+		reqs[i].buf = buf + (at - a0);
+		reqs[i].done = fetch_part_done;
+		reqs[i].arg = &w;
+		batch[i] = &reqs[i];
+	}
+	w.pending = n;
+	sfs_origin_submit_batch(pf->origin, batch, n);
+	pthread_mutex_lock(&w.lock);
+	while (w.pending)
+		pthread_cond_wait(&w.cond, &w.lock);
+	pthread_mutex_unlock(&w.lock);
+
+	uint64_t got = a0; /* bytes from a0 on that landed, in order */
+	for (unsigned i = 0; i < n; i++) {
+		struct sfs_origin_req *r = &reqs[i];
+		if (r->result < 0)
+			return r->result;
+		if (f->check_version && r->have_attr && !same_version(&f->version, &r->attr)) {
+			count(&pf->stats.stale_errors, 1);
+			return -ESTALE;
+		}
+		count(&pf->stats.fetched_bytes, r->result);
+		if (got == r->offset)
+			got += (uint64_t)r->result; /* a short reply ends the file */
+	}
+	uint64_t to = end < got ? end : got;
+	if (to <= off)
+		return 0;
+	v->iov[0].iov_base = buf + (off - a0);
+	v->iov[0].iov_len = (size_t)(to - off);
+	v->n_iov = 1;
+	v->bytes = (size_t)(to - off);
+	count(&pf->stats.direct_fetches, 1);
+	return (ssize_t)v->bytes;
+}
+
 /*
  * Step 1 of a chunk-path read: find or start every chunk of [c0, c1),
  * pinned for the reader, as want[]. Chunks to fetch go to started[], cached
  * chunks to load on this thread to loads[]. Waits (on f->cond) while there
  * is no buffer or room. Caller holds f->lock. Returns how many were wanted.
  */
-static int claim_chunks(struct sfs_pf_file *f, uint64_t c0, uint64_t c1, struct pf_chunk **want,
-			struct pf_chunk **started, size_t *n_started, struct pf_chunk **loads,
-			size_t *n_loads)
+static int claim_chunks(struct sfs_pf_file *f, uint64_t off, uint64_t end, bool seq,
+			struct pf_chunk **want, struct pf_chunk **started, size_t *n_started,
+			struct pf_chunk **loads, size_t *n_loads)
 {
+	uint64_t c0 = off >> SFS_CHUNK_SHIFT, c1 = (end - 1) >> SFS_CHUNK_SHIFT;
 	int n_want = 0;
 
 	for (uint64_t ci = c0; ci <= c1; ci++) {
@@ -922,7 +1076,10 @@ static int claim_chunks(struct sfs_pf_file *f, uint64_t c0, uint64_t c1, struct 
 			 * each time it is loaded: XXH3 costs far less than the read). */
 			enum sfs_chunk_state st = store_state(f, ci);
 			bool load = st == SFS_CHUNK_PRESENT || st == SFS_CHUNK_VERIFIED;
-			if ((c = chunk_start(f, ci, c0, true, load))) {
+			/* A sequential reader wants the whole chunk anyway; one that
+			 * jumps around waits only for its own blocks. */
+			if ((c = chunk_start(f, ci, c0, true, load, seq ? 0 : off,
+					     seq ? 0 : end))) {
 				if (load)
 					loads[(*n_loads)++] = c;
 				else
@@ -957,7 +1114,7 @@ static void start_readahead(struct sfs_pf_file *f, uint64_t c0, uint64_t c1,
 		bool cached = st == SFS_CHUNK_PRESENT || st == SFS_CHUNK_VERIFIED;
 		if (st == SFS_CHUNK_WRITING || (cached && *n_ahead_loads == SFS_PF_MAX_WINDOW))
 			continue;
-		struct pf_chunk *c = chunk_start(f, ci, c0, false, cached);
+		struct pf_chunk *c = chunk_start(f, ci, c0, false, cached, 0, 0);
 		if (!c)
 			break;
 		if (cached)
@@ -965,6 +1122,28 @@ static void start_readahead(struct sfs_pf_file *f, uint64_t c0, uint64_t c1,
 		else
 			started[(*n_started)++] = c;
 	}
+}
+
+/*
+ * Whether a reader of [off, end) may use chunk c now: it is READY or FAILED,
+ * or still FETCHING without an error and every part that overlaps the range
+ * has landed (a split fetch, chunk_start). A chunk with a failed part is
+ * waited for until it is FAILED, so that the reader's -EIO drops it and its
+ * retry starts a new fetch (never a second -EIO from the same fetch).
+ * Caller holds f->lock.
+ */
+static bool chunk_range_ready(const struct pf_chunk *c, uint64_t off, uint64_t end)
+{
+	if (c->state == CHUNK_READY || c->state == CHUNK_FAILED)
+		return true;
+	if (c->state == CHUNK_LOADING || c->err)
+		return false;
+	for (unsigned p = 0; p < c->n_parts; p++) {
+		const struct sfs_origin_req *r = &c->parts[p];
+		if (r->offset < end && r->offset + r->count > off && !(c->parts_done & (1ull << p)))
+			return false;
+	}
+	return true;
 }
 
 /*
@@ -979,7 +1158,7 @@ static ssize_t fill_view(struct sfs_pf_file *f, uint64_t off, uint64_t end, stru
 	ssize_t ret = 0;
 
 	for (int i = 0; i < n_want; i++)
-		while (want[i]->state == CHUNK_FETCHING || want[i]->state == CHUNK_LOADING)
+		while (!chunk_range_ready(want[i], off, end))
 			pthread_cond_wait(&f->cond, &f->lock);
 	for (int i = 0; i < n_want; i++) {
 		struct pf_chunk *c = want[i];
@@ -1056,15 +1235,24 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 	sfs_store_obj *obj = f->obj;
 	bool direct = obj && end - off <= SFS_CHUNK_BYTES && (f->size <= SFS_CHUNK_BYTES || !seq) &&
 		      !chunk_find(f, c0) && (c1 == c0 || !chunk_find(f, c1));
+	/* Without a store: a random reader's own bytes only (a file of one
+	 * chunk or less is read whole anyway: the chunk path fetches it). */
+	bool fetch = !obj && !seq && f->size > SFS_CHUNK_BYTES && end - off <= SFS_CHUNK_BYTES &&
+		     !chunk_find(f, c0) && (c1 == c0 || !chunk_find(f, c1));
 	pthread_mutex_unlock(&f->lock);
 	if (direct) {
 		ssize_t n = direct_read(f, obj, off, end, v);
 		if (n > 0)
 			return n;
 	}
+	if (fetch) {
+		ssize_t n = direct_fetch(f, off, end, v);
+		if (n != -1)
+			return n;
+	}
 
 	pthread_mutex_lock(&f->lock);
-	int n_want = claim_chunks(f, c0, c1, want, started, &n_started, loads, &n_loads);
+	int n_want = claim_chunks(f, off, end, seq, want, started, &n_started, loads, &n_loads);
 	if (seq && f->pf->conf.mode != SFS_PREFETCH_OFF)
 		start_readahead(f, c0, c1, started, &n_started, ahead_loads, &n_ahead_loads);
 	shard_pump(f, started, &n_started, SFS_PF_MAX_WINDOW);

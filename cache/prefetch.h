@@ -62,6 +62,8 @@ struct sfs_prefetch_stats {
 	uint64_t direct_reads;	       /* reads served straight from the store (small files,
 					  random readers), no chunk buffer */
 	uint64_t direct_scratch_bytes; /* per-thread scratch of those reads */
+	uint64_t direct_fetches;       /* reads of random readers without a store served
+					  straight from the origin (their bytes only) */
 };
 
 int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin, sfs_prefetch **out);

@@ -198,6 +198,9 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	       "Chunks fetched ahead of the reader.", ps.readahead_chunks);
 	metric(f, "shardfs_prefetch_wasted_chunks_total", "counter",
 	       "Readahead chunks dropped unread.", ps.wasted_chunks);
+	metric(f, "shardfs_prefetch_direct_fetches_total", "counter",
+	       "Reads of random readers without a cache fetched from NFS as asked (no chunk).",
+	       ps.direct_fetches);
 	metric(f, "shardfs_prefetch_files_total", "counter", "File versions opened for fetching.",
 	       ps.files_opened);
 
