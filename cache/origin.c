@@ -1146,12 +1146,19 @@ int sfs_origin_start(sfs_origin *pool)
 	pool->threads = calloc(n, sizeof(*pool->threads));
 	if (!pool->threads)
 		return -ENOMEM;
-	pool->n_threads = n;
 	for (unsigned i = 0; i < n; i++) {
 		err = iothread_init(pool, &pool->threads[i], i, pool->n_conns / n + 1, true);
-		if (err)
+		if (err) {
+			/* Nothing started: free what was set up (efd -1 where none),
+			 * so that close neither joins nor closes anything of it. */
+			for (unsigned k = 0; k <= i; k++)
+				iothread_free(&pool->threads[k]);
+			free(pool->threads);
+			pool->threads = NULL;
 			return err;
+		}
 	}
+	pool->n_threads = n;
 	for (size_t i = 0; i < pool->n_conns; i++) {
 		struct sfs_iothread *t = &pool->threads[i % n];
 		t->conns[t->n_conns++] = &pool->conns[i];
@@ -1161,9 +1168,19 @@ int sfs_origin_start(sfs_origin *pool)
 		err =
 		    -pthread_create(&pool->threads[i].tid, NULL, io_thread_main, &pool->threads[i]);
 		if (err) {
+			/* Stop and join the threads that started, free every
+			 * thread's state; close then sees no threads. */
 			__atomic_store_n(&pool->stopping, true, __ATOMIC_RELEASE);
-			for (unsigned k = 0; k < i; k++)
+			for (unsigned k = 0; k < i; k++) {
+				uint64_t one = 1;
+				if (write(pool->threads[k].efd, &one, sizeof(one)) < 0) {
+				}
 				pthread_join(pool->threads[k].tid, NULL);
+			}
+			for (unsigned k = 0; k < n; k++)
+				iothread_free(&pool->threads[k]);
+			free(pool->threads);
+			pool->threads = NULL;
 			pool->n_threads = 0;
 			return err;
 		}

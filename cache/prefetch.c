@@ -200,6 +200,41 @@ static void chunk_free_ptr(struct sfs_pf_file *f, struct pf_chunk *c)
 		}
 }
 
+/* The kernel's context readahead turns random readers' reads into runs of
+ * steps: a record whose neighbour is in the page cache becomes a stream of
+ * reads (8 threads, 110 KB records in a 1 GiB file: runs of up to 17 steps
+ * in a row). From all jumps (256) it takes 18 steps to get below 24; at 64
+ * (10 steps) the readahead those runs started was 7% of the chunks fetched,
+ * 60% of it never read. */
+#define SEQ_MAX_RAND_SCORE 24
+/* Chunks wait for a reader whose recent reads were mostly steps: the
+ * kernel's readahead requests, handled by several workers, reach the
+ * daemon out of order and score as jumps now and then; a reader that
+ * really jumps around passes 128 after six jumps. */
+#define AWAIT_MAX_RAND_SCORE 128
+/* The kernel's readahead (8 MiB, fs/main.c) has up to 8 chunks of reads in
+ * flight: one that lands early moves next_seq past chunks still to be read.
+ * Unconsumed chunks this far behind next_seq still wait for their reads. */
+#define AWAIT_BEHIND_CHUNKS 8
+
+/*
+ * Whether chunk c is ahead of the sequential reader of f (or just behind,
+ * AWAIT_BEHIND_CHUNKS) and not yet consumed: the reader asks for its bytes
+ * soon, so they stay in memory, even once durable in the store, rather than
+ * be dropped and read back from disk (a cold epoch reads no byte twice).
+ * Readahead and the shard pump never evict such
+ * a chunk to start another; only a reader's own chunk may (the budget truly
+ * ran out). An open file is taken to have a reader from the start (the pump
+ * starts at open, before the first read); nothing waits for a warm-up
+ * (sfs_pf_file_warm) or for a reader that jumps around: written chunks go,
+ * and the pump runs through the file. Caller holds f->lock.
+ */
+static bool chunk_awaits_reader(const struct sfs_pf_file *f, const struct pf_chunk *c)
+{
+	return !f->warmed && f->rand_score < AWAIT_MAX_RAND_SCORE && !c->consumed &&
+	       c->index + AWAIT_BEHIND_CHUNKS >= f->next_seq;
+}
+
 /* Make room for one more chunk: drop an idle chunk behind `cur` (the reader
  * has passed it), lowest first; only a reader's own demand may also drop the
  * idle chunk farthest ahead (readahead never throws away readahead), unless
@@ -210,7 +245,8 @@ static bool chunk_evict_one(struct sfs_pf_file *f, uint64_t cur, bool demand)
 
 	for (size_t i = 0; i < f->n_chunks; i++) {
 		struct pf_chunk *c = f->chunks[i];
-		if (chunk_busy(c) || (!demand && c->index >= cur && !c->in_store))
+		if (chunk_busy(c) ||
+		    (!demand && c->index >= cur && (!c->in_store || chunk_awaits_reader(f, c))))
 			continue;
 		if (best == SIZE_MAX) {
 			best = i;
@@ -464,8 +500,10 @@ static void write_done(void *arg, int err)
 	c->refs--;
 	c->in_store = err == 0;
 	/* Bytes durable in the store need no memory: drop the buffer unless a
-	 * reader pins it or is about to use it (not yet consumed, and near). */
-	if (c->in_store && !chunk_busy(c) && (c->consumed || !c->used))
+	 * reader pins it, used it and has not finished it, or is still to
+	 * come to it (chunk_awaits_reader). */
+	if (c->in_store && !chunk_busy(c) && (c->consumed || !c->used) &&
+	    !chunk_awaits_reader(f, c))
 		chunk_free_ptr(f, c);
 	pthread_cond_broadcast(&f->cond);
 	shard_pump(f, started, &n_started, SFS_PF_MAX_WINDOW);
@@ -674,11 +712,22 @@ int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin, 
 	pthread_cond_init(&pf->pump_cond, NULL);
 	pthread_mutex_init(&pf->load_lock, NULL);
 	pthread_cond_init(&pf->load_cond, NULL);
-	if (pf->conf.store && pthread_create(&pf->pump, NULL, pump_main, pf) == 0)
-		pf->pump_started = true;
-	for (unsigned i = 0; pf->conf.store && i < SFS_PF_LOADERS; i++)
-		if (pthread_create(&pf->loaders[pf->n_loaders], NULL, loader_main, pf) == 0)
+	/* With a store, cached chunks ahead of a reader are queued for the
+	 * loaders and stalled pumps wait for the pump thread: without them a
+	 * reader would wait forever, so a thread that cannot start fails the
+	 * open (the mount says why) rather than leave a trap. */
+	int rc = 0;
+	if (pf->conf.store) {
+		rc = -pthread_create(&pf->pump, NULL, pump_main, pf);
+		pf->pump_started = rc == 0;
+	}
+	for (unsigned i = 0; rc == 0 && pf->conf.store && i < SFS_PF_LOADERS; i++)
+		if ((rc = -pthread_create(&pf->loaders[pf->n_loaders], NULL, loader_main, pf)) == 0)
 			pf->n_loaders++;
+	if (rc) {
+		sfs_prefetch_close(pf);
+		return rc;
+	}
 	*out = pf;
 	return 0;
 }
@@ -906,14 +955,6 @@ static void *scratch_get(sfs_prefetch *pf)
 	}
 	return b;
 }
-
-/* The kernel's context readahead turns random readers' reads into runs of
- * steps: a record whose neighbour is in the page cache becomes a stream of
- * reads (8 threads, 110 KB records in a 1 GiB file: runs of up to 17 steps
- * in a row). From all jumps (256) it takes 18 steps to get below 24; at 64
- * (10 steps) the readahead those runs started was 7% of the chunks fetched,
- * 60% of it never read. */
-#define SEQ_MAX_RAND_SCORE 24
 
 /*
  * Whether the reader of f reads sequentially: this read starts within two
