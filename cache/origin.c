@@ -1132,6 +1132,19 @@ err_free:
 	return err;
 }
 
+/* Wake the first n I/O threads (pool->stopping is set) and wait for them
+ * to exit. */
+static void join_threads(sfs_origin *pool, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t one = 1;
+		if (write(pool->threads[i].efd, &one, sizeof(one)) < 0) {
+			/* eventfd counter saturated: already awake */
+		}
+		pthread_join(pool->threads[i].tid, NULL);
+	}
+}
+
 int sfs_origin_start(sfs_origin *pool)
 {
 	unsigned n = pool->conf.n_threads;
@@ -1171,12 +1184,7 @@ int sfs_origin_start(sfs_origin *pool)
 			/* Stop and join the threads that started, free every
 			 * thread's state; close then sees no threads. */
 			__atomic_store_n(&pool->stopping, true, __ATOMIC_RELEASE);
-			for (unsigned k = 0; k < i; k++) {
-				uint64_t one = 1;
-				if (write(pool->threads[k].efd, &one, sizeof(one)) < 0) {
-				}
-				pthread_join(pool->threads[k].tid, NULL);
-			}
+			join_threads(pool, i);
 			for (unsigned k = 0; k < n; k++)
 				iothread_free(&pool->threads[k]);
 			free(pool->threads);
@@ -1194,12 +1202,7 @@ void sfs_origin_close(sfs_origin *pool)
 		return;
 	__atomic_store_n(&pool->stopping, true, __ATOMIC_RELEASE);
 	wake_threads(pool);
-	for (unsigned i = 0; i < pool->n_threads; i++) {
-		uint64_t one = 1;
-		if (write(pool->threads[i].efd, &one, sizeof(one)) < 0) {
-		}
-		pthread_join(pool->threads[i].tid, NULL);
-	}
+	join_threads(pool, pool->n_threads);
 	/* Threads are gone: destroying contexts re-queues their attempts. */
 	for (size_t i = 0; i < pool->n_conns; i++)
 		if (pool->conns[i].nfs) {
@@ -1271,38 +1274,6 @@ void sfs_origin_submit_batch(sfs_origin *pool, struct sfs_origin_req **reqs, siz
 void sfs_origin_submit(sfs_origin *pool, struct sfs_origin_req *req)
 {
 	sfs_origin_submit_batch(pool, &req, 1);
-}
-
-struct call_wait {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool done;
-};
-
-static void call_done(struct sfs_origin_req *req)
-{
-	struct call_wait *w = req->call_wait;
-
-	pthread_mutex_lock(&w->lock);
-	w->done = true;
-	pthread_cond_signal(&w->cond);
-	pthread_mutex_unlock(&w->lock);
-}
-
-int sfs_origin_call(sfs_origin *pool, struct sfs_origin_req *req)
-{
-	struct call_wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
-
-	req->done = call_done;
-	req->call_wait = &w;
-	sfs_origin_submit(pool, req);
-	pthread_mutex_lock(&w.lock);
-	while (!w.done)
-		pthread_cond_wait(&w.cond, &w.lock);
-	pthread_mutex_unlock(&w.lock);
-	pthread_cond_destroy(&w.cond);
-	pthread_mutex_destroy(&w.lock);
-	return req->result;
 }
 
 size_t sfs_origin_node_count(const sfs_origin *pool) { return pool->n_nodes; }

@@ -106,7 +106,7 @@ struct sfs_origin_req {
 	/* private to origin.c; protected by the pool lock */
 	struct sfs_origin_req *q_next, *q_prev;
 	struct sfs_attempt *attempts; /* sends in flight, chained */
-	void *call_wait;	      /* sfs_origin_call()'s waiter */
+	void *call_wait;	      /* sfs_origin_call[_batch]()'s waiter */
 	bool queued, completed;
 	int16_t avoid_node;   /* node that timed out on it last, or -1 */
 	uint32_t done_bytes;  /* READ: bytes already placed (short replies) */
@@ -164,6 +164,10 @@ void sfs_origin_submit_batch(sfs_origin *pool, struct sfs_origin_req **reqs, siz
 /* Submit and wait for completion (sets req->done; leaves req->arg to the
  * caller, e.g. for the dirent callback). Returns req->result. */
 int sfs_origin_call(sfs_origin *pool, struct sfs_origin_req *req);
+
+/* Submit n requests in order and wait until every one completed (sets each
+ * done; leaves arg to the caller). Results are in reqs[i]->result. */
+void sfs_origin_call_batch(sfs_origin *pool, struct sfs_origin_req **reqs, size_t n);
 
 enum sfs_origin_node_state {
 	SFS_NODE_UP,

@@ -282,24 +282,39 @@ static void reclaim_from_other_files(sfs_prefetch *pf, struct sfs_pf_file *self)
 	pthread_mutex_unlock(&pf->files_lock);
 }
 
-/* Origin requests for [from, to) of chunk c, max_read bytes each, appended
- * to c->parts from slot *n. */
+/* READ requests for [from, to) of file fh, max_read bytes each, into buf
+ * (where byte `from` goes), zeroed but for op, fh, offset, count and buf.
+ * Returns how many (parts_for). */
+static unsigned read_parts(struct sfs_origin_req *r, const struct sfs_fh *fh, uint64_t from,
+			   uint64_t to, uint32_t max_read, char *buf)
+{
+	unsigned n = 0;
+
+	for (uint64_t at = from; at < to; at += max_read, n++) {
+		memset(&r[n], 0, sizeof(r[n]));
+		r[n].op = SFS_ORIGIN_READ;
+		r[n].fh = *fh;
+		r[n].offset = at;
+		r[n].count = (uint32_t)(to - at < max_read ? to - at : max_read);
+		r[n].buf = buf + (at - from);
+	}
+	return n;
+}
+
+/* Origin requests for [from, to) of chunk c, appended to c->parts from slot
+ * *n; their completions go to part_done. */
 static void chunk_add_parts(struct pf_chunk *c, uint64_t from, uint64_t to, uint32_t max_read,
 			    unsigned *n)
 {
-	struct sfs_pf_file *f = c->file;
 	uint64_t start = c->index << SFS_CHUNK_SHIFT;
+	unsigned k =
+	    read_parts(&c->parts[*n], &c->file->fh, from, to, max_read, c->buf + (from - start));
 
-	for (uint64_t at = from; at < to; at += max_read) {
-		struct sfs_origin_req *r = &c->parts[(*n)++];
-		r->op = SFS_ORIGIN_READ;
-		r->fh = f->fh;
-		r->offset = at;
-		r->count = (uint32_t)(to - at < max_read ? to - at : max_read);
-		r->buf = c->buf + (at - start);
-		r->done = part_done;
-		r->arg = c;
+	for (unsigned i = *n; i < *n + k; i++) {
+		c->parts[i].done = part_done;
+		c->parts[i].arg = c;
 	}
+	*n += k;
 }
 
 static unsigned parts_for(uint64_t from, uint64_t to, uint32_t max_read)
@@ -1006,26 +1021,6 @@ static ssize_t direct_read(struct sfs_pf_file *f, sfs_store_obj *obj, uint64_t o
 	return n;
 }
 
-/* A direct fetch's wait for its origin requests (on the reader's stack). */
-struct fetch_wait {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	unsigned pending;
-};
-
-/* Origin completion of a direct fetch's request: runs on an I/O thread. The
- * waiter may return (and its stack go) once pending reaches 0 and the lock
- * is released, so nothing is touched after the unlock. */
-static void fetch_part_done(struct sfs_origin_req *req)
-{
-	struct fetch_wait *w = req->arg;
-
-	pthread_mutex_lock(&w->lock);
-	if (--w->pending == 0)
-		pthread_cond_signal(&w->cond);
-	pthread_mutex_unlock(&w->lock);
-}
-
 #define DIRECT_FETCH_REQS 4
 
 /*
@@ -1044,7 +1039,6 @@ static ssize_t direct_fetch(struct sfs_pf_file *f, uint64_t off, uint64_t end,
 	uint64_t a0 = off & ~(uint64_t)4095, a1 = (end + 4095) & ~(uint64_t)4095;
 	uint32_t max_read = sfs_origin_max_read(pf->origin);
 	struct sfs_origin_req reqs[DIRECT_FETCH_REQS], *batch[DIRECT_FETCH_REQS];
-	struct fetch_wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
 
 	a1 = a1 < f->size ? a1 : f->size;
 	if (max_read == 0 || max_read > SFS_CHUNK_BYTES)
@@ -1052,24 +1046,10 @@ static ssize_t direct_fetch(struct sfs_pf_file *f, uint64_t off, uint64_t end,
 	unsigned n = parts_for(a0, a1, max_read);
 	if (!buf || n > DIRECT_FETCH_REQS || a1 - a0 > SFS_STORE_RANGE_BUF_BYTES)
 		return -1;
-	memset(reqs, 0, n * sizeof(reqs[0]));
-	for (unsigned i = 0; i < n; i++) {
-		uint64_t at = a0 + (uint64_t)i * max_read;
-		reqs[i].op = SFS_ORIGIN_READ;
-		reqs[i].fh = f->fh;
-		reqs[i].offset = at;
-		reqs[i].count = (uint32_t)(a1 - at < max_read ? a1 - at : max_read);
-		reqs[i].buf = buf + (at - a0);
-		reqs[i].done = fetch_part_done;
-		reqs[i].arg = &w;
+	read_parts(reqs, &f->fh, a0, a1, max_read, buf);
+	for (unsigned i = 0; i < n; i++)
 		batch[i] = &reqs[i];
-	}
-	w.pending = n;
-	sfs_origin_submit_batch(pf->origin, batch, n);
-	pthread_mutex_lock(&w.lock);
-	while (w.pending)
-		pthread_cond_wait(&w.cond, &w.lock);
-	pthread_mutex_unlock(&w.lock);
+	sfs_origin_call_batch(pf->origin, batch, n);
 
 	uint64_t got = a0; /* bytes from a0 on that landed, in order */
 	for (unsigned i = 0; i < n; i++) {
@@ -1274,12 +1254,13 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 	bool seq = track_sequential(f, c0, c1);
 	/* f->obj is dropped only when the last open ends; a reader holds one. */
 	sfs_store_obj *obj = f->obj;
-	bool direct = obj && end - off <= SFS_CHUNK_BYTES && (f->size <= SFS_CHUNK_BYTES || !seq) &&
-		      !chunk_find(f, c0) && (c1 == c0 || !chunk_find(f, c1));
+	/* Up to a chunk, none of it in memory: the chunk path gains nothing. */
+	bool off_chunks =
+	    end - off <= SFS_CHUNK_BYTES && !chunk_find(f, c0) && (c1 == c0 || !chunk_find(f, c1));
+	bool direct = obj && off_chunks && (f->size <= SFS_CHUNK_BYTES || !seq);
 	/* Without a store: a random reader's own bytes only (a file of one
 	 * chunk or less is read whole anyway: the chunk path fetches it). */
-	bool fetch = !obj && !seq && f->size > SFS_CHUNK_BYTES && end - off <= SFS_CHUNK_BYTES &&
-		     !chunk_find(f, c0) && (c1 == c0 || !chunk_find(f, c1));
+	bool fetch = !obj && off_chunks && !seq && f->size > SFS_CHUNK_BYTES;
 	pthread_mutex_unlock(&f->lock);
 	if (direct) {
 		ssize_t n = direct_read(f, obj, off, end, v);
