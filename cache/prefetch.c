@@ -213,9 +213,10 @@ static void chunk_free_ptr(struct sfs_pf_file *f, struct pf_chunk *c)
  * really jumps around passes 128 after six jumps. */
 #define AWAIT_MAX_RAND_SCORE 128
 /* The kernel's readahead (8 MiB, fs/main.c) has up to 8 chunks of reads in
- * flight: one that lands early moves next_seq past chunks still to be read.
- * Unconsumed chunks this far behind next_seq still wait for their reads. */
-#define AWAIT_BEHIND_CHUNKS 8
+ * flight, and its reads ahead reach the daemon before the reader's own read
+ * (measured: a read for chunk k after next_seq reached k + 8): unconsumed
+ * chunks up to twice that far behind next_seq still wait for their reads. */
+#define AWAIT_BEHIND_CHUNKS 16
 
 /*
  * Whether chunk c is ahead of the sequential reader of f (or just behind,
@@ -238,7 +239,9 @@ static bool chunk_awaits_reader(const struct sfs_pf_file *f, const struct pf_chu
 /* Make room for one more chunk: drop an idle chunk behind `cur` (the reader
  * has passed it), lowest first; only a reader's own demand may also drop the
  * idle chunk farthest ahead (readahead never throws away readahead), unless
- * the chunk is safe in the store. Returns false if nothing may go. */
+ * the chunk is safe in the store; and only a reader's own demand may drop a
+ * chunk that awaits the reader, wherever it lies (chunk_awaits_reader).
+ * Returns false if nothing may go. */
 static bool chunk_evict_one(struct sfs_pf_file *f, uint64_t cur, bool demand)
 {
 	size_t best = SIZE_MAX;
@@ -246,7 +249,7 @@ static bool chunk_evict_one(struct sfs_pf_file *f, uint64_t cur, bool demand)
 	for (size_t i = 0; i < f->n_chunks; i++) {
 		struct pf_chunk *c = f->chunks[i];
 		if (chunk_busy(c) ||
-		    (!demand && c->index >= cur && (!c->in_store || chunk_awaits_reader(f, c))))
+		    (!demand && (chunk_awaits_reader(f, c) || (c->index >= cur && !c->in_store))))
 			continue;
 		if (best == SIZE_MAX) {
 			best = i;

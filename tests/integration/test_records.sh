@@ -6,7 +6,8 @@
 # and past EOF), cold then warm (served straight from the cache, verified
 # per 64 KiB sub-block), by 8 concurrent readers, with one sub-block of the
 # cached object corrupted and with its short last chunk corrupted, and with
-# direct_io (every pread reaches the daemon at its own offset and length).
+# direct_io (every pread reaches the daemon at its own offset and length),
+# and without a cache (a reader that jumps around fetches its own bytes).
 # Every pread is compared with the same pread on the export; the stats file
 # tells what came from NFS.
 . "$(dirname "$0")/lib.sh"
@@ -227,6 +228,24 @@ f1=$(fetched)
 check "direct_io, cold: fetched $f1 bytes <= 1.1 x the file ($BOUND)" le "$f1" "$BOUND"
 check "direct_io, cold then warm: every pread byte-exact" epoch 8 1
 check "direct_io, warm: nothing more fetched" [ "$(fetched)" = "$f1" ]
+sfs_umount
+
+# --- no cache: a reader that jumps around fetches its own bytes ---------------------------
+section "no cache"
+sfs_mount "prefetch_max=16M,prefetch_mem=32M"
+drop_caches
+check "no cache, 8 readers: every pread byte-exact" epoch 9 8
+sfs_umount
+# direct_io: every pread reaches the daemon, once.
+sfs_mount "prefetch_max=16M,prefetch_mem=32M,direct_io"
+check "no cache, direct_io: every pread byte-exact" epoch 10 1
+f1=$(fetched)
+df=$(counter shardfs_prefetch_direct_fetches_total)
+check "no cache: preads fetched as asked, not as chunks ($df)" le 800 "$df"
+# Whole 1 MiB chunks per 110 KB record, most dropped (32M budget) before
+# the file's other records come, would fetch several times the file.
+check "no cache: fetched $((f1 / MB)) MiB for one epoch of $((SIZE / MB)) MiB, <= 1.2x" \
+	le "$f1" $((SIZE * 12 / 10))
 check "unmount ends the daemon" sfs_umount
 section "done"
 sfs_finish
