@@ -59,7 +59,19 @@ struct nfs_fh {
 };
 const struct nfs_fh *nfs_get_rootfh(struct nfs_context *nfs);
 
-#define TICK_MS	       100
+/* The tick checks timeouts and hedges: a hedge fires within one tick of
+ * its deadline. */
+#define TICK_MS 20
+/* Hedging: a READ that has waited HEDGE_FACTOR x the pool's recent READ
+ * latency (and at least HEDGE_MIN_MS) on a node that is still UP is sent
+ * again to another node; the first reply wins (a GC pause, a drive rebuild
+ * or a congested port costs only what it delays, not timeo). Hedges are
+ * paid for by READ replies: each earns 1/HEDGE_EARN of a hedge, at most
+ * HEDGE_BURST saved, so hedges stay below ~6% of the READs. */
+#define HEDGE_FACTOR   4
+#define HEDGE_MIN_MS   40
+#define HEDGE_EARN     16
+#define HEDGE_BURST    32
 #define BACKOFF_MIN_MS 200
 #define BACKOFF_MAX_MS 5000
 
@@ -78,6 +90,7 @@ struct sfs_attempt {
 	uint64_t sent_ms;	      /* owner thread: for timeouts */
 	uint64_t sent_ns;	      /* owner thread: for the latency histogram */
 	bool in_use, probe, reissued; /* owner thread */
+	bool is_read, hedged;	      /* owner thread */
 };
 
 enum conn_state { CONN_DOWN, CONN_CONNECTING, CONN_UP };
@@ -100,7 +113,7 @@ struct sfs_node {
 	int index;
 	int state;	   /* atomic: enum sfs_origin_node_state */
 	unsigned conns_up; /* atomic */
-	uint64_t read_bytes, read_requests, meta_requests, errors, reissued,
+	uint64_t read_bytes, read_requests, meta_requests, errors, reissued, hedged,
 	    reconnects;							     /* atomic */
 	uint64_t meta_by_op[SFS_ORIGIN_N_OPS];				     /* atomic */
 	uint64_t lat_count, lat_sum_ns, lat_buckets[SFS_ORIGIN_LAT_BUCKETS]; /* atomic */
@@ -123,6 +136,8 @@ struct sfs_iothread {
 struct sfs_origin {
 	struct sfs_origin_conf conf; /* copied at open; addrs/export owned */
 	uint64_t timeo_ms, fail_ms;  /* timeo, and timeo * retrans */
+	uint64_t read_lat_ewma_us;   /* atomic: recent READ latency (1/16 weight) */
+	unsigned hedge_credit;	     /* atomic: in 1/HEDGE_EARN hedges */
 	struct sfs_node *nodes;
 	size_t n_nodes;
 	struct sfs_conn *conns;
@@ -379,6 +394,8 @@ static int conn_send(struct sfs_conn *conn, struct sfs_attempt *a, struct sfs_or
 	a->in_use = true;
 	a->probe = false;
 	a->reissued = false;
+	a->hedged = false;
+	a->is_read = req->op == SFS_ORIGIN_READ;
 	a->sent_ns = sfs_now_ns();
 	a->sent_ms = a->sent_ns / 1000000u;
 	conn->n_busy++;
@@ -589,6 +606,41 @@ static int reply_decode(struct sfs_conn *conn, struct sfs_attempt *a, struct sfs
 	return -EINVAL;
 }
 
+/* A READ reply after us_taken: update the recent latency and earn hedge
+ * credit. Relaxed and racy on purpose: an estimate, never a correctness
+ * input. */
+static void hedge_learn(struct sfs_origin *pool, uint64_t us_taken)
+{
+	uint64_t old = __atomic_load_n(&pool->read_lat_ewma_us, __ATOMIC_RELAXED);
+	int64_t step = ((int64_t)us_taken - (int64_t)old) / 16;
+
+	__atomic_store_n(&pool->read_lat_ewma_us, old ? (uint64_t)((int64_t)old + step) : us_taken,
+			 __ATOMIC_RELAXED);
+	if (__atomic_load_n(&pool->hedge_credit, __ATOMIC_RELAXED) < HEDGE_EARN * HEDGE_BURST)
+		__atomic_fetch_add(&pool->hedge_credit, 1, __ATOMIC_RELAXED);
+}
+
+/* How long a READ waits on an UP node before it is hedged. */
+static uint64_t hedge_after_ms(const struct sfs_origin *pool)
+{
+	uint64_t ms =
+	    HEDGE_FACTOR * __atomic_load_n(&pool->read_lat_ewma_us, __ATOMIC_RELAXED) / 1000;
+
+	return ms > HEDGE_MIN_MS ? ms : HEDGE_MIN_MS;
+}
+
+/* Take one hedge's credit, if there is one. */
+static bool hedge_take(struct sfs_origin *pool)
+{
+	unsigned c = __atomic_load_n(&pool->hedge_credit, __ATOMIC_RELAXED);
+
+	while (c >= HEDGE_EARN)
+		if (__atomic_compare_exchange_n(&pool->hedge_credit, &c, c - HEDGE_EARN, false,
+						__ATOMIC_RELAXED, __ATOMIC_RELAXED))
+			return true;
+	return false;
+}
+
 static void slot_cb(struct rpc_context *rpc, int status, void *data, void *private_data)
 {
 	struct sfs_attempt *a = private_data;
@@ -601,8 +653,12 @@ static void slot_cb(struct rpc_context *rpc, int status, void *data, void *priva
 	(void)rpc;
 	a->in_use = false;
 	conn->n_busy--;
-	if (status == RPC_STATUS_SUCCESS)
-		node_record_latency(node, sfs_now_ns() - a->sent_ns);
+	if (status == RPC_STATUS_SUCCESS) {
+		uint64_t ns = sfs_now_ns() - a->sent_ns;
+		node_record_latency(node, ns);
+		if (a->is_read && !probe)
+			hedge_learn(pool, ns / 1000u);
+	}
 
 	pthread_mutex_lock(&pool->lock);
 	req = a->req;
@@ -762,6 +818,29 @@ static void conn_teardown(struct sfs_conn *conn, uint64_t now)
 	wake_threads(pool); /* re-queued work may now go to another thread's conns */
 }
 
+/* Send a slow READ again, to another node while one is up; this attempt
+ * stays in flight and whichever reply comes first completes the request
+ * (the other is a late duplicate). The node stays UP: slow is not dead. */
+static void attempt_hedge(struct sfs_conn *conn, struct sfs_attempt *a)
+{
+	struct sfs_origin *pool = conn->pool;
+	bool requeued = false;
+
+	a->hedged = true;
+	pthread_mutex_lock(&pool->lock);
+	if (a->req && !a->req->completed && !a->req->queued) {
+		req_requeue(pool, a->req, conn->node->index);
+		requeued = true;
+	}
+	pthread_mutex_unlock(&pool->lock);
+	if (requeued) {
+		count(&conn->node->hedged, 1);
+		wake_threads(pool);
+	} else {
+		__atomic_fetch_add(&pool->hedge_credit, HEDGE_EARN, __ATOMIC_RELAXED); /* unused */
+	}
+}
+
 /* Per tick: timeouts of this connection's attempts, health probes, reconnects. */
 static void conn_tick(struct sfs_conn *conn, uint64_t now)
 {
@@ -786,11 +865,17 @@ static void conn_tick(struct sfs_conn *conn, uint64_t now)
 		snprintf(conn->err, sizeof(conn->err), "%s", nfs_get_error(conn->nfs) ?: "error");
 		conn->broken = true;
 	}
+	uint64_t hedge_ms = hedge_after_ms(pool);
 	for (unsigned i = 0; i < SFS_ORIGIN_CONN_DEPTH; i++) {
 		struct sfs_attempt *a = &conn->slots[i];
 		if (!a->in_use)
 			continue;
 		uint64_t age = now - a->sent_ms;
+		if (a->is_read && !a->hedged && !a->reissued && age >= hedge_ms &&
+		    age < pool->timeo_ms && pool->n_nodes > 1 &&
+		    __atomic_load_n(&node->state, __ATOMIC_RELAXED) == SFS_NODE_UP &&
+		    hedge_take(pool))
+			attempt_hedge(conn, a);
 		if (age >= pool->fail_ms) {
 			snprintf(conn->err, sizeof(conn->err), "no reply for %llu ms",
 				 (unsigned long long)age);
@@ -1011,6 +1096,7 @@ int sfs_origin_open(const struct sfs_origin_conf *conf, sfs_origin **out, char *
 	pool->conf.export_path = strdup(conf->export_path);
 	pool->timeo_ms = (uint64_t)conf->timeo_ds * 100u;
 	pool->fail_ms = pool->timeo_ms * (conf->retrans ? conf->retrans : 1);
+	pool->hedge_credit = HEDGE_EARN * HEDGE_BURST; /* a full burst from the start */
 	pool->max_read = conf->rsize_bytes;
 	pool->n_nodes = conf->n_addrs;
 	pool->nodes = calloc(pool->n_nodes, sizeof(*pool->nodes));
@@ -1290,6 +1376,7 @@ void sfs_origin_node_stats(const sfs_origin *pool, size_t i, struct sfs_origin_n
 	out->meta_requests = LOAD(meta_requests);
 	out->errors = LOAD(errors);
 	out->reissued = LOAD(reissued);
+	out->hedged = LOAD(hedged);
 	out->reconnects = LOAD(reconnects);
 	for (int k = 0; k < SFS_ORIGIN_N_OPS; k++)
 		out->meta_by_op[k] = LOAD(meta_by_op[k]);

@@ -184,6 +184,7 @@ struct sfs_origin_node_stats {
 	enum sfs_origin_node_state state;
 	unsigned conns_up;
 	uint64_t read_bytes, read_requests, meta_requests, errors, reissued, reconnects;
+	uint64_t hedged; /* slow READs on the node sent again to another node */
 	uint64_t meta_by_op[SFS_ORIGIN_N_OPS]; /* metadata requests answered, by op */
 	uint64_t lat_count, lat_sum_ns;
 	uint64_t lat_buckets[SFS_ORIGIN_LAT_BUCKETS]; /* cumulative counts <= bound */

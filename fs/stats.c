@@ -140,6 +140,10 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 		 "Requests re-issued to other nodes because this node failed or did not answer "
 		 "within timeo.",
 		 ns.reissued);
+	PER_NODE("shardfs_node_hedged_total", "counter",
+		 "Slow READs on the node (waiting 4x the recent READ latency, at least 40 ms, "
+		 "within timeo) also sent to another node; the first reply wins.",
+		 ns.hedged);
 	PER_NODE("shardfs_node_reconnects_total", "counter",
 		 "Connections to the node lost and re-made.", ns.reconnects);
 #undef PER_NODE

@@ -48,7 +48,9 @@ limit=$(python3 -c "print($TIMEO_DS / 10 + 2)")
 check "node frozen mid-read: finished in ${secs}s (<= timeo + 2s = ${limit}s)" \
 	python3 -c "import sys; sys.exit(not $secs <= $limit)"
 reissued=$(stat_value 'shardfs_node_reissued_total{node="127.1.3.2"}')
-check "reads were re-issued away from the frozen node ($reissued)" [ "${reissued:-0}" -gt 0 ]
+hedged=$(stat_value 'shardfs_node_hedged_total{node="127.1.3.2"}')
+check "reads were hedged or re-issued away from the frozen node ($hedged, $reissued)" \
+	[ $((${hedged:-0} + ${reissued:-0})) -gt 0 ]
 "$CLUSTER" thaw "$CID" 3 >/dev/null
 for _ in $(seq 100); do grep -qF 'shardfs_node_up{node="127.1.3.2"} 1' "$MNT/.shardfs/stats" && break; sleep 0.1; done
 check "thawed node is up again" grep -qF 'shardfs_node_up{node="127.1.3.2"} 1' "$MNT/.shardfs/stats"
@@ -91,6 +93,24 @@ check "hard: the read is still waiting after timeo x retrans + 2s" kill -0 "$rea
 "$CLUSTER" revive "$CID" all >/dev/null 2>&1
 wait "$reader"
 check "hard: the read completed byte-exact after the nodes returned" [ "$(cat "$WORK/hard.rc")" = 0 ]
+sfs_umount
+
+# A node that stalls for less than timeo (a GC pause, a drive rebuild): the
+# reads stuck on it are hedged to other nodes, so the reader does not wait
+# for timeo (10 s here): nothing reaches the timeo re-issue, and the node is
+# never marked down.
+sfs_mount "timeo=100,retrans=3"
+drop_caches
+r0=$(stat_value 'shardfs_node_reissued_total{node="127.1.3.2"}')
+read -r sum secs < <(read_with_fault shard-5 freeze 3)
+r1=$(stat_value 'shardfs_node_reissued_total{node="127.1.3.2"}')
+"$CLUSTER" thaw "$CID" 3 >/dev/null
+hedged=$(stat_value 'shardfs_node_hedged_total{node="127.1.3.2"}')
+diag "rest of the read with node 3 stalled took ${secs}s"
+check "node stalled under timeo: bytes exact" [ "$sum" = "$(expect shard-5)" ]
+check "node stalled under timeo: its stuck reads were hedged ($hedged)" [ "${hedged:-0}" -gt 0 ]
+check "node stalled under timeo: the read never waited for timeo (re-issued ${r0:-0} -> ${r1:-0})" \
+	[ "${r1:-0}" = "${r0:-0}" ]
 sfs_umount
 
 # A node dead at mount time: mount succeeds, node reported down, then joins.
