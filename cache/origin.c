@@ -113,7 +113,7 @@ struct sfs_node {
 	int index;
 	int state;	   /* atomic: enum sfs_origin_node_state */
 	unsigned conns_up; /* atomic */
-	uint64_t read_bytes, read_requests, meta_requests, errors, reissued, hedged,
+	uint64_t read_bytes, read_requests, meta_requests, errors, reissued, hedged, hedge_wins,
 	    reconnects;							     /* atomic */
 	uint64_t meta_by_op[SFS_ORIGIN_N_OPS];				     /* atomic */
 	uint64_t lat_count, lat_sum_ns, lat_buckets[SFS_ORIGIN_LAT_BUCKETS]; /* atomic */
@@ -687,7 +687,10 @@ static void slot_cb(struct rpc_context *rpc, int status, void *data, void *priva
 		pthread_mutex_unlock(&pool->lock);
 		return; /* probe, or a late duplicate of a request served elsewhere */
 	}
+	int hedged_node = req->hedged_node;
 	pthread_mutex_unlock(&pool->lock);
+	if (hedged_node >= 0 && hedged_node != node->index)
+		count(&pool->nodes[hedged_node].hedge_wins, 1);
 
 	int result = reply_decode(conn, a, req, data);
 	if (result == -EAGAIN || result == READ_CONTINUES) {
@@ -830,6 +833,7 @@ static void attempt_hedge(struct sfs_conn *conn, struct sfs_attempt *a)
 	pthread_mutex_lock(&pool->lock);
 	if (a->req && !a->req->completed && !a->req->queued) {
 		req_requeue(pool, a->req, conn->node->index);
+		a->req->hedged_node = (int16_t)conn->node->index;
 		requeued = true;
 	}
 	pthread_mutex_unlock(&pool->lock);
@@ -1334,6 +1338,7 @@ static void req_reset(sfs_origin *pool, struct sfs_origin_req *req, uint64_t now
 	req->link = NULL;
 	req->queued = req->completed = false;
 	req->avoid_node = -1;
+	req->hedged_node = -1;
 	req->done_bytes = 0;
 	req->attempts = NULL;
 	req->deadline_ms = now + pool->fail_ms;
@@ -1377,6 +1382,7 @@ void sfs_origin_node_stats(const sfs_origin *pool, size_t i, struct sfs_origin_n
 	out->errors = LOAD(errors);
 	out->reissued = LOAD(reissued);
 	out->hedged = LOAD(hedged);
+	out->hedge_wins = LOAD(hedge_wins);
 	out->reconnects = LOAD(reconnects);
 	for (int k = 0; k < SFS_ORIGIN_N_OPS; k++)
 		out->meta_by_op[k] = LOAD(meta_by_op[k]);

@@ -109,6 +109,7 @@ struct sfs_origin_req {
 	void *call_wait;	      /* sfs_origin_call[_batch]()'s waiter */
 	bool queued, completed;
 	int16_t avoid_node;   /* node that timed out on it last, or -1 */
+	int16_t hedged_node;  /* node whose slow attempt was hedged, or -1 */
 	uint32_t done_bytes;  /* READ: bytes already placed (short replies) */
 	uint64_t deadline_ms; /* soft mounts: fail with -EIO after this */
 };
@@ -184,7 +185,8 @@ struct sfs_origin_node_stats {
 	enum sfs_origin_node_state state;
 	unsigned conns_up;
 	uint64_t read_bytes, read_requests, meta_requests, errors, reissued, reconnects;
-	uint64_t hedged; /* slow READs on the node sent again to another node */
+	uint64_t hedged;     /* slow READs on the node sent again to another node */
+	uint64_t hedge_wins; /* of those, served first by the other node */
 	uint64_t meta_by_op[SFS_ORIGIN_N_OPS]; /* metadata requests answered, by op */
 	uint64_t lat_count, lat_sum_ns;
 	uint64_t lat_buckets[SFS_ORIGIN_LAT_BUCKETS]; /* cumulative counts <= bound */

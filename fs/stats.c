@@ -144,6 +144,8 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 		 "Slow READs on the node (waiting 4x the recent READ latency, at least 40 ms, "
 		 "within timeo) also sent to another node; the first reply wins.",
 		 ns.hedged);
+	PER_NODE("shardfs_node_hedge_wins_total", "counter",
+		 "Hedged READs of the node that the other node answered first.", ns.hedge_wins);
 	PER_NODE("shardfs_node_reconnects_total", "counter",
 		 "Connections to the node lost and re-made.", ns.reconnects);
 #undef PER_NODE

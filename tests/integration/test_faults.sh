@@ -109,6 +109,8 @@ hedged=$(stat_value 'shardfs_node_hedged_total{node="127.1.3.2"}')
 diag "rest of the read with node 3 stalled took ${secs}s"
 check "node stalled under timeo: bytes exact" [ "$sum" = "$(expect shard-5)" ]
 check "node stalled under timeo: its stuck reads were hedged ($hedged)" [ "${hedged:-0}" -gt 0 ]
+wins=$(stat_value 'shardfs_node_hedge_wins_total{node="127.1.3.2"}')
+check "node stalled under timeo: the hedges won ($wins of $hedged)" [ "${wins:-0}" -gt 0 ]
 check "node stalled under timeo: the read never waited for timeo (re-issued ${r0:-0} -> ${r1:-0})" \
 	[ "${r1:-0}" = "${r0:-0}" ]
 sfs_umount
