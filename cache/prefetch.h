@@ -64,6 +64,9 @@ struct sfs_prefetch_stats {
 	uint64_t direct_scratch_bytes; /* per-thread scratch of those reads */
 	uint64_t direct_fetches;       /* reads of random readers without a store served
 					  straight from the origin (their bytes only) */
+	uint64_t write_pinned_bytes;   /* chunk buffers waiting for their cache write */
+	uint64_t write_skipped_bytes;  /* chunks not offered to the cache: the writes
+					  waiting already held their share of the budget */
 };
 
 int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin, sfs_prefetch **out);

@@ -198,6 +198,13 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	       "Chunk bytes being fetched from NFS now.", ps.inflight_bytes);
 	metric(f, "shardfs_prefetch_buffer_bytes", "gauge", "Memory held in chunk buffers.",
 	       ps.buffer_bytes);
+	metric(f, "shardfs_prefetch_write_pinned_bytes", "gauge",
+	       "Chunk buffers waiting for their cache write (at most prefetch_mem).",
+	       ps.write_pinned_bytes);
+	metric(f, "shardfs_cache_write_skipped_bytes_total", "counter",
+	       "Fetched bytes not offered to the cache because the writes waiting already held "
+	       "prefetch_mem (the cache disk is slower than the network).",
+	       ps.write_skipped_bytes);
 	metric(f, "shardfs_prefetch_fetched_bytes_total", "counter",
 	       "Bytes fetched from NFS for reads and readahead.", ps.fetched_bytes);
 	metric(f, "shardfs_prefetch_readahead_chunks_total", "counter",

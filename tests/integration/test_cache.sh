@@ -151,6 +151,7 @@ with open(sys.argv[1], "rb", buffering=0) as f:
         time.sleep(0.005)
 PY
 h=$(counter shardfs_cache_hit_bytes_total)
+diag "long shard: $(grep -E '^shardfs_(cache_write_skipped_bytes_total|cache_direct_reads_total|prefetch_write_pinned_bytes|prefetch_buffer_bytes) ' "$MNT/.shardfs/stats" | tr '\n' ' ')"
 check "long shard, slow cold reader: at most a stray chunk read back from the cache ($((h / 1024)) KiB)" \
 	[ "$h" -le $((2 * MB)) ]
 check "long shard, cold: bytes exact" cmp -s "$MNT/long" "$EXPORT/long"

@@ -16,7 +16,7 @@ sfs_require
 CACHE=$WORK/cache
 MB=$((1 << 20))
 SIZE=$((96 * MB + 12345))
-OPTS="cache_dir=$CACHE,cache_size=1G,prefetch_max=16M,prefetch_mem=32M"
+OPTS="cache_dir=$CACHE,cache_size=1G,prefetch_max=16M,prefetch_mem=64M"
 REC="python3 $WORK/rec.py"
 mkdir -p "$EXPORT"
 head -c "$SIZE" /dev/urandom >"$EXPORT/records.bin"
