@@ -491,17 +491,19 @@ static void submit_chunks(struct sfs_pf_file *f, struct pf_chunk **started, size
  * Whether a fetched chunk may be offered to the cache. Its buffer stays
  * pinned until the write is durable, so when the cache disk is slower than
  * the network the writes waiting would hold memory without bound (measured:
- * 1.9 GB of a 256 MiB budget behind a 100 MB/s disk). Writes may pin the
- * budget, no more: the pump and readahead then wait for buffers (a warm-up
- * goes at disk speed), and a reader's own chunk, which may go past the
- * budget, is not cached this time (counted) so that its buffer goes once
- * read: the reader goes on at network speed, the fetch is never throttled.
+ * 1.9 GB of a 256 MiB budget behind a 100 MB/s disk). A chunk fetched ahead
+ * (readahead, the pump) got its buffer inside the budget and is always
+ * offered: while writes hold the budget, no more is fetched ahead, so a
+ * warm-up goes at disk speed. A reader's own chunk may go past the budget;
+ * it is offered only while the writes waiting hold less than the budget,
+ * else it is not cached this time (counted) and its buffer goes once read:
+ * the reader goes on at network speed, the fetch is never throttled.
  */
 static bool write_admitted(sfs_prefetch *pf, const struct pf_chunk *c)
 {
 	uint64_t pinned = __atomic_load_n(&pf->stats.write_pinned_bytes, __ATOMIC_RELAXED);
 
-	if (pinned + SFS_CHUNK_BYTES <= pf->conf.mem_bytes)
+	if (c->readahead || pinned + SFS_CHUNK_BYTES <= pf->conf.mem_bytes)
 		return true;
 	count(&pf->stats.write_skipped_bytes, c->len);
 	return false;

@@ -89,6 +89,10 @@ le() { [ "$1" -le "$2" ]; }
 epoch() { $REC "$1" "$2" "$MNT/records.bin" "$EXPORT/records.bin"; }
 section() { diag "--- $1 (at ${SECONDS}s)"; }
 BOUND=$((SIZE * 11 / 10))
+# skipped: bytes the daemon fetched but did not cache because the cache writes
+# waiting held prefetch_mem (this disk's fdatasync can lag 8 readers): a chunk
+# may then be fetched again, and only then.
+skipped() { counter shardfs_cache_write_skipped_bytes_total; }
 
 # --- cold, then warm ---------------------------------------------------------------
 section "cold and warm epochs"
@@ -97,10 +101,12 @@ drop_caches
 check "cold epoch: every pread byte-exact" epoch 1 1
 wait_idle
 f1=$(fetched)
+s1=$(skipped)
 check "cold epoch: fetched $f1 bytes, at least the file ($SIZE)" le "$SIZE" "$f1"
-check "cold epoch: fetched $f1 bytes <= 1.1 x the file ($BOUND)" le "$f1" "$BOUND"
-check "cold epoch: the whole file is cached ($(counter shardfs_cache_used_bytes))" \
-	le "$SIZE" "$(counter shardfs_cache_used_bytes)"
+check "cold epoch: fetched $f1 bytes <= 1.1 x the file ($BOUND) + not cached ($s1)" \
+	le "$f1" $((BOUND + s1))
+check "cold epoch: the whole file is cached ($(counter shardfs_cache_used_bytes)) or skipped ($s1)" \
+	le "$SIZE" $(($(counter shardfs_cache_used_bytes) + s1))
 check "cold epoch: no checksum failures" [ "$(counter shardfs_cache_checksum_failures_total)" = 0 ]
 
 drop_caches
@@ -108,7 +114,8 @@ d1=$(counter shardfs_cache_direct_reads_total)
 h1=$(counter shardfs_cache_hit_bytes_total)
 w1=$(counter shardfs_cache_write_bytes_total)
 check "warm epoch: every pread byte-exact" epoch 2 1
-check "warm epoch: nothing fetched from NFS ($f1 -> $(fetched))" [ "$(fetched)" = "$f1" ]
+check "warm epoch: nothing fetched from NFS but what was not cached ($f1 -> $(fetched), $s1)" \
+	le $(($(fetched) - f1)) "$s1"
 d2=$(counter shardfs_cache_direct_reads_total)
 h2=$(counter shardfs_cache_hit_bytes_total)
 check "warm epoch: served by direct reads from the cache ($((d2 - d1)))" le 1 $((d2 - d1))
@@ -125,10 +132,13 @@ drop_caches
 check "8 readers, cold: every pread byte-exact" epoch 3 8
 wait_idle
 f1=$(fetched)
-check "8 readers, cold: each chunk fetched once ($f1 <= $BOUND)" le "$f1" "$BOUND"
+s1=$(skipped)
+check "8 readers, cold: each chunk fetched once ($f1 <= $BOUND), or again where not cached ($s1)" \
+	le "$f1" $((BOUND + s1))
 drop_caches
 check "8 readers, warm: every pread byte-exact" epoch 4 8
-check "8 readers, warm: nothing fetched from NFS" [ "$(fetched)" = "$f1" ]
+check "8 readers, warm: nothing fetched from NFS but what was not cached ($((f1 - $(fetched))), $s1)" \
+	le $(($(fetched) - f1)) "$s1"
 check "8 readers: no checksum failures" [ "$(counter shardfs_cache_checksum_failures_total)" = 0 ]
 sfs_umount
 
@@ -225,9 +235,12 @@ sfs_mount "$OPTS,direct_io"
 check "direct_io, cold, 8 readers: every pread byte-exact" epoch 7 8
 wait_idle
 f1=$(fetched)
-check "direct_io, cold: fetched $f1 bytes <= 1.1 x the file ($BOUND)" le "$f1" "$BOUND"
+s1=$(skipped)
+check "direct_io, cold: fetched $f1 bytes <= 1.1 x the file ($BOUND) + not cached ($s1)" \
+	le "$f1" $((BOUND + s1))
 check "direct_io, cold then warm: every pread byte-exact" epoch 8 1
-check "direct_io, warm: nothing more fetched" [ "$(fetched)" = "$f1" ]
+check "direct_io, warm: nothing more fetched but what was not cached ($s1)" \
+	le $(($(fetched) - f1)) "$s1"
 sfs_umount
 
 # --- no cache: a reader that jumps around fetches its own bytes ---------------------------
