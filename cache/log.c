@@ -11,6 +11,9 @@
 
 int sfs_log_max_level = SFS_LOG_INFO;
 static bool use_syslog; /* set once when the daemon detaches, before threads start */
+static bool use_time;	/* set once, before threads start */
+
+void sfs_log_use_timestamps(void) { use_time = true; }
 
 void sfs_log_use_syslog(void)
 {
@@ -31,8 +34,17 @@ void sfs_log_write(enum sfs_log_level level, const char *module, const char *fmt
 		return;
 	}
 	static const char *const names[8] = {"", "", "", "error", "warning", "", "info", "debug"};
+	char when[32] = "";
+	if (use_time) {
+		struct timespec ts;
+		struct tm tm;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		gmtime_r(&ts.tv_sec, &tm);
+		size_t n = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+		snprintf(when + n, sizeof(when) - n, ".%03ldZ ", ts.tv_nsec / 1000000);
+	}
 	/* One fprintf keeps concurrent lines whole (stdio locks the stream). */
-	fprintf(stderr, "shardfs: %s: %s: %s\n", names[level & 7], module, msg);
+	fprintf(stderr, "%sshardfs: %s: %s: %s\n", when, names[level & 7], module, msg);
 }
 
 uint64_t sfs_now_ns(void)

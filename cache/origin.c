@@ -117,6 +117,9 @@ struct sfs_node {
 	    reconnects;							     /* atomic */
 	uint64_t meta_by_op[SFS_ORIGIN_N_OPS];				     /* atomic */
 	uint64_t lat_count, lat_sum_ns, lat_buckets[SFS_ORIGIN_LAT_BUCKETS]; /* atomic */
+	/* atomic: when the node last left UP (0: never), and its reissued +
+	 * hedged then, for the line that says it is back */
+	uint64_t out_since_ms, moved_at_out;
 	struct sfs_log_ratelimit warn_rl;
 };
 
@@ -172,10 +175,26 @@ static void node_set_state(struct sfs_origin *pool, struct sfs_node *node, int s
 	if (state == SFS_NODE_UP)
 		__atomic_fetch_add(&pool->nodes_up, 1, __ATOMIC_RELAXED);
 	static const char *const names[] = {"up", "suspect", "down"};
+	uint64_t now = sfs_now_ms();
+	uint64_t moved = __atomic_load_n(&node->reissued, __ATOMIC_RELAXED) +
+			 __atomic_load_n(&node->hedged, __ATOMIC_RELAXED);
+	uint64_t since = __atomic_load_n(&node->out_since_ms, __ATOMIC_RELAXED);
+	if (old == SFS_NODE_UP) {
+		__atomic_store_n(&node->out_since_ms, now, __ATOMIC_RELAXED);
+		__atomic_store_n(&node->moved_at_out, moved, __ATOMIC_RELAXED);
+	}
 	/* At mount time only failures are news; later every change is. */
-	if (pool->started || state != SFS_NODE_UP)
+	if (state == SFS_NODE_UP && pool->started && since) {
+		uint64_t moved0 = __atomic_load_n(&node->moved_at_out, __ATOMIC_RELAXED);
+		sfs_log(SFS_LOG_INFO, "origin",
+			"node %s is up again after %.1f s out (last %s); %llu requests went to "
+			"other nodes meanwhile",
+			node->addr, (double)(now - since) / 1000, names[old],
+			(unsigned long long)(moved - moved0));
+	} else if (pool->started || state != SFS_NODE_UP) {
 		sfs_log(state == SFS_NODE_UP ? SFS_LOG_INFO : SFS_LOG_WARN, "origin",
 			"node %s is %s", node->addr, names[state]);
+	}
 }
 
 static void count(uint64_t *ctr, uint64_t n) { __atomic_fetch_add(ctr, n, __ATOMIC_RELAXED); }

@@ -312,6 +312,8 @@ int main(int argc, char **argv)
 	}
 	if (!o.foreground)
 		sfs_log_use_syslog();
+	else
+		sfs_log_use_timestamps(); /* a log now; refusals above stay one plain line */
 	fs.se = se;
 	if ((rc = sfs_origin_start(fs.origin)) < 0 || (fs.ns && (rc = sfs_ns_start(fs.ns)) < 0) ||
 	    (fs.store && (rc = sfs_store_start(fs.store)) < 0) ||

@@ -8,6 +8,7 @@
 #include "log.h"
 #include "tap.h"
 
+#include <ctype.h>
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -222,9 +223,31 @@ static void test_ratelimit(void)
 	   (unsigned long long)(b - a));
 }
 
+/* The foreground daemon's lines start with the UTC time. Last: the switch
+ * cannot be undone. */
+static void test_timestamps(void)
+{
+	time_t before = time(NULL);
+
+	sfs_log_use_timestamps();
+	capture_begin();
+	sfs_log(SFS_LOG_WARN, "origin", "node %s down", "10.0.0.1");
+	const char *out = capture_end();
+	struct tm tm = {0};
+	const char *rest = strptime(out, "%Y-%m-%dT%H:%M:%S", &tm);
+	time_t when = rest ? timegm(&tm) : 0;
+	ok(rest && rest[0] == '.' && isdigit((unsigned char)rest[1]) &&
+	       isdigit((unsigned char)rest[2]) && isdigit((unsigned char)rest[3]) &&
+	       !strcmp(rest + 4, "Z shardfs: warning: origin: node 10.0.0.1 down\n"),
+	   "timestamped line format (\"%s\")", esc(out));
+	ok(rest && when >= before - 1 && when <= time(NULL) + 1,
+	   "the timestamp is now, in UTC (%lld vs %lld)", (long long)when, (long long)before);
+}
+
 int main(void)
 {
 	test_levels();
 	test_ratelimit();
+	test_timestamps();
 	return tap_done();
 }
