@@ -13,6 +13,8 @@ mkdir -p "$EXPORT/shards"
 for i in 0 1 2 3 4 5 6 7; do head -c $((64 << 20)) /dev/urandom >"$EXPORT/shards/s$i"; done
 head -c $((300 << 20 | 4321)) /dev/urandom >"$EXPORT/big"
 head -c 5000 /dev/urandom >"$EXPORT/small"
+mkdir -p "$EXPORT/many"
+for i in $(seq 1 40); do head -c $((100000 + i)) /dev/urandom >"$EXPORT/many/img$i.jpg"; done
 sfs_cluster_up 4
 
 all_exact() {
@@ -266,6 +268,10 @@ drop_caches
 check "warmed files read from the cache, byte-exact" \
 	bash -c "for i in 0 1 2 3; do cmp -s '$MNT/shards/s'\$i '$EXPORT/shards/s'\$i || exit 1; done; cmp -s '$MNT/big' '$EXPORT/big'"
 check "warmed files: nothing more fetched" [ "$(fetched)" = "$f" ]
+"$WARM" -q "$MNT/many" >"$WORK/warm.out" 2>&1
+check "shardfs-warm, 40 small files: exit 0 ($(tail -1 "$WORK/warm.out"))" [ $? = 0 ]
+"$WARM" --check "$MNT/many" >"$WORK/check.out"
+check "shardfs-warm --check: 40/40 small files complete" grep -q "40/40 files complete" "$WORK/check.out"
 "$WARM" "$MNT/no-such-file" >"$WORK/warm.err" 2>&1
 check "shardfs-warm: a missing file fails with its name" bash -c "[ $? != 0 ] && grep -q 'no-such-file' '$WORK/warm.err'"
 sfs_umount
@@ -273,5 +279,9 @@ sfs_mount ""
 "$WARM" -q "$MNT/small" >"$WORK/warm.err" 2>&1
 check "shardfs-warm on a mount without cache_dir: fails, says why" \
 	bash -c "[ $? != 0 ] && grep -q 'no cache_dir' '$WORK/warm.err'"
+"$WARM" -q "$MNT/many" >"$WORK/warm.err" 2>&1
+n=$(grep -c '^shardfs-warm: ' "$WORK/warm.err")
+check "shardfs-warm without cache_dir, 40 files: 5 named and one summary, not 40 lines ($n)" \
+	bash -c "[ $n = 6 ] && grep -q '^shardfs-warm: ... and 35 more files: the mount has no cache_dir\$' '$WORK/warm.err'"
 check "unmount ends the daemon" sfs_umount
 sfs_finish

@@ -36,7 +36,8 @@ set -u
 
 SHARDFS_WARM_PATHS=""         # colon-separated, warmed for every job
 SHARDFS_WARM_TIMEOUT=900      # seconds for the whole warm-up
-SHARDFS_WARM_JOBS=16          # files warmed (or read) at once
+SHARDFS_WARM_JOBS=""          # files warmed (or read) at once; empty: shardfs-warm
+                              # chooses (8 for shards, 64 for small files), cat 16
 SHARDFS_WARM_WAIT=1           # 1: the job waits; 0: warm in the background
 SHARDFS_WARM_TOOL=shardfs-warm  # a name that is not found selects the fallback
 # Settings for the site; slurmd's environment (not the user's) may name
@@ -84,12 +85,13 @@ warm() {
 	local p err
 	for p in "$@"; do
 		if command -v "$SHARDFS_WARM_TOOL" >/dev/null; then
-			err=$(as_user "$SHARDFS_WARM_TOOL" -q -j "$SHARDFS_WARM_JOBS" -- "$p" 2>&1 >/dev/null) ||
+			err=$(as_user "$SHARDFS_WARM_TOOL" -q ${SHARDFS_WARM_JOBS:+-j "$SHARDFS_WARM_JOBS"} \
+				-- "$p" 2>&1 >/dev/null) ||
 				log "$SHARDFS_WARM_TOOL $p failed: $(tail -n 1 <<<"$err")"
 		else
 			# -xdev: stay on the mount; find does not follow symlinks.
 			as_user find "$p" -xdev -type f -print0 |
-				as_user xargs -0 -r -P "$SHARDFS_WARM_JOBS" -n 32 cat -- >/dev/null 2>&1 ||
+				as_user xargs -0 -r -P "${SHARDFS_WARM_JOBS:-16}" -n 32 cat -- >/dev/null 2>&1 ||
 				log "reading $p: some files could not be read"
 		fi
 	done
