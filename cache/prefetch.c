@@ -53,6 +53,7 @@ struct pf_chunk {
 	unsigned parts_pending;
 	uint64_t parts_done; /* bit p: parts[p] landed (chunks of <= 64 parts) */
 	bool used;	     /* a reader asked for it */
+	uint16_t delivered;  /* bit b: a reader got bytes of 64 KiB block b */
 	bool consumed;	     /* a read ended at its last byte: the reader moved on */
 	bool readahead;	     /* started before anyone asked */
 	bool in_store;	     /* its bytes are durable in the store */
@@ -179,6 +180,20 @@ static bool chunk_busy(const struct pf_chunk *c)
 	return c->refs || c->state == CHUNK_FETCHING || c->state == CHUNK_LOADING;
 }
 
+/* Bytes of a chunk fetched from the origin that neither a reader nor the
+ * cache got (sfs_prefetch_stats.undelivered_*), at its free. */
+static void count_undelivered(sfs_prefetch *pf, const struct pf_chunk *c)
+{
+	if (c->loaded || c->in_store || c->state != CHUNK_READY)
+		return;
+	uint64_t bytes = 0;
+	for (uint32_t b = 0, at = 0; at < c->len; b++, at += 64 * 1024)
+		if (!(c->delivered & (1u << b)))
+			bytes += c->len - at < 64 * 1024 ? c->len - at : 64 * 1024;
+	count(c->used ? &pf->stats.undelivered_rest_bytes : &pf->stats.undelivered_unread_bytes,
+	      (int64_t)bytes);
+}
+
 static void chunk_free(struct sfs_pf_file *f, size_t slot)
 {
 	struct pf_chunk *c = f->chunks[slot];
@@ -186,6 +201,7 @@ static void chunk_free(struct sfs_pf_file *f, size_t slot)
 	assert(!chunk_busy(c));
 	if (c->readahead && !c->used && !c->in_store)
 		count(&f->pf->stats.wasted_chunks, 1);
+	count_undelivered(f->pf, c);
 	buf_put(f->pf, c->buf);
 	free(c);
 	f->chunks[slot] = f->chunks[--f->n_chunks];
@@ -830,6 +846,8 @@ void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out)
 	LOAD(direct_scratch_bytes);
 	LOAD(direct_fetches);
 	LOAD(write_pinned_bytes);
+	LOAD(undelivered_unread_bytes);
+	LOAD(undelivered_rest_bytes);
 	LOAD(write_skipped_bytes);
 #undef LOAD
 }
@@ -1229,6 +1247,9 @@ static ssize_t fill_view(struct sfs_pf_file *f, uint64_t off, uint64_t end, stru
 			count(&f->pf->stats.miss_bytes, (int64_t)(to - from));
 		if (to == cstart + c->len)
 			c->consumed = true;
+		unsigned b0 = (unsigned)((from - cstart) >> 16),
+			 b1 = (unsigned)((to - 1 - cstart) >> 16);
+		c->delivered |= (uint16_t)(((1u << (b1 - b0 + 1)) - 1) << b0);
 		v->iov[v->n_iov].iov_base = c->buf + (from - cstart);
 		v->iov[v->n_iov].iov_len = (size_t)(to - from);
 		v->n_iov++;

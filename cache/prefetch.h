@@ -65,8 +65,15 @@ struct sfs_prefetch_stats {
 	uint64_t direct_fetches;       /* reads of random readers without a store served
 					  straight from the origin (their bytes only) */
 	uint64_t write_pinned_bytes;   /* chunk buffers waiting for their cache write */
-	uint64_t write_skipped_bytes;  /* chunks not offered to the cache: the writes
-					  waiting already held their share of the budget */
+	/* Bytes fetched from the origin that no reader got and no cache kept,
+	 * by cause: chunks read ahead and never read, and the rest of chunks
+	 * that readers read only in part (a small read, a file in the page
+	 * cache, a reader that stopped). Counted per 64 KiB block when the
+	 * chunk is freed. */
+	uint64_t undelivered_unread_bytes;
+	uint64_t undelivered_rest_bytes;
+	uint64_t write_skipped_bytes; /* chunks not offered to the cache: the writes
+					 waiting already held their share of the budget */
 };
 
 int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin, sfs_prefetch **out);

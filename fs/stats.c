@@ -209,6 +209,14 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	       "Bytes fetched from NFS for reads and readahead.", ps.fetched_bytes);
 	metric(f, "shardfs_prefetch_readahead_chunks_total", "counter",
 	       "Chunks fetched ahead of the reader.", ps.readahead_chunks);
+	help(f, "shardfs_prefetch_undelivered_bytes_total", "counter",
+	     "Bytes fetched from NFS that no reader got and no cache kept, by cause: read ahead "
+	     "and never read (readahead_unread), the rest of chunks read only in part "
+	     "(chunk_rest).");
+	fprintf(f, "shardfs_prefetch_undelivered_bytes_total{cause=\"readahead_unread\"} %llu\n",
+		(unsigned long long)ps.undelivered_unread_bytes);
+	fprintf(f, "shardfs_prefetch_undelivered_bytes_total{cause=\"chunk_rest\"} %llu\n",
+		(unsigned long long)ps.undelivered_rest_bytes);
 	metric(f, "shardfs_prefetch_wasted_chunks_total", "counter",
 	       "Readahead chunks dropped unread.", ps.wasted_chunks);
 	metric(f, "shardfs_prefetch_direct_fetches_total", "counter",

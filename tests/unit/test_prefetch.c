@@ -952,6 +952,34 @@ static void test_submit_race(void)
 	teardown();
 }
 
+/* --- bytes fetched that nobody got ------------------------------------------ */
+
+static void test_undelivered(void)
+{
+	setup(MiB, 0, 2, 64 * MiB, 4);
+	struct tfile t = topen(21, 16 * MiB, 16 * MiB);
+
+	/* A reader that stops after its first 100 KiB: its chunk's other 14
+	 * blocks (64 KiB each, 2 of them touched) and the 4 chunks read ahead
+	 * reach nobody once the file goes. */
+	CHECK_READ(&t, 0, 100 * KiB, "undelivered: a first read of 100 KiB");
+	fake_origin_drain(org);
+	struct sfs_prefetch_stats ps = pstats();
+	ok(ps.undelivered_unread_bytes == 0 && ps.undelivered_rest_bytes == 0,
+	   "undelivered: nothing counted while the chunks are held");
+	sfs_pf_file_unref(t.f);
+	fake_origin_drain(org);
+	ps = pstats();
+	ok(ps.undelivered_rest_bytes == 14 * 64 * KiB,
+	   "undelivered: the rest of the read chunk, per 64 KiB block (%llu KiB)",
+	   (unsigned long long)(ps.undelivered_rest_bytes >> 10));
+	ok(ps.undelivered_unread_bytes == ps.readahead_chunks * MiB && ps.readahead_chunks == 4,
+	   "undelivered: the chunks read ahead and never read (%llu KiB, %llu chunks)",
+	   (unsigned long long)(ps.undelivered_unread_bytes >> 10),
+	   (unsigned long long)ps.readahead_chunks);
+	teardown();
+}
+
 static void test_exact_1m(void) { test_exact(MiB); }
 static void test_exact_256k(void) { test_exact(256 * KiB); }
 static void test_exact_100000(void) { test_exact(100000); }
@@ -975,6 +1003,7 @@ static const struct {
     {"close_inflight", test_close_inflight},
     {"pins", test_pins},
     {"submit_race", test_submit_race},
+    {"undelivered", test_undelivered},
 };
 
 /* With no arguments, runs every test; otherwise only the named ones. */
