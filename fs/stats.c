@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static void help(FILE *f, const char *name, const char *type, const char *text)
 {
@@ -88,21 +89,48 @@ static int render_jobs(FILE *f, sfs_jobs *jobs)
 }
 #undef PER_JOB
 
-ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
+/* Per node: metadata calls by kind and the latency histogram. */
+static void render_node_calls(FILE *f, struct sfs_fs *fs)
 {
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
 	size_t n_nodes = sfs_origin_node_count(fs->origin);
 	struct sfs_origin_node_stats ns;
-	struct sfs_prefetch_stats ps;
 
-	if (!f)
-		return -ENOMEM;
-	help(f, "shardfs_build_info", "gauge", "Version of the running daemon.");
-	fprintf(f, "shardfs_build_info{version=\"%s\"} 1\n", SFS_VERSION);
-	help(f, "shardfs_uptime_seconds", "gauge", "Seconds since the daemon mounted.");
-	fprintf(f, "shardfs_uptime_seconds %.3f\n", (double)(sfs_now_ns() - fs->start_ns) / 1e9);
+	help(f, "shardfs_node_metadata_calls_total", "counter",
+	     "Metadata requests the node answered, by kind (lookup, getattr, readdir, readlink, "
+	     "fsstat).");
+	for (size_t i = 0; i < n_nodes; i++) {
+		sfs_origin_node_stats(fs->origin, i, &ns);
+		for (int k = 0; k < SFS_ORIGIN_N_OPS; k++)
+			if (k != SFS_ORIGIN_READ)
+				fprintf(f,
+					"shardfs_node_metadata_calls_total{node=\"%s\",kind=\"%s\"}"
+					" %llu\n",
+					ns.addr, sfs_origin_op_names[k],
+					(unsigned long long)ns.meta_by_op[k]);
+	}
+	help(f, "shardfs_node_latency_seconds", "histogram",
+	     "Time from sending a request to its reply.");
+	for (size_t i = 0; i < n_nodes; i++) {
+		sfs_origin_node_stats(fs->origin, i, &ns);
+		for (int b = 0; b < SFS_ORIGIN_LAT_BUCKETS; b++)
+			fprintf(f,
+				"shardfs_node_latency_seconds_bucket{node=\"%s\",le=\"%g\"} %llu\n",
+				ns.addr, sfs_origin_lat_bounds_s[b],
+				(unsigned long long)ns.lat_buckets[b]);
+		fprintf(f, "shardfs_node_latency_seconds_bucket{node=\"%s\",le=\"+Inf\"} %llu\n",
+			ns.addr, (unsigned long long)ns.lat_count);
+		fprintf(f, "shardfs_node_latency_seconds_sum{node=\"%s\"} %.6f\n", ns.addr,
+			(double)ns.lat_sum_ns / 1e9);
+		fprintf(f, "shardfs_node_latency_seconds_count{node=\"%s\"} %llu\n", ns.addr,
+			(unsigned long long)ns.lat_count);
+	}
+}
+
+/* Per node: health, traffic, hedges; then the request queue. */
+static void render_nodes(FILE *f, struct sfs_fs *fs)
+{
+	size_t n_nodes = sfs_origin_node_count(fs->origin);
+	struct sfs_origin_node_stats ns;
 
 #define PER_NODE(metric, type, text, expr)                                                         \
 	do {                                                                                       \
@@ -149,38 +177,14 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	PER_NODE("shardfs_node_reconnects_total", "counter",
 		 "Connections to the node lost and re-made.", ns.reconnects);
 #undef PER_NODE
-	help(f, "shardfs_node_metadata_calls_total", "counter",
-	     "Metadata requests the node answered, by kind (lookup, getattr, readdir, readlink, "
-	     "fsstat).");
-	for (size_t i = 0; i < n_nodes; i++) {
-		sfs_origin_node_stats(fs->origin, i, &ns);
-		for (int k = 0; k < SFS_ORIGIN_N_OPS; k++)
-			if (k != SFS_ORIGIN_READ)
-				fprintf(f,
-					"shardfs_node_metadata_calls_total{node=\"%s\",kind=\"%s\"}"
-					" %llu\n",
-					ns.addr, sfs_origin_op_names[k],
-					(unsigned long long)ns.meta_by_op[k]);
-	}
-	help(f, "shardfs_node_latency_seconds", "histogram",
-	     "Time from sending a request to its reply.");
-	for (size_t i = 0; i < n_nodes; i++) {
-		sfs_origin_node_stats(fs->origin, i, &ns);
-		for (int b = 0; b < SFS_ORIGIN_LAT_BUCKETS; b++)
-			fprintf(f,
-				"shardfs_node_latency_seconds_bucket{node=\"%s\",le=\"%g\"} %llu\n",
-				ns.addr, sfs_origin_lat_bounds_s[b],
-				(unsigned long long)ns.lat_buckets[b]);
-		fprintf(f, "shardfs_node_latency_seconds_bucket{node=\"%s\",le=\"+Inf\"} %llu\n",
-			ns.addr, (unsigned long long)ns.lat_count);
-		fprintf(f, "shardfs_node_latency_seconds_sum{node=\"%s\"} %.6f\n", ns.addr,
-			(double)ns.lat_sum_ns / 1e9);
-		fprintf(f, "shardfs_node_latency_seconds_count{node=\"%s\"} %llu\n", ns.addr,
-			(unsigned long long)ns.lat_count);
-	}
+	render_node_calls(f, fs);
 	metric(f, "shardfs_origin_queue_depth", "gauge",
 	       "Requests waiting for a free connection slot.", sfs_origin_queue_depth(fs->origin));
+}
 
+/* The FUSE side: requests by operation, read bytes and errors, inodes. */
+static void render_fuse(FILE *f, struct sfs_fs *fs)
+{
 	help(f, "shardfs_fuse_requests_total", "counter", "FUSE requests by operation.");
 	for (int op = 0; op < SFS_OP_COUNT; op++)
 		fprintf(f, "shardfs_fuse_requests_total{op=\"%s\"} %llu\n", sfs_fuse_op_names[op],
@@ -192,97 +196,105 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	       __atomic_load_n(&fs->read_errors, __ATOMIC_RELAXED));
 	metric(f, "shardfs_inodes", "gauge", "Inodes the kernel holds references to.",
 	       sfs_inode_count(fs->inodes));
+}
 
-	sfs_prefetch_get_stats(fs->prefetch, &ps);
+/* Fetching: buffers, cache writes waiting or skipped, readahead, waste. */
+static void render_prefetch(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_stats *ps)
+{
 	metric(f, "shardfs_prefetch_inflight_bytes", "gauge",
-	       "Chunk bytes being fetched from NFS now.", ps.inflight_bytes);
+	       "Chunk bytes being fetched from NFS now.", ps->inflight_bytes);
 	metric(f, "shardfs_prefetch_buffer_bytes", "gauge", "Memory held in chunk buffers.",
-	       ps.buffer_bytes);
+	       ps->buffer_bytes);
 	metric(f, "shardfs_prefetch_write_pinned_bytes", "gauge",
-	       "Chunk buffers waiting for their cache write (at most prefetch_mem).",
-	       ps.write_pinned_bytes);
+	       "Chunk buffers waiting for their cache write (about prefetch_mem at most).",
+	       ps->write_pinned_bytes);
 	metric(f, "shardfs_cache_write_skipped_bytes_total", "counter",
 	       "Fetched bytes not offered to the cache because the writes waiting already held "
 	       "prefetch_mem (the cache disk is slower than the network).",
-	       ps.write_skipped_bytes);
+	       ps->write_skipped_bytes);
 	metric(f, "shardfs_prefetch_fetched_bytes_total", "counter",
-	       "Bytes fetched from NFS for reads and readahead.", ps.fetched_bytes);
+	       "Bytes fetched from NFS for reads and readahead.", ps->fetched_bytes);
 	metric(f, "shardfs_prefetch_readahead_chunks_total", "counter",
-	       "Chunks fetched ahead of the reader.", ps.readahead_chunks);
+	       "Chunks fetched ahead of the reader.", ps->readahead_chunks);
 	help(f, "shardfs_prefetch_undelivered_bytes_total", "counter",
 	     "Bytes fetched from NFS that no reader got and no cache kept, by cause: read ahead "
 	     "and never read (readahead_unread), the rest of chunks read only in part "
 	     "(chunk_rest).");
 	fprintf(f, "shardfs_prefetch_undelivered_bytes_total{cause=\"readahead_unread\"} %llu\n",
-		(unsigned long long)ps.undelivered_unread_bytes);
+		(unsigned long long)ps->undelivered_unread_bytes);
 	fprintf(f, "shardfs_prefetch_undelivered_bytes_total{cause=\"chunk_rest\"} %llu\n",
-		(unsigned long long)ps.undelivered_rest_bytes);
+		(unsigned long long)ps->undelivered_rest_bytes);
 	metric(f, "shardfs_prefetch_wasted_chunks_total", "counter",
-	       "Readahead chunks dropped unread.", ps.wasted_chunks);
+	       "Readahead chunks dropped unread.", ps->wasted_chunks);
 	metric(f, "shardfs_prefetch_direct_fetches_total", "counter",
 	       "Reads of random readers without a cache fetched from NFS as asked (no chunk).",
-	       ps.direct_fetches);
+	       ps->direct_fetches);
 	metric(f, "shardfs_prefetch_files_total", "counter", "File versions opened for fetching.",
-	       ps.files_opened);
+	       ps->files_opened);
 
 	metric(f, "shardfs_prefetch_shard_files_total", "counter",
-	       "Files fetched whole (shard prefetch or shardfs-warm).", ps.shard_files);
+	       "Files fetched whole (shard prefetch or shardfs-warm).", ps->shard_files);
 	metric(f, "shardfs_read_stale_total", "counter",
 	       "Chunks refused because the file changed on the server under an open.",
-	       ps.stale_errors);
+	       ps->stale_errors);
 	metric(f, "shardfs_kernel_cache_invalidations_total", "counter",
 	       "Kernel page caches dropped because a file changed on the server.",
 	       __atomic_load_n(&fs->invalidations, __ATOMIC_RELAXED));
+}
 
-	struct sfs_store_stats cs = {0};
-	if (fs->store)
-		sfs_store_get_stats(fs->store, &cs);
+/* The local cache. */
+static void render_cache(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_stats *ps,
+			 const struct sfs_store_stats *cs)
+{
 	metric(f, "shardfs_cache_enabled", "gauge",
-	       "1 if a cache_dir is configured and usable now.", fs->store && cs.online);
+	       "1 if a cache_dir is configured and usable now.", fs->store && cs->online);
 	metric(f, "shardfs_cache_hit_bytes_total", "counter",
-	       "Bytes read served from the local cache.", ps.hit_bytes);
+	       "Bytes read served from the local cache.", ps->hit_bytes);
 	metric(f, "shardfs_cache_direct_reads_total", "counter",
 	       "Reads served straight from the cache, verified per 64 KiB block or object, "
 	       "with no chunk buffer (small files and random readers).",
-	       ps.direct_reads);
+	       ps->direct_reads);
 	metric(f, "shardfs_cache_miss_bytes_total", "counter",
 	       "Bytes readers needed that were not in the local cache (fetched from NFS).",
-	       (fs->store ? ps.miss_bytes : 0));
+	       (fs->store ? ps->miss_bytes : 0));
 	metric(f, "shardfs_cache_used_bytes", "gauge", "Bytes of chunks in the local cache.",
-	       cs.used_bytes);
+	       cs->used_bytes);
 	metric(f, "shardfs_cache_capacity_bytes", "gauge", "cache_size in effect.",
-	       cs.capacity_bytes);
+	       cs->capacity_bytes);
 	metric(f, "shardfs_cache_objects", "gauge", "File versions with chunks in the local cache.",
-	       cs.objects);
+	       cs->objects);
 	metric(f, "shardfs_cache_small_objects", "gauge",
 	       "File versions of one chunk or less packed in segment files (in objects too).",
-	       cs.small_objects);
+	       cs->small_objects);
 	metric(f, "shardfs_cache_segments", "gauge",
-	       "Segment files holding packed small file versions.", cs.segments);
+	       "Segment files holding packed small file versions.", cs->segments);
 	metric(f, "shardfs_cache_index_bytes", "gauge",
 	       "Memory held by the local cache's indexes (objects, segment index).",
-	       cs.index_bytes);
+	       cs->index_bytes);
 	metric(f, "shardfs_cache_write_bytes_total", "counter",
-	       "Bytes written durably to the local cache.", cs.write_bytes);
+	       "Bytes written durably to the local cache.", cs->write_bytes);
 	metric(f, "shardfs_cache_write_queue_bytes", "gauge",
-	       "Chunk bytes waiting to be written to the cache.", cs.queued_bytes);
+	       "Chunk bytes waiting to be written to the cache.", cs->queued_bytes);
 	metric(
 	    f, "shardfs_cache_not_admitted_bytes_total", "counter",
 	    "Bytes not cached because the cache was full (pin) or its filesystem ran out of space.",
-	    cs.not_admitted_bytes);
+	    cs->not_admitted_bytes);
 	metric(f, "shardfs_cache_evicted_bytes_total", "counter",
-	       "Bytes evicted to stay under cache_size.", cs.evicted_bytes);
+	       "Bytes evicted to stay under cache_size.", cs->evicted_bytes);
 	metric(f, "shardfs_cache_checksum_failures_total", "counter",
 	       "Cached chunks whose bytes did not match their checksum (refetched, never served).",
-	       cs.checksum_failures);
+	       cs->checksum_failures);
 	metric(f, "shardfs_cache_errors_total", "counter",
 	       "Cache directory errors (missing, unwritable, I/O errors); reads went to NFS.",
-	       cs.errors);
+	       cs->errors);
+}
 
-	struct sfs_ns_stats nss = {0};
+/* The immutable namespace, and whether the mount serves from the cache only. */
+static void render_namespace(FILE *f, struct sfs_fs *fs, const struct sfs_ns_stats *nss)
+{
+	size_t n_nodes = sfs_origin_node_count(fs->origin);
+	struct sfs_origin_node_stats ns;
 	bool any_up = false;
-	if (fs->ns)
-		sfs_ns_get_stats(fs->ns, &nss);
 	for (size_t i = 0; i < n_nodes && !any_up; i++) {
 		sfs_origin_node_stats(fs->origin, i, &ns);
 		any_up = ns.state == SFS_NODE_UP;
@@ -290,26 +302,31 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	metric(f, "shardfs_immutable", "gauge", "1 if mounted immutable (never revalidates).",
 	       fs->ns != NULL);
 	metric(f, "shardfs_namespace_entries", "gauge",
-	       "Names (with handles and attributes) held by the immutable namespace.", nss.entries);
+	       "Names (with handles and attributes) held by the immutable namespace.",
+	       nss->entries);
 	metric(f, "shardfs_namespace_complete_dirs", "gauge",
-	       "Directories whose whole listing the namespace holds.", nss.dirs_complete);
+	       "Directories whose whole listing the namespace holds.", nss->dirs_complete);
 	metric(f, "shardfs_namespace_disk_bytes", "gauge",
-	       "Bytes of the namespace log in cache_dir.", nss.file_bytes);
+	       "Bytes of the namespace log in cache_dir.", nss->file_bytes);
 	metric(f, "shardfs_namespace_memory_bytes", "gauge",
-	       "Bytes of memory held by the namespace index.", nss.mem_bytes);
+	       "Bytes of memory held by the namespace index.", nss->mem_bytes);
 	metric(f, "shardfs_namespace_hits_total", "counter",
-	       "Lookups and listings answered from the namespace without NFS.", nss.hits);
+	       "Lookups and listings answered from the namespace without NFS.", nss->hits);
 	metric(f, "shardfs_namespace_misses_total", "counter",
-	       "Lookups and listings the namespace could not answer (asked NFS).", nss.misses);
+	       "Lookups and listings the namespace could not answer (asked NFS).", nss->misses);
 	metric(f, "shardfs_namespace_not_recorded_total", "counter",
-	       "Names not kept because namespace_max was reached.", nss.not_recorded);
+	       "Names not kept because namespace_max was reached.", nss->not_recorded);
 	metric(f, "shardfs_namespace_discarded_bytes", "gauge",
 	       "Bytes of a damaged namespace log cut off at mount (re-read from NFS).",
-	       nss.discarded_bytes);
+	       nss->discarded_bytes);
 	metric(f, "shardfs_serving_from_cache", "gauge",
 	       "1 if immutable and no node is up: names and data come from the cache only.",
 	       fs->ns && !any_up);
+}
 
+/* Staging into GPU or shared memory. */
+static void render_staging(FILE *f, struct sfs_fs *fs)
+{
 	metric(f, "shardfs_gpus", "gauge", "GPUs usable for staging (0 without CUDA).",
 	       fs->staging ? sfs_staging_gpu_count(fs->staging) : 0);
 	help(f, "shardfs_stage_bytes_total", "counter",
@@ -332,7 +349,70 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 		    f, "shardfs_stage_errors_total{reason=\"%s\"} %llu\n",
 		    sfs_stage_reason_names[r],
 		    (unsigned long long)__atomic_load_n(&fs->stage_errors[r], __ATOMIC_RELAXED));
+}
 
+/* The process's resident memory, and the bytes the daemon accounts for, by
+ * kind, so that an operator sees where memory goes. */
+static void render_memory(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_stats *ps,
+			  const struct sfs_store_stats *cs, const struct sfs_ns_stats *nss)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	unsigned long long size_pages = 0, rss_pages = 0;
+	FILE *statm = fopen("/proc/self/statm", "r");
+
+	if (statm) {
+		if (fscanf(statm, "%llu %llu", &size_pages, &rss_pages) != 2)
+			rss_pages = 0;
+		fclose(statm);
+	}
+	metric(f, "shardfs_process_resident_bytes", "gauge", "Resident memory of the daemon (RSS).",
+	       rss_pages * (unsigned long long)page);
+	help(f, "shardfs_memory_bytes", "gauge",
+	     "Memory the daemon accounts for, by kind: chunk buffers (fetches, cache loads and "
+	     "writes waiting; prefetch_mem), the per-thread direct-read scratch, the cache index, "
+	     "the immutable namespace, the inodes the kernel holds.");
+	const struct {
+		const char *kind;
+		uint64_t bytes;
+	} kinds[] = {
+	    {"chunk_buffers", ps->buffer_bytes},
+	    {"read_scratch", ps->direct_scratch_bytes},
+	    {"cache_index", cs->index_bytes},
+	    {"namespace", nss->mem_bytes},
+	    {"inodes", sfs_inode_count(fs->inodes) * sizeof(struct sfs_inode)},
+	};
+	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
+		fprintf(f, "shardfs_memory_bytes{kind=\"%s\"} %llu\n", kinds[k].kind,
+			(unsigned long long)kinds[k].bytes);
+}
+
+ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	struct sfs_prefetch_stats ps;
+	struct sfs_store_stats cs = {0};
+	struct sfs_ns_stats nss = {0};
+
+	if (!f)
+		return -ENOMEM;
+	sfs_prefetch_get_stats(fs->prefetch, &ps);
+	if (fs->store)
+		sfs_store_get_stats(fs->store, &cs);
+	if (fs->ns)
+		sfs_ns_get_stats(fs->ns, &nss);
+	help(f, "shardfs_build_info", "gauge", "Version of the running daemon.");
+	fprintf(f, "shardfs_build_info{version=\"%s\"} 1\n", SFS_VERSION);
+	help(f, "shardfs_uptime_seconds", "gauge", "Seconds since the daemon mounted.");
+	fprintf(f, "shardfs_uptime_seconds %.3f\n", (double)(sfs_now_ns() - fs->start_ns) / 1e9);
+	render_nodes(f, fs);
+	render_fuse(f, fs);
+	render_prefetch(f, fs, &ps);
+	render_cache(f, fs, &ps, &cs);
+	render_namespace(f, fs, &nss);
+	render_staging(f, fs);
+	render_memory(f, fs, &ps, &cs, &nss);
 	int rc = fs->jobs ? render_jobs(f, fs->jobs) : 0;
 	if (fclose(f) != 0 || rc < 0) {
 		free(buf);
