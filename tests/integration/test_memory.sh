@@ -25,6 +25,8 @@ memory_cleanup() {
 	if mountpoint -q "$MNT"; then umount "$MNT" || umount -l "$MNT"; fi
 	pkill -f "shardfs .* $MNT( |\$)"
 	for _ in $(seq 50); do pgrep -f "shardfs .* $MNT( |\$)" >/dev/null || break; sleep 0.1; done
+	pkill -9 -f "shardfs .* $MNT( |\$)" # still draining writes to the slow disk
+	for _ in $(seq 50); do pgrep -f "shardfs .* $MNT( |\$)" >/dev/null || break; sleep 0.1; done
 	mountpoint -q "$WORK/slow" && umount "$WORK/slow"
 	[ -n "$LOOP" ] && losetup -d "$LOOP"
 	[ -d "$CG" ] && rmdir "$CG"
