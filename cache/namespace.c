@@ -715,6 +715,7 @@ int sfs_ns_flush(sfs_ns *ns)
 static void *flusher_main(void *arg)
 {
 	sfs_ns *ns = arg;
+	pthread_setname_np(pthread_self(), "sfs-nsflush"); /* top -H, perf --sort comm */
 
 	pthread_mutex_lock(&ns->lock);
 	while (!ns->stopping) {

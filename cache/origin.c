@@ -20,8 +20,9 @@
  * (attempt->req = NULL), so a late reply never touches a request its owner
  * may already have freed.
  *
- * Locking: pool->lock protects the queue, every req's private fields, and
- * every attempt's req/req_next. It is a leaf lock: nothing is called out
+ * Locking: pool->lock protects the queue (whose length the I/O threads
+ * also read without it, as a hint), every req's private fields, and every
+ * attempt's req/req_next. It is a leaf lock: nothing is called out
  * (libnfs, completion callbacks) while it is held. Everything else in a conn
  * is owned by its thread. Node state and counters are atomics.
  *
@@ -154,9 +155,14 @@ struct sfs_origin {
 	struct sfs_fh root; /* set at open, then read-only */
 	uint32_t max_read;  /* atomic: min over mounted connections */
 
+	unsigned wake_next;   /* atomic: the thread a submit tries to wake first */
+	unsigned wake_relays; /* atomic: hand-offs left to the last submit's wake-up */
+
 	pthread_mutex_t lock;			/* leaf lock, see file comment */
 	struct sfs_origin_req *q_head, *q_tail; /* protected by lock */
-	size_t q_len;				/* protected by lock */
+	/* Changed under lock; also read without it (atomic load) as a hint by
+	 * the I/O threads, which take the lock before they act on it. */
+	size_t q_len;
 };
 
 /* libnfs keeps unlocked globals in context creation; serialise it. */
@@ -308,7 +314,7 @@ static void q_unlink(struct sfs_origin *pool, struct sfs_origin_req *req)
 		pool->q_tail = req->q_prev;
 	req->q_next = req->q_prev = NULL;
 	req->queued = false;
-	pool->q_len--;
+	__atomic_store_n(&pool->q_len, pool->q_len - 1, __ATOMIC_RELAXED);
 }
 
 static void q_push(struct sfs_origin *pool, struct sfs_origin_req *req, bool at_head)
@@ -332,7 +338,7 @@ static void q_push(struct sfs_origin *pool, struct sfs_origin_req *req, bool at_
 			pool->q_head = req;
 		pool->q_tail = req;
 	}
-	pool->q_len++;
+	__atomic_store_n(&pool->q_len, pool->q_len + 1, __ATOMIC_RELAXED);
 }
 
 /* Claim a request for completion: detach every attempt and dequeue it.
@@ -367,18 +373,31 @@ static void attempt_unlink(struct sfs_attempt *a)
 	a->req_next = NULL;
 }
 
-static void wake_threads(struct sfs_origin *pool)
+/* Wake up to `most` sleeping I/O threads other than `self` (NULL: none is
+ * the caller), from a rotating start. Returns how many were woken. */
+static unsigned wake_some(struct sfs_origin *pool, unsigned most, const struct sfs_iothread *self)
 {
 	uint64_t one = 1;
+	unsigned woken = 0;
 
-	if (!pool->started)
-		return;
-	for (unsigned i = 0; i < pool->n_threads; i++)
-		if (__atomic_load_n(&pool->threads[i].sleeping, __ATOMIC_ACQUIRE))
-			if (write(pool->threads[i].efd, &one, sizeof(one)) < 0) {
-				/* eventfd counter saturated: already awake */
-			}
+	if (!pool->started || !most)
+		return 0;
+	unsigned start = __atomic_fetch_add(&pool->wake_next, 1, __ATOMIC_RELAXED);
+	for (unsigned k = 0; k < pool->n_threads && woken < most; k++) {
+		struct sfs_iothread *t = &pool->threads[(start + k) % pool->n_threads];
+		if (t == self || !__atomic_load_n(&t->sleeping, __ATOMIC_ACQUIRE))
+			continue;
+		if (write(t->efd, &one, sizeof(one)) < 0) {
+			/* eventfd counter saturated: already awake */
+		}
+		woken++;
+	}
+	return woken;
 }
+
+/* Every sleeping thread: for re-queued work that the thread which had it
+ * cannot send (its node went down, a hedge), and for stopping. */
+static void wake_threads(struct sfs_origin *pool) { wake_some(pool, pool->n_threads, NULL); }
 
 /* Complete a claimed request: call the owner's callback. No lock held. */
 static void req_finish(struct sfs_origin_req *req, int result)
@@ -1035,11 +1054,24 @@ static void io_iterate(struct sfs_iothread *t, uint64_t *next_tick, int timeout_
 		}
 		t->pull_start++;
 	}
+	/* Work this thread could not place (its connections full, or on nodes
+	 * that are down or to be avoided): hand it to a sleeping thread, at most
+	 * n_threads times per submit, so that threads that cannot place it
+	 * either do not wake each other in a loop. */
+	if (__atomic_load_n(&pool->q_len, __ATOMIC_RELAXED)) {
+		unsigned r = __atomic_load_n(&pool->wake_relays, __ATOMIC_RELAXED);
+		while (r && !__atomic_compare_exchange_n(&pool->wake_relays, &r, r - 1, false,
+							 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+			;
+		if (r)
+			wake_some(pool, 1, t);
+	}
 }
 
 static void *io_thread_main(void *arg)
 {
 	struct sfs_iothread *t = arg;
+	pthread_setname_np(pthread_self(), "sfs-io"); /* top -H, perf --sort comm */
 	uint64_t next_tick = sfs_now_ms() + TICK_MS;
 
 	while (!__atomic_load_n(&t->pool->stopping, __ATOMIC_ACQUIRE))
@@ -1378,7 +1410,14 @@ void sfs_origin_submit_batch(sfs_origin *pool, struct sfs_origin_req **reqs, siz
 	for (size_t i = 0; i < n; i++)
 		q_push(pool, reqs[i], false);
 	pthread_mutex_unlock(&pool->lock);
-	wake_threads(pool);
+	/* One sleeping thread per request, not all of them: every thread has
+	 * connections to every node when nconnect >= threads (the default), and
+	 * a woken thread that leaves work queued wakes another (io_iterate). A
+	 * wake-all made each small-file LOOKUP and READ wake both threads of a
+	 * 2-CPU node, one of them for nothing (4.0 -> 2.3 I/O thread switches
+	 * per cold small file). */
+	__atomic_store_n(&pool->wake_relays, pool->n_threads, __ATOMIC_RELAXED);
+	wake_some(pool, (unsigned)(n < pool->n_threads ? n : pool->n_threads), NULL);
 }
 
 void sfs_origin_submit(sfs_origin *pool, struct sfs_origin_req *req)
@@ -1414,8 +1453,5 @@ void sfs_origin_node_stats(const sfs_origin *pool, size_t i, struct sfs_origin_n
 
 size_t sfs_origin_queue_depth(sfs_origin *pool)
 {
-	pthread_mutex_lock(&pool->lock);
-	size_t n = pool->q_len;
-	pthread_mutex_unlock(&pool->lock);
-	return n;
+	return __atomic_load_n(&pool->q_len, __ATOMIC_RELAXED);
 }

@@ -650,6 +650,7 @@ static void part_done(struct sfs_origin_req *req)
 static void *pump_main(void *arg)
 {
 	sfs_prefetch *pf = arg;
+	pthread_setname_np(pthread_self(), "sfs-pump");
 
 	pthread_mutex_lock(&pf->files_lock);
 	while (!pf->stopping) {
@@ -726,6 +727,7 @@ static void loader_queue(sfs_prefetch *pf, struct pf_chunk **c, size_t n)
 static void *loader_main(void *arg)
 {
 	sfs_prefetch *pf = arg;
+	pthread_setname_np(pthread_self(), "sfs-load");
 
 	pthread_mutex_lock(&pf->load_lock);
 	for (;;) {
