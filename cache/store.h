@@ -5,7 +5,7 @@
  * Owns: cached file versions ("objects") under cache_dir, in two layouts
  * that callers never see: a version larger than one chunk has a file of its
  * own (a header with one record per 1 MiB chunk: its length, a valid mark,
- * one XXH3-64 per 64 KiB sub-block; then the chunk bytes, chunk after
+ * one XXH3-64 per 16 KiB sub-block; then the chunk bytes, chunk after
  * chunk); a version of one chunk or less (1 byte to SFS_SEG_MAX_OBJECT) is
  * packed as one record among many in append-only segment files (segment.h),
  * so a million small files make a few hundred files, not a million. A
@@ -31,9 +31,10 @@
  * whole; a segment evicted under its holders makes it ABSENT (a miss).
  *
  * Memory: a per-file object nobody holds costs its struct (~150 bytes) and
- * one byte per chunk; while it is referenced, also its open fds and 136
- * bytes per chunk it has read (the records), until the last reference
- * goes. A packed version costs one segment index entry (36-72 bytes) and
+ * one byte per chunk; while it is referenced, also its open fds and 520
+ * bytes per chunk it has read (the records; none for objects over ~2 GiB,
+ * whose records are read from the page cache each time), until the last
+ * reference goes. A packed version costs one segment index entry (36-72 bytes) and
  * nothing else unless referenced.
  *
  * Threading: every function may be called from any thread. One lock
@@ -76,7 +77,8 @@ struct sfs_store_stats {
 	uint64_t used_bytes; /* object files' chunk bytes + segment files' bytes */
 	uint64_t capacity_bytes;
 	uint64_t write_bytes, evicted_bytes, checksum_failures, errors;
-	uint64_t objects; /* cached versions of both layouts */
+	uint64_t read_bytes; /* read from cache files: whole sub-blocks, chunks, records */
+	uint64_t objects;    /* cached versions of both layouts */
 	uint64_t not_admitted_bytes;
 	uint64_t queued_bytes;	/* chunk bytes waiting to be written */
 	uint64_t segments;	/* segment files */
@@ -142,7 +144,7 @@ int sfs_store_write_chunk(sfs_store_obj *obj, uint32_t index, const void *buf, u
 /*
  * The random-access read: [off, off + len) of a cached version (len <= 1 MiB,
  * any alignment, may cross one chunk boundary), read from disk and verified
- * at a finer grain than a chunk: every 64 KiB sub-block that the range
+ * at a finer grain than a chunk: every 16 KiB sub-block that the range
  * touches (objects of several chunks), or the whole object (objects of one
  * chunk or less, packed in segments). buf is 4096-aligned scratch of buf_len
  * >= SFS_STORE_RANGE_BUF_BYTES. On success *data points at byte `off` inside
@@ -152,7 +154,7 @@ int sfs_store_write_chunk(sfs_store_obj *obj, uint32_t index, const void *buf, u
  * another -errno for an I/O error. Takes the store lock only briefly, never
  * across I/O; any thread.
  */
-#define SFS_STORE_SUB_SHIFT	  16 /* 64 KiB verification blocks */
+#define SFS_STORE_SUB_SHIFT	  14 /* 16 KiB verification blocks */
 #define SFS_STORE_RANGE_BUF_BYTES ((1u << 20) + (3u << SFS_STORE_SUB_SHIFT))
 ssize_t sfs_store_read_range(sfs_store_obj *obj, uint64_t off, size_t len, void *buf,
 			     size_t buf_len, const char **data);

@@ -250,8 +250,12 @@ static void render_cache(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_s
 	       "1 if a cache_dir is configured and usable now.", fs->store && cs->online);
 	metric(f, "shardfs_cache_hit_bytes_total", "counter",
 	       "Bytes read served from the local cache.", ps->hit_bytes);
+	metric(f, "shardfs_cache_read_bytes_total", "counter",
+	       "Bytes read from the cache's files to serve hits: whole 16 KiB sub-blocks, "
+	       "chunks or packed records, as verification needs them.",
+	       cs->read_bytes);
 	metric(f, "shardfs_cache_direct_reads_total", "counter",
-	       "Reads served straight from the cache, verified per 64 KiB block or object, "
+	       "Reads served straight from the cache, verified per 16 KiB block or object, "
 	       "with no chunk buffer (small files and random readers).",
 	       ps->direct_reads);
 	metric(f, "shardfs_cache_miss_bytes_total", "counter",

@@ -96,14 +96,14 @@ sfs_umount
 
 # --- corrupted, truncated and deleted cache files -----------------------------
 # s0: flip bytes inside its first chunk; s1: truncate its file; s2: delete it;
-# s3: zero its header (the index of its chunks). A chunk record is 136 bytes
-# (16 sub-block XXH3-64s, length, valid mark; cache/store.c).
+# s3: zero its header (the index of its chunks). A chunk record is 520 bytes
+# (64 XXH3-64s, one per 16 KiB sub-block, length, valid mark; cache/store.c).
 mapfile -t objs < <(find "$CACHE/objects" -type f -size +60M | sort)
 check "one cache object per shard file" [ "${#objs[@]}" -ge 8 ]
 # Find which object holds which shard by comparing a chunk's bytes.
 declare -A obj_for
 for o in "${objs[@]}"; do
-	off=$(python3 -c "n=int(open('$o','rb').read(64)[32:36][::-1].hex() or '0',16); print(((64+136*n)+4095)//4096*4096)" 2>/dev/null)
+	off=$(python3 -c "n=int(open('$o','rb').read(64)[32:36][::-1].hex() or '0',16); print(((64+520*n)+4095)//4096*4096)" 2>/dev/null)
 	[ -n "$off" ] || continue
 	h=$(dd if="$o" bs=4096 skip=$((off / 4096)) count=16 status=none | md5sum | cut -c1-32)
 	for i in 0 1 2 3; do
@@ -116,7 +116,7 @@ import sys
 p = sys.argv[1]
 with open(p, "r+b") as f:
     n = int.from_bytes(f.read(64)[32:36], "little")
-    data_off = ((64 + 136 * n) + 4095) // 4096 * 4096
+    data_off = ((64 + 520 * n) + 4095) // 4096 * 4096
     for off in (data_off + 100, data_off + 500000):
         f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 0xFF]))
 PY

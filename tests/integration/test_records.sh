@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # Random-offset records in one big file against a real 4-node cluster: a
 # file larger than prefetch_max and prefetch_mem read with shuffled preads
-# of 110 KB records and odd lengths (across 64 KiB and 1 MiB boundaries, at
+# of 110 KB records and odd lengths (across 16 KiB and 1 MiB boundaries, at
 # and past EOF), cold then warm (served straight from the cache, verified
-# per 64 KiB sub-block), by 8 concurrent readers, with one sub-block of the
+# per 16 KiB sub-block), by 8 concurrent readers, with one sub-block of the
 # cached object corrupted and with its short last chunk corrupted, and with
 # direct_io (every pread reaches the daemon at its own offset and length),
 # and without a cache (a reader that jumps around fetches its own bytes).
@@ -34,11 +34,13 @@ def plan(size, seed):
     rng = random.Random(seed)
     # Every record of the file once (an epoch), in a shuffled order.
     reads = [(o, REC) for o in range(0, size, REC)]
-    # Across 1 MiB chunk boundaries and 64 KiB sub-block boundaries.
+    # Across 1 MiB chunk boundaries and 16/64 KiB block boundaries.
     for k in rng.sample(range(1, size // MIB), 12):
         reads += [(k * MIB - 50000, 100000), (k * MIB - 1, 2), (k * MIB - REC + 7, REC)]
     for k in rng.sample(range(1, size // (64 * KIB)), 24):
         reads += [(k * 64 * KIB - 3, 7), (k * 64 * KIB - 4096, 65536 + 8192)]
+    for k in rng.sample(range(1, size // (16 * KIB)), 24):
+        reads += [(k * 16 * KIB - 1, 2), (k * 16 * KIB - 8192, 3 * 16 * KIB)]
     # Odd lengths at odd offsets.
     for n in (1, 3, 4095, 4097, 65535, 65537, 131071, MIB - 1, MIB + 1, 2 * MIB + 5):
         reads.append((rng.randrange(0, size - n), n))
@@ -142,7 +144,7 @@ check "8 readers, warm: nothing fetched from NFS but what was not cached ($((f1 
 check "8 readers: no checksum failures" [ "$(counter shardfs_cache_checksum_failures_total)" = 0 ]
 sfs_umount
 
-# --- a corrupted 64 KiB sub-block ----------------------------------------------------------
+# --- a corrupted 16 KiB sub-block ----------------------------------------------------------
 section "a corrupted sub-block"
 mapfile -t objs < <(find "$CACHE/objects" -type f 2>/dev/null)
 check "one cache object for the file (${#objs[@]})" [ "${#objs[@]}" = 1 ]
@@ -178,11 +180,11 @@ import os, sys
 g = os.open(sys.argv[1], os.O_RDONLY); w = os.open(sys.argv[2], os.O_RDONLY)
 sys.exit(os.pread(g, $2, $1) != os.pread(w, $2, $1))" "$MNT/records.bin" "$EXPORT/records.bin"
 }
-# Inside sub-block SUB of chunk CHUNK, not at its edges.
+# Inside 16 KiB sub-block SUB of chunk CHUNK, not at its edges.
 CHUNK=40
-SUB=5
-base=$(( (CHUNK << 20) + (SUB << 16) ))
-at=$(flip "${objs[0]:-/nonexistent}" $((base + 100)) $((base + 30000)) $((base + 65000)))
+SUB=21
+base=$(( (CHUNK << 20) + (SUB << 14) ))
+at=$(flip "${objs[0]:-/nonexistent}" $((base + 100)) $((base + 8000)) $((base + 16000)))
 diag "flipped 3 bytes at ${at:-?} of the object"
 check "corrupted the object" [ -n "$at" ]
 sfs_mount "$OPTS"
@@ -192,7 +194,7 @@ check "corrupted sub-block: the record that covers it is byte-exact" pread_exact
 f1=$(fetched)
 check "corrupted sub-block: counted as a checksum failure" le 1 "$(counter shardfs_cache_checksum_failures_total)"
 check "corrupted sub-block: refetched about one chunk ($((f1 - f0)) bytes)" \
-	bash -c "[ $((f1 - f0)) -ge 65536 ] && [ $((f1 - f0)) -le $((2 * MB)) ]"
+	bash -c "[ $((f1 - f0)) -ge 16384 ] && [ $((f1 - f0)) -le $((2 * MB)) ]"
 check "corrupted sub-block: a whole epoch is byte-exact" epoch 5 1
 wait_idle
 f2=$(fetched)

@@ -11,9 +11,10 @@
  *
  * Tests that damage the cache on disk rely on the object file layout that
  * store.c documents: a 64-byte header (size at offset 24, n_chunks at 32,
- * data_off at 40), 136-byte chunk records from offset 64 (16 XXH3-64 of
- * 64 KiB sub-blocks, then length and valid mark), and chunk i's bytes at
- * data_off + i MiB, data_off being 64 + 136 n rounded up to 4096. Versions
+ * data_off at 40), REC_BYTES-byte chunk records from offset 64 (one XXH3-64
+ * per SUB-byte sub-block of a 1 MiB chunk, then length and valid mark), and
+ * chunk i's bytes at data_off + i MiB, data_off being 64 + REC_BYTES n
+ * rounded up to 4096. Versions
  * of 1 MiB or less are packed in cache_dir/segments; tests that damage those
  * find a record by its bytes and know only that a sealed segment is checked
  * at read and the one being filled by the scan at open (segment.h).
@@ -38,6 +39,9 @@
 #include <unistd.h>
 
 #define MiB (1ull << 20)
+/* The object file layout of store.c (see the top of this file). */
+#define SUB	  (1u << SFS_STORE_SUB_SHIFT)
+#define REC_BYTES (8 * (MiB / SUB) + 8)
 
 /* --- helpers --------------------------------------------------------------- */
 
@@ -308,7 +312,7 @@ static const char *state_name(enum sfs_chunk_state st)
 
 static uint64_t data_off_for(uint32_t n_chunks)
 {
-	return (64 + 136ull * n_chunks + 4095) & ~4095ull;
+	return (64 + (uint64_t)REC_BYTES * n_chunks + 4095) & ~4095ull;
 }
 
 /* Finds the object file under dir/objects whose header says `size`; the
@@ -1391,18 +1395,18 @@ static void test_range_corruption(void)
 	if (find_object(dir, RG_SIZE, path, sizeof(path)) != 0)
 		bail("object file not found", -ENOENT);
 	uint64_t d0 = data_off_for(4);
-	flip_byte(path, (off_t)(d0 + MiB + 5 * 65536 + 100)); /* chunk 1, sub-block 5 */
+	flip_byte(path, (off_t)(d0 + MiB + 5 * SUB + 100)); /* chunk 1, sub-block 5 */
 
 	s = store_open(dir, 0, SFS_STORE_LRU);
 	sfs_store_obj *o = sfs_store_obj_get(s, &v);
 	uint8_t *buf = range_buf();
 	char why[256] = "";
-	int r =
-	    range_check(o, RG_SEED, RG_SIZE, MiB + 3 * 65536 + 5, 100000, buf, why, sizeof(why));
+	int r = range_check(o, RG_SEED, RG_SIZE, MiB + 3 * SUB + 5, 2 * SUB - 10, buf, why,
+			    sizeof(why));
 	ok(r == 0, "chunk 1, sub-blocks 3-4 (not the flipped one): exact %s", why);
 	const char *data = NULL;
 	ssize_t n =
-	    sfs_store_read_range(o, MiB + 5 * 65536, 10, buf, SFS_STORE_RANGE_BUF_BYTES, &data);
+	    sfs_store_read_range(o, MiB + 5 * SUB, 10, buf, SFS_STORE_RANGE_BUF_BYTES, &data);
 	struct sfs_store_stats ss = stats(s);
 	ok(n == -EBADMSG, "range in the flipped sub-block: %zd (want -EBADMSG)", n);
 	ok(sfs_store_chunk_state(o, 1) == SFS_CHUNK_ABSENT && ss.checksum_failures == 1 &&
@@ -1410,7 +1414,7 @@ static void test_range_corruption(void)
 	   "chunk 1 %s, checksum_failures %llu, used %llu (want ABSENT 1 %llu)",
 	   state_name(sfs_store_chunk_state(o, 1)), (unsigned long long)ss.checksum_failures,
 	   (unsigned long long)ss.used_bytes, (unsigned long long)(RG_SIZE - MiB));
-	n = sfs_store_read_range(o, MiB + 3 * 65536, 10, buf, SFS_STORE_RANGE_BUF_BYTES, &data);
+	n = sfs_store_read_range(o, MiB + 3 * SUB, 10, buf, SFS_STORE_RANGE_BUF_BYTES, &data);
 	ok(n == -ENOENT, "a good sub-block of that chunk now: %zd (want -ENOENT)", n);
 	long bad;
 	ok(read_check(o, RG_SEED, RG_SIZE, 1, &bad) == -ENOENT, "read_chunk(1): -ENOENT");
@@ -1444,12 +1448,12 @@ static void test_range_corruption(void)
 	/* A damaged record (one sub-block hash) fails that sub-block. */
 	uint64_t junk = 0x5555;
 	int fd = open(path, O_RDWR);
-	if (fd < 0 || pwrite(fd, &junk, 8, 64 + 136 * 0 + 8 * 2) != 8)
+	if (fd < 0 || pwrite(fd, &junk, 8, 64 + REC_BYTES * 0 + 8 * 2) != 8)
 		bail("damage record", -errno);
 	close(fd);
 	sfs_store_obj_put(o);
 	o = sfs_store_obj_get(s, &v); /* records read from disk again */
-	n = sfs_store_read_range(o, 2 * 65536 + 3, 5, buf, SFS_STORE_RANGE_BUF_BYTES, &data);
+	n = sfs_store_read_range(o, 2 * SUB + 3, 5, buf, SFS_STORE_RANGE_BUF_BYTES, &data);
 	ok(n == -EBADMSG && sfs_store_chunk_state(o, 0) == SFS_CHUNK_ABSENT,
 	   "a damaged sub-block hash in chunk 0's record: %zd, chunk 0 %s", n,
 	   state_name(sfs_store_chunk_state(o, 0)));
