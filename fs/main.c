@@ -176,6 +176,16 @@ static bool no_node_up(sfs_origin *origin)
 	return true;
 }
 
+/* Stop prefetch's threads (they use the origin and the store), then the
+ * origin: completions still queued run now, with -ESHUTDOWN where NFS did
+ * not answer. Before prefetch's close: completions touch its files. Once. */
+static void close_origin(struct sfs_fs *fs)
+{
+	sfs_prefetch_stop(fs->prefetch);
+	sfs_origin_close(fs->origin);
+	fs->origin = NULL;
+}
+
 int main(int argc, char **argv)
 {
 	struct sfs_options o;
@@ -366,13 +376,16 @@ out_unmount:
 out_signals:
 	fuse_remove_signal_handlers(se);
 out_session:
+	/* The origin goes before the session: its close completes the lookups
+	 * still in flight (ops.c answers them from I/O threads), whose replies
+	 * need the session and the inode table. */
+	close_origin(&fs);
 	fuse_session_destroy(se);
 out_origin:
 	fuse_opt_free_args(&args);
-	sfs_prefetch_stop(fs.prefetch); /* its threads use the origin and the store */
+	close_origin(&fs);
 	sfs_inode_table_close(fs.inodes);
-	sfs_origin_close(fs.origin); /* before prefetch: completions touch its files */
-	sfs_store_close(fs.store);   /* finishes queued writes, whose callbacks too */
+	sfs_store_close(fs.store); /* finishes queued writes, whose callbacks too */
 	sfs_prefetch_close(fs.prefetch);
 	sfs_staging_close(fs.staging);
 	sfs_jobs_close(fs.jobs);
