@@ -1,0 +1,240 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * shardfs-fusefloor: the floor under the small-file benchmark. A read-only
+ * FUSE filesystem with the tree of a list of files, answered from memory
+ * (every file reads as zeros), run by libfuse 3.14's multi-threaded loop
+ * configured as shardfs configures it (64 workers, all kept, one /dev/fuse
+ * fd each, 1 MiB requests, the same init flags and timeouts). What it costs
+ * per file (lookup, open, read, release) is what any libfuse 3.14 daemon
+ * pays on this kernel before it does any work of its own:
+ * tools/shardfs-bench --small-files prints it beside the mount's rows.
+ *
+ *   shardfs-fusefloor LIST MOUNTPOINT
+ *
+ * LIST has one "RELPATH SIZE" line per file (folders are made from the
+ * paths). Runs in the foreground until unmounted or signalled. Exit
+ * status: 0, 1 on a failure, 2 for bad usage.
+ *
+ * Threading: the tree is built before the loop starts and only read after.
+ */
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define TIMEOUT_S 60.0 /* shardfs's default actimeo */
+
+struct node {
+	uint64_t parent; /* inode number; the root's is 0 */
+	const char *name;
+	uint64_t size;
+	bool dir;
+};
+
+static struct node *nodes; /* nodes[ino - 1]; ino 1 is the root */
+static size_t n_nodes, cap_nodes;
+static uint64_t *slots; /* hash of (parent, name) -> ino; 0 = empty */
+static size_t n_slots;
+static char zeros[1 << 20];
+
+static uint64_t name_hash(uint64_t parent, const char *name)
+{
+	uint64_t h = 1469598103934665603ull ^ parent;
+	for (const char *p = name; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ull;
+	return h;
+}
+
+static uint64_t find(uint64_t parent, const char *name)
+{
+	for (size_t i = name_hash(parent, name) & (n_slots - 1);; i = (i + 1) & (n_slots - 1)) {
+		uint64_t ino = slots[i];
+		if (!ino || (nodes[ino - 1].parent == parent && !strcmp(nodes[ino - 1].name, name)))
+			return ino;
+	}
+}
+
+/* The child `name` of parent (made if new). Returns its ino, or 0. */
+static uint64_t add(uint64_t parent, const char *name, bool dir, uint64_t size)
+{
+	uint64_t ino = find(parent, name);
+	if (ino)
+		return ino;
+	if ((n_nodes + 1) * 2 > n_slots || n_nodes == cap_nodes)
+		return 0; /* sized from the list up front */
+	nodes[n_nodes] = (struct node){parent, strdup(name), size, dir};
+	ino = ++n_nodes;
+	size_t i = name_hash(parent, name) & (n_slots - 1);
+	while (slots[i])
+		i = (i + 1) & (n_slots - 1);
+	slots[i] = ino;
+	return ino;
+}
+
+static int load(const char *list)
+{
+	FILE *f = fopen(list, "r");
+	char line[4096];
+	size_t lines = 0;
+
+	if (!f) {
+		fprintf(stderr, "shardfs-fusefloor: %s: %s\n", list, strerror(errno));
+		return -1;
+	}
+	while (fgets(line, sizeof(line), f))
+		lines++;
+	cap_nodes = 2 * lines + 2; /* files and at most as many folders, the root */
+	for (n_slots = 1024; n_slots < 2 * cap_nodes; n_slots *= 2)
+		;
+	nodes = calloc(cap_nodes, sizeof(*nodes));
+	slots = calloc(n_slots, sizeof(*slots));
+	if (!nodes || !slots) {
+		fprintf(stderr, "shardfs-fusefloor: out of memory\n");
+		return -1;
+	}
+	nodes[n_nodes++] = (struct node){0, "", 0, true};
+	rewind(f);
+	for (size_t no = 1; fgets(line, sizeof(line), f); no++) {
+		char *sp = strrchr(line, ' ');
+		char *end;
+		unsigned long long size = sp ? strtoull(sp + 1, &end, 10) : 0;
+		if (!sp || end == sp + 1 || (*end && *end != '\n')) {
+			fprintf(stderr, "shardfs-fusefloor: %s:%zu: want RELPATH SIZE\n", list, no);
+			fclose(f);
+			return -1;
+		}
+		*sp = '\0';
+		uint64_t at = 1;
+		for (char *tok = strtok(line, "/"), *next; tok && at; tok = next) {
+			next = strtok(NULL, "/");
+			at = add(at, tok, next != NULL, next ? 0 : size);
+		}
+		if (!at) {
+			fprintf(stderr, "shardfs-fusefloor: %s:%zu: too many names\n", list, no);
+			fclose(f);
+			return -1;
+		}
+	}
+	fclose(f);
+	return 0;
+}
+
+static void attr_of(uint64_t ino, struct stat *st)
+{
+	const struct node *n = &nodes[ino - 1];
+
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_mode = n->dir ? S_IFDIR | 0555 : S_IFREG | 0444;
+	st->st_nlink = n->dir ? 2 : 1;
+	st->st_size = (off_t)n->size;
+}
+
+static bool valid(fuse_ino_t ino) { return ino >= 1 && ino <= n_nodes; }
+
+static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fuse_entry_param e;
+
+	memset(&e, 0, sizeof(e));
+	e.attr_timeout = e.entry_timeout = TIMEOUT_S;
+	if (valid(parent) && (e.ino = find(parent, name)) != 0)
+		attr_of(e.ino, &e.attr);
+	fuse_reply_entry(req, &e); /* ino 0: a negative entry */
+}
+
+static void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct stat st;
+
+	(void)fi;
+	if (!valid(ino)) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	attr_of(ino, &st);
+	fuse_reply_attr(req, &st, TIMEOUT_S);
+}
+
+static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	if (!valid(ino) || nodes[ino - 1].dir) {
+		fuse_reply_err(req, valid(ino) ? EISDIR : ENOENT);
+		return;
+	}
+	fi->keep_cache = 0; /* as shardfs's first open of a file */
+	fuse_reply_open(req, fi);
+}
+
+static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	uint64_t fsize = nodes[ino - 1].size;
+
+	(void)fi;
+	if ((uint64_t)off >= fsize) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	size_t n = fsize - (uint64_t)off < size ? (size_t)(fsize - (uint64_t)off) : size;
+	fuse_reply_buf(req, zeros, n < sizeof(zeros) ? n : sizeof(zeros));
+}
+
+static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)fi;
+	fuse_reply_err(req, 0);
+}
+
+/* shardfs's op_init, less what a read-only in-memory tree has no use for. */
+static void ll_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	conn->max_readahead = 8u << 20;
+	conn->max_background = 64;
+	conn->congestion_threshold = 48;
+	if (conn->capable & FUSE_CAP_ASYNC_READ)
+		conn->want |= FUSE_CAP_ASYNC_READ;
+	conn->want &= ~(unsigned)(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
+}
+
+static const struct fuse_lowlevel_ops ops = {.init = ll_init,
+					     .lookup = ll_lookup,
+					     .getattr = ll_getattr,
+					     .open = ll_open,
+					     .read = ll_read,
+					     .release = ll_release};
+
+int main(int argc, char **argv)
+{
+	if (argc != 3) {
+		fprintf(stderr, "usage: %s LIST MOUNTPOINT\n", argv[0]);
+		return 2;
+	}
+	if (load(argv[1]) != 0)
+		return 1;
+	char *fuse_argv[] = {argv[0], "-o", "ro,fsname=shardfs-fusefloor,subtype=fusefloor", NULL};
+	struct fuse_args args = FUSE_ARGS_INIT(3, fuse_argv);
+	struct fuse_session *se = fuse_session_new(&args, &ops, sizeof(ops), NULL);
+	if (!se || fuse_set_signal_handlers(se) != 0 || fuse_session_mount(se, argv[2]) != 0) {
+		fprintf(stderr, "shardfs-fusefloor: cannot mount on '%s'\n", argv[2]);
+		return 1;
+	}
+	struct fuse_loop_config *lc = fuse_loop_cfg_create();
+	fuse_loop_cfg_set_max_threads(lc, 64);
+	fuse_loop_cfg_set_idle_threads(lc, 64);
+	fuse_loop_cfg_set_clone_fd(lc, 1);
+	int rc = fuse_session_loop_mt(se, lc);
+	fuse_loop_cfg_destroy(lc);
+	fuse_session_unmount(se);
+	fuse_remove_signal_handlers(se);
+	fuse_session_destroy(se);
+	return rc == 0 ? 0 : 1;
+}
