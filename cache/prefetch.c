@@ -96,6 +96,7 @@ struct sfs_prefetch {
 	pthread_mutex_t buf_lock;
 	void **free_bufs;		   /* protected by buf_lock */
 	size_t n_free, n_buffers;	   /* protected by buf_lock */
+	uint64_t buf_used_ms;		   /* protected by buf_lock: last get or put */
 	pthread_t pump;			   /* restarts shard pumps stalled on the budget */
 	pthread_t loaders[SFS_PF_LOADERS]; /* read cached chunks ahead of readers */
 	unsigned n_loaders;
@@ -122,6 +123,7 @@ static void *buf_get(sfs_prefetch *pf, bool demand)
 	void *b = NULL;
 
 	pthread_mutex_lock(&pf->buf_lock);
+	pf->buf_used_ms = sfs_now_ms();
 	if (pf->n_free) {
 		b = pf->free_bufs[--pf->n_free];
 	} else if (demand || pf->n_buffers < pf->max_buffers) {
@@ -152,6 +154,7 @@ static bool buf_over_budget(sfs_prefetch *pf)
 static void buf_put(sfs_prefetch *pf, void *b)
 {
 	pthread_mutex_lock(&pf->buf_lock);
+	pf->buf_used_ms = sfs_now_ms();
 	if (pf->n_buffers <= pf->max_buffers && pf->n_free < pf->max_buffers) {
 		pf->free_bufs[pf->n_free++] = b;
 		b = NULL;
@@ -162,6 +165,29 @@ static void buf_put(sfs_prefetch *pf, void *b)
 	if (b) {
 		free(b);
 		count(&pf->stats.buffer_bytes, -(int64_t)SFS_CHUNK_BYTES);
+	}
+}
+
+uint64_t sfs_prefetch_release_idle(sfs_prefetch *pf, uint64_t idle_ms)
+{
+	uint64_t freed = 0;
+
+	for (;;) {
+		void *batch[64];
+		size_t n = 0;
+		pthread_mutex_lock(&pf->buf_lock);
+		if (sfs_now_ms() - pf->buf_used_ms >= idle_ms)
+			while (pf->n_free && n < 64) {
+				batch[n++] = pf->free_bufs[--pf->n_free];
+				pf->n_buffers--;
+			}
+		pthread_mutex_unlock(&pf->buf_lock);
+		if (!n)
+			return freed;
+		for (size_t i = 0; i < n; i++)
+			free(batch[i]);
+		count(&pf->stats.buffer_bytes, -(int64_t)(n * SFS_CHUNK_BYTES));
+		freed += n * SFS_CHUNK_BYTES;
 	}
 }
 

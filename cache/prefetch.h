@@ -83,6 +83,12 @@ void sfs_prefetch_stop(sfs_prefetch *pf);
 void sfs_prefetch_close(sfs_prefetch *pf);
 void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out);
 
+/* Free the pooled chunk buffers (kept for reuse, up to mem_bytes) when no
+ * buffer was taken or given back for idle_ms: a daemon gone quiet after a
+ * burst gives them back to the system instead of holding up to mem_bytes
+ * resident. Buffers in use stay. Returns the bytes freed. Any thread. */
+uint64_t sfs_prefetch_release_idle(sfs_prefetch *pf, uint64_t idle_ms);
+
 /*
  * Fetch state of one file (shared by every open of it). size is the file
  * size at open; reads are clamped to it. Returns 0 or -ENOMEM. The caller

@@ -8,6 +8,7 @@
  * fuse_daemonize() has forked (threads do not survive fork; its sockets do).
  */
 #include "fs.h"
+#include "memtrim.h"
 #include "../cache/log.h"
 
 /* Kernel readahead for the mount: deep enough for 1 MiB requests to reach
@@ -174,6 +175,14 @@ static bool no_node_up(sfs_origin *origin)
 			return false;
 	}
 	return true;
+}
+
+/* memtrim's hook: chunk buffers pooled for reuse go back to the system
+ * after 5 s without a fetch or a load (a busy reader never pays for it). */
+static uint64_t release_idle(void *arg)
+{
+	struct sfs_fs *fs = arg;
+	return sfs_prefetch_release_idle(fs->prefetch, 5000);
 }
 
 /* Stop prefetch's threads (they use the origin and the store), then the
@@ -351,6 +360,8 @@ int main(int argc, char **argv)
 	pthread_t tuner;
 	if (pthread_create(&tuner, NULL, tune_readahead, o.mountpoint) == 0)
 		pthread_detach(tuner);
+	if ((rc = sfs_memtrim_start(release_idle, &fs)) < 0) /* not fatal: freed memory stays */
+		sfs_log(SFS_LOG_WARN, "main", "cannot start the memory trimmer: %s", strerror(-rc));
 
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
 	if (!lc)
@@ -372,6 +383,7 @@ int main(int argc, char **argv)
 	sfs_log(SFS_LOG_INFO, "main", "unmounting %s", o.mountpoint);
 
 out_unmount:
+	sfs_memtrim_stop();
 	fuse_session_unmount(se);
 out_signals:
 	fuse_remove_signal_handlers(se);

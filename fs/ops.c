@@ -11,12 +11,12 @@
  * private to the request until we reply).
  */
 #include "fs.h"
+#include "memtrim.h"
 #include "shardfs_ioctl.h"
 #include "../cache/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -281,28 +281,7 @@ static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 	op_count(fs, SFS_OP_FORGET);
 	sfs_inode_forget(fs->inodes, I(fs, ino), nlookup);
 	fuse_reply_none(req);
-}
-
-/*
- * After the kernel forgets inodes in bulk (memory pressure, drop_caches),
- * give the freed memory back to the system: the inodes are small blocks
- * spread over every worker thread's malloc arena, which glibc keeps
- * otherwise (measured: 118 MiB stayed after 200,000 inodes were forgotten).
- * At most once every 2 s, after at least 4096 forgets.
- */
-static void trim_after_forgets(size_t n)
-{
-	static uint64_t forgotten, last_trim_ms; /* atomic */
-	uint64_t now = sfs_now_ms();
-
-	if (__atomic_add_fetch(&forgotten, n, __ATOMIC_RELAXED) < 4096)
-		return;
-	uint64_t last = __atomic_load_n(&last_trim_ms, __ATOMIC_RELAXED);
-	if (now - last < 2000 || !__atomic_compare_exchange_n(&last_trim_ms, &last, now, false,
-							      __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-		return;
-	__atomic_store_n(&forgotten, 0, __ATOMIC_RELAXED);
-	malloc_trim(0);
+	sfs_memtrim_freed(1);
 }
 
 static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
@@ -313,7 +292,7 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 	for (size_t k = 0; k < count; k++)
 		sfs_inode_forget(fs->inodes, I(fs, forgets[k].ino), forgets[k].nlookup);
 	fuse_reply_none(req);
-	trim_after_forgets(count);
+	sfs_memtrim_freed(count); /* memtrim.h: given back within a second */
 }
 
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

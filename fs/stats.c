@@ -5,6 +5,7 @@
  * Runs on a FUSE worker at open of the stats file; reads atomics only.
  */
 #include "fs.h"
+#include "memtrim.h"
 #include "../cache/log.h"
 
 #include <errno.h>
@@ -388,6 +389,10 @@ static void render_memory(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_
 	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
 		fprintf(f, "shardfs_memory_bytes{kind=\"%s\"} %llu\n", kinds[k].kind,
 			(unsigned long long)kinds[k].bytes);
+	metric(
+	    f, "shardfs_memory_trims_total", "counter",
+	    "Times memory freed in bulk (inodes the kernel forgot) was given back to the system.",
+	    sfs_memtrim_count());
 }
 
 ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)

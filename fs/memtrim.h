@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * memtrim — give memory freed in bulk back to the system.
+ *
+ * When the kernel forgets inodes in bulk (memory pressure, drop_caches), the
+ * daemon frees small blocks spread over every worker thread's malloc arena,
+ * which glibc keeps until malloc_trim(). Trimming on the FORGET path, rate
+ * limited, missed the tail of a burst: 200,000 inodes forgotten left VmRSS
+ * at 82 MiB, and one malloc_trim(0) afterwards brought it to 22 MiB. So the
+ * FORGET path only counts, and a thread trims once a second while at least
+ * SFS_MEMTRIM_MIN blocks were freed since the last trim: within a second
+ * of a burst's end, off every request's path. Each second it also calls
+ * the owner's release hook (idle buffer pools), and trims after it freed.
+ *
+ * Threading: sfs_memtrim_freed() from any thread; start/stop from main.
+ */
+#ifndef SFS_MEMTRIM_H
+#define SFS_MEMTRIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SFS_MEMTRIM_MIN 4096 /* freed blocks (inodes: ~2 MiB) worth a trim */
+
+/* Start the trimming thread; release(arg), if set, runs on it once a second
+ * and returns the bytes it freed. Returns 0 or -errno (then nothing is
+ * trimmed). */
+int sfs_memtrim_start(uint64_t (*release)(void *arg), void *arg);
+/* Stop and join it (no-op if not started). */
+void sfs_memtrim_stop(void);
+/* n blocks were freed (inodes forgotten). */
+void sfs_memtrim_freed(size_t n);
+/* Trims done so far (stats). */
+unsigned long long sfs_memtrim_count(void);
+
+#endif
