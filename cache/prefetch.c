@@ -11,10 +11,15 @@
  * Where a read's chunk comes from, in order: a chunk in memory (being
  * fetched, or fetched and not yet dropped); the store, read into a buffer
  * and checked against its XXH3-64 every time it is loaded; else the origin.
- * (Replying straight from the cache file with splice was tried: libfuse
+ * Chunks from the origin go to the store (write-behind; the buffer stays
+ * pinned until the write is durable). Small files and readers that jump
+ * around take the direct path instead (sfs_pf_read): no chunk, the store's
+ * 16 KiB blocks the read touches read and checked into the thread's scratch,
+ * or without a store just the pages asked for fetched from the origin.
+ * (Splicing the cache file into /dev/fuse was tried, to save a copy: libfuse
  * 3.14's splice path gave short replies under 32 concurrent readers here,
- * which the kernel takes for EOF. One verified copy is the price.) Chunks from the origin go to the
- * store (write-behind; the buffer stays pinned until the write is durable).
+ * which the kernel takes for EOF, and a spliced byte is never checked. One
+ * verified copy is the price.)
  *
  * A chunk is LOADING (store read) or FETCHING (origin) until it is READY
  * (bytes valid up to len) or FAILED (err). Readers pin chunks (refs) while
@@ -70,7 +75,11 @@ struct sfs_pf_file {
 	uint64_t size;			 /* set at open */
 	struct sfs_file_version version; /* set at open (size only if unknown) */
 	bool check_version;		 /* set at open */
-	sfs_store_obj *obj;		 /* set at open: NULL without a store */
+	/* protected by lock: the store object, referenced (taken when f is made
+	 * and at an open that finds none, dropped at the last close); NULL
+	 * without a store or while nobody has f open. Chunks being loaded hold their own
+	 * reference (c->obj), writes theirs. */
+	sfs_store_obj *obj;
 	pthread_mutex_t lock;
 	pthread_cond_t cond; /* a chunk finished, or a pin was dropped */
 	/* protected by lock */
@@ -970,9 +979,11 @@ void sfs_pf_file_opened(sfs_pf_file *f)
 
 int sfs_pf_file_warm(sfs_pf_file *f, bool *active)
 {
-	if (!f->obj)
-		return -ENOTSUP;
 	pthread_mutex_lock(&f->lock);
+	if (!f->obj) {
+		pthread_mutex_unlock(&f->lock);
+		return -ENOTSUP;
+	}
 	bool first = !f->warmed;
 	f->warmed = true;
 	pthread_mutex_unlock(&f->lock);
@@ -989,7 +1000,10 @@ int sfs_pf_file_warm(sfs_pf_file *f, bool *active)
 
 uint64_t sfs_pf_file_cached_bytes(sfs_pf_file *f)
 {
-	return f->obj ? sfs_store_obj_cached_bytes(f->obj) : 0;
+	pthread_mutex_lock(&f->lock); /* then the store's lock: the lock order */
+	uint64_t n = f->obj ? sfs_store_obj_cached_bytes(f->obj) : 0;
+	pthread_mutex_unlock(&f->lock);
+	return n;
 }
 
 /* Read a PRESENT chunk from the store and check it; on failure fetch it from

@@ -3,12 +3,14 @@
  * ops — the FUSE low-level operations of shardfs.
  *
  * Owns: turning FUSE requests into origin calls and prefetch reads, the
- * virtual .shardfs/ tree, EROFS for every modifying operation, and turning
- * -errno into fuse_reply_err (the only place that does).
- * Threading: every op runs on a FUSE worker thread and may block on the
- * origin. Replies are sent with no lock held. READDIRPLUS entries are added
- * from the origin I/O thread that decoded the reply (the FUSE buffer is
- * private to the request until we reply).
+ * virtual .shardfs/ tree, EROFS for every modifying operation, and the
+ * replies of every operation but ioctl (fs/ioctl.c replies to its own).
+ * Threading: ops run on FUSE worker threads. A LOOKUP that goes to NFS is
+ * answered from the origin I/O thread that gets its reply (lookup_call);
+ * other ops may block on the origin or the cache disk. Replies are sent
+ * with no lock held. READDIRPLUS entries are added from the origin I/O
+ * thread that decoded the reply (the FUSE buffer is private to the request
+ * until we reply).
  */
 #include "fs.h"
 #include "memtrim.h"

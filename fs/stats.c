@@ -2,7 +2,10 @@
 /*
  * stats — renders MOUNTPOINT/.shardfs/stats in the Prometheus text
  * exposition format (version 0.0.4) from every module's counters.
- * Runs on a FUSE worker at open of the stats file; reads atomics only.
+ * Runs on a FUSE worker at open of the stats file. Reads each module's
+ * counters through its get_stats call: atomics, and the gauges that the
+ * store and the segment index keep under their locks (taken briefly, no
+ * I/O under them); /proc/self/statm for the RSS.
  */
 #include "fs.h"
 #include "memtrim.h"
