@@ -69,10 +69,16 @@ const struct nfs_fh *nfs_get_rootfh(struct nfs_context *nfs);
  * or a congested port costs only what it delays, not timeo). Hedges are
  * paid for by READ replies: each earns 1/HEDGE_EARN of a hedge, at most
  * HEDGE_BURST saved, so hedges stay below ~6% of the READs. */
-#define HEDGE_FACTOR   4
-#define HEDGE_MIN_MS   40
-#define HEDGE_EARN     16
-#define HEDGE_BURST    32
+#define HEDGE_FACTOR 4
+#define HEDGE_MIN_MS 40
+#define HEDGE_EARN   16
+#define HEDGE_BURST  32
+/* A node whose READ rate stays below SLOW_RATIO of the nodes' median gets
+ * READ slots in proportion to its rate (at least one): a half-speed link
+ * then holds half the chunks, each done in about the time the others take,
+ * instead of a full share that the reader, in order, waits for. */
+#define SLOW_RATIO     0.75
+#define SLOW_TICKS     25 /* 0.5 s */
 #define BACKOFF_MIN_MS 200
 #define BACKOFF_MAX_MS 5000
 
@@ -92,6 +98,7 @@ struct sfs_attempt {
 	uint64_t sent_ns;	      /* owner thread: for the latency histogram */
 	bool in_use, probe, reissued; /* owner thread */
 	bool is_read, hedged;	      /* owner thread */
+	unsigned node_reads;	      /* owner thread: READs in flight on the node at send */
 };
 
 enum conn_state { CONN_DOWN, CONN_CONNECTING, CONN_UP };
@@ -122,6 +129,16 @@ struct sfs_node {
 	 * hedged then, for the line that says it is back */
 	uint64_t out_since_ms, moved_at_out;
 	struct sfs_log_ratelimit warn_rl;
+	/* Slow nodes (see SLOW_RATIO): READs in flight (atomic), the READ rate
+	 * it has been giving (atomic: bytes per ms, an EWMA of each reply's
+	 * size x the READs in flight on the node when it was sent / its
+	 * latency), and how many READs it may have in flight (atomic: set by
+	 * the tick from the rates; nconnect x depth for a node as fast as the
+	 * fastest). */
+	unsigned reads_inflight;
+	uint64_t read_rate;
+	unsigned read_slots;
+	unsigned slow_ticks; /* the tick's thread only: ticks in a row below SLOW_RATIO */
 };
 
 struct sfs_iothread {
@@ -434,6 +451,9 @@ static int conn_send(struct sfs_conn *conn, struct sfs_attempt *a, struct sfs_or
 	a->reissued = false;
 	a->hedged = false;
 	a->is_read = req->op == SFS_ORIGIN_READ;
+	if (a->is_read)
+		a->node_reads =
+		    __atomic_add_fetch(&conn->node->reads_inflight, 1, __ATOMIC_RELAXED);
 	a->sent_ns = sfs_now_ns();
 	a->sent_ms = a->sent_ns / 1000000u;
 	conn->n_busy++;
@@ -480,6 +500,8 @@ static int conn_send(struct sfs_conn *conn, struct sfs_attempt *a, struct sfs_or
 	/* Not sent: give the slot back, requeue, and drop the connection. */
 	a->in_use = false;
 	conn->n_busy--;
+	if (a->is_read)
+		__atomic_sub_fetch(&conn->node->reads_inflight, 1, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&pool->lock);
 	attempt_unlink(a);
 	req_requeue(pool, req, -1);
@@ -491,15 +513,18 @@ static int conn_send(struct sfs_conn *conn, struct sfs_attempt *a, struct sfs_or
 
 /* Pick the next request this connection may take. Caller holds pool->lock.
  * A request that timed out on this node goes elsewhere while any other node
- * is up. */
+ * is up; a slow node with its READ slots full takes no READ (SLOW_RATIO). */
 static struct sfs_origin_req *q_pick(struct sfs_origin *pool, struct sfs_node *node)
 {
 	bool others_up = __atomic_load_n(&pool->nodes_up, __ATOMIC_RELAXED) >
 			 (__atomic_load_n(&node->state, __ATOMIC_RELAXED) == SFS_NODE_UP ? 1u : 0u);
+	bool reads_ok = __atomic_load_n(&node->reads_inflight, __ATOMIC_RELAXED) <
+			__atomic_load_n(&node->read_slots, __ATOMIC_RELAXED);
 	int scanned = 0;
 
 	for (struct sfs_origin_req *r = pool->q_head; r && scanned < 64; r = r->q_next, scanned++)
-		if (r->avoid_node != node->index || !others_up)
+		if ((r->avoid_node != node->index || !others_up) &&
+		    (reads_ok || r->op != SFS_ORIGIN_READ))
 			return r;
 	return NULL;
 }
@@ -647,6 +672,56 @@ static int reply_decode(struct sfs_conn *conn, struct sfs_attempt *a, struct sfs
 /* A READ reply after us_taken: update the recent latency and earn hedge
  * credit. Relaxed and racy on purpose: an estimate, never a correctness
  * input. */
+/* One READ reply's evidence of the node's rate (1/16 weight). */
+static void node_learn_rate(struct sfs_node *node, const struct sfs_attempt *a, uint64_t ns)
+{
+	uint64_t sample = (uint64_t)a->count * a->node_reads * 1000000u / (ns ? ns : 1);
+	uint64_t old = __atomic_load_n(&node->read_rate, __ATOMIC_RELAXED);
+
+	__atomic_store_n(&node->read_rate,
+			 old ? (uint64_t)((int64_t)old + ((int64_t)sample - (int64_t)old) / 16)
+			     : sample,
+			 __ATOMIC_RELAXED);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Per tick (one thread): READ slots per node from the rates, see SLOW_RATIO.
+ * The reference is the median rate of the UP nodes (one lucky reply must
+ * not make every other node slow), and a node counts as slow only after
+ * SLOW_TICKS ticks in a row below it: rates are noisy where the servers
+ * share the client's CPUs. Nodes not UP or with no rate yet keep every
+ * slot. */
+static void nodes_set_read_slots(struct sfs_origin *pool)
+{
+	unsigned full = pool->conf.nconnect * SFS_ORIGIN_CONN_DEPTH;
+	uint64_t rates[64];
+	size_t n = 0;
+
+	for (size_t i = 0; i < pool->n_nodes && n < 64; i++)
+		if (__atomic_load_n(&pool->nodes[i].state, __ATOMIC_RELAXED) == SFS_NODE_UP &&
+		    (rates[n] = __atomic_load_n(&pool->nodes[i].read_rate, __ATOMIC_RELAXED)))
+			n++;
+	qsort(rates, n, sizeof(rates[0]), cmp_u64);
+	uint64_t median = n ? rates[n / 2] : 0;
+	for (size_t i = 0; i < pool->n_nodes; i++) {
+		struct sfs_node *nd = &pool->nodes[i];
+		uint64_t r = __atomic_load_n(&nd->read_rate, __ATOMIC_RELAXED);
+		unsigned slots = full;
+		bool below = median && r && (double)r < SLOW_RATIO * (double)median;
+		nd->slow_ticks = below ? nd->slow_ticks + 1 : 0;
+		if (below && nd->slow_ticks >= SLOW_TICKS) {
+			slots = (unsigned)((double)full * (double)r / (double)median + 0.5);
+			slots = slots ? slots : 1;
+		}
+		__atomic_store_n(&nd->read_slots, slots, __ATOMIC_RELAXED);
+	}
+}
+
 static void hedge_learn(struct sfs_origin *pool, uint64_t us_taken)
 {
 	uint64_t old = __atomic_load_n(&pool->read_lat_ewma_us, __ATOMIC_RELAXED);
@@ -691,11 +766,15 @@ static void slot_cb(struct rpc_context *rpc, int status, void *data, void *priva
 	(void)rpc;
 	a->in_use = false;
 	conn->n_busy--;
+	if (a->is_read && !probe)
+		__atomic_sub_fetch(&node->reads_inflight, 1, __ATOMIC_RELAXED);
 	if (status == RPC_STATUS_SUCCESS) {
 		uint64_t ns = sfs_now_ns() - a->sent_ns;
 		node_record_latency(node, ns);
-		if (a->is_read && !probe)
+		if (a->is_read && !probe) {
 			hedge_learn(pool, ns / 1000u);
+			node_learn_rate(node, a, ns);
+		}
 	}
 
 	pthread_mutex_lock(&pool->lock);
@@ -1034,8 +1113,10 @@ static void io_iterate(struct sfs_iothread *t, uint64_t *next_tick, int timeout_
 		*next_tick = now + TICK_MS;
 		for (size_t i = 0; i < t->n_conns; i++)
 			conn_tick(t->conns[i], now);
-		if (t->index == 0)
+		if (t->index == 0) {
 			queue_expire(pool, now);
+			nodes_set_read_slots(pool);
+		}
 	}
 	for (size_t i = 0; i < t->n_conns; i++) {
 		struct sfs_conn *c = t->conns[i];
@@ -1163,6 +1244,7 @@ int sfs_origin_open(const struct sfs_origin_conf *conf, sfs_origin **out, char *
 		pool->nodes[i].addr = strdup(conf->addrs[i]);
 		pool->nodes[i].index = (int)i;
 		pool->nodes[i].state = SFS_NODE_DOWN;
+		pool->nodes[i].read_slots = conf->nconnect * SFS_ORIGIN_CONN_DEPTH;
 		if (!pool->nodes[i].addr)
 			goto err_free;
 	}
@@ -1442,6 +1524,8 @@ void sfs_origin_node_stats(const sfs_origin *pool, size_t i, struct sfs_origin_n
 	out->hedged = LOAD(hedged);
 	out->hedge_wins = LOAD(hedge_wins);
 	out->reconnects = LOAD(reconnects);
+	out->read_slots = LOAD(read_slots);
+	out->read_rate = LOAD(read_rate) * 1000u;
 	for (int k = 0; k < SFS_ORIGIN_N_OPS; k++)
 		out->meta_by_op[k] = LOAD(meta_by_op[k]);
 	out->lat_count = LOAD(lat_count);

@@ -187,6 +187,8 @@ struct sfs_origin_node_stats {
 	uint64_t read_bytes, read_requests, meta_requests, errors, reissued, reconnects;
 	uint64_t hedged;     /* slow READs on the node sent again to another node */
 	uint64_t hedge_wins; /* of those, served first by the other node */
+	unsigned read_slots; /* READs it may have in flight: fewer for a slow node */
+	uint64_t read_rate;  /* bytes per second its READs have been giving */
 	uint64_t meta_by_op[SFS_ORIGIN_N_OPS]; /* metadata requests answered, by op */
 	uint64_t lat_count, lat_sum_ns;
 	uint64_t lat_buckets[SFS_ORIGIN_LAT_BUCKETS]; /* cumulative counts <= bound */

@@ -115,6 +115,27 @@ check "node stalled under timeo: the read never waited for timeo (re-issued ${r0
 	[ "${r1:-0}" = "${r0:-0}" ]
 sfs_umount
 
+# A slow node (its link capped far below the others) gets READ slots in
+# proportion to its rate, so it holds only the chunks it can deliver in time,
+# not a full share that a sequential reader would wait for in order.
+"$CLUSTER" cap "$CID" 2 100mbit >/dev/null
+sfs_mount "timeo=100,retrans=3"
+drop_caches
+check "slow node: bytes exact" cmp -s "$MNT/shard-1" "$EXPORT/shard-1"
+# Slots follow the rates once a node stayed slow for 0.5 s.
+for _ in $(seq 30); do
+	[ "$(stat_value 'shardfs_node_read_slots{node="127.1.2.2"}')" = 8 ] || break
+	sleep 0.1
+done
+slots=$(stat_value 'shardfs_node_read_slots{node="127.1.2.2"}')
+fast=$(stat_value 'shardfs_node_read_slots{node="127.1.1.2"}')
+b2=$(stat_value 'shardfs_node_read_bytes_total{node="127.1.2.2"}')
+diag "slow node: $slots READ slots (a fast one: $fast), served $((${b2:-0} >> 20)) MiB of 256"
+check "slow node: fewer READ slots than a fast node ($slots < $fast)" [ "${slots:-99}" -lt "${fast:-0}" ]
+check "slow node: served less than a fair quarter ($((${b2:-0} >> 20)) MiB)" [ "${b2:-0}" -lt $((64 << 20)) ]
+"$CLUSTER" cap "$CID" 2 off >/dev/null
+sfs_umount
+
 # A node dead at mount time: mount succeeds, node reported down, then joins.
 "$CLUSTER" kill "$CID" 4 >/dev/null
 sfs_mount "timeo=$TIMEO_DS,retrans=$RETRANS"
