@@ -133,8 +133,8 @@ struct sfs_node {
 	 * it has been giving (atomic: bytes per ms, an EWMA of each reply's
 	 * size x the READs in flight on the node when it was sent / its
 	 * latency), and how many READs it may have in flight (atomic: set by
-	 * the tick from the rates; nconnect x depth for a node as fast as the
-	 * fastest). */
+	 * the tick from the rates; nconnect x depth unless the node stayed
+	 * below SLOW_RATIO of the median). */
 	unsigned reads_inflight;
 	uint64_t read_rate;
 	unsigned read_slots;
