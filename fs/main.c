@@ -195,6 +195,163 @@ static void close_origin(struct sfs_fs *fs)
 	fs->origin = NULL;
 }
 
+/* The mountpoint: usable, made absolute (daemonizing moves to "/"), and
+ * not already a mount unless -o overmount or an autofs trigger (a systemd
+ * .automount is meant to be mounted over). Returns 0, or -1 after saying
+ * why. */
+static int check_target(struct sfs_options *o)
+{
+	if (check_mountpoint(o->mountpoint))
+		return -1;
+	char *abs_mnt = realpath(o->mountpoint, NULL);
+	if (!abs_mnt) {
+		die("mountpoint '%s': %s", o->mountpoint, strerror(errno));
+		return -1;
+	}
+	free(o->mountpoint);
+	o->mountpoint = abs_mnt;
+	char fstype[256];
+	if (!o->overmount && mounted_at(o->mountpoint, fstype, sizeof(fstype)) &&
+	    strcmp(fstype, "autofs") != 0) {
+		die("mountpoint '%s': already a %s mount (unmount it first, or -o overmount)",
+		    o->mountpoint, fstype);
+		return -1;
+	}
+	return 0;
+}
+
+/* Open into fs (nothing started: no thread before the fork) the namespace
+ * (immutable), the origin, the inode table, the job table and the store.
+ * Returns 0, or -1 after saying why; what was opened stays in fs for
+ * main's teardown. */
+static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, int n_addrs)
+{
+	char err[512] = "";
+	int rc;
+	struct sfs_origin_conf oc = {
+	    .addrs = addrs,
+	    .n_addrs = (size_t)n_addrs,
+	    .export_path = o->export_path,
+	    .nconnect = o->nconnect,
+	    .rsize_bytes = o->rsize,
+	    .timeo_ds = o->timeo_ds,
+	    .retrans = o->retrans,
+	    .hard = o->hard,
+	    .uid = o->uid,
+	    .gid = o->gid,
+	    .n_threads = o->io_threads,
+	};
+	struct sfs_fh saved_root;
+	if (o->immutable) {
+		if (open_namespace(o, &fs->ns) < 0)
+			return -1;
+		if (sfs_ns_saved_root(fs->ns, &saved_root))
+			oc.offline_root = &saved_root; /* may start with no node up */
+	}
+	rc = sfs_origin_open(&oc, &fs->origin, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "shardfs: %s\n", err[0] ? err : strerror(-rc));
+		return -1;
+	}
+	if (fs->ns) {
+		/* A namespace saved for another root (cluster) is dropped here. */
+		sfs_ns_bind(fs->ns, sfs_origin_root(fs->origin));
+		if (no_node_up(fs->origin)) {
+			struct sfs_ns_stats st;
+			sfs_ns_get_stats(fs->ns, &st);
+			sfs_log(SFS_LOG_WARN, "main",
+				"no node answers: serving %s from the namespace saved in %s "
+				"(%llu names) and the data cache until a node answers",
+				o->export_path, o->cache_dir, (unsigned long long)st.entries);
+		}
+	}
+	pthread_mutex_init(&fs->statfs_lock, NULL);
+	fs->opts = o;
+	fs->attr_timeout_s = o->immutable ? SFS_IMMUTABLE_TIMEOUT_S : o->actimeo_s;
+	fs->start_ns = sfs_now_ns();
+	fs->ctl_dir.kind = SFS_INODE_CTL_DIR;
+	fs->ctl_dir.fileid = UINT64_MAX - 1;
+	fs->stats_file.kind = SFS_INODE_STATS;
+	fs->stats_file.fileid = UINT64_MAX - 2;
+	if ((rc = sfs_inode_table_open(sfs_origin_root(fs->origin), &fs->inodes)) < 0 ||
+	    (rc = sfs_jobs_open(NULL, &fs->jobs)) < 0) {
+		fprintf(stderr, "shardfs: %s\n", strerror(-rc));
+		return -1;
+	}
+	if (o->cache_dir) {
+		struct sfs_store_conf sc = {.dir = o->cache_dir,
+					    .capacity_bytes = o->cache_size,
+					    .policy = (enum sfs_store_policy)o->cache_policy,
+					    .chunk_bytes = SFS_CHUNK_BYTES};
+		rc = sfs_store_open(&sc, &fs->store, err, sizeof(err));
+		if (rc < 0) { /* another daemon owns it, or a bad path: refuse */
+			fprintf(stderr, "shardfs: %s\n", err[0] ? err : strerror(-rc));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* After the fork: start every module's threads (the CUDA runtime, if any,
+ * must live in the daemon too), then the readahead tuner and the memory
+ * trimmer. Returns 0, or -1 after logging why. */
+static int start_daemon(struct sfs_fs *fs, struct sfs_options *o, int n_addrs)
+{
+	int rc;
+
+	if ((rc = sfs_origin_start(fs->origin)) < 0 ||
+	    (fs->ns && (rc = sfs_ns_start(fs->ns)) < 0) ||
+	    (fs->store && (rc = sfs_store_start(fs->store)) < 0) ||
+	    (rc = sfs_prefetch_open(
+		 &(struct sfs_prefetch_conf){
+		     .mem_bytes = o->prefetch_mem,
+		     .window_chunks = (unsigned)(2 * (size_t)n_addrs * o->nconnect),
+		     .mode = (enum sfs_prefetch_mode)(o->prefetch == 0	 ? SFS_PREFETCH_READAHEAD
+						      : o->prefetch == 1 ? SFS_PREFETCH_SHARD
+									 : SFS_PREFETCH_OFF),
+		     .shard_max_bytes = o->prefetch_max,
+		     .store = fs->store},
+		 fs->origin, &fs->prefetch)) < 0) {
+		sfs_log(SFS_LOG_ERR, "main", "cannot start: %s", strerror(-rc));
+		return -1;
+	}
+	if ((rc = sfs_staging_open(&fs->staging)) < 0) {
+		sfs_log(SFS_LOG_ERR, "main", "cannot set up staging: %s", strerror(-rc));
+		return -1;
+	}
+	sfs_log(SFS_LOG_INFO, "main", "mounted %s on %s (%d node addresses, %u connections each%s)",
+		o->source, o->mountpoint, n_addrs, o->nconnect, o->immutable ? ", immutable" : "");
+	pthread_t tuner;
+	if (pthread_create(&tuner, NULL, tune_readahead, o->mountpoint) == 0)
+		pthread_detach(tuner);
+	if ((rc = sfs_memtrim_start(release_idle, fs)) < 0) /* not fatal: freed memory stays */
+		sfs_log(SFS_LOG_WARN, "main", "cannot start the memory trimmer: %s", strerror(-rc));
+	return 0;
+}
+
+/* libfuse's loop until unmounted. Returns the exit status. */
+static int run_loop(struct fuse_session *se, const struct sfs_options *o)
+{
+	struct fuse_loop_config *lc = fuse_loop_cfg_create();
+	if (!lc)
+		return 1;
+	fuse_loop_cfg_set_max_threads(lc, o->max_threads);
+	/* Workers never exit once started: with fewer idle threads kept than
+	 * readers in flight, libfuse created and destroyed a thread (clone,
+	 * stack mmap/munmap, and our per-thread read scratch) every few
+	 * requests: 8% of the daemon's CPU on a small-file epoch. An idle
+	 * worker costs its touched stack and scratch pages. */
+	fuse_loop_cfg_set_idle_threads(lc, o->max_threads);
+	/* One /dev/fuse fd per worker, as the daemon ran before the config was
+	 * read right (the misread struct set it); measured no difference either
+	 * way on small files or shards on the 2-core VM. */
+	fuse_loop_cfg_set_clone_fd(lc, 1);
+	int rc = fuse_session_loop_mt(se, lc);
+	fuse_loop_cfg_destroy(lc);
+	sfs_log(SFS_LOG_INFO, "main", "unmounting %s", o->mountpoint);
+	return rc == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	struct sfs_options o;
@@ -203,7 +360,7 @@ int main(int argc, char **argv)
 	struct fuse_session *se = NULL;
 	char err[512] = "";
 	char **addrs = NULL;
-	int n_addrs = 0, rc, status = 1;
+	int n_addrs = 0, status = 1;
 
 	if (sfs_options_parse(argc, argv, &o, err, sizeof(err)) != 0) {
 		fprintf(stderr, "shardfs: %s (see shardfs --help)\n", err);
@@ -220,93 +377,16 @@ int main(int argc, char **argv)
 	}
 	if (o.debug)
 		sfs_log_max_level = SFS_LOG_DEBUG;
-	if (check_mountpoint(o.mountpoint))
+	if (check_target(&o) < 0)
 		goto out_opts;
-	char *abs_mnt = realpath(o.mountpoint, NULL); /* daemonizing moves to "/" */
-	if (!abs_mnt) {
-		die("mountpoint '%s': %s", o.mountpoint, strerror(errno));
-		goto out_opts;
-	}
-	free(o.mountpoint);
-	o.mountpoint = abs_mnt;
-	/* An autofs trigger (systemd .automount) is meant to be mounted over. */
-	char fstype[256];
-	if (!o.overmount && mounted_at(o.mountpoint, fstype, sizeof(fstype)) &&
-	    strcmp(fstype, "autofs") != 0) {
-		die("mountpoint '%s': already a %s mount (unmount it first, or -o overmount)",
-		    o.mountpoint, fstype);
-		goto out_opts;
-	}
 	n_addrs = sfs_resolve_hosts(o.hosts, &addrs, err, sizeof(err));
 	if (n_addrs < 0) {
 		fprintf(stderr, "shardfs: %s\n", err);
 		n_addrs = 0;
 		goto out_opts;
 	}
-	struct sfs_origin_conf oc = {
-	    .addrs = addrs,
-	    .n_addrs = (size_t)n_addrs,
-	    .export_path = o.export_path,
-	    .nconnect = o.nconnect,
-	    .rsize_bytes = o.rsize,
-	    .timeo_ds = o.timeo_ds,
-	    .retrans = o.retrans,
-	    .hard = o.hard,
-	    .uid = o.uid,
-	    .gid = o.gid,
-	    .n_threads = o.io_threads,
-	};
-	struct sfs_fh saved_root;
-	if (o.immutable) {
-		if (open_namespace(&o, &fs.ns) < 0)
-			goto out_addrs;
-		if (sfs_ns_saved_root(fs.ns, &saved_root))
-			oc.offline_root = &saved_root; /* may start with no node up */
-	}
-	rc = sfs_origin_open(&oc, &fs.origin, err, sizeof(err));
-	if (rc < 0) {
-		fprintf(stderr, "shardfs: %s\n", err[0] ? err : strerror(-rc));
-		goto out_addrs;
-	}
-	if (fs.ns) {
-		/* A namespace saved for another root (cluster) is dropped here. */
-		sfs_ns_bind(fs.ns, sfs_origin_root(fs.origin));
-		if (no_node_up(fs.origin)) {
-			struct sfs_ns_stats st;
-			sfs_ns_get_stats(fs.ns, &st);
-			sfs_log(SFS_LOG_WARN, "main",
-				"no node answers: serving %s from the namespace saved in %s "
-				"(%llu names) and the data cache until a node answers",
-				o.export_path, o.cache_dir, (unsigned long long)st.entries);
-		}
-	}
-	pthread_mutex_init(&fs.statfs_lock, NULL);
-	fs.opts = &o;
-	fs.attr_timeout_s = o.immutable ? SFS_IMMUTABLE_TIMEOUT_S : o.actimeo_s;
-	fs.start_ns = sfs_now_ns();
-	fs.ctl_dir.kind = SFS_INODE_CTL_DIR;
-	fs.ctl_dir.fileid = UINT64_MAX - 1;
-	fs.stats_file.kind = SFS_INODE_STATS;
-	fs.stats_file.fileid = UINT64_MAX - 2;
-	if ((rc = sfs_inode_table_open(sfs_origin_root(fs.origin), &fs.inodes)) < 0) {
-		fprintf(stderr, "shardfs: %s\n", strerror(-rc));
+	if (open_modules(&fs, &o, addrs, n_addrs) < 0)
 		goto out_origin;
-	}
-	if ((rc = sfs_jobs_open(NULL, &fs.jobs)) < 0) {
-		fprintf(stderr, "shardfs: %s\n", strerror(-rc));
-		goto out_origin;
-	}
-	if (o.cache_dir) {
-		struct sfs_store_conf sc = {.dir = o.cache_dir,
-					    .capacity_bytes = o.cache_size,
-					    .policy = (enum sfs_store_policy)o.cache_policy,
-					    .chunk_bytes = SFS_CHUNK_BYTES};
-		rc = sfs_store_open(&sc, &fs.store, err, sizeof(err));
-		if (rc < 0) { /* another daemon owns it, or a bad path: refuse */
-			fprintf(stderr, "shardfs: %s\n", err[0] ? err : strerror(-rc));
-			goto out_origin;
-		}
-	}
 	if (build_fuse_args(&o, &args, argv[0]) != 0) {
 		fprintf(stderr, "shardfs: out of memory\n");
 		goto out_origin;
@@ -334,53 +414,8 @@ int main(int argc, char **argv)
 	else
 		sfs_log_use_timestamps(); /* a log now; refusals above stay one plain line */
 	fs.se = se;
-	if ((rc = sfs_origin_start(fs.origin)) < 0 || (fs.ns && (rc = sfs_ns_start(fs.ns)) < 0) ||
-	    (fs.store && (rc = sfs_store_start(fs.store)) < 0) ||
-	    (rc = sfs_prefetch_open(
-		 &(struct sfs_prefetch_conf){
-		     .mem_bytes = o.prefetch_mem,
-		     .window_chunks = (unsigned)(2 * (size_t)n_addrs * o.nconnect),
-		     .mode = (enum sfs_prefetch_mode)(o.prefetch == 0	? SFS_PREFETCH_READAHEAD
-						      : o.prefetch == 1 ? SFS_PREFETCH_SHARD
-									: SFS_PREFETCH_OFF),
-		     .shard_max_bytes = o.prefetch_max,
-		     .store = fs.store},
-		 fs.origin, &fs.prefetch)) < 0) {
-		sfs_log(SFS_LOG_ERR, "main", "cannot start: %s", strerror(-rc));
-		goto out_unmount;
-	}
-	/* After the fork: the CUDA runtime (if any) must live in the daemon. */
-	if ((rc = sfs_staging_open(&fs.staging)) < 0) {
-		sfs_log(SFS_LOG_ERR, "main", "cannot set up staging: %s", strerror(-rc));
-		goto out_unmount;
-	}
-	sfs_log(SFS_LOG_INFO, "main", "mounted %s on %s (%d node addresses, %u connections each%s)",
-		o.source, o.mountpoint, n_addrs, o.nconnect, o.immutable ? ", immutable" : "");
-
-	pthread_t tuner;
-	if (pthread_create(&tuner, NULL, tune_readahead, o.mountpoint) == 0)
-		pthread_detach(tuner);
-	if ((rc = sfs_memtrim_start(release_idle, &fs)) < 0) /* not fatal: freed memory stays */
-		sfs_log(SFS_LOG_WARN, "main", "cannot start the memory trimmer: %s", strerror(-rc));
-
-	struct fuse_loop_config *lc = fuse_loop_cfg_create();
-	if (!lc)
-		goto out_unmount;
-	fuse_loop_cfg_set_max_threads(lc, o.max_threads);
-	/* Workers never exit once started: with fewer idle threads kept than
-	 * readers in flight, libfuse created and destroyed a thread (clone,
-	 * stack mmap/munmap, and our per-thread read scratch) every few
-	 * requests: 8% of the daemon's CPU on a small-file epoch. An idle
-	 * worker costs its touched stack and scratch pages. */
-	fuse_loop_cfg_set_idle_threads(lc, o.max_threads);
-	/* One /dev/fuse fd per worker, as the daemon ran before the config was
-	 * read right (the misread struct set it); measured no difference either
-	 * way on small files or shards on the 2-core VM. */
-	fuse_loop_cfg_set_clone_fd(lc, 1);
-	rc = fuse_session_loop_mt(se, lc);
-	fuse_loop_cfg_destroy(lc);
-	status = rc == 0 ? 0 : 1;
-	sfs_log(SFS_LOG_INFO, "main", "unmounting %s", o.mountpoint);
+	if (start_daemon(&fs, &o, n_addrs) == 0)
+		status = run_loop(se, &o);
 
 out_unmount:
 	sfs_memtrim_stop();
@@ -401,7 +436,6 @@ out_origin:
 	sfs_prefetch_close(fs.prefetch);
 	sfs_staging_close(fs.staging);
 	sfs_jobs_close(fs.jobs);
-out_addrs:
 	sfs_ns_close(fs.ns); /* after the origin: its threads record listings */
 	sfs_addrs_free(addrs, (size_t)n_addrs);
 out_opts:
