@@ -3,7 +3,8 @@
  * prefetch — chunk fetching, readahead, whole-shard prefetch and the glue
  * to the store. See prefetch.h for the contract.
  *
- *   sfs_prefetch ──buf_lock───> free list of SFS_CHUNK_BYTES buffers (budget: mem_bytes)
+ *   sfs_prefetch ──buf_lock───> free list of SFS_CHUNK_BYTES buffers, and the bytes of
+ *                              shorter chunks' buffers (budget: mem_bytes over both)
  *               ──files_lock─> every live sfs_pf_file (for reclaim and the pump thread)
  *   sfs_pf_file  ──lock──────> chunks[]: pf_chunk { index, state, buf, refs, parts[] }
  *                              obj: the store object of this file version (or NULL)
@@ -65,6 +66,7 @@ struct pf_chunk {
 	bool loaded;	     /* its bytes were read from the store */
 	sfs_store_obj *obj;  /* LOADING: the store object, referenced */
 	char *buf;
+	uint32_t buf_bytes; /* set at creation: buf's size (chunk_buf_bytes) */
 	unsigned n_parts;
 	struct sfs_origin_req parts[]; /* owned by origin while FETCHING */
 };
@@ -99,12 +101,13 @@ struct sfs_pf_file {
 struct sfs_prefetch {
 	sfs_origin *origin;	       /* set at open */
 	struct sfs_prefetch_conf conf; /* set at open */
-	size_t max_buffers;	       /* mem_bytes / SFS_CHUNK_BYTES */
+	size_t max_buffers;	       /* mem_bytes / SFS_CHUNK_BYTES, at least 2 */
 	pthread_mutex_t files_lock;    /* taken with a file's lock held; then only trylock */
 	struct sfs_pf_file *files;     /* protected by files_lock: every live file */
 	pthread_mutex_t buf_lock;
 	void **free_bufs;		   /* protected by buf_lock */
-	size_t n_free, n_buffers;	   /* protected by buf_lock */
+	size_t n_free, n_buffers;	   /* protected by buf_lock: pooled buffers */
+	uint64_t sized_bytes;		   /* protected by buf_lock: buffers made to size */
 	uint64_t buf_used_ms;		   /* protected by buf_lock: last get or put */
 	pthread_t pump;			   /* restarts shard pumps stalled on the budget */
 	pthread_t loaders[SFS_PF_LOADERS]; /* read cached chunks ahead of readers */
@@ -124,18 +127,67 @@ static void count(uint64_t *c, int64_t n) { __atomic_fetch_add(c, (uint64_t)n, _
 
 /* --- buffers -------------------------------------------------------------- */
 
-/* A chunk buffer, or NULL when the budget is spent and !demand. A reader's
- * own chunk (demand) may exceed the budget, after idle chunks of every file
- * were reclaimed: refusing it would stall the reader. */
-static void *buf_get(sfs_prefetch *pf, bool demand)
+/*
+ * Chunk buffers. A chunk of SFS_CHUNK_BYTES gets a pooled buffer (1 MiB
+ * buffers come from mmap: the pool saves a map, an unmap and 256 page
+ * faults per chunk). A shorter one (a small file, a file's tail) gets a
+ * buffer of its length rounded up to 4 KiB, from malloc: a 1 KiB file held
+ * a 1 MiB buffer while its cache write waited, so 256 of them spent a
+ * 256 MiB budget and the next small files were not cached. The budget is
+ * in bytes over both kinds: max_buffers pooled buffers' worth.
+ */
+static uint32_t chunk_buf_bytes(uint32_t len)
+{
+	return len >= SFS_CHUNK_BYTES ? SFS_CHUNK_BYTES : (len + 4095u) & ~4095u;
+}
+
+/* Bytes held in buffers; caller holds buf_lock. */
+static uint64_t buf_held(const sfs_prefetch *pf)
+{
+	return (uint64_t)pf->n_buffers * SFS_CHUNK_BYTES + pf->sized_bytes;
+}
+
+static uint64_t buf_budget(const sfs_prefetch *pf)
+{
+	return (uint64_t)pf->max_buffers * SFS_CHUNK_BYTES;
+}
+
+/* A buffer made to size (bytes < SFS_CHUNK_BYTES), or NULL when the budget
+ * is spent and !demand. Caller holds buf_lock; returns with it released. */
+static void *buf_get_sized(sfs_prefetch *pf, uint32_t bytes, bool demand)
+{
+	if (!demand && buf_held(pf) + bytes > buf_budget(pf)) {
+		pthread_mutex_unlock(&pf->buf_lock);
+		return NULL;
+	}
+	pf->sized_bytes += bytes;
+	pthread_mutex_unlock(&pf->buf_lock);
+	void *b = aligned_alloc(4096, bytes);
+	if (!b) {
+		pthread_mutex_lock(&pf->buf_lock);
+		pf->sized_bytes -= bytes;
+		pthread_mutex_unlock(&pf->buf_lock);
+		return NULL;
+	}
+	count(&pf->stats.buffer_bytes, bytes);
+	return b;
+}
+
+/* A buffer of `bytes` (chunk_buf_bytes), or NULL when the budget is spent
+ * and !demand. A reader's own chunk (demand) may exceed the budget, after
+ * idle chunks of every file were reclaimed: refusing it would stall the
+ * reader. */
+static void *buf_get(sfs_prefetch *pf, uint32_t bytes, bool demand)
 {
 	void *b = NULL;
 
 	pthread_mutex_lock(&pf->buf_lock);
 	pf->buf_used_ms = sfs_now_ms();
+	if (bytes < SFS_CHUNK_BYTES)
+		return buf_get_sized(pf, bytes, demand);
 	if (pf->n_free) {
 		b = pf->free_bufs[--pf->n_free];
-	} else if (demand || pf->n_buffers < pf->max_buffers) {
+	} else if (demand || buf_held(pf) + SFS_CHUNK_BYTES <= buf_budget(pf)) {
 		pf->n_buffers++;
 		pthread_mutex_unlock(&pf->buf_lock);
 		b = aligned_alloc(4096, SFS_CHUNK_BYTES);
@@ -155,13 +207,21 @@ static void *buf_get(sfs_prefetch *pf, bool demand)
 static bool buf_over_budget(sfs_prefetch *pf)
 {
 	pthread_mutex_lock(&pf->buf_lock);
-	bool over = pf->n_free == 0 && pf->n_buffers >= pf->max_buffers;
+	bool over = pf->n_free == 0 && buf_held(pf) >= buf_budget(pf);
 	pthread_mutex_unlock(&pf->buf_lock);
 	return over;
 }
 
-static void buf_put(sfs_prefetch *pf, void *b)
+static void buf_put(sfs_prefetch *pf, void *b, uint32_t bytes)
 {
+	if (bytes < SFS_CHUNK_BYTES) {
+		pthread_mutex_lock(&pf->buf_lock);
+		pf->sized_bytes -= bytes;
+		pthread_mutex_unlock(&pf->buf_lock);
+		free(b);
+		count(&pf->stats.buffer_bytes, -(int64_t)bytes);
+		return;
+	}
 	pthread_mutex_lock(&pf->buf_lock);
 	pf->buf_used_ms = sfs_now_ms();
 	if (pf->n_buffers <= pf->max_buffers && pf->n_free < pf->max_buffers) {
@@ -237,7 +297,7 @@ static void chunk_free(struct sfs_pf_file *f, size_t slot)
 	if (c->readahead && !c->used && !c->in_store)
 		count(&f->pf->stats.wasted_chunks, 1);
 	count_undelivered(f->pf, c);
-	buf_put(f->pf, c->buf);
+	buf_put(f->pf, c->buf, c->buf_bytes);
 	free(c);
 	f->chunks[slot] = f->chunks[--f->n_chunks];
 }
@@ -447,14 +507,18 @@ static struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint6
 	}
 	if (!chunk_make_room(f, cur, demand))
 		return NULL;
-	void *buf = buf_get(pf, demand);
+	/* sfs_store_read_chunk fills a whole chunk's buffer (O_DIRECT, packed
+	 * records): a load gets a pooled one. */
+	uint32_t buf_bytes = loading ? SFS_CHUNK_BYTES : chunk_buf_bytes(len);
+	void *buf = buf_get(pf, buf_bytes, demand);
 	if (!buf)
 		return NULL;
 	struct pf_chunk *c = calloc(1, sizeof(*c) + n_parts * sizeof(c->parts[0]));
 	if (!c) {
-		buf_put(pf, buf);
+		buf_put(pf, buf, buf_bytes);
 		return NULL;
 	}
+	c->buf_bytes = buf_bytes;
 	c->file = f;
 	c->index = index;
 	c->state = loading ? CHUNK_LOADING : CHUNK_FETCHING;
@@ -554,7 +618,7 @@ static bool write_admitted(sfs_prefetch *pf, const struct pf_chunk *c)
 {
 	uint64_t pinned = __atomic_load_n(&pf->stats.write_pinned_bytes, __ATOMIC_RELAXED);
 
-	if (c->readahead || pinned + SFS_CHUNK_BYTES <= pf->conf.mem_bytes)
+	if (c->readahead || pinned + c->buf_bytes <= pf->conf.mem_bytes)
 		return true;
 	count(&pf->stats.write_skipped_bytes, c->len);
 	return false;
@@ -573,7 +637,7 @@ static bool chunk_finish(struct sfs_pf_file *f, struct pf_chunk *c, bool from_or
 	    write_admitted(f->pf, c) &&
 	    sfs_store_write_chunk(f->obj, (uint32_t)c->index, c->buf, c->len, write_done, c) == 0) {
 		c->refs++; /* the writer reads the buffer until done */
-		count(&f->pf->stats.write_pinned_bytes, SFS_CHUNK_BYTES);
+		count(&f->pf->stats.write_pinned_bytes, c->buf_bytes);
 		return false; /* the file reference passes to the write */
 	}
 	/* Not admitted (no store, full, offline): it stays in memory for a
@@ -589,7 +653,7 @@ static void write_done(void *arg, int err)
 	struct pf_chunk *started[SFS_PF_MAX_WINDOW];
 	size_t n_started = 0;
 
-	count(&f->pf->stats.write_pinned_bytes, -(int64_t)SFS_CHUNK_BYTES);
+	count(&f->pf->stats.write_pinned_bytes, -(int64_t)c->buf_bytes);
 	pthread_mutex_lock(&f->lock);
 	c->refs--;
 	c->in_store = err == 0;
