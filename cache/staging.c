@@ -63,6 +63,11 @@ unsigned sfs_staging_gpu_count(sfs_staging *st)
 	return st->cuda ? sfs_cuda_gpu_count(st->cuda) : 0;
 }
 
+uint64_t sfs_staging_pinned_bytes(sfs_staging *st)
+{
+	return st->cuda ? sfs_cuda_pinned_bytes(st->cuda) : 0;
+}
+
 int sfs_staging_gpu_uuid(sfs_staging *st, unsigned index, uint8_t uuid[16])
 {
 	return st->cuda ? sfs_cuda_gpu_uuid(st->cuda, index, uuid) : -EINVAL;

@@ -35,6 +35,8 @@ void sfs_staging_close(sfs_staging *st);
 /* Usable GPUs (0 without CUDA) and their UUIDs. */
 unsigned sfs_staging_gpu_count(sfs_staging *st);
 int sfs_staging_gpu_uuid(sfs_staging *st, unsigned index, uint8_t uuid[16]);
+/* Host memory in pinned GPU staging buffers (16 MiB per GPU staged to). */
+uint64_t sfs_staging_pinned_bytes(sfs_staging *st);
 
 /*
  * A region of `length` bytes at `offset` inside the shm object `name`

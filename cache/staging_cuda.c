@@ -209,6 +209,7 @@ struct sfs_cuda {
 	pthread_mutex_t import_lock;
 	struct sfs_cuda_import *buckets[SFS_CUDA_IMPORT_BUCKETS]; /* protected by import_lock */
 	struct sfs_log_ratelimit warn_rl;			  /* atomic */
+	uint64_t pinned_bytes; /* atomic: host memory of the GPUs' pinned buffers */
 };
 
 /* --- helpers ------------------------------------------------------------- */
@@ -332,6 +333,9 @@ static int find_gpu(struct sfs_cuda *cu, const uint8_t uuid[16])
 /* Free what exists of g->buf[]. Caller holds g->lock and has set the device. */
 static void gpu_free_buffers(struct sfs_cuda *cu, struct sfs_cuda_gpu *g)
 {
+	if (g->ready)
+		__atomic_fetch_sub(&cu->pinned_bytes, (uint64_t)SFS_CUDA_N_BUF * SFS_CUDA_BUF_BYTES,
+				   __ATOMIC_RELAXED);
 	for (int k = 0; k < SFS_CUDA_N_BUF; k++) {
 		struct sfs_cuda_buf *b = &g->buf[k];
 		if (b->stream) {
@@ -370,6 +374,8 @@ static int gpu_make_buffers(struct sfs_cuda *cu, unsigned gi)
 		}
 	}
 	g->ready = true;
+	__atomic_fetch_add(&cu->pinned_bytes, (uint64_t)SFS_CUDA_N_BUF * SFS_CUDA_BUF_BYTES,
+			   __ATOMIC_RELAXED);
 	return 0;
 
 err_free:
@@ -478,6 +484,11 @@ void sfs_cuda_close(struct sfs_cuda *cu)
 	pthread_mutex_destroy(&cu->import_lock);
 	dlclose(cu->lib); /* RTLD_NODELETE: stays mapped */
 	free(cu);
+}
+
+uint64_t sfs_cuda_pinned_bytes(struct sfs_cuda *cu)
+{
+	return __atomic_load_n(&cu->pinned_bytes, __ATOMIC_RELAXED);
 }
 
 unsigned sfs_cuda_gpu_count(struct sfs_cuda *cu) { return cu ? cu->n_gpus : 0; }

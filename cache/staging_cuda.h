@@ -17,6 +17,10 @@ struct sfs_cuda;
 int sfs_cuda_open(struct sfs_cuda **out);
 void sfs_cuda_close(struct sfs_cuda *cu);
 unsigned sfs_cuda_gpu_count(struct sfs_cuda *cu);
+/* Host memory held in pinned staging buffers: SFS_CUDA_N_BUF x 4 MiB for
+ * each GPU staged to since open (made on its first copy, kept until close;
+ * pinned memory cannot come from the prefetch budget's pageable buffers). */
+uint64_t sfs_cuda_pinned_bytes(struct sfs_cuda *cu);
 int sfs_cuda_gpu_uuid(struct sfs_cuda *cu, unsigned index, uint8_t uuid[16]);
 
 /* Open an IPC handle on the GPU `uuid` (cached: one open per handle and

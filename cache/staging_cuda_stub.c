@@ -20,6 +20,12 @@ int sfs_cuda_open(struct sfs_cuda **out)
 
 void sfs_cuda_close(struct sfs_cuda *cu) { (void)cu; }
 
+uint64_t sfs_cuda_pinned_bytes(struct sfs_cuda *cu)
+{
+	(void)cu;
+	return 0;
+}
+
 unsigned sfs_cuda_gpu_count(struct sfs_cuda *cu)
 {
 	(void)cu;

@@ -388,7 +388,8 @@ static void render_memory(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_
 	help(f, "shardfs_memory_bytes", "gauge",
 	     "Memory the daemon accounts for, by kind: chunk buffers (fetches, cache loads and "
 	     "writes waiting; prefetch_mem), the per-thread direct-read scratch, the cache index, "
-	     "the immutable namespace, the inodes the kernel holds.");
+	     "the immutable namespace, the inodes the kernel holds, the pinned GPU staging "
+	     "buffers.");
 	const struct {
 		const char *kind;
 		uint64_t bytes;
@@ -398,6 +399,7 @@ static void render_memory(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_
 	    {"cache_index", cs->index_bytes},
 	    {"namespace", nss->mem_bytes},
 	    {"inodes", sfs_inode_count(fs->inodes) * sizeof(struct sfs_inode)},
+	    {"staging_pinned", fs->staging ? sfs_staging_pinned_bytes(fs->staging) : 0},
 	};
 	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
 		fprintf(f, "shardfs_memory_bytes{kind=\"%s\"} %llu\n", kinds[k].kind,

@@ -558,6 +558,9 @@ int main(int argc, char **argv)
 	rc = copy_at(cu, device, base, 4099, iov, n_iov);
 	ok(rc == 0, "%d iovecs, %zu bytes, to offset 4099: %d", n_iov, total, rc);
 	ok(matches(&ex, "iovecs"), "device bytes equal, nothing written outside the range");
+	ok(sfs_cuda_pinned_bytes(cu) == 16u << 20,
+	   "pinned staging buffers of the one GPU copied to: %llu bytes (4 x 4 MiB)",
+	   (unsigned long long)sfs_cuda_pinned_bytes(cu));
 
 	/* The daemon's shape: 1 MiB in two pieces, eight times back to back. */
 	rc = 0;
