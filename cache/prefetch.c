@@ -36,6 +36,7 @@
 #include "log.h"
 
 #include <assert.h>
+#include <stddef.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -212,14 +213,19 @@ static bool buf_over_budget(sfs_prefetch *pf)
 	return over;
 }
 
+static void buf_put_sized(sfs_prefetch *pf, void *b, uint32_t bytes)
+{
+	pthread_mutex_lock(&pf->buf_lock);
+	pf->sized_bytes -= bytes;
+	pthread_mutex_unlock(&pf->buf_lock);
+	free(b);
+	count(&pf->stats.buffer_bytes, -(int64_t)bytes);
+}
+
 static void buf_put(sfs_prefetch *pf, void *b, uint32_t bytes)
 {
 	if (bytes < SFS_CHUNK_BYTES) {
-		pthread_mutex_lock(&pf->buf_lock);
-		pf->sized_bytes -= bytes;
-		pthread_mutex_unlock(&pf->buf_lock);
-		free(b);
-		count(&pf->stats.buffer_bytes, -(int64_t)bytes);
+		buf_put_sized(pf, b, bytes);
 		return;
 	}
 	pthread_mutex_lock(&pf->buf_lock);
@@ -1177,6 +1183,39 @@ static ssize_t direct_read(struct sfs_pf_file *f, sfs_store_obj *obj, uint64_t o
 
 #define DIRECT_FETCH_REQS 4
 
+/* The outcome of a direct fetch's n READs of [a0, ...) into buf, for the
+ * reader's [off, end): v points into buf. Returns the bytes served, 0 at
+ * end of file, or -errno (-ESTALE: the file changed since open). */
+static ssize_t fetch_result(struct sfs_pf_file *f, const struct sfs_origin_req *reqs, unsigned n,
+			    char *buf, uint64_t a0, uint64_t off, uint64_t end,
+			    struct sfs_pf_view *v)
+{
+	sfs_prefetch *pf = f->pf;
+	uint64_t got = a0; /* bytes from a0 on that landed, in order */
+
+	for (unsigned i = 0; i < n; i++) {
+		const struct sfs_origin_req *r = &reqs[i];
+		if (r->result < 0)
+			return r->result;
+		if (f->check_version && r->have_attr && !same_version(&f->version, &r->attr)) {
+			count(&pf->stats.stale_errors, 1);
+			return -ESTALE;
+		}
+		count(&pf->stats.fetched_bytes, r->result);
+		if (got == r->offset)
+			got += (uint64_t)r->result; /* a short reply ends the file */
+	}
+	uint64_t to = end < got ? end : got;
+	if (to <= off)
+		return 0;
+	v->iov[0].iov_base = buf + (off - a0);
+	v->iov[0].iov_len = (size_t)(to - off);
+	v->n_iov = 1;
+	v->bytes = (size_t)(to - off);
+	count(&pf->stats.direct_fetches, 1);
+	return (ssize_t)v->bytes;
+}
+
 /*
  * Without a store, a reader that jumps around gets exactly what it asked
  * for (rounded to pages) straight from the origin into this thread's
@@ -1204,29 +1243,82 @@ static ssize_t direct_fetch(struct sfs_pf_file *f, uint64_t off, uint64_t end,
 	for (unsigned i = 0; i < n; i++)
 		batch[i] = &reqs[i];
 	sfs_origin_call_batch(pf->origin, batch, n);
+	return fetch_result(f, reqs, n, buf, a0, off, end, v);
+}
 
-	uint64_t got = a0; /* bytes from a0 on that landed, in order */
-	for (unsigned i = 0; i < n; i++) {
-		struct sfs_origin_req *r = &reqs[i];
-		if (r->result < 0)
-			return r->result;
-		if (f->check_version && r->have_attr && !same_version(&f->version, &r->attr)) {
-			count(&pf->stats.stale_errors, 1);
-			return -ESTALE;
-		}
-		count(&pf->stats.fetched_bytes, r->result);
-		if (got == r->offset)
-			got += (uint64_t)r->result; /* a short reply ends the file */
+/* --- the direct fetch, answered from the I/O thread ------------------------ */
+
+/* A direct fetch in flight for sfs_pf_read_async: its READs, its buffer (a
+ * sized buffer of the budget, counted in buffer_bytes) and the caller's
+ * completion. Holds a reference on its file. */
+struct pf_fetch {
+	struct sfs_pf_file *f;
+	uint64_t a0, off, end;
+	char *buf;
+	uint32_t buf_bytes;
+	unsigned n, pending; /* pending: atomic, READs not yet done */
+	sfs_pf_read_done done;
+	struct sfs_origin_req reqs[DIRECT_FETCH_REQS];
+	_Alignas(max_align_t) unsigned char arg[SFS_PF_ASYNC_ARG_MAX]; /* the caller's */
+};
+
+/* Each READ's completion, on an I/O thread (or in sfs_origin_submit_batch
+ * when the pool is closing); the last one answers the caller, then frees
+ * the buffer: the caller's done() must have copied or sent the bytes. */
+static void fetch_part_done(struct sfs_origin_req *r)
+{
+	struct pf_fetch *x = r->arg;
+
+	if (__atomic_sub_fetch(&x->pending, 1, __ATOMIC_ACQ_REL))
+		return;
+	struct sfs_pf_file *f = x->f;
+	struct sfs_pf_view v = {0};
+	ssize_t n = fetch_result(f, x->reqs, x->n, x->buf, x->a0, x->off, x->end, &v);
+	x->done(x->arg, n, &v);
+	buf_put_sized(f->pf, x->buf, x->buf_bytes);
+	free(x);
+	sfs_pf_file_unref(f);
+}
+
+/* Start [off, end) as READs answered through done(); the caller took a
+ * reference on f for it. Returns false, having started nothing, when the
+ * synchronous paths must take it (a tiny rsize, no memory). */
+static bool fetch_start(struct sfs_pf_file *f, uint64_t off, uint64_t end, sfs_pf_read_done done,
+			const void *arg, size_t arg_len)
+{
+	sfs_prefetch *pf = f->pf;
+	uint64_t a0 = off & ~(uint64_t)4095, a1 = (end + 4095) & ~(uint64_t)4095;
+	uint32_t max_read = sfs_origin_max_read(pf->origin);
+	struct sfs_origin_req *batch[DIRECT_FETCH_REQS];
+
+	a1 = a1 < f->size ? a1 : f->size;
+	if (max_read == 0 || max_read > SFS_CHUNK_BYTES)
+		max_read = SFS_CHUNK_BYTES;
+	unsigned n = parts_for(a0, a1, max_read);
+	if (n > DIRECT_FETCH_REQS || a1 - a0 > SFS_STORE_RANGE_BUF_BYTES ||
+	    arg_len > SFS_PF_ASYNC_ARG_MAX)
+		return false;
+	struct pf_fetch *x = malloc(sizeof(*x));
+	if (!x)
+		return false;
+	*x = (struct pf_fetch){
+	    .f = f, .a0 = a0, .off = off, .end = end, .n = n, .pending = n, .done = done};
+	memcpy(x->arg, arg, arg_len);
+	x->buf_bytes = (uint32_t)((a1 - a0 + 4095) & ~(uint64_t)4095);
+	pthread_mutex_lock(&pf->buf_lock);
+	x->buf = buf_get_sized(pf, x->buf_bytes, true);
+	if (!x->buf) {
+		free(x);
+		return false;
 	}
-	uint64_t to = end < got ? end : got;
-	if (to <= off)
-		return 0;
-	v->iov[0].iov_base = buf + (off - a0);
-	v->iov[0].iov_len = (size_t)(to - off);
-	v->n_iov = 1;
-	v->bytes = (size_t)(to - off);
-	count(&pf->stats.direct_fetches, 1);
-	return (ssize_t)v->bytes;
+	read_parts(x->reqs, &f->fh, a0, a1, max_read, x->buf);
+	for (unsigned i = 0; i < n; i++) {
+		x->reqs[i].done = fetch_part_done;
+		x->reqs[i].arg = x;
+		batch[i] = &x->reqs[i];
+	}
+	sfs_origin_submit_batch(pf->origin, batch, n);
+	return true;
 }
 
 /*
@@ -1382,53 +1474,15 @@ static ssize_t fill_view(struct sfs_pf_file *f, uint64_t off, uint64_t end, stru
 	return ret < 0 ? ret : (ssize_t)v->bytes;
 }
 
-/*
- * Where a read's bytes come from: a file of one chunk or less (read whole,
- * once) and a reader that jumps around (a chunk loaded for one record would
- * be dropped before its other records are asked for) take the direct path
- * when the store has the range and no chunk of it is in memory. Everything
- * else takes the chunk path: claim the chunks, start readahead, load or
- * fetch, wait, fill the view.
- */
-ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v)
+/* The chunk path of a read: claim the chunks, start readahead, load or
+ * fetch, wait, fill the view. */
+static ssize_t chunk_read(struct sfs_pf_file *f, uint64_t off, uint64_t end, bool seq,
+			  struct sfs_pf_view *v)
 {
 	struct pf_chunk *want[3], *started[SFS_PF_MAX_WINDOW * 2 + 3], *loads[3];
 	struct pf_chunk *ahead_loads[SFS_PF_MAX_WINDOW];
 	size_t n_started = 0, n_loads = 0, n_ahead_loads = 0;
-
-	v->n_iov = 0;
-	v->n_pins = 0;
-	v->bytes = 0;
-	v->cache_bytes = 0;
-	if (off >= f->size || len == 0)
-		return 0;
-	uint64_t end = off + len < f->size ? off + len : f->size;
 	uint64_t c0 = off >> SFS_CHUNK_SHIFT, c1 = (end - 1) >> SFS_CHUNK_SHIFT;
-	if (c1 - c0 >= 3)
-		return -EINVAL;
-
-	pthread_mutex_lock(&f->lock);
-	bool seq = track_sequential(f, c0, c1);
-	/* f->obj is dropped only when the last open ends; a reader holds one. */
-	sfs_store_obj *obj = f->obj;
-	/* Up to a chunk, none of it in memory: the chunk path gains nothing. */
-	bool off_chunks =
-	    end - off <= SFS_CHUNK_BYTES && !chunk_find(f, c0) && (c1 == c0 || !chunk_find(f, c1));
-	bool direct = obj && off_chunks && (f->size <= SFS_CHUNK_BYTES || !seq);
-	/* Without a store: a random reader's own bytes only (a file of one
-	 * chunk or less is read whole anyway: the chunk path fetches it). */
-	bool fetch = !obj && off_chunks && !seq && f->size > SFS_CHUNK_BYTES;
-	pthread_mutex_unlock(&f->lock);
-	if (direct) {
-		ssize_t n = direct_read(f, obj, off, end, v);
-		if (n > 0)
-			return n;
-	}
-	if (fetch) {
-		ssize_t n = direct_fetch(f, off, end, v);
-		if (n != -1)
-			return n;
-	}
 
 	pthread_mutex_lock(&f->lock);
 	int n_want = claim_chunks(f, off, end, seq, want, started, &n_started, loads, &n_loads);
@@ -1449,6 +1503,87 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 		f->refs++;
 	pthread_mutex_unlock(&f->lock);
 	return ret;
+}
+
+/* Which path a read takes (see sfs_pf_read_async). */
+struct read_plan {
+	bool seq;	  /* the reader goes in order (track_sequential) */
+	bool direct;	  /* from the store, verified, no chunk */
+	bool fetch;	  /* from the origin into the thread's scratch, no chunk */
+	bool fetch_async; /* from the origin, answered from the I/O thread */
+	sfs_store_obj *obj;
+};
+
+/* Classify a read of [off, end): track_sequential runs once per read. A
+ * fetch_async plan holds a reference on f for fetch_start. */
+static struct read_plan plan_read(struct sfs_pf_file *f, uint64_t off, uint64_t end, bool async)
+{
+	uint64_t c0 = off >> SFS_CHUNK_SHIFT, c1 = (end - 1) >> SFS_CHUNK_SHIFT;
+	struct read_plan p;
+
+	pthread_mutex_lock(&f->lock);
+	p.seq = track_sequential(f, c0, c1);
+	/* f->obj is dropped only when the last open ends; a reader holds one. */
+	p.obj = f->obj;
+	/* Up to a chunk, none of it in memory: the chunk path gains nothing. */
+	bool off_chunks =
+	    end - off <= SFS_CHUNK_BYTES && !chunk_find(f, c0) && (c1 == c0 || !chunk_find(f, c1));
+	bool small = f->size <= SFS_CHUNK_BYTES;
+	p.direct = p.obj && off_chunks && (small || !p.seq);
+	/* Without a store: a random reader's own bytes only. Waiting for them
+	 * on this thread, a file of one chunk or less is read whole by the
+	 * chunk path; answered from the I/O thread, it is fetched as asked. */
+	p.fetch = !p.obj && off_chunks && !p.seq && !small;
+	p.fetch_async = async && !p.obj && off_chunks && (!p.seq || small);
+	if (p.fetch_async)
+		f->refs++;
+	pthread_mutex_unlock(&f->lock);
+	return p;
+}
+
+/*
+ * Where a read's bytes come from: a file of one chunk or less (read whole,
+ * once) and a reader that jumps around (a chunk loaded for one record would
+ * be dropped before its other records are asked for) take the direct path
+ * when the store has the range and no chunk of it is in memory; without a
+ * store, they are fetched as asked, from the I/O thread where the caller
+ * takes answers there. Everything else takes the chunk path.
+ */
+ssize_t sfs_pf_read_async(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v,
+			  sfs_pf_read_done done, const void *arg, size_t arg_len)
+{
+	v->n_iov = 0;
+	v->n_pins = 0;
+	v->bytes = 0;
+	v->cache_bytes = 0;
+	if (off >= f->size || len == 0)
+		return 0;
+	uint64_t end = off + len < f->size ? off + len : f->size;
+	if (((end - 1) >> SFS_CHUNK_SHIFT) - (off >> SFS_CHUNK_SHIFT) >= 3)
+		return -EINVAL;
+
+	struct read_plan p = plan_read(f, off, end, done != NULL);
+	if (p.fetch_async) {
+		if (fetch_start(f, off, end, done, arg, arg_len))
+			return -EINPROGRESS;
+		sfs_pf_file_unref(f); /* not the last: the caller's open holds one */
+	}
+	if (p.direct) {
+		ssize_t n = direct_read(f, p.obj, off, end, v);
+		if (n > 0)
+			return n;
+	}
+	if (p.fetch) {
+		ssize_t n = direct_fetch(f, off, end, v);
+		if (n != -1)
+			return n;
+	}
+	return chunk_read(f, off, end, p.seq, v);
+}
+
+ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v)
+{
+	return sfs_pf_read_async(f, off, len, v, NULL, NULL, 0);
 }
 
 void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v)

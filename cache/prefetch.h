@@ -142,6 +142,28 @@ struct sfs_pf_view {
  * or -errno (-EIO when no node could serve). Blocks.
  */
 ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v);
+
+/* Called once with the outcome of an asynchronous read: n bytes (0 at end
+ * of file) in v, or -errno. arg is the fetch's copy of the caller's context
+ * (arg_len bytes, max-aligned); it and the bytes are valid only during the
+ * call. */
+typedef void (*sfs_pf_read_done)(void *arg, ssize_t n, const struct sfs_pf_view *v);
+
+/*
+ * sfs_pf_read, except that a read whose bytes must come from the origin
+ * without a chunk (no store: a reader that jumps around, or a file of one
+ * chunk or less) is answered from the I/O thread that gets the reply: it
+ * returns -EINPROGRESS and done(copy, ...) runs once, later, on that thread
+ * (or before it returns when the pool is closing). Any other return is as
+ * sfs_pf_read's, and done is not called. The fetch holds the file until
+ * done has returned; its view pins nothing (no sfs_pf_view_release).
+ */
+ssize_t sfs_pf_read_async(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v,
+			  sfs_pf_read_done done, const void *arg, size_t arg_len);
+
+/* arg_len at most this: sfs_pf_read_async keeps a copy of the caller's
+ * context with the fetch (no allocation of the caller's own per read). */
+#define SFS_PF_ASYNC_ARG_MAX 64
 void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v);
 
 #endif

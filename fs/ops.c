@@ -6,8 +6,10 @@
  * virtual .shardfs/ tree, EROFS for every modifying operation, and the
  * replies of every operation but ioctl (fs/ioctl.c replies to its own).
  * Threading: ops run on FUSE worker threads. A LOOKUP that goes to NFS is
- * answered from the origin I/O thread that gets its reply (lookup_call);
- * other ops may block on the origin or the cache disk. Replies are sent
+ * answered from the origin I/O thread that gets its reply (lookup_call),
+ * and so is a READ fetched without a chunk (read_call: no cache_dir, a
+ * random reader or a file of one chunk or less); other ops may block on
+ * the origin or the cache disk. Replies are sent
  * with no lock held. READDIRPLUS entries are added from the origin I/O
  * thread that decoded the reply (the FUSE buffer is private to the request
  * until we reply).
@@ -542,6 +544,39 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 }
 
+/* A read answered from the I/O thread that got its bytes (a fetch without
+ * a chunk: see sfs_pf_read_async); sfs_pf_read_async keeps the copy. */
+struct read_call {
+	struct sfs_fs *fs;
+	fuse_req_t req;
+	struct sfs_job_read jr;
+};
+
+/* Account a read's outcome and reply with its bytes or its error. */
+static void read_reply(struct sfs_fs *fs, fuse_req_t req, const struct sfs_job_read *jr, ssize_t n,
+		       const struct sfs_pf_view *v)
+{
+	sfs_jobs_read_end(fs->jobs, jr, n, v->cache_bytes);
+	if (n < 0) {
+		__atomic_fetch_add(&fs->read_errors, 1, __ATOMIC_RELAXED);
+		reply_err(req, (int)n);
+		return;
+	}
+	__atomic_fetch_add(&fs->read_bytes, (uint64_t)n, __ATOMIC_RELAXED);
+	if (v->n_iov)
+		fuse_reply_iov(req, v->iov, v->n_iov);
+	else
+		fuse_reply_buf(req, NULL, 0);
+}
+
+/* Runs on an I/O thread (or in the read when the pool is closing). */
+static void read_done(void *arg, ssize_t n, const struct sfs_pf_view *v)
+{
+	struct read_call *c = arg;
+
+	read_reply(c->fs, c->req, &c->jr, n, v);
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -558,19 +593,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	sfs_pf_file *pf = ((struct sfs_open_file *)(uintptr_t)fi->fh)->pf;
 	struct sfs_pf_view v;
-	struct sfs_job_read jr = sfs_fs_job_begin(fs, req);
-	ssize_t n = sfs_pf_read(pf, (uint64_t)off, size, &v);
-	sfs_jobs_read_end(fs->jobs, &jr, n, v.cache_bytes);
-	if (n < 0) {
-		__atomic_fetch_add(&fs->read_errors, 1, __ATOMIC_RELAXED);
-		reply_err(req, (int)n);
-		return;
-	}
-	__atomic_fetch_add(&fs->read_bytes, (uint64_t)n, __ATOMIC_RELAXED);
-	if (v.n_iov)
-		fuse_reply_iov(req, v.iov, v.n_iov);
-	else
-		fuse_reply_buf(req, NULL, 0);
+	struct read_call c = {fs, req, sfs_fs_job_begin(fs, req)};
+	ssize_t n = sfs_pf_read_async(pf, (uint64_t)off, size, &v, read_done, &c, sizeof(c));
+	if (n == -EINPROGRESS)
+		return; /* read_done replies */
+	read_reply(fs, req, &c.jr, n, &v);
 	sfs_pf_view_release(pf, &v);
 }
 

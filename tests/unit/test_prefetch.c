@@ -980,6 +980,128 @@ static void test_undelivered(void)
 	teardown();
 }
 
+/* --- reads answered from the I/O thread ------------------------------------ */
+
+/* What an asynchronous read's done() saw: a copy of its bytes. */
+struct async_out {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int done;   /* calls of done() */
+	int magic;  /* the context's magic as done() saw it */
+	bool other; /* done() ran on another thread than the read */
+	ssize_t n;
+	struct tfile t;
+	uint64_t off;
+	char why[256];
+	int bad; /* reads whose bytes were wrong */
+};
+
+/* The caller's context, copied by sfs_pf_read_async. */
+struct async_ctx {
+	struct async_out *out;
+	pthread_t caller;
+	uint64_t off;
+	size_t want;
+	int magic;
+};
+
+static void async_done(void *arg, ssize_t n, const struct sfs_pf_view *v)
+{
+	struct async_ctx *c = arg;
+	struct async_out *o = c->out;
+	char why[256];
+	bool wrong = n >= 0 && view_check(&o->t, c->off, v, c->want, why, sizeof(why));
+
+	pthread_mutex_lock(&o->lock);
+	o->n = n;
+	o->magic = c->magic;
+	o->other = !pthread_equal(c->caller, pthread_self());
+	if (wrong && !o->bad++)
+		memcpy(o->why, why, sizeof(why));
+	o->done++;
+	pthread_cond_broadcast(&o->cond);
+	pthread_mutex_unlock(&o->lock);
+}
+
+/* Read [off, +len) with sfs_pf_read_async; returns its return value. */
+static ssize_t async_read(struct async_out *o, uint64_t off, size_t len)
+{
+	struct async_ctx c = {o, pthread_self(), off, expected_len(&o->t, off, len), 42};
+	struct sfs_pf_view v;
+
+	ssize_t rc = sfs_pf_read_async(o->t.f, off, len, &v, async_done, &c, sizeof(c));
+	c.magic = 0; /* done() sees the copy taken at the call */
+	if (rc != -EINPROGRESS)
+		sfs_pf_view_release(o->t.f, &v);
+	return rc;
+}
+
+static void async_wait(struct async_out *o, int n)
+{
+	pthread_mutex_lock(&o->lock);
+	while (o->done < n)
+		pthread_cond_wait(&o->cond, &o->lock);
+	pthread_mutex_unlock(&o->lock);
+}
+
+static void test_async(void)
+{
+	setup(MiB, 0, 2, 64 * MiB, 16);
+	struct async_out o = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+	/* A small file without a store: fetched as asked, answered by done(). */
+	o.t = topen(21, 110000, 110000);
+	uint64_t r0 = ostats().requests;
+	ssize_t rc = async_read(&o, 0, 128 * KiB);
+	async_wait(&o, 1);
+	ok(rc == -EINPROGRESS && o.n == 110000 && !o.bad && o.magic == 42 && o.other,
+	   "async: a 110,000-byte file read whole from the I/O thread (rc %zd, n %zd, %s)", rc, o.n,
+	   o.bad ? o.why : "bytes exact");
+	fake_origin_drain(org);
+	ok(ostats().requests - r0 == 1 && pstats().fetched_bytes == 110000,
+	   "async: one READ, 110,000 bytes fetched (%llu requests)",
+	   (unsigned long long)(ostats().requests - r0));
+	ok(pstats().buffer_bytes == 0, "async: the fetch's buffer is freed after done (%llu bytes)",
+	   (unsigned long long)pstats().buffer_bytes);
+	sfs_pf_file_unref(o.t.f);
+
+	/* A failed READ: done() gets the error. */
+	o.t = topen(22, 1024 * MiB, 1024 * MiB);
+	fake_origin_fail(org, ostats().requests + 1, 1, -EIO);
+	rc = async_read(&o, 300 * MiB + 5, 100000);
+	async_wait(&o, 2);
+	ok(rc == -EINPROGRESS && o.n == -EIO, "async: a failed READ gives done() -EIO (n %zd)",
+	   o.n);
+	fake_origin_drain(org);
+	fake_origin_fail(org, 0, 0, 0);
+
+	/* A random reader of a big file: 64 reads in flight, the file unreffed
+	 * before they land (each fetch holds it). */
+	fake_origin_hold_from(org, 0);
+	uint64_t s = 0x5eed;
+	int started = 0;
+	for (int i = 0; i < 64; i++) {
+		uint64_t off = MiB + rng_next(&s) % (1000 * MiB);
+		started += async_read(&o, off, 110 * KiB) == -EINPROGRESS;
+	}
+	sfs_pf_file_unref(o.t.f);
+	fake_origin_release(org);
+	fake_origin_hold_from(org, UINT64_MAX);
+	async_wait(&o, 2 + 64);
+	ok(started == 64 && o.done == 66 && !o.bad,
+	   "async: 64 random reads in flight, the file closed meanwhile: %d answered, %s",
+	   o.done - 2, o.bad ? o.why : "bytes exact");
+	fake_origin_drain(org);
+
+	/* A sequential reader takes the chunk path (readahead), synchronously. */
+	o.t = topen(23, 16 * MiB, 16 * MiB);
+	rc = async_read(&o, 0, 128 * KiB);
+	ok(rc == 128 * KiB && o.done == 66, "async: a sequential reader is answered at once (%zd)",
+	   rc);
+	sfs_pf_file_unref(o.t.f);
+	teardown();
+}
+
 static void test_exact_1m(void) { test_exact(MiB); }
 static void test_exact_256k(void) { test_exact(256 * KiB); }
 static void test_exact_100000(void) { test_exact(100000); }
@@ -1004,6 +1126,7 @@ static const struct {
     {"pins", test_pins},
     {"submit_race", test_submit_race},
     {"undelivered", test_undelivered},
+    {"async", test_async},
 };
 
 /* With no arguments, runs every test; otherwise only the named ones. */
