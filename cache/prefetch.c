@@ -96,7 +96,19 @@ struct sfs_pf_file {
 	uint64_t shard_next; /* next chunk the pump considers */
 	struct pf_chunk **chunks;
 	size_t n_chunks, cap_chunks;
+	struct pf_waiter *waiters;	 /* reads answered when their chunk's bytes land */
 	struct sfs_pf_file *prev, *next; /* protected by pf->files_lock */
+};
+
+/* A read of one chunk's range answered from the thread that completes the
+ * range (sfs_pf_read_async): it pins its chunk and holds a reference on its
+ * file until answered. Linked on f->waiters, protected by f->lock. */
+struct pf_waiter {
+	struct pf_waiter *next;
+	struct pf_chunk *c;
+	uint64_t off, end;
+	sfs_pf_read_done done;
+	_Alignas(max_align_t) unsigned char arg[SFS_PF_ASYNC_ARG_MAX]; /* the caller's */
 };
 
 struct sfs_prefetch {
@@ -385,6 +397,8 @@ static bool chunk_evict_one(struct sfs_pf_file *f, uint64_t cur, bool demand)
 }
 
 static void part_done(struct sfs_origin_req *req);
+static struct pf_waiter *waiters_ready(struct sfs_pf_file *f, struct pf_chunk *c);
+static void waiters_answer(struct sfs_pf_file *f, struct pf_waiter *ready);
 
 /* Evict idle chunks of other files until the budget has room. Caller holds
  * self->lock; other files are only try-locked (no lock order between files),
@@ -744,8 +758,10 @@ static void part_done(struct sfs_origin_req *req)
 		free_file = chunk_finish(f, c, true);
 		shard_pump(f, started, &n_started, SFS_PF_MAX_WINDOW);
 	}
+	struct pf_waiter *ready = waiters_ready(f, c);
 	pthread_mutex_unlock(&f->lock);
 	submit_chunks(f, started, n_started);
+	waiters_answer(f, ready); /* before file_free: waiters hold f, so !free_file */
 	if (free_file)
 		file_free(f);
 }
@@ -1092,7 +1108,9 @@ static void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c)
 	if (n == (ssize_t)c->fetch_len) {
 		c->in_store = c->loaded = true;
 		free_file = chunk_finish(f, c, false);
+		struct pf_waiter *ready = waiters_ready(f, c);
 		pthread_mutex_unlock(&f->lock);
+		waiters_answer(f, ready);
 	} else {
 		/* Missing, short or failed its checksum: a miss, never an error. */
 		c->state = CHUNK_FETCHING;
@@ -1474,10 +1492,68 @@ static ssize_t fill_view(struct sfs_pf_file *f, uint64_t off, uint64_t end, stru
 	return ret < 0 ? ret : (ssize_t)v->bytes;
 }
 
+/* Waiters of chunk c whose range is ready, unlinked. Caller holds f->lock. */
+static struct pf_waiter *waiters_ready(struct sfs_pf_file *f, struct pf_chunk *c)
+{
+	struct pf_waiter *ready = NULL, **p = &f->waiters;
+
+	while (*p) {
+		struct pf_waiter *w = *p;
+		if (w->c == c && chunk_range_ready(c, w->off, w->end)) {
+			*p = w->next;
+			w->next = ready;
+			ready = w;
+		} else {
+			p = &w->next;
+		}
+	}
+	return ready;
+}
+
+/* Answer waiters whose range is ready (from waiters_ready), without the
+ * lock held: each reply goes out from this thread. */
+static void waiters_answer(struct sfs_pf_file *f, struct pf_waiter *ready)
+{
+	while (ready) {
+		struct pf_waiter *w = ready;
+		struct sfs_pf_view v = {0};
+		ready = w->next;
+		pthread_mutex_lock(&f->lock);
+		ssize_t n = fill_view(f, w->off, w->end, &w->c, 1, &v); /* ready: no wait */
+		f->refs += v.n_pins ? 1 : 0; /* the view's reference, as in chunk_read */
+		pthread_mutex_unlock(&f->lock);
+		w->done(w->arg, n, &v);
+		sfs_pf_view_release(f, &v);
+		free(w);
+		sfs_pf_file_unref(f); /* the waiter's reference */
+	}
+}
+
+/* Register an answer of [off, end) in chunk c (pinned by claim_chunks) for
+ * when its bytes land. Caller holds f->lock and has checked that they have
+ * not. Returns false (nothing registered) without memory. */
+static bool waiter_add(struct sfs_pf_file *f, struct pf_chunk *c, uint64_t off, uint64_t end,
+		       sfs_pf_read_done done, const void *arg, size_t arg_len)
+{
+	struct pf_waiter *w = arg_len <= SFS_PF_ASYNC_ARG_MAX ? malloc(sizeof(*w)) : NULL;
+
+	if (!w)
+		return false;
+	*w = (struct pf_waiter){.next = f->waiters, .c = c, .off = off, .end = end, .done = done};
+	memcpy(w->arg, arg, arg_len);
+	f->waiters = w;
+	f->refs++;
+	return true;
+}
+
 /* The chunk path of a read: claim the chunks, start readahead, load or
- * fetch, wait, fill the view. */
+ * fetch, wait, fill the view. A read of one chunk that is not a sequential
+ * reader's (a small file, a random record) does not wait when the caller
+ * takes answers from the I/O thread (done): it returns -EINPROGRESS and is
+ * answered by whichever thread lands its bytes. */
 static ssize_t chunk_read(struct sfs_pf_file *f, uint64_t off, uint64_t end, bool seq,
-			  struct sfs_pf_view *v)
+			  struct sfs_pf_view *v, sfs_pf_read_done done, const void *arg,
+			  size_t arg_len)
 {
 	struct pf_chunk *want[3], *started[SFS_PF_MAX_WINDOW * 2 + 3], *loads[3];
 	struct pf_chunk *ahead_loads[SFS_PF_MAX_WINDOW];
@@ -1489,11 +1565,17 @@ static ssize_t chunk_read(struct sfs_pf_file *f, uint64_t off, uint64_t end, boo
 	if (seq && f->pf->conf.mode != SFS_PREFETCH_OFF)
 		start_readahead(f, c0, c1, started, &n_started, ahead_loads, &n_ahead_loads);
 	shard_pump(f, started, &n_started, SFS_PF_MAX_WINDOW);
+	/* Registered before the parts are submitted: none can land unseen. */
+	bool waiting = done && (!seq || f->size <= SFS_CHUNK_BYTES) && n_want == 1 &&
+		       n_loads == 0 && !chunk_range_ready(want[0], off, end) &&
+		       waiter_add(f, want[0], off, end, done, arg, arg_len);
 	pthread_mutex_unlock(&f->lock);
 	submit_chunks(f, started, n_started);
 	loader_queue(f->pf, ahead_loads, n_ahead_loads);
 	for (size_t i = 0; i < n_loads; i++)
 		load_chunk(f, loads[i]);
+	if (waiting)
+		return -EINPROGRESS;
 
 	pthread_mutex_lock(&f->lock);
 	ssize_t ret = fill_view(f, off, end, want, n_want, v);
@@ -1578,7 +1660,7 @@ ssize_t sfs_pf_read_async(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_p
 		if (n != -1)
 			return n;
 	}
-	return chunk_read(f, off, end, p.seq, v);
+	return chunk_read(f, off, end, p.seq, v, done, arg, arg_len);
 }
 
 ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v)

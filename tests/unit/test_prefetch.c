@@ -1102,6 +1102,59 @@ static void test_async(void)
 	teardown();
 }
 
+/* The chunk path answered from the I/O thread: a tiny rsize makes the reads
+ * too many parts for a direct fetch, so they claim chunks and wait on them
+ * as waiters (with a store, the cold small-file and random-record path). */
+static void test_async_chunks(void)
+{
+	setup(16 * KiB, 200, 2, 64 * MiB, 16);
+	struct async_out o = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+	o.t = topen(31, 110000, 110000);
+	ssize_t rc = async_read(&o, 0, 128 * KiB);
+	async_wait(&o, 1);
+	ok(rc == -EINPROGRESS && o.n == 110000 && !o.bad && o.magic == 42 && o.other,
+	   "async chunk: a 110,000-byte file in 7 parts answered from the I/O thread (rc %zd, n "
+	   "%zd, %s)",
+	   rc, o.n, o.bad ? o.why : "bytes exact");
+	/* The chunk went once read to its end: a second read is fetched as
+	 * asked (one part), from the I/O thread too. */
+	rc = async_read(&o, 4096, 10000);
+	async_wait(&o, 2);
+	ok(rc == -EINPROGRESS && o.n == 10000 && !o.bad,
+	   "async chunk: a later read of the consumed file, fetched as asked (rc %zd, n %zd)", rc,
+	   o.n);
+	sfs_pf_file_unref(o.t.f);
+	fake_origin_drain(org);
+
+	/* Random records of a big file, 8 in flight (the file's chunk limit is more), the file
+	 * closed meanwhile; then one whose part fails. */
+	o.t = topen(32, 1024 * MiB, 1024 * MiB);
+	fake_origin_hold_from(org, 0);
+	uint64_t s = 0xc0ffee;
+	int started = 0;
+	for (int i = 0; i < 8; i++) {
+		uint64_t off = MiB + rng_next(&s) % (1000 * MiB);
+		started += async_read(&o, off, 110 * KiB) == -EINPROGRESS;
+	}
+	fake_origin_release(org);
+	fake_origin_hold_from(org, UINT64_MAX);
+	async_wait(&o, 2 + 8);
+	ok(started == 8 && !o.bad, "async chunk: 8 random records in flight answered, %s",
+	   o.bad ? o.why : "bytes exact");
+	fake_origin_drain(org);
+	fake_origin_fail(org, ostats().requests + 1, 1000, -EIO);
+	rc = async_read(&o, 900 * MiB + 12345, 100000);
+	sfs_pf_file_unref(o.t.f);
+	async_wait(&o, 2 + 8 + 1);
+	ok(rc == -EINPROGRESS && o.n == -EIO,
+	   "async chunk: a failed part gives done() -EIO (n %zd)", o.n);
+	fake_origin_drain(org);
+	fake_origin_fail(org, 0, 0, 0);
+	ok(ostats().wrong_thread == 0, "async chunk: no completion ran on the submitting thread");
+	teardown();
+}
+
 static void test_exact_1m(void) { test_exact(MiB); }
 static void test_exact_256k(void) { test_exact(256 * KiB); }
 static void test_exact_100000(void) { test_exact(100000); }
@@ -1127,6 +1180,7 @@ static const struct {
     {"submit_race", test_submit_race},
     {"undelivered", test_undelivered},
     {"async", test_async},
+    {"async_chunks", test_async_chunks},
 };
 
 /* With no arguments, runs every test; otherwise only the named ones. */
