@@ -276,7 +276,7 @@ static bool args_from_req(struct sfs_xport_args *args, const struct sfs_origin_r
 		break;
 	case SFS_ORIGIN_READDIRPLUS:
 		args->cookie = req->cookie;
-		memcpy(args->cookieverf, req->cookieverf, sizeof(args->cookieverf));
+		memcpy(args->dir_verf, req->dir_verf, sizeof(args->dir_verf));
 		args->dir_max_bytes = req->dir_max_bytes;
 		break;
 	default:

@@ -40,6 +40,8 @@ struct nfs_fh {
 };
 const struct nfs_fh *nfs_get_rootfh(struct nfs_context *nfs);
 
+_Static_assert(sizeof(cookieverf3) == SFS_DIR_VERF_BYTES, "the verifier is NFSv3's cookieverf3");
+
 struct sfs_xport_conn {
 	struct nfs_context *nfs; /* the connection's thread only */
 	struct sfs_conn *conn;	 /* the pool's, for the mount answer */
@@ -199,7 +201,7 @@ static int readdirplus_send(struct rpc_context *rpc, struct nfs_fh3 fh,
 			      .cookie = args->cookie,
 			      .dircount = args->dir_max_bytes / 2,
 			      .maxcount = args->dir_max_bytes};
-	memcpy(r.cookieverf, args->cookieverf, sizeof(r.cookieverf));
+	memcpy(r.cookieverf, args->dir_verf, sizeof(r.cookieverf)); /* the cookieverf3 */
 	return rpc_nfs3_readdirplus_async(rpc, slot_cb, &r, a);
 }
 
@@ -210,7 +212,7 @@ static int readdirplus_decode(void *res, const struct sfs_xport_args *args,
 	READDIRPLUS3resok *ok = &((READDIRPLUS3res *)res)->READDIRPLUS3res_u.resok;
 
 	(void)args;
-	memcpy(req->cookieverf, ok->cookieverf, sizeof(req->cookieverf));
+	memcpy(req->dir_verf, ok->cookieverf, sizeof(req->dir_verf));
 	req->eof = ok->reply.eof;
 	for (entryplus3 *e = ok->reply.entries; e; e = e->nextentry) {
 		struct sfs_attr attr, *ap = NULL;

@@ -40,10 +40,10 @@ struct sfs_xport_args {
 	uint64_t offset; /* READ: this attempt's range (a re-sent short READ
 			    continues where the last reply ended) */
 	uint32_t count;
-	uint64_t cookie;		   /* READDIRPLUS */
-	uint8_t cookieverf[8];		   /* READDIRPLUS */
-	uint32_t dir_max_bytes;		   /* READDIRPLUS */
-	char name[SFS_XPORT_NAME_MAX + 1]; /* LOOKUP */
+	uint64_t cookie;		      /* READDIRPLUS */
+	uint8_t dir_verf[SFS_DIR_VERF_BYTES]; /* READDIRPLUS */
+	uint32_t dir_max_bytes;		      /* READDIRPLUS */
+	char name[SFS_XPORT_NAME_MAX + 1];    /* LOOKUP */
 };
 
 /* Where and as whom a connection connects; the pool's, read-only. */

@@ -271,7 +271,7 @@ static int decode_read(const struct sfs_xport_args *args, struct sfs_origin_req 
 /* Three entries after the cookie, then the end (cookie 6). */
 static int decode_readdir(const struct sfs_xport_args *args, struct sfs_origin_req *req)
 {
-	memset(req->cookieverf, 0x5a, sizeof(req->cookieverf));
+	memset(req->dir_verf, 0x5a, sizeof(req->dir_verf));
 	req->eof = args->cookie + 3 >= 6;
 	for (uint64_t c = args->cookie + 1; c <= args->cookie + 3 && c <= 6; c++) {
 		char name[16];
