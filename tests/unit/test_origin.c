@@ -317,9 +317,36 @@ static void test_hedge_freed(void)
 	free(buf);
 }
 
+/* A LOOKUP name longer than any transport carries is answered without a call. */
+static void test_long_name(void)
+{
+	struct fake_xport_conf fc = {0};
+	struct sfs_origin_conf conf = make_conf(true, 10);
+	char name[SFS_XPORT_NAME_MAX + 2];
+	struct sfs_origin_req req = {.op = SFS_ORIGIN_LOOKUP, .name = name};
+	sfs_origin *pool;
+	char msg[256];
+
+	memset(name, 'x', sizeof(name) - 1);
+	name[sizeof(name) - 1] = 0;
+	fake_xport_setup(&fc);
+	if (sfs_origin_open_xport(&conf, &fake_xport_ops, &pool, msg, sizeof(msg)) < 0 ||
+	    sfs_origin_start(pool) < 0) {
+		ok(0, "open: %s", msg);
+		return;
+	}
+	req.fh = fake_xport_fh(1, 0);
+	ok(sfs_origin_call(pool, &req) == -ENAMETOOLONG, "a %zu-byte LOOKUP name: -ENAMETOOLONG",
+	   strlen(name));
+	name[SFS_XPORT_NAME_MAX] = 0;
+	ok(sfs_origin_call(pool, &req) == 0, "a %zu-byte one is sent", strlen(name));
+	sfs_origin_close(pool);
+}
+
 int main(void)
 {
 	test_hedge_freed();
+	test_long_name();
 	test_ioerr(false, 0);
 	test_ioerr(false, 40000);
 	test_ioerr(true, 0);
