@@ -213,7 +213,8 @@ static int add_call(struct sfs_xport_conn *xc, const struct sfs_xport_args *args
 		if (args) {
 			c->args = *args;
 			if (args->op == SFS_ORIGIN_READ)
-				c->due_ms += conf.reply_delay_ms;
+				c->due_ms += conf.reply_delay_ms +
+					     ((conf.slow_nodes >> xc->node) & 1 ? conf.slow_ms : 0);
 		}
 		kick(xc);
 		return 0;

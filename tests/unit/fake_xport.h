@@ -27,7 +27,9 @@ struct fake_xport_conf {
 	unsigned fail_at;	 /* fail the Nth counted call (1-based); 0: none */
 	bool fail_persist;	 /* and every one after it */
 	unsigned reply_delay_ms; /* READ replies wait this long */
-	uint32_t short_read;	 /* READ replies give at most this many bytes; 0: all */
+	unsigned slow_nodes;	 /* bit k: node k's READ replies wait slow_ms more */
+	unsigned slow_ms;
+	uint32_t short_read; /* READ replies give at most this many bytes; 0: all */
 	/* Runs inside send(), on the I/O thread, for every call; a non-zero
 	 * return fails the send (as a failure of the call would). */
 	int (*send_hook)(const struct sfs_xport_args *args, int node);

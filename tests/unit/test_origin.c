@@ -317,6 +317,85 @@ static void test_hedge_freed(void)
 	free(buf);
 }
 
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool n0_read;
+} slow = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+/* n1 sends no READ before n0 sent one: otherwise a busy machine may let
+ * n1's thread take every READ before n0's wakes, and n0 is never tried. */
+static int slow_hook(const struct sfs_xport_args *args, int node)
+{
+	struct timespec until;
+
+	if (args->op != SFS_ORIGIN_READ)
+		return 0;
+	pthread_mutex_lock(&slow.lock);
+	if (node == 0) {
+		slow.n0_read = true;
+		pthread_cond_broadcast(&slow.cond);
+	}
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 5;
+	while (!slow.n0_read && pthread_cond_timedwait(&slow.cond, &slow.lock, &until) == 0)
+		;
+	pthread_mutex_unlock(&slow.lock);
+	return 0;
+}
+
+/* A node whose READs take far longer than timeo: its READs are hedged and
+ * re-issued to the other node, which serves them; the node turns SUSPECT,
+ * its late replies are dropped, and a probe brings it back UP. */
+static void test_slow_node(void)
+{
+	struct fake_xport_conf fc = {.slow_nodes = 1, .slow_ms = 600, .send_hook = slow_hook};
+	struct sfs_origin_conf conf = make_conf(true, 2);
+	struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+	struct job jobs[N_REQS];
+	struct sfs_origin_node_stats st0, st1;
+	sfs_origin *pool;
+	char msg[256];
+
+	conf.retrans = 10;
+	fake_xport_setup(&fc);
+	if (sfs_origin_open_xport(&conf, &fake_xport_ops, &pool, msg, sizeof(msg)) < 0 ||
+	    sfs_origin_start(pool) < 0) {
+		ok(0, "open: %s", msg);
+		return;
+	}
+	jobs_fill(jobs, &w);
+	ok(run_jobs(pool, jobs, &w) == 0, "every request completes with node n0 slow");
+	const char *why = NULL;
+	for (int i = 0; i < N_REQS && !why; i++)
+		why = job_check(&jobs[i], false);
+	ok(!why, "every result right (%s)", why ? why : "yes");
+	sfs_origin_node_stats(pool, 0, &st0);
+	sfs_origin_node_stats(pool, 1, &st1);
+	ok(st0.hedged + st0.reissued > 0 && st0.hedge_wins + st0.reissued > 0,
+	   "n0's READs went to n1 (hedged %llu, won there %llu, re-issued %llu)",
+	   (unsigned long long)st0.hedged, (unsigned long long)st0.hedge_wins,
+	   (unsigned long long)st0.reissued);
+	/* Its READs outlive timeo (SUSPECT: no new work), then answer late
+	 * (dropped: served already), then a probe finds it alive. */
+	bool suspect = false;
+	for (int k = 0; k < 300 && !(suspect && st0.state == SFS_NODE_UP); k++) {
+		struct timespec ts = {0, 10 * 1000000};
+		nanosleep(&ts, NULL);
+		sfs_origin_node_stats(pool, 0, &st0);
+		suspect = suspect || st0.state == SFS_NODE_SUSPECT;
+	}
+	ok(suspect, "n0 turned SUSPECT when its READs outlived timeo");
+	ok(st0.state == SFS_NODE_UP, "n0 is UP again once a probe is answered (state %d)",
+	   st0.state);
+	sfs_origin_close(pool);
+	for (int i = 0; i < N_REQS; i++) {
+		if (jobs[i].req.op == SFS_ORIGIN_READ)
+			free(jobs[i].req.buf);
+		free(jobs[i].req.link);
+	}
+}
+
 /* A LOOKUP name longer than any transport carries is answered without a call. */
 static void test_long_name(void)
 {
@@ -347,6 +426,7 @@ int main(void)
 {
 	test_hedge_freed();
 	test_long_name();
+	test_slow_node();
 	test_ioerr(false, 0);
 	test_ioerr(false, 40000);
 	test_ioerr(true, 0);
