@@ -2,8 +2,8 @@
 /*
  * origin — the pool of NFSv3 connections to every node of the cluster.
  *
- * Owns: one libnfs context per connection (nconnect per node address), the
- * I/O threads that drive them, the shared request queue, node health
+ * Owns: one transport connection per connection slot (nconnect per node
+ * address), the I/O threads that drive them, the shared request queue, node health
  * (up / suspect / down), re-issue of requests away from failed or hung nodes,
  * reconnection with backoff, and the per-node counters.
  * Does not own: what the bytes mean (prefetch/store), FUSE, caching of
@@ -11,8 +11,13 @@
  *
  * Threading: sfs_origin_submit() and sfs_origin_call() may be called from any
  * thread. Completion callbacks run on an origin I/O thread and must not block
- * (no waiting on other origin requests). Every libnfs context is owned by
- * exactly one I/O thread. origin.c is the only file that includes libnfs.
+ * (no waiting on other origin requests). Every connection is owned by
+ * exactly one I/O thread.
+ *
+ * Files: origin.c (the pool: queue, node selection, hedging, re-issue),
+ * origin_conn.c (connections, the I/O loop), origin_call.c (waiting),
+ * origin_nfs3.c (the NFSv3 transport, the only file that includes libnfs)
+ * behind origin_xport.h; origin_int.h is the private header.
  *
  * Work pulling: submitted requests wait in one FIFO; each connection with a
  * free slot (SFS_ORIGIN_CONN_DEPTH per connection) pulls the next one. A
@@ -26,10 +31,13 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define SFS_FH_MAX	      64 /* NFSv3 file handles are at most 64 bytes (RFC 1813) */
+/* The largest handle a transport gives: NFSv3's (RFC 1813). An NFSv4 transport
+ * (128 bytes) raises it, at 64 bytes more per inode. */
+#define SFS_FH_MAX	      64
+#define SFS_DIR_VERF_BYTES    8 /* a directory listing's verifier, opaque to the caller */
 #define SFS_ORIGIN_CONN_DEPTH 4
 
-/* An NFSv3 file handle; valid on every node of the cluster. */
+/* A file handle, opaque to the caller; valid on every node of the cluster. */
 struct sfs_fh {
 	uint32_t len;
 	uint8_t data[SFS_FH_MAX];
@@ -82,15 +90,15 @@ struct sfs_fsstat {
 struct sfs_origin_req {
 	/* in */
 	enum sfs_origin_op op;
-	struct sfs_fh fh;	     /* file or directory */
-	uint64_t offset;	     /* READ: byte offset */
-	uint32_t count;		     /* READ: bytes wanted (<= sfs_origin_max_read) */
-	void *buf;		     /* READ: destination of count bytes */
-	const char *name;	     /* LOOKUP: entry name (caller keeps it alive) */
-	uint64_t cookie;	     /* READDIRPLUS: resume cookie, 0 to start */
-	uint8_t cookieverf[8];	     /* READDIRPLUS: verifier from the previous reply */
-	uint32_t dir_max_bytes;	     /* READDIRPLUS: maxcount hint */
-	sfs_origin_dirent_fn dirent; /* READDIRPLUS */
+	struct sfs_fh fh;		      /* file or directory */
+	uint64_t offset;		      /* READ: byte offset */
+	uint32_t count;			      /* READ: bytes wanted (<= sfs_origin_max_read) */
+	void *buf;			      /* READ: destination of count bytes */
+	const char *name;		      /* LOOKUP: entry name (caller keeps it alive) */
+	uint64_t cookie;		      /* READDIRPLUS: resume cookie, 0 to start */
+	uint8_t dir_verf[SFS_DIR_VERF_BYTES]; /* READDIRPLUS: as the previous reply left it */
+	uint32_t dir_max_bytes;		      /* READDIRPLUS: maxcount hint */
+	sfs_origin_dirent_fn dirent;	      /* READDIRPLUS */
 	void (*done)(struct sfs_origin_req *req);
 	void *arg; /* for the caller */
 
@@ -103,7 +111,7 @@ struct sfs_origin_req {
 	char *link;	      /* READLINK: malloc'd target, caller frees */
 	struct sfs_fsstat fsstat;
 
-	/* private to origin.c; protected by the pool lock */
+	/* private to the pool (origin_int.h); protected by the pool lock */
 	struct sfs_origin_req *q_next, *q_prev;
 	struct sfs_attempt *attempts; /* sends in flight, chained */
 	void *call_wait;	      /* sfs_origin_call[_batch]()'s waiter */

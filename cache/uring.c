@@ -54,9 +54,6 @@ static void run_sync(struct sfs_uring_op *op)
 	case SFS_URING_WRITE:
 		n = pwrite(op->fd, op->buf, op->len, op->off);
 		break;
-	case SFS_URING_READ:
-		n = pread(op->fd, op->buf, op->len, op->off);
-		break;
 	default:
 		n = fdatasync(op->fd);
 		break;
@@ -82,9 +79,6 @@ static void run_phase(sfs_uring *r, struct sfs_uring_op *ops, size_t n, bool syn
 			if (op->kind == SFS_URING_WRITE)
 				io_uring_prep_write(sqe, op->fd, op->buf, (unsigned)op->len,
 						    (__u64)op->off);
-			else if (op->kind == SFS_URING_READ)
-				io_uring_prep_read(sqe, op->fd, op->buf, (unsigned)op->len,
-						   (__u64)op->off);
 			else
 				io_uring_prep_fsync(sqe, op->fd, IORING_FSYNC_DATASYNC);
 			io_uring_sqe_set_data(sqe, op);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * uring — the one wrapper around liburing: run a batch of writes, reads and
+ * uring — the one wrapper around liburing: run a batch of writes and
  * fdatasyncs through an io_uring and wait for all of them.
  *
  * Threading: a ring belongs to one thread (the store's writer).
@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-enum sfs_uring_kind { SFS_URING_WRITE, SFS_URING_READ, SFS_URING_FDATASYNC };
+enum sfs_uring_kind { SFS_URING_WRITE, SFS_URING_FDATASYNC };
 
 struct sfs_uring_op {
 	enum sfs_uring_kind kind;
@@ -30,7 +30,7 @@ typedef struct sfs_uring sfs_uring;
 int sfs_uring_open(unsigned depth, sfs_uring **out);
 void sfs_uring_close(sfs_uring *ring);
 
-/* Run ops[0..n): writes and reads first, all in flight at once, then the
+/* Run ops[0..n): writes first, all in flight at once, then the
  * fdatasyncs (so they cover the writes). Sets every op's result. */
 void sfs_uring_run(sfs_uring *ring, struct sfs_uring_op *ops, size_t n);
 

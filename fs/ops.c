@@ -625,7 +625,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 /* An open directory. Readdirs of one handle are serialised by the kernel. */
 struct dir_handle {
-	uint8_t cookieverf[8]; /* from the server's last READDIRPLUS reply */
+	uint8_t dir_verf[SFS_DIR_VERF_BYTES]; /* from the last READDIRPLUS reply */
 	/* immutable only: where this listing comes from, and what NFS gave */
 	enum { DIR_SRC_ANY, DIR_SRC_NS, DIR_SRC_NFS } src;
 	uint64_t next_off; /* the offset that continues the listing */
@@ -793,14 +793,14 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 					   .dirent = dirent_cb};
 		r.arg = &d;
 		if (off)
-			memcpy(r.cookieverf, h->cookieverf, sizeof(r.cookieverf));
+			memcpy(r.dir_verf, h->dir_verf, sizeof(r.dir_verf));
 		int rc = sfs_origin_call(fs->origin, &r);
 		if (rc < 0) {
 			free(d.buf);
 			reply_err(req, rc);
 			return;
 		}
-		memcpy(h->cookieverf, r.cookieverf, sizeof(h->cookieverf));
+		memcpy(h->dir_verf, r.dir_verf, sizeof(h->dir_verf));
 		if (d.record) {
 			h->next_off = d.added ? d.last_cookie : (uint64_t)off;
 			if (r.eof && !h->gap)

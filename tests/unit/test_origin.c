@@ -1,0 +1,434 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * test_origin — the origin pool (cache/origin.c, origin_conn.c,
+ * origin_call.c) against the fake transport (fake_xport.c); no libnfs.
+ *
+ * The fault loop follows SQLite's do_ioerr_test: run one workload (READs of
+ * several sizes, short READs, every metadata op) with the Nth transport call
+ * failing, for N = 1, 2, ... until a run makes fewer than N calls; once with
+ * only the Nth failing (every request must then succeed: the pool re-issues
+ * and reconnects), once with every call from the Nth on failing (a soft
+ * mount: every request succeeds or fails with -EIO in time). For every N: no
+ * hang, no wrong byte, no connection left (and, under ASan, no leak).
+ *
+ * The hedge test checks that the send path reads nothing of a request that
+ * another attempt completed (and its owner freed) meanwhile.
+ */
+#include "fake_xport.h"
+#include "tap.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define N_READS 6
+#define N_REQS	(N_READS + 6)
+#define HANG_S	20
+
+/* The workload's completions, counted under a lock for the main thread. */
+struct waiter {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	size_t pending;
+};
+
+struct job {
+	struct sfs_origin_req req;
+	struct waiter *w;
+	uint64_t size; /* READ: the file's size */
+	unsigned dirents;
+};
+
+static void job_done(struct sfs_origin_req *req)
+{
+	struct job *j = req->arg;
+
+	pthread_mutex_lock(&j->w->lock);
+	if (--j->w->pending == 0)
+		pthread_cond_signal(&j->w->cond);
+	pthread_mutex_unlock(&j->w->lock);
+}
+
+static int job_dirent(struct sfs_origin_req *req, const char *name, uint64_t cookie,
+		      const struct sfs_attr *attr, const struct sfs_fh *fh)
+{
+	struct job *j = req->arg;
+
+	(void)name;
+	(void)cookie;
+	(void)attr;
+	(void)fh;
+	j->dirents++;
+	return 0;
+}
+
+static struct sfs_origin_conf make_conf(bool hard, unsigned timeo_ds)
+{
+	static char n0[] = "n0", n1[] = "n1";
+	static char *addrs[] = {n0, n1};
+
+	return (struct sfs_origin_conf){.addrs = addrs,
+					.n_addrs = 2,
+					.export_path = "/ifs",
+					.nconnect = 1,
+					.rsize_bytes = 1u << 20,
+					.timeo_ds = timeo_ds,
+					.retrans = 2,
+					.hard = hard,
+					.n_threads = 2};
+}
+
+/* READ sizes: empty, tiny, a short file read past its end, 1 MiB. */
+static void jobs_fill(struct job *jobs, struct waiter *w)
+{
+	static const uint64_t sizes[N_READS] = {0, 1, 4096, 100000, 1u << 20, 700000};
+	static const enum sfs_origin_op meta[N_REQS - N_READS] = {
+	    SFS_ORIGIN_GETATTR,	    SFS_ORIGIN_LOOKUP,	 SFS_ORIGIN_LOOKUP,
+	    SFS_ORIGIN_READDIRPLUS, SFS_ORIGIN_READLINK, SFS_ORIGIN_FSSTAT};
+
+	for (int i = 0; i < N_REQS; i++) {
+		struct job *j = &jobs[i];
+		memset(j, 0, sizeof(*j));
+		j->w = w;
+		j->req.arg = j;
+		j->req.done = job_done;
+		if (i < N_READS) {
+			j->size = sizes[i];
+			j->req.op = SFS_ORIGIN_READ;
+			j->req.fh = fake_xport_fh(100 + (uint64_t)i, j->size);
+			j->req.count = j->size > 65536 ? (uint32_t)j->size : 65536;
+			j->req.buf = malloc(j->req.count);
+			continue;
+		}
+		j->req.op = meta[i - N_READS];
+		j->req.fh = fake_xport_fh(1, 0);
+		j->req.name = i == N_READS + 1 ? "some-file" : "missing";
+		j->req.dir_max_bytes = 4096;
+		j->req.dirent = job_dirent;
+	}
+}
+
+/* One request's result: right, or (allowed when fail_ok) -EIO. Returns a
+ * description of what is wrong, or NULL. */
+static const char *job_check(const struct job *j, bool fail_ok)
+{
+	const struct sfs_origin_req *r = &j->req;
+
+	if (fail_ok && r->result == -EIO)
+		return NULL;
+	switch (r->op) {
+	case SFS_ORIGIN_READ:
+		if (r->result != (int)j->size || !r->eof)
+			return "READ: wrong length or no EOF";
+		for (uint64_t k = 0; k < j->size; k++)
+			if (((uint8_t *)r->buf)[k] != fake_xport_byte(&r->fh, k))
+				return "READ: wrong byte";
+		return NULL;
+	case SFS_ORIGIN_LOOKUP:
+		if (!strcmp(r->name, "missing"))
+			return r->result == -ENOENT ? NULL : "LOOKUP of a missing name";
+		return r->result == 0 && r->out_fh.len == 16 ? NULL : "LOOKUP";
+	case SFS_ORIGIN_READDIRPLUS:
+		return r->result == 0 && j->dirents == 3 ? NULL : "READDIRPLUS";
+	case SFS_ORIGIN_READLINK:
+		return r->result == 0 && r->link && !strcmp(r->link, "target") ? NULL : "READLINK";
+	default:
+		return r->result == 0 ? NULL : "metadata";
+	}
+}
+
+/* Submit the workload and wait for it, at most HANG_S seconds. Returns 0,
+ * or -ETIMEDOUT (a hang). */
+static int run_jobs(sfs_origin *pool, struct job *jobs, struct waiter *w)
+{
+	struct sfs_origin_req *reqs[N_REQS];
+	struct timespec until;
+	int rc = 0;
+
+	for (int i = 0; i < N_REQS; i++)
+		reqs[i] = &jobs[i].req;
+	w->pending = N_REQS;
+	sfs_origin_submit_batch(pool, reqs, N_REQS);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += HANG_S;
+	pthread_mutex_lock(&w->lock);
+	while (w->pending && rc == 0)
+		rc = pthread_cond_timedwait(&w->cond, &w->lock, &until);
+	pthread_mutex_unlock(&w->lock);
+	return w->pending ? -ETIMEDOUT : 0;
+}
+
+struct ioerr_result {
+	unsigned runs, open_failed, hangs, wrong, leaks, failed_reqs;
+	char first_wrong[160];
+};
+
+/* One run with the Nth call failing. Returns the calls the run made. */
+static unsigned ioerr_run(unsigned n, bool persist, uint32_t short_read, struct ioerr_result *res)
+{
+	struct fake_xport_conf fc = {
+	    .fail_at = n, .fail_persist = persist, .short_read = short_read};
+	struct sfs_origin_conf conf = make_conf(false, persist ? 1 : 10);
+	struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+	struct job jobs[N_REQS];
+	sfs_origin *pool;
+	char msg[256];
+
+	fake_xport_setup(&fc);
+	res->runs++;
+	if (sfs_origin_open_xport(&conf, &fake_xport_ops, &pool, msg, sizeof(msg)) < 0) {
+		res->open_failed++;
+		goto out;
+	}
+	if (sfs_origin_start(pool) < 0) {
+		sfs_origin_close(pool);
+		goto out;
+	}
+	jobs_fill(jobs, &w);
+	if (run_jobs(pool, jobs, &w) < 0)
+		res->hangs++;
+	sfs_origin_close(pool); /* completes what a hang left with -ESHUTDOWN */
+	for (int i = 0; i < N_REQS; i++) {
+		const char *why = job_check(&jobs[i], persist);
+		if (jobs[i].req.result < 0 && jobs[i].req.result != -ENOENT)
+			res->failed_reqs++;
+		if (why && !res->wrong++)
+			snprintf(res->first_wrong, sizeof(res->first_wrong),
+				 "N=%u%s: request %d: %s (result %d)", n, persist ? " persist" : "",
+				 i, why, jobs[i].req.result);
+		if (jobs[i].req.op == SFS_ORIGIN_READ)
+			free(jobs[i].req.buf);
+		free(jobs[i].req.link);
+	}
+out:
+	if (fake_xport_live() != 0)
+		res->leaks++;
+	return fake_xport_calls();
+}
+
+static void test_ioerr(bool persist, uint32_t short_read)
+{
+	struct ioerr_result res = {0};
+	unsigned n;
+
+	for (n = 1; n < 10000; n++)
+		if (ioerr_run(n, persist, short_read, &res) < n)
+			break; /* the Nth call was never made: every call has failed once */
+	diag("%u runs, %u opens failed, %u requests failed", res.runs, res.open_failed,
+	     res.failed_reqs);
+	if (res.wrong)
+		diag("%s", res.first_wrong);
+	ok(n > 20 && n < 10000, "fault loop%s%s ran to the end (%u calls)",
+	   persist ? ", persistent" : "", short_read ? ", short READs" : "", n - 1);
+	ok(res.hangs == 0, "no hang (%u)", res.hangs);
+	ok(res.wrong == 0, "no wrong result or byte (%u)", res.wrong);
+	ok(res.leaks == 0, "no transport connection left (%u)", res.leaks);
+	if (!persist)
+		ok(res.open_failed == 0 && res.failed_reqs == 0,
+		   "one failed call fails nothing: %u opens, %u requests", res.open_failed,
+		   res.failed_reqs);
+}
+
+/* --- a hedge whose request completes and is freed while it is sent ------- */
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool freed;
+	int hook_calls;
+	bool args_ok;
+	struct sfs_fh fh;
+} hedge = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+static void hedge_done(struct sfs_origin_req *req)
+{
+	int result = req->result;
+
+	memset(req, 0xa5, sizeof(*req)); /* what a reuse would do */
+	free(req);
+	pthread_mutex_lock(&hedge.lock);
+	hedge.freed = result == 65536;
+	pthread_cond_broadcast(&hedge.cond);
+	pthread_mutex_unlock(&hedge.lock);
+}
+
+/* The second send of the READ (the hedge) waits until the first attempt's
+ * reply completed and freed the request, then fails: the failure path must
+ * not touch the request either. */
+static int hedge_hook(const struct sfs_xport_args *args, int node)
+{
+	struct timespec until;
+
+	(void)node;
+	if (args->op != SFS_ORIGIN_READ)
+		return 0;
+	pthread_mutex_lock(&hedge.lock);
+	if (++hedge.hook_calls != 2) {
+		pthread_mutex_unlock(&hedge.lock);
+		return 0;
+	}
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 5;
+	while (!hedge.freed && pthread_cond_timedwait(&hedge.cond, &hedge.lock, &until) == 0)
+		;
+	hedge.args_ok = args->fh.len == hedge.fh.len &&
+			!memcmp(args->fh.data, hedge.fh.data, hedge.fh.len) && args->offset == 0 &&
+			args->count == 65536;
+	pthread_mutex_unlock(&hedge.lock);
+	return -1;
+}
+
+static void test_hedge_freed(void)
+{
+	struct fake_xport_conf fc = {.reply_delay_ms = 150, .send_hook = hedge_hook};
+	struct sfs_origin_conf conf = make_conf(true, 20);
+	struct sfs_origin_req *req = calloc(1, sizeof(*req));
+	void *buf = malloc(65536);
+	sfs_origin *pool;
+	char msg[256];
+
+	fake_xport_setup(&fc);
+	ok(sfs_origin_open_xport(&conf, &fake_xport_ops, &pool, msg, sizeof(msg)) == 0 &&
+	       sfs_origin_start(pool) == 0,
+	   "open with two nodes");
+	hedge.fh = fake_xport_fh(7, 1 << 20);
+	*req = (struct sfs_origin_req){
+	    .op = SFS_ORIGIN_READ, .fh = hedge.fh, .count = 65536, .buf = buf, .done = hedge_done};
+	sfs_origin_submit(pool, req);
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += HANG_S;
+	pthread_mutex_lock(&hedge.lock);
+	while ((!hedge.freed || hedge.hook_calls < 2) &&
+	       pthread_cond_timedwait(&hedge.cond, &hedge.lock, &until) == 0)
+		;
+	pthread_mutex_unlock(&hedge.lock);
+	sfs_origin_close(pool); /* joins the thread still in the hook */
+	ok(hedge.freed, "the first attempt completed the READ");
+	ok(hedge.hook_calls == 2, "the READ was hedged to the other node (%d sends)",
+	   hedge.hook_calls);
+	ok(hedge.args_ok, "the hedge's arguments were intact after the request was freed");
+	bool right = true;
+	for (uint32_t k = 0; k < 65536; k++)
+		right = right && ((uint8_t *)buf)[k] == fake_xport_byte(&hedge.fh, k);
+	ok(right, "the READ's bytes are right");
+	free(buf);
+}
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool n0_read;
+} slow = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+/* n1 sends no READ before n0 sent one: otherwise a busy machine may let
+ * n1's thread take every READ before n0's wakes, and n0 is never tried. */
+static int slow_hook(const struct sfs_xport_args *args, int node)
+{
+	struct timespec until;
+
+	if (args->op != SFS_ORIGIN_READ)
+		return 0;
+	pthread_mutex_lock(&slow.lock);
+	if (node == 0) {
+		slow.n0_read = true;
+		pthread_cond_broadcast(&slow.cond);
+	}
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 5;
+	while (!slow.n0_read && pthread_cond_timedwait(&slow.cond, &slow.lock, &until) == 0)
+		;
+	pthread_mutex_unlock(&slow.lock);
+	return 0;
+}
+
+/* A node whose READs take far longer than timeo: its READs are hedged and
+ * re-issued to the other node, which serves them; the node turns SUSPECT,
+ * its late replies are dropped, and a probe brings it back UP. */
+static void test_slow_node(void)
+{
+	struct fake_xport_conf fc = {.slow_nodes = 1, .slow_ms = 600, .send_hook = slow_hook};
+	struct sfs_origin_conf conf = make_conf(true, 2);
+	struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+	struct job jobs[N_REQS];
+	struct sfs_origin_node_stats st0, st1;
+	sfs_origin *pool;
+	char msg[256];
+
+	conf.retrans = 10;
+	fake_xport_setup(&fc);
+	if (sfs_origin_open_xport(&conf, &fake_xport_ops, &pool, msg, sizeof(msg)) < 0 ||
+	    sfs_origin_start(pool) < 0) {
+		ok(0, "open: %s", msg);
+		return;
+	}
+	jobs_fill(jobs, &w);
+	ok(run_jobs(pool, jobs, &w) == 0, "every request completes with node n0 slow");
+	const char *why = NULL;
+	for (int i = 0; i < N_REQS && !why; i++)
+		why = job_check(&jobs[i], false);
+	ok(!why, "every result right (%s)", why ? why : "yes");
+	sfs_origin_node_stats(pool, 0, &st0);
+	sfs_origin_node_stats(pool, 1, &st1);
+	ok(st0.hedged + st0.reissued > 0 && st0.hedge_wins + st0.reissued > 0,
+	   "n0's READs went to n1 (hedged %llu, won there %llu, re-issued %llu)",
+	   (unsigned long long)st0.hedged, (unsigned long long)st0.hedge_wins,
+	   (unsigned long long)st0.reissued);
+	/* Its READs outlive timeo (SUSPECT: no new work), then answer late
+	 * (dropped: served already), then a probe finds it alive. */
+	bool suspect = false;
+	for (int k = 0; k < 300 && !(suspect && st0.state == SFS_NODE_UP); k++) {
+		struct timespec ts = {0, 10 * 1000000};
+		nanosleep(&ts, NULL);
+		sfs_origin_node_stats(pool, 0, &st0);
+		suspect = suspect || st0.state == SFS_NODE_SUSPECT;
+	}
+	ok(suspect, "n0 turned SUSPECT when its READs outlived timeo");
+	ok(st0.state == SFS_NODE_UP, "n0 is UP again once a probe is answered (state %d)",
+	   st0.state);
+	sfs_origin_close(pool);
+	for (int i = 0; i < N_REQS; i++) {
+		if (jobs[i].req.op == SFS_ORIGIN_READ)
+			free(jobs[i].req.buf);
+		free(jobs[i].req.link);
+	}
+}
+
+/* A LOOKUP name longer than any transport carries is answered without a call. */
+static void test_long_name(void)
+{
+	struct fake_xport_conf fc = {0};
+	struct sfs_origin_conf conf = make_conf(true, 10);
+	char name[SFS_XPORT_NAME_MAX + 2];
+	struct sfs_origin_req req = {.op = SFS_ORIGIN_LOOKUP, .name = name};
+	sfs_origin *pool;
+	char msg[256];
+
+	memset(name, 'x', sizeof(name) - 1);
+	name[sizeof(name) - 1] = 0;
+	fake_xport_setup(&fc);
+	if (sfs_origin_open_xport(&conf, &fake_xport_ops, &pool, msg, sizeof(msg)) < 0 ||
+	    sfs_origin_start(pool) < 0) {
+		ok(0, "open: %s", msg);
+		return;
+	}
+	req.fh = fake_xport_fh(1, 0);
+	ok(sfs_origin_call(pool, &req) == -ENAMETOOLONG, "a %zu-byte LOOKUP name: -ENAMETOOLONG",
+	   strlen(name));
+	name[SFS_XPORT_NAME_MAX] = 0;
+	ok(sfs_origin_call(pool, &req) == 0, "a %zu-byte one is sent", strlen(name));
+	sfs_origin_close(pool);
+}
+
+int main(void)
+{
+	test_hedge_freed();
+	test_long_name();
+	test_slow_node();
+	test_ioerr(false, 0);
+	test_ioerr(false, 40000);
+	test_ioerr(true, 0);
+	return tap_done();
+}
