@@ -416,20 +416,36 @@ static bool holds(const char *d, const char *what, bool rel)
 	return what[k] == '/' && n > k && d[n - k - 1] == '/' && !strncmp(d + n - k, what, k);
 }
 
+/* Whether some dataset other than d lies under d (d is then an export's
+ * own dataset, which holds only the files at the export's root). */
+static bool has_nested(const struct listing *l, const char *d)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (l->v[i].name && holds(d, l->v[i].name, false))
+			return true;
+	return false;
+}
+
 /* The dataset that holds `what` (a name or mount path inside a dataset),
- * for the message; NULL if none. Returns a malloc'd name. */
+ * for the message: the longest name that holds it, but not an export's own
+ * dataset for a name one level below it (that would be a top-level
+ * directory, a dataset of its own). NULL if none; else malloc'd. */
 static char *dataset_holding(struct target *t, const char *what, bool rel)
 {
 	struct listing l;
-	char *found = NULL;
+	const char *best = NULL;
 
 	get_listing(t, &l);
 	for (size_t i = 0; i < l.n; i++) {
 		const char *d = l.v[i].name;
-		if (d && !found && holds(d, what, rel))
-			found = strdup(d);
-		free(l.v[i].name);
+		if (d && holds(d, what, rel) && (!best || strlen(d) > strlen(best)))
+			best = d;
 	}
+	if (best && !rel && !strchr(what + strlen(best) + 1, '/') && has_nested(&l, best))
+		best = NULL;
+	char *found = best ? strdup(best) : NULL;
+	for (size_t i = 0; i < l.n; i++)
+		free(l.v[i].name);
 	free(l.v);
 	return found;
 }
@@ -449,14 +465,18 @@ static const char *mount_relative(const struct target *t, const char *arg, char 
 	return buf + n + (buf[n] == '/');
 }
 
+/* One line: what was evicted (datasets: 0 for a purge, which names none). */
 static void report(const char *what, const struct sfs_store_evicted *r)
 {
-	char b[32], d[32];
+	char b[32], d[32], n[48] = "";
 
 	human(r->bytes, b, sizeof(b));
 	human(r->disk_bytes, d, sizeof(d));
-	printf("%s: %" PRIu32 " dataset%s, %" PRIu64 " files, %s evicted (%s of disk freed now)\n",
-	       what, r->datasets, r->datasets == 1 ? "" : "s", r->objects, b, d);
+	if (r->datasets)
+		snprintf(n, sizeof(n), "%" PRIu32 " dataset%s, ", r->datasets,
+			 r->datasets == 1 ? "" : "s");
+	printf("%s: %s%" PRIu64 " files, %s evicted (%s of disk freed now)\n", what, n, r->objects,
+	       b, d);
 }
 
 static int cmd_evict(struct target *t, char **args, int n)
