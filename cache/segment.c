@@ -959,12 +959,12 @@ void sfs_seg_foreach(sfs_seg *sg, void (*fn)(void *arg, uint32_t dataset, uint32
 /* Drops the entries match() accepts (NULL: all) and marks their segments
  * touched. After a backward shift slot i holds a new entry and is looked at
  * again (entries only move back, towards i). Caller holds lock. */
-static void drop_matching(sfs_seg *sg, bool (*match)(void *, uint32_t), void *arg,
+static void drop_matching(sfs_seg *sg, sfs_seg_match_fn *match, void *arg,
 			  struct sfs_seg_evicted *out)
 {
 	for (uint32_t i = 0; i < sg->tab_cap;) {
 		struct ent *e = &sg->tab[i];
-		if (e->len && (!match || match(arg, e->dataset))) {
+		if (e->len && (!match || match(arg, e->dataset, e->key))) {
 			sg->segs[e->seg]->touched = true;
 			out->objects++;
 			out->bytes += e->len;
@@ -1055,7 +1055,7 @@ static struct redo *plan_touched(sfs_seg *sg, uint32_t *n_out, struct sfs_seg_ev
 	return r;
 }
 
-int sfs_seg_evict_where(sfs_seg *sg, bool (*match)(void *arg, uint32_t dataset), void *arg,
+int sfs_seg_evict_where(sfs_seg *sg, sfs_seg_match_fn *match, void *arg,
 			struct sfs_seg_evicted *out)
 {
 	char name[32];

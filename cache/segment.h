@@ -156,10 +156,12 @@ struct sfs_seg_evicted {
 	uint64_t disk_bytes; /* segment files deleted because nothing was left in them */
 };
 
+/* Whether an eviction takes the object `key` of dataset `dataset`. */
+typedef bool sfs_seg_match_fn(void *arg, uint32_t dataset, const uint8_t key[16]);
+
 /*
- * Drop every object whose dataset match() accepts (match NULL: every
- * object). Each segment that lost records gets a new .idx without them (a
- * restart does not bring them back); one left empty is deleted. The
+ * Drop every object match() accepts (match NULL: every object). Each segment that lost records gets
+ * a new .idx without them (a restart does not bring them back); one left empty is deleted. The
  * segment being filled, if it lost any, is sealed first. The disk space of
  * dropped records in segments that keep others stays until that segment is
  * evicted. A reader already past its lookup still reads and verifies the
@@ -167,7 +169,7 @@ struct sfs_seg_evicted {
  * the first -errno of writing a summary (its records come back at the next
  * open). Writer thread only.
  */
-int sfs_seg_evict_where(sfs_seg *sg, bool (*match)(void *arg, uint32_t dataset), void *arg,
+int sfs_seg_evict_where(sfs_seg *sg, sfs_seg_match_fn *match, void *arg,
 			struct sfs_seg_evicted *out);
 
 void sfs_seg_get_stats(sfs_seg *sg, struct sfs_seg_stats *out);

@@ -165,9 +165,12 @@ struct sfs_store_obj {
 	struct sfs_store_obj *hnext, *lru_prev, *lru_next;
 };
 
-/* A change to the cache that runs on the writer thread (sfs_store_evict). */
+/* A change to the cache that runs on the writer thread (sfs_store_evict,
+ * sfs_store_evict_keys). */
 struct ctl_job {
-	const char *prefix;		 /* NULL: everything */
+	const char *prefix;	   /* NULL (and no keys): everything */
+	const uint8_t (*keys)[16]; /* or these versions, sorted */
+	size_t n_keys;
 	struct sfs_store_evicted result; /* out */
 	int rc;				 /* out */
 	bool done;			 /* protected by lock */
@@ -2004,10 +2007,21 @@ static int cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static bool id_set_has(void *arg, uint32_t id)
+static bool id_set_has(void *arg, uint32_t id, const uint8_t key[16])
 {
 	const struct id_set *m = arg;
+	(void)key;
 	return m->n && bsearch(&id, m->ids, m->n, sizeof(id), cmp_u32);
+}
+
+static int cmp_key(const void *a, const void *b) { return memcmp(a, b, 16); }
+
+/* sfs_seg_match_fn of sfs_store_evict_keys: arg is the ctl job. */
+static bool keys_have(void *arg, uint32_t id, const uint8_t key[16])
+{
+	const struct ctl_job *c = arg;
+	(void)id;
+	return c->n_keys && bsearch(key, c->keys, c->n_keys, 16, cmp_key);
 }
 
 /* Whether dataset `name` is `prefix` or lies under it (trailing slashes of
@@ -2073,7 +2087,7 @@ static void evict_one(sfs_store *s, sfs_store_obj *o, struct sfs_store_evicted *
 
 /* The per-file side of an eviction (match NULL: all). Writer thread; takes
  * the lock for the index, unlinks without it. Returns 0 or -ENOMEM. */
-static int evict_index(sfs_store *s, bool (*match)(void *, uint32_t), void *arg,
+static int evict_index(sfs_store *s, sfs_seg_match_fn *match, void *arg,
 		       struct sfs_store_evicted *r)
 {
 	sfs_store_obj *victims = NULL;
@@ -2089,7 +2103,7 @@ static int evict_index(sfs_store *s, bool (*match)(void *, uint32_t), void *arg,
 	for (size_t b = 0; b < s->n_buckets; b++)
 		for (sfs_store_obj *o = s->buckets[b], *next; o; o = next) {
 			next = o->hnext;
-			if (!match || match(arg, o->dataset))
+			if (!match || match(arg, o->dataset, o->key))
 				evict_one(s, o, r, &victims, keys, &n_keys);
 		}
 	pthread_mutex_unlock(&s->lock);
@@ -2108,7 +2122,8 @@ static void run_ctl(sfs_store *s, struct ctl_job *c)
 {
 	struct id_set m = {0};
 	struct sfs_store_evicted *r = &c->result;
-	bool (*match)(void *, uint32_t) = c->prefix ? id_set_has : NULL;
+	sfs_seg_match_fn *match = c->keys ? keys_have : c->prefix ? id_set_has : NULL;
+	void *arg = c->keys ? (void *)c : &m;
 
 	memset(r, 0, sizeof(*r));
 	if (c->prefix && (c->rc = match_ids(s, c->prefix, &m)) < 0)
@@ -2119,11 +2134,11 @@ static void run_ctl(sfs_store *s, struct ctl_job *c)
 		c->rc = -EAGAIN;
 	pthread_mutex_unlock(&s->lock);
 	if (!c->rc)
-		c->rc = evict_index(s, match, &m, r);
+		c->rc = evict_index(s, match, arg, r);
 	sfs_seg *sg = seg_of(s);
 	if (!c->rc && sg) {
 		struct sfs_seg_evicted se;
-		c->rc = sfs_seg_evict_where(sg, match, &m, &se);
+		c->rc = sfs_seg_evict_where(sg, match, arg, &se);
 		r->objects += se.objects;
 		r->bytes += se.bytes;
 		r->disk_bytes += se.disk_bytes;
@@ -2134,28 +2149,51 @@ static void run_ctl(sfs_store *s, struct ctl_job *c)
 	r->datasets = (uint32_t)m.n;
 	for (size_t i = 0; i < m.n; i++)
 		sfs_dsets_reset(s->dsets, m.ids[i]);
-	if (!c->prefix)
+	if (!c->prefix && !c->keys)
 		sfs_dsets_reset(s->dsets, 0);
 	if (c->rc != -ENOENT && c->rc != -EAGAIN)
 		sfs_dsets_save(s->dsets, false);
 	free(m.ids);
 }
 
+/* Run c on the writer thread (inline if it was never started) and wait. */
+static int ctl_run(sfs_store *s, struct ctl_job *c, struct sfs_store_evicted *out)
+{
+	if (!s->writer_started) {
+		run_ctl(s, c);
+	} else {
+		pthread_mutex_lock(&s->lock);
+		c->next = s->ctl;
+		s->ctl = c;
+		pthread_cond_signal(&s->work);
+		while (!c->done)
+			pthread_cond_wait(&s->ctl_done, &s->lock);
+		pthread_mutex_unlock(&s->lock);
+	}
+	*out = c->result;
+	return c->rc;
+}
+
 int sfs_store_evict(sfs_store *s, const char *prefix, struct sfs_store_evicted *out)
 {
 	struct ctl_job c = {.prefix = prefix};
 
-	if (!s->writer_started) {
-		run_ctl(s, &c);
-	} else {
-		pthread_mutex_lock(&s->lock);
-		c.next = s->ctl;
-		s->ctl = &c;
-		pthread_cond_signal(&s->work);
-		while (!c.done)
-			pthread_cond_wait(&s->ctl_done, &s->lock);
-		pthread_mutex_unlock(&s->lock);
-	}
-	*out = c.result;
-	return c.rc;
+	return ctl_run(s, &c, out);
 }
+
+int sfs_store_evict_keys(sfs_store *s, const uint8_t (*keys)[16], size_t n,
+			 struct sfs_store_evicted *out)
+{
+	uint8_t(*sorted)[16] = malloc((n ? n : 1) * sizeof(*sorted));
+
+	if (!sorted)
+		return -ENOMEM;
+	memcpy(sorted, keys, n * sizeof(*sorted));
+	qsort(sorted, n, sizeof(*sorted), cmp_key);
+	struct ctl_job c = {.keys = (const uint8_t(*)[16])sorted, .n_keys = n};
+	int rc = ctl_run(s, &c, out);
+	free(sorted);
+	return rc;
+}
+
+void sfs_store_key(const struct sfs_file_version *v, uint8_t key[16]) { key_for(v, key); }

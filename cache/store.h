@@ -211,6 +211,16 @@ struct sfs_store_evicted {
  */
 int sfs_store_evict(sfs_store *store, const char *prefix, struct sfs_store_evicted *out);
 
+/* The cache key of a version (XXH3-128 of its identity; never of a path):
+ * what sfs_store_evict_keys takes. */
+void sfs_store_key(const struct sfs_file_version *v, uint8_t key[16]);
+
+/* Evict the versions with these keys (n of them, any order), as
+ * sfs_store_evict does with datasets (holders, packed space: the same).
+ * Keys not cached are skipped. Returns 0 or -EAGAIN / -errno. */
+int sfs_store_evict_keys(sfs_store *store, const uint8_t (*keys)[16], size_t n,
+			 struct sfs_store_evicted *out);
+
 /* Count a checksum failure noticed elsewhere; make the chunk ABSENT (a
  * packed version's record is dropped by the read that finds it bad). */
 void sfs_store_drop_chunk(sfs_store_obj *obj, uint32_t index);

@@ -2323,6 +2323,38 @@ static void test_datasets(void)
 	tmp_remove();
 }
 
+static void test_evict_keys(void)
+{
+	diag("evict single versions by key (the files under a path of a mount)");
+	tmp_new();
+	const char *dir = tpath("cache");
+	sfs_store *s = store_open_seg(dir, 0, SFS_STORE_LRU, 4 * MiB);
+	uint32_t a = sfs_store_dataset(s, "/ifs/a");
+	uint64_t bytes = ds_fill(s, a, 100, 3, 6);
+	uint8_t keys[4][16];
+	struct sfs_file_version gone[4] = {ds_version(101, true, a), ds_version(104, false, a),
+					   ds_version(105, false, a), ds_version(999, false, a)};
+	for (int i = 0; i < 4; i++)
+		sfs_store_key(&gone[i], keys[i]);
+	struct sfs_store_evicted ev;
+	int rc = sfs_store_evict_keys(s, (const uint8_t(*)[16])keys, 4, &ev);
+	uint64_t want = gone[0].size + gone[1].size + gone[2].size;
+	ok(rc == 0 && ev.objects == 3 && ev.bytes == want,
+	   "3 of 4 keys were cached: rc %d, %llu objects, %llu B (want %llu)", rc,
+	   (unsigned long long)ev.objects, (unsigned long long)ev.bytes, (unsigned long long)want);
+	ok(ds_all(s, a, 101, 1, 0, false) && ds_all(s, a, 100, 1, 0, true) &&
+	       ds_all(s, a, 102, 1, 0, true) && ds_entry(s, "/ifs/a").bytes == bytes - want,
+	   "the evicted versions are misses, the others read byte-exact");
+	sfs_store_close(s);
+	s = store_open_seg(dir, 0, SFS_STORE_LRU, 4 * MiB);
+	struct sfs_store_dataset e = ds_entry(s, "/ifs/a");
+	ok(e.bytes == bytes - want && e.objects == 6,
+	   "after a restart: %llu objects, the evicted ones stay gone",
+	   (unsigned long long)e.objects);
+	sfs_store_close(s);
+	tmp_remove();
+}
+
 /* The cost of a listing at many packed objects: written without waiting
  * for each, then listed. */
 static void test_list_cost(void)
@@ -2394,6 +2426,7 @@ static const struct {
     {"mixed_batch", test_mixed_batch},
     {"offline", test_offline},
     {"datasets", test_datasets},
+    {"evict_keys", test_evict_keys},
     {"list_cost", test_list_cost},
 };
 
