@@ -39,6 +39,9 @@ _Static_assert(sizeof(struct shardfs_cache_list) <= 16383, "ABI: FUSE restricted
 _Static_assert(sizeof(struct shardfs_cache_evict) % 8 == 0, "ABI: 8-byte multiple");
 _Static_assert(sizeof(struct shardfs_cache_evict) <= 16383, "ABI: FUSE restricted ioctl limit");
 _Static_assert(sizeof(struct shardfs_cache_entry) % 8 == 0, "ABI: 8-byte multiple");
+_Static_assert(sizeof(struct shardfs_cache_evict_keys) % 8 == 0, "ABI: 8-byte multiple");
+_Static_assert(sizeof(struct shardfs_cache_evict_keys) <= 16383,
+	       "ABI: FUSE restricted ioctl limit");
 
 /* The most one STAGE call may move: it runs on one FUSE worker, so bound
  * how long it holds it. */
@@ -350,6 +353,22 @@ static int do_cache_evict(struct sfs_fs *fs, uid_t uid, struct shardfs_cache_evi
 	return rc;
 }
 
+/* Evict the versions k names. Returns 0 or -errno. Blocks while the
+ * store's writer evicts. */
+static int do_cache_evict_keys(struct sfs_fs *fs, struct shardfs_cache_evict_keys *k)
+{
+	struct sfs_store_evicted r;
+
+	if (!all_zero(k->reserved, sizeof(k->reserved)) || !k->n_keys ||
+	    k->n_keys > SHARDFS_CACHE_EVICT_KEYS_MAX)
+		return -EINVAL;
+	int rc = sfs_store_evict_keys(fs->store, (const uint8_t(*)[16])k->keys, k->n_keys, &r);
+	k->objects = r.objects;
+	k->bytes = r.bytes;
+	k->disk_bytes = r.disk_bytes;
+	return rc;
+}
+
 /* SHARDFS_IOC_CACHE_*: on any inode of the mount, root and the daemon's
  * user only. Replies itself. FUSE worker. */
 static void cache_ioctl(fuse_req_t req, struct sfs_fs *fs, unsigned int cmd, const void *in_buf,
@@ -359,8 +378,11 @@ static void cache_ioctl(fuse_req_t req, struct sfs_fs *fs, unsigned int cmd, con
 	union {
 		struct shardfs_cache_list l;
 		struct shardfs_cache_evict e;
+		struct shardfs_cache_evict_keys k;
 	} *buf = malloc(sizeof(*buf)); /* 16 KiB: not on a worker's stack */
-	size_t out_len = cmd == SHARDFS_IOC_CACHE_LIST ? sizeof(buf->l) : sizeof(buf->e);
+	size_t out_len = cmd == SHARDFS_IOC_CACHE_LIST	       ? sizeof(buf->l)
+			 : cmd == SHARDFS_IOC_CACHE_EVICT_KEYS ? sizeof(buf->k)
+							       : sizeof(buf->e);
 	int rc;
 
 	if (!buf) {
@@ -375,6 +397,8 @@ static void cache_ioctl(fuse_req_t req, struct sfs_fs *fs, unsigned int cmd, con
 		rc = -ENOTSUP;
 	else if (cmd == SHARDFS_IOC_CACHE_LIST)
 		rc = do_cache_list(fs, &buf->l);
+	else if (cmd == SHARDFS_IOC_CACHE_EVICT_KEYS)
+		rc = do_cache_evict_keys(fs, &buf->k);
 	else
 		rc = do_cache_evict(fs, uid, &buf->e);
 	if (rc < 0)
@@ -402,7 +426,8 @@ void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		fuse_reply_err(req, EOPNOTSUPP); /* 32-bit callers: refused cleanly */
 		return;
 	}
-	if (cmd == SHARDFS_IOC_CACHE_LIST || cmd == SHARDFS_IOC_CACHE_EVICT) {
+	if (cmd == SHARDFS_IOC_CACHE_LIST || cmd == SHARDFS_IOC_CACHE_EVICT ||
+	    cmd == SHARDFS_IOC_CACHE_EVICT_KEYS) {
 		cache_ioctl(req, fs, cmd, in_buf, in_bufsz, out_bufsz);
 		return;
 	}

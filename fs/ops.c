@@ -894,18 +894,47 @@ static uint64_t inode_cached_bytes(struct sfs_fs *fs, struct sfs_inode *i)
 	return sfs_store_cached_bytes(fs->store, &v);
 }
 
+/* The cache key of the inode's current version as 32 hex digits in out
+ * (33 bytes). Returns 32, or -ENODATA (no cache, not a regular file) or
+ * the getattr's -errno. */
+static int inode_key_hex(struct sfs_fs *fs, struct sfs_inode *i, char *out)
+{
+	struct sfs_attr a;
+	uint8_t key[16];
+	int rc;
+
+	if (!fs->store)
+		return -ENODATA;
+	if ((rc = inode_getattr(fs, i, &a, false)) < 0)
+		return rc;
+	if (a.type != S_IFREG)
+		return -ENODATA;
+	struct sfs_file_version v = version_of(&a, i);
+	sfs_store_key(&v, key);
+	for (int k = 0; k < 16; k++)
+		snprintf(out + 2 * k, 3, "%02x", key[k]);
+	return 32;
+}
+
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct sfs_fs *fs = FS(req);
 	struct sfs_inode *i = I(fs, ino);
-	char val[32];
+	char val[40];
 
 	op_count(fs, SFS_OP_GETXATTR);
-	if (strcmp(name, SHARDFS_XATTR_CACHED) != 0 || i->kind != SFS_INODE_NFS) {
+	bool key = !strcmp(name, SHARDFS_XATTR_KEY);
+	if ((strcmp(name, SHARDFS_XATTR_CACHED) != 0 && !key) || i->kind != SFS_INODE_NFS) {
 		reply_err(req, -ENODATA);
 		return;
 	}
-	int n = snprintf(val, sizeof(val), "%llu", (unsigned long long)inode_cached_bytes(fs, i));
+	int n =
+	    key ? inode_key_hex(fs, i, val)
+		: snprintf(val, sizeof(val), "%llu", (unsigned long long)inode_cached_bytes(fs, i));
+	if (n < 0) {
+		reply_err(req, n);
+		return;
+	}
 	if (size == 0)
 		fuse_reply_xattr(req, (size_t)n);
 	else if (size < (size_t)n)

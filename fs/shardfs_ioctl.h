@@ -201,6 +201,26 @@ struct shardfs_cache_evict {
 };
 #define SHARDFS_IOC_CACHE_EVICT _IOWR(SHARDFS_IOC_MAGIC, 0x21, struct shardfs_cache_evict)
 
+/* Evicts single file versions by their cache keys (SHARDFS_XATTR_KEY of
+ * each file): what shardfs-cache does for a path inside a dataset. Keys
+ * not cached are skipped. */
+#define SHARDFS_CACHE_EVICT_KEYS_MAX 1000
+struct shardfs_cache_evict_keys {
+	uint32_t size;	      /* in: sizeof(struct shardfs_cache_evict_keys) */
+	uint32_t n_keys;      /* in: 1..SHARDFS_CACHE_EVICT_KEYS_MAX */
+	uint64_t objects;     /* out: file versions evicted */
+	uint64_t bytes;	      /* out: their bytes */
+	uint64_t disk_bytes;  /* out: disk space freed now */
+	uint64_t reserved[4]; /* in: zero */
+	uint8_t keys[SHARDFS_CACHE_EVICT_KEYS_MAX][16];
+};
+#define SHARDFS_IOC_CACHE_EVICT_KEYS _IOWR(SHARDFS_IOC_MAGIC, 0x22, struct shardfs_cache_evict_keys)
+
+/* The extended attribute every regular file on a mount with a cache answers
+ * with the cache key of its current version: 32 hex digits (ENODATA
+ * otherwise). Reading it opens nothing and fetches nothing. */
+#define SHARDFS_XATTR_KEY "user.shardfs.key"
+
 /* The extended attribute every file on the mount answers with the bytes of
  * it in the local cache, as a decimal string. */
 #define SHARDFS_XATTR_CACHED "user.shardfs.cached"

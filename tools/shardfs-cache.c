@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -32,6 +33,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -450,6 +452,88 @@ static char *dataset_holding(struct target *t, const char *what, bool rel)
 	return found;
 }
 
+/* --- a path inside a dataset: its files' versions, by key ------------------- */
+
+/* The walk of one path (nftw passes no argument: one walk at a time). */
+struct walk {
+	struct target *t;
+	struct shardfs_cache_evict_keys *k;
+	uint64_t files, no_key;
+	struct sfs_store_evicted r;
+};
+static struct walk *walk_cur;
+
+/* Send the keys gathered so far. Dies on a failure (mount_ioctl). */
+static void walk_flush(struct walk *w)
+{
+	if (!w->k->n_keys)
+		return;
+	w->k->size = sizeof(*w->k);
+	mount_ioctl(w->t, SHARDFS_IOC_CACHE_EVICT_KEYS, w->k, 0);
+	w->r.objects += w->k->objects;
+	w->r.bytes += w->k->bytes;
+	w->r.disk_bytes += w->k->disk_bytes;
+	memset(w->k, 0, sizeof(*w->k));
+}
+
+static bool parse_key(const char *hex, uint8_t key[16])
+{
+	for (int i = 0; i < 16; i++) {
+		unsigned v;
+		if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+			return false;
+		key[i] = (uint8_t)v;
+	}
+	return true;
+}
+
+/* nftw callback: a regular file's key (an xattr: opens nothing, fetches
+ * nothing) joins the batch. */
+static int walk_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	struct walk *w = walk_cur;
+	char hex[64];
+
+	(void)ftw;
+	if (type != FTW_F || !S_ISREG(st->st_mode))
+		return 0;
+	w->files++;
+	ssize_t n = lgetxattr(path, SHARDFS_XATTR_KEY, hex, sizeof(hex) - 1);
+	if (n != 32 || (hex[32] = 0, !parse_key(hex, w->k->keys[w->k->n_keys]))) {
+		w->no_key++;
+		return 0;
+	}
+	if (++w->k->n_keys == SHARDFS_CACHE_EVICT_KEYS_MAX)
+		walk_flush(w);
+	return 0;
+}
+
+/* Evict the current versions of the files at or under path (a path of the
+ * live mount). *files: how many were looked at. Returns 0 or -errno. */
+static int evict_walk(struct target *t, const char *path, struct sfs_store_evicted *r,
+		      uint64_t *files)
+{
+	struct walk w = {.t = t, .k = calloc(1, sizeof(*w.k))};
+	struct shardfs_cache_list *probe = calloc(1, sizeof(*probe));
+
+	if (!w.k || !probe)
+		die(EXIT_FAIL, "out of memory");
+	probe->size = sizeof(*probe);
+	mount_ioctl(t, SHARDFS_IOC_CACHE_LIST, probe, 0); /* a cache, and may we? */
+	free(probe);
+	walk_cur = &w;
+	int rc = nftw(path, walk_one, 64, FTW_PHYS | FTW_MOUNT) ? -errno : 0;
+	walk_flush(&w);
+	walk_cur = NULL;
+	free(w.k);
+	*r = w.r;
+	*files = w.files;
+	if (w.no_key)
+		fprintf(stderr, "shardfs-cache: %s: %" PRIu64 " files gave no cache key, skipped\n",
+			path, w.no_key);
+	return rc;
+}
+
 /* A path under the live mount's root, as the part below the root; NULL if
  * arg is not one. */
 static const char *mount_relative(const struct target *t, const char *arg, char *buf)
@@ -479,41 +563,64 @@ static void report(const char *what, const struct sfs_store_evicted *r)
 	       b, d);
 }
 
+/* Why nothing matched `arg`, in one line on stderr. */
+static void explain_miss(struct target *t, const char *arg, const char *rel)
+{
+	char *holder = dataset_holding(t, rel ? rel : arg, rel != NULL);
+
+	if (holder)
+		fprintf(stderr, "shardfs-cache: '%s' is inside dataset '%s': %s\n", arg, holder,
+			t->store ? "an unmounted cache evicts whole datasets only"
+				 : "give its path on the mount, or evict the whole dataset");
+	else
+		fprintf(stderr,
+			"shardfs-cache: '%s': no cached dataset is or is under it (see "
+			"shardfs-cache list)\n",
+			arg);
+	free(holder);
+}
+
+/* One argument of evict: a dataset name or prefix, a dataset's directory on
+ * the mount, or (live) a path inside a dataset, whose files go one by one.
+ * Returns 0, or EXIT_FAIL after one line on stderr. */
+static int evict_arg(struct target *t, const char *arg)
+{
+	char buf[PATH_MAX], n[PATH_MAX + 48];
+	const char *rel = mount_relative(t, arg, buf);
+	struct sfs_store_evicted r = {0};
+	struct stat st;
+	uint64_t files;
+	int rc;
+
+	if (!rel && arg[0] != '/')
+		die(EXIT_USAGE, "'%s': not a dataset name (/EXPORT/DIR) or a path of the mount",
+		    arg);
+	if (rel && (strchr(rel, '/') || (stat(buf, &st) == 0 && !S_ISDIR(st.st_mode)))) {
+		rc = evict_walk(t, buf, &r, &files);
+		snprintf(n, sizeof(n), "%s (%" PRIu64 " files under it)", arg, files);
+		if (rc == 0)
+			report(n, &r);
+		else
+			fprintf(stderr, "shardfs-cache: '%s': %s\n", arg, strerror(-rc));
+		return rc ? EXIT_FAIL : 0;
+	}
+	rc = evict_one(t, rel ? rel : arg, rel != NULL, false, &r);
+	if (rc == 0)
+		report(arg, &r);
+	else if (rc == -ENOENT)
+		explain_miss(t, arg, rel);
+	else
+		fprintf(stderr, "shardfs-cache: '%s': %s\n", arg, strerror(-rc));
+	return rc ? EXIT_FAIL : 0;
+}
+
 static int cmd_evict(struct target *t, char **args, int n)
 {
-	char buf[PATH_MAX];
 	int status = 0;
 
-	for (int i = 0; i < n; i++) {
-		const char *rel = mount_relative(t, args[i], buf);
-		if (!rel && args[i][0] != '/')
-			die(EXIT_USAGE,
-			    "'%s': not a dataset name (/EXPORT/DIR) or a directory of the mount",
-			    args[i]);
-		struct sfs_store_evicted r = {0};
-		int rc = evict_one(t, rel ? rel : args[i], rel != NULL, false, &r);
-		if (rc == 0) {
-			report(args[i], &r);
-			continue;
-		}
-		status = EXIT_FAIL;
-		char *holder =
-		    rc == -ENOENT ? dataset_holding(t, rel ? rel : args[i], rel != NULL) : NULL;
-		if (holder)
-			fprintf(
-			    stderr,
-			    "shardfs-cache: '%s' is inside dataset '%s': only whole datasets are "
-			    "evicted\n",
-			    args[i], holder);
-		else if (rc == -ENOENT)
-			fprintf(stderr,
-				"shardfs-cache: '%s': no cached dataset is or is under it "
-				"(see shardfs-cache list)\n",
-				args[i]);
-		else
-			fprintf(stderr, "shardfs-cache: '%s': %s\n", args[i], strerror(-rc));
-		free(holder);
-	}
+	for (int i = 0; i < n; i++)
+		if (evict_arg(t, args[i]))
+			status = EXIT_FAIL;
 	return status;
 }
 

@@ -4,7 +4,8 @@
 # datasets and the export's root files, right byte counts, JSON and text),
 # evicting one dataset on a live mount while a reader reads it (bytes equal,
 # the other dataset stays cached and is served from the cache), evicting by
-# a path of the mount, paths inside a dataset refused, purge; then on the
+# a path of the mount, a directory and a file inside a dataset (their files
+# only), names inside a dataset refused, purge; then on the
 # unmounted cache_dir: list, evict, purge, and the refusal while a daemon
 # holds it; bad arguments.
 . "$(dirname "$0")/lib.sh"
@@ -17,15 +18,21 @@ MB=$((1 << 20))
 mkdir -p "$EXPORT/shards" "$EXPORT/images"
 for i in 0 1 2 3; do head -c $((64 * MB)) /dev/urandom >"$EXPORT/shards/s$i"; done
 for i in $(seq 1 200); do head -c $((100000 + i)) /dev/urandom >"$EXPORT/images/img$i.jpg"; done
+mkdir -p "$EXPORT/images/sub"
+for i in $(seq 1 20); do head -c $((50000 + i)) /dev/urandom >"$EXPORT/images/sub/s$i.jpg"; done
 head -c 5000 /dev/urandom >"$EXPORT/rootfile"
 SHARD_BYTES=$((4 * 64 * MB))
-IMAGE_BYTES=$(( (100000 * 200) + (200 * 201 / 2) ))
+SUB_BYTES=$(( (50000 * 20) + (20 * 21 / 2) ))
+IMAGE_BYTES=$(( (100000 * 200) + (200 * 201 / 2) + SUB_BYTES ))
 sfs_cluster_up 4
 
-read_all() { cat "$MNT"/shards/* "$MNT"/images/* "$MNT/rootfile" >/dev/null; }
+read_all() { find "$MNT/shards" "$MNT/images" "$MNT/rootfile" -type f -exec cat {} + >/dev/null; }
+# images_exact [SUBDIR]: every file of images/ (or images/SUBDIR) byte-exact
 images_exact() {
 	local f
-	for f in "$EXPORT"/images/*; do cmp -s "$f" "$MNT/images/$(basename "$f")" || return 1; done
+	for f in $(cd "$EXPORT" && find "images/${1:-}" -type f); do
+		cmp -s "$EXPORT/$f" "$MNT/$f" || return 1
+	done
 }
 # field DATASET KEY: one value of the JSON listing of TARGET ($LIST_TARGET)
 LIST_TARGET=$MNT
@@ -49,14 +56,14 @@ check "list --json on the mount exits 0 and parses" \
 	bash -c "[ $rc = 0 ] && python3 -c 'import json,sys; json.load(open(sys.argv[1]))' '$WORK/list.json'"
 check "/ifs/shards: $SHARD_BYTES bytes in 4 files ($(field /ifs/shards bytes) in $(field /ifs/shards files))" \
 	[ "$(field /ifs/shards bytes)" = "$SHARD_BYTES" -a "$(field /ifs/shards files)" = 4 ]
-check "/ifs/images: $IMAGE_BYTES bytes in 200 packed files ($(field /ifs/images bytes), $(field /ifs/images packed_files))" \
-	[ "$(field /ifs/images bytes)" = "$IMAGE_BYTES" -a "$(field /ifs/images packed_files)" = 200 ]
+check "/ifs/images: $IMAGE_BYTES bytes in 220 packed files ($(field /ifs/images bytes), $(field /ifs/images packed_files))" \
+	[ "$(field /ifs/images bytes)" = "$IMAGE_BYTES" -a "$(field /ifs/images packed_files)" = 220 ]
 check "/ifs (the files at the export's root): 5000 bytes" [ "$(field /ifs bytes)" = 5000 ]
 "$TOOL" list "$MNT" >"$WORK/list.txt"
 check "text list names both datasets and the capacity" \
 	bash -c "grep -q '^/ifs/shards ' '$WORK/list.txt' && grep -q '^/ifs/images ' '$WORK/list.txt' && grep -q 'used of 2.0 GiB' '$WORK/list.txt'"
 drop_caches
-cat "$MNT"/images/* >/dev/null
+find "$MNT/images" -type f -exec cat {} + >/dev/null
 check "hit bytes per dataset: /ifs/images read from the cache ($(field /ifs/images hit_bytes))" \
 	[ "$(field /ifs/images hit_bytes)" -ge "$IMAGE_BYTES" ]
 
@@ -117,14 +124,38 @@ refused_inside() {
 	[ "$rc" = 1 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "inside dataset '/ifs/shards'" <<<"$out"
 }
 check "a name inside a dataset is refused, one line naming the dataset" refused_inside /ifs/shards/sub
-check "a file of the mount inside a dataset is refused" refused_inside "$MNT/shards/s2"
 out=$("$TOOL" evict "$MNT" /ifs/nothing 2>&1)
 rc=$?
 check "a dataset nobody cached: exit 1 ($out)" \
 	[ "$rc" = 1 -a "$out" = "shardfs-cache: '/ifs/nothing': no cached dataset is or is under it (see shardfs-cache list)" ]
+drop_caches
 read_all
 wait_idle
-check "re-read: cached again ($(field /ifs/shards bytes) B of shards)" [ "$(field /ifs/shards bytes)" = "$SHARD_BYTES" ]
+check "re-read: cached again ($(field /ifs/shards bytes) B of shards, $(field /ifs/images bytes) of images)" \
+	[ "$(field /ifs/shards bytes)" = "$SHARD_BYTES" -a "$(field /ifs/images bytes)" = "$IMAGE_BYTES" ]
+check "xattr user.shardfs.key: 32 hex digits for a file" \
+	bash -c "getfattr --only-values -n user.shardfs.key '$MNT/images/img1.jpg' 2>/dev/null | grep -qxE '[0-9a-f]{32}'"
+out=$("$TOOL" evict "$MNT" "$MNT/images/sub" 2>&1)
+rc=$?
+# out_ok RC PATTERN OUT: exit 0 and OUT matches PATTERN
+out_ok() { [ "$1" = 0 ] && grep -q -- "$2" <<<"$3"; }
+check "evict a directory inside a dataset: its 20 files ($out)" out_ok "$rc" "(20 files under it): 20 files" "$out"
+check "... /ifs/images lists $((IMAGE_BYTES - SUB_BYTES)) bytes ($(field /ifs/images bytes))" \
+	[ "$(field /ifs/images bytes)" = $((IMAGE_BYTES - SUB_BYTES)) ]
+out=$("$TOOL" evict "$MNT" "$MNT/shards/s2" 2>&1)
+rc=$?
+check "evict one file inside a dataset ($out)" out_ok "$rc" ": 1 files, 64.0 MiB" "$out"
+check "... /ifs/shards lists 3 files" [ "$(field /ifs/shards files)" = 3 ]
+drop_caches
+f0=$(fetched)
+top_images_exact() {
+	local f
+	for f in "$EXPORT"/images/*.jpg; do cmp -s "$f" "$MNT/images/${f##*/}" || return 1; done
+}
+check "the rest of /ifs/images reads byte-exact" top_images_exact
+check "... from the cache ($f0 -> $(fetched))" [ "$(fetched)" = "$f0" ]
+check "the evicted directory reads byte-exact" images_exact sub
+check "... fetched again ($f0 -> $(fetched))" [ "$(fetched)" -ge $((f0 + SUB_BYTES)) ]
 "$TOOL" purge "$MNT" >"$WORK/purge.out" 2>&1
 rc=$?
 check "purge on the live mount exits 0 ($(cat "$WORK/purge.out"))" [ "$rc" = 0 ]
@@ -154,7 +185,7 @@ check "offline list: /ifs/shards $SHARD_BYTES B, /ifs/images $IMAGE_BYTES B ($(f
 	[ "$(field /ifs/shards bytes)" = "$SHARD_BYTES" -a "$(field /ifs/images bytes)" = "$IMAGE_BYTES" ]
 check "offline list --json says mode offline" bash -c "'$TOOL' --json list '$CACHE' | grep -q '\"mode\": \"offline\"'"
 out=$("$TOOL" evict "$CACHE" /ifs/images 2>&1)
-check "offline evict /ifs/images: exit 0 ($out)" grep -q "200 files" <<<"$out"
+check "offline evict /ifs/images: exit 0 ($out)" grep -q "220 files" <<<"$out"
 check "offline list after it: images 0, shards kept" \
 	[ "$(field /ifs/images bytes)" = 0 -a "$(field /ifs/shards bytes)" = "$SHARD_BYTES" ]
 sfs_mount "cache_dir=$CACHE,cache_size=2G"
