@@ -135,6 +135,18 @@ bool sfs_dsets_get(sfs_dsets *d, size_t slot, struct sfs_dset_info *out)
 	return true;
 }
 
+/* Note the time in slot at; stored (and the table dirty) once a second at
+ * most, so that readers do not bounce a cache line per read. */
+static void touch_slot(sfs_dsets *d, long at)
+{
+	int64_t now = now_s();
+
+	if (__atomic_load_n(&d->slots[at].last_use_s, __ATOMIC_RELAXED) == now)
+		return;
+	__atomic_store_n(&d->slots[at].last_use_s, now, __ATOMIC_RELAXED);
+	__atomic_store_n(&d->dirty, true, __ATOMIC_RELAXED);
+}
+
 void sfs_dsets_count_read(sfs_dsets *d, uint32_t id, uint64_t hit_bytes, uint64_t miss_bytes)
 {
 	long at = sfs_dsets_find(d, id);
@@ -146,18 +158,15 @@ void sfs_dsets_count_read(sfs_dsets *d, uint32_t id, uint64_t hit_bytes, uint64_
 		__atomic_fetch_add(&s->hit_bytes, hit_bytes, __ATOMIC_RELAXED);
 	if (miss_bytes)
 		__atomic_fetch_add(&s->miss_bytes, miss_bytes, __ATOMIC_RELAXED);
-	sfs_dsets_touch(d, id);
+	touch_slot(d, at);
 }
 
 void sfs_dsets_touch(sfs_dsets *d, uint32_t id)
 {
 	long at = sfs_dsets_find(d, id);
-	int64_t now = now_s();
 
-	if (at < 0 || __atomic_load_n(&d->slots[at].last_use_s, __ATOMIC_RELAXED) == now)
-		return; /* once a second at most: no cache line bouncing per read */
-	__atomic_store_n(&d->slots[at].last_use_s, now, __ATOMIC_RELAXED);
-	__atomic_store_n(&d->dirty, true, __ATOMIC_RELAXED);
+	if (at >= 0)
+		touch_slot(d, at);
 }
 
 void sfs_dsets_reset(sfs_dsets *d, uint32_t id)

@@ -947,12 +947,22 @@ uint64_t sfs_seg_evict_coldest(sfs_seg *sg)
 
 /* --- eviction by dataset ------------------------------------------------------- */
 
+/* Slots scanned per hold of the lock: lookups of small files wait at most
+ * one stretch (~2 ms), not the whole table. */
+#define FOREACH_STRETCH 65536u
+
 void sfs_seg_foreach(sfs_seg *sg, void (*fn)(void *arg, uint32_t dataset, uint32_t len), void *arg)
 {
 	pthread_mutex_lock(&sg->lock);
-	for (uint32_t i = 0; i < sg->tab_cap; i++)
+	for (uint32_t i = 0; i < sg->tab_cap; i++) {
 		if (sg->tab[i].len)
 			fn(arg, sg->tab[i].dataset, sg->tab[i].len);
+		if (i % FOREACH_STRETCH == FOREACH_STRETCH - 1) {
+			pthread_mutex_unlock(&sg->lock);
+			pthread_mutex_lock(
+			    &sg->lock); /* the table may have grown: tab_cap is re-read */
+		}
+	}
 	pthread_mutex_unlock(&sg->lock);
 }
 

@@ -147,7 +147,9 @@ bool sfs_seg_coldest(sfs_seg *sg, uint64_t *last_use_ms, uint64_t *bytes);
 uint64_t sfs_seg_evict_coldest(sfs_seg *sg);
 
 /* Call fn(arg, dataset, len) for every live object, under the lock (fn
- * must not call in). A scan of the index: for listings. Any thread. */
+ * must not call in), dropped between stretches of the table: objects added
+ * or dropped meanwhile may be missed or seen twice. A scan of the index,
+ * for listings. Any thread. */
 void sfs_seg_foreach(sfs_seg *sg, void (*fn)(void *arg, uint32_t dataset, uint32_t len), void *arg);
 
 struct sfs_seg_evicted {

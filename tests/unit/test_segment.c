@@ -735,6 +735,13 @@ static void test_flush_failure(void)
 	tmp_remove();
 }
 
+static void count_one(void *arg, uint32_t dataset, uint32_t len)
+{
+	(void)dataset;
+	(void)len;
+	(*(uint64_t *)arg)++;
+}
+
 /* Memory per object at 200,000 objects: an .idx of 200,000 one-byte
  * records over a sparse segment file (no 800 MB of writes), loaded at open. */
 static void test_scale(void)
@@ -773,6 +780,14 @@ static void test_scale(void)
 	diag("index bytes per object at %u objects: %.1f", n, (double)st.index_bytes / n);
 	ok(st.index_bytes / n <= 64, "a few tens of bytes per object (%.1f)",
 	   (double)st.index_bytes / n);
+	struct timespec t0, t1;
+	uint64_t seen = 0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	sfs_seg_foreach(sg, count_one, &seen);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	diag("sfs_seg_foreach over %u objects: %.2f ms", n,
+	     (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+	ok(seen == n, "foreach sees every object once (%llu)", (unsigned long long)seen);
 	uint8_t key[16];
 	key_of(777, key);
 	ok(sfs_seg_read(sg, key, read_buf, 8192, &data) == -EBADMSG &&
