@@ -98,8 +98,13 @@ static void die(int status, const char *fmt, ...)
 	exit(status);
 }
 
+/* Add d unless seen already or idle (nothing cached and no reads since its
+ * last eviction: names are never forgotten, so old ones would pile up).
+ * Returns 0 or -ENOMEM. */
 static int listing_add(struct listing *l, const struct ds *d)
 {
+	if (!d->objects && !d->hit && !d->miss)
+		return 0;
 	for (size_t i = 0; i < l->n; i++)
 		if (l->v[i].id == d->id && (d->id || !l->v[i].name))
 			return 0; /* seen on an earlier page */
