@@ -45,7 +45,8 @@ print(0 if v is None else v)' "$1" "$2"
 }
 
 # --- list on a live mount ----------------------------------------------------
-sfs_mount "cache_dir=$CACHE,cache_size=2G"
+# allow_other: another user reaches the mount, and is refused the cache.
+sfs_mount "cache_dir=$CACHE,cache_size=2G,allow_other"
 read_all
 wait_idle
 t0=$(date +%s%N)
@@ -62,6 +63,18 @@ check "/ifs (the files at the export's root): 5000 bytes" [ "$(field /ifs bytes)
 "$TOOL" list "$MNT" >"$WORK/list.txt"
 check "text list names both datasets and the capacity" \
 	bash -c "grep -q '^/ifs/shards ' '$WORK/list.txt' && grep -q '^/ifs/images ' '$WORK/list.txt' && grep -q 'used of 2.0 GiB' '$WORK/list.txt'"
+refused_user() {
+	local out rc
+	out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$TOOL" list "$MNT" 2>&1)
+	rc=$?
+	diag "$out"
+	[ "$rc" = 1 ] && grep -q 'only root or the user running the mount' <<<"$out"
+}
+if command -v setpriv >/dev/null && setpriv --reuid=65534 --regid=65534 --clear-groups test -x "$TOOL"; then
+	check "another user is refused the cache of the mount (EPERM), in one line" refused_user
+else
+	diag "setpriv missing or $TOOL not reachable as uid 65534: user refusal not checked"
+fi
 drop_caches
 find "$MNT/images" -type f -exec cat {} + >/dev/null
 check "hit bytes per dataset: /ifs/images read from the cache ($(field /ifs/images hit_bytes))" \

@@ -2246,6 +2246,8 @@ static void test_datasets(void)
 	sfs_store *s = store_open_seg(dir, 0, SFS_STORE_LRU, 4 * MiB);
 	uint32_t a = sfs_store_dataset(s, "/ifs/a"), b = sfs_store_dataset(s, "/ifs/b");
 	uint32_t a2 = sfs_store_dataset(s, "/ifs/a2");
+	const char *odd = "/ifs/a b%20c\nd\te";
+	uint32_t odd_id = sfs_store_dataset(s, odd);
 	ok(a && b && a2 && a != b && sfs_store_dataset(s, "/ifs/a") == a &&
 	       !sfs_store_dataset(s, ""),
 	   "ids: distinct, stable, none for an empty name");
@@ -2308,6 +2310,15 @@ static void test_datasets(void)
 	eb = ds_entry(s, "/ifs/b");
 	ok(eb.bytes == bytes_b && eb.objects == 31 && sfs_store_dataset(s, "/ifs/b") == b,
 	   "names and ids kept in cache_dir/datasets");
+	struct sfs_store_dataset *l;
+	size_t n;
+	bool odd_kept = false;
+	if (sfs_store_list(s, &l, &n) == 0) {
+		for (size_t i = 0; i < n; i++)
+			odd_kept |= l[i].name && !strcmp(l[i].name, odd) && l[i].id == odd_id;
+		free(l);
+	}
+	ok(odd_kept, "a name with a space, %%, a newline and a tab comes back as it was");
 
 	rc = sfs_store_evict(s, NULL, &ev);
 	struct sfs_store_stats st = stats(s);
