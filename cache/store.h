@@ -17,7 +17,11 @@
  * the least recently used file nobody holds and the least recently used
  * segment) or admission control (pin) under cache_size, the lock that
  * keeps a second daemon off the same cache_dir, and degrading to "no
- * cache" when the directory is missing, full or failing.
+ * cache" when the directory is missing, full or failing. And the cache's
+ * lifecycle: the dataset every object was cached for (datasets.h), the
+ * listing per dataset, and evicting datasets, single versions or
+ * everything, on the writer thread (sfs_store_evict); a tool that opens an
+ * unmounted cache_dir with sfs_store_open gets the same, under the lock.
  *
  * Chunk states: ABSENT -> WRITING -> VERIFIED (written by us this run), or
  * PRESENT (found on disk at startup) -> VERIFIED on the first read whose
