@@ -141,15 +141,25 @@ static bool is_cache_dir(const char *dir)
  * while we work, and keeps us out of one a daemon holds). */
 static void open_offline(struct target *t)
 {
-	char err[512] = "";
+	char err[512] = "", sub[PATH_MAX + 16];
 	struct sfs_store_conf c = {.dir = t->root, .chunk_bytes = 1u << 20};
 
+	/* The store would start "offline" on a directory it cannot use (a
+	 * daemon degrades to NFS); the tool says why instead. */
+	snprintf(sub, sizeof(sub), "%s/objects", t->root);
+	if (access(t->root, R_OK | W_OK | X_OK) != 0 || access(sub, R_OK | W_OK | X_OK) != 0)
+		die(EXIT_FAIL, "%s: %s (a cache directory is used by root, or the mount's user)",
+		    t->arg, strerror(errno));
 	int rc = sfs_store_open(&c, &t->store, err, sizeof(err));
 	if (rc == -EBUSY)
 		die(EXIT_FAIL, "%s; run it on the mount instead (shardfs-cache ... MOUNTPOINT)",
 		    err);
 	if (rc < 0)
 		die(EXIT_FAIL, "%s: %s", t->arg, err[0] ? err : strerror(-rc));
+	struct sfs_store_stats st;
+	sfs_store_get_stats(t->store, &st);
+	if (!st.online) /* the store logged why */
+		die(EXIT_FAIL, "%s: the cache directory cannot be used", t->arg);
 	if ((rc = sfs_store_start(t->store)) < 0)
 		die(EXIT_FAIL, "%s: %s", t->arg, strerror(-rc));
 }
@@ -648,7 +658,7 @@ int main(int argc, char **argv)
 	struct target t = {0};
 	int i = 1, rc;
 
-	sfs_log_max_level = SFS_LOG_WARN;
+	sfs_log_max_level = SFS_LOG_ERR; /* the store's warnings are a daemon's */
 	for (; i < argc && argv[i][0] == '-'; i++) {
 		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			fputs(usage_text, stdout);
