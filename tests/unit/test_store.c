@@ -37,6 +37,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #define MiB (1ull << 20)
 /* The object file layout of store.c (see the top of this file). */
@@ -1493,6 +1494,51 @@ static void test_old_layout(void)
 	tmp_remove();
 }
 
+static int count_seg_files(const char *dir);
+
+/* A segment file of the previous layout ("SFSSEGR1" records, no dataset id):
+ * one record of 1000 bytes that the old scan would have accepted. */
+static void write_old_segment(const char *dir)
+{
+	uint8_t rec[4096] = {0}, bytes[1000];
+	char path[600];
+	uint64_t magic = 0x3152474553534653ull, xxh;
+	uint32_t len = sizeof(bytes);
+
+	memset(bytes, 0x5a, sizeof(bytes));
+	xxh = XXH3_64bits(bytes, len);
+	memcpy(rec, &magic, 8);
+	memset(rec + 8, 0x11, 16); /* key */
+	memcpy(rec + 24, &len, 4);
+	memcpy(rec + 32, &xxh, 8);
+	uint64_t hx = XXH3_64bits(rec, 64); /* [56, 64) still zero */
+	memcpy(rec + 56, &hx, 8);
+	memcpy(rec + 64, bytes, len);
+	snprintf(path, sizeof(path), "%s/segments", dir);
+	mkdir(path, 0700);
+	snprintf(path, sizeof(path), "%s/segments/00000000.seg", dir);
+	int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+	if (fd < 0 || write(fd, rec, sizeof(rec)) != (ssize_t)sizeof(rec))
+		bail("old segment", -errno);
+	close(fd);
+}
+
+static void test_old_segments(void)
+{
+	diag("segments of the previous layout are discarded at open");
+	tmp_new();
+	const char *dir = tpath("cache");
+	mkdir(dir, 0700);
+	write_old_segment(dir);
+	sfs_store *s = store_open(dir, 0, SFS_STORE_LRU);
+	struct sfs_store_stats st = stats(s);
+	ok(st.objects == 0 && st.used_bytes == 0 && count_seg_files(dir) == 0,
+	   "old records: %llu objects, %llu B, %d segment files (want 0 0 0)",
+	   (unsigned long long)st.objects, (unsigned long long)st.used_bytes, count_seg_files(dir));
+	sfs_store_close(s);
+	tmp_remove();
+}
+
 /* --- concurrent range readers ------------------------------------------------ */
 
 #define RC_THREADS 8
@@ -2428,6 +2474,7 @@ static const struct {
     {"range", test_range},
     {"range_corruption", test_range_corruption},
     {"old_layout", test_old_layout},
+    {"old_segments", test_old_segments},
     {"range_concurrency", test_range_concurrency},
     {"small", test_small},
     {"small_many", test_small_many},
