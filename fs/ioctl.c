@@ -470,6 +470,10 @@ void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 			pthread_mutex_unlock(&of->lock);
 			sfs_jobs_read_end(fs->jobs, &jr, rc < 0 ? rc : (ssize_t)buf->s.bytes_placed,
 					  cache_bytes);
+			if (fs->store && rc == 0 && buf->s.bytes_placed >= cache_bytes)
+				sfs_store_dataset_read(
+				    fs->store, __atomic_load_n(&i->dataset, __ATOMIC_RELAXED),
+				    cache_bytes, buf->s.bytes_placed - cache_bytes);
 		}
 		out_len = sizeof(buf->s);
 		break;
