@@ -2451,6 +2451,15 @@ static void test_list_cost(void)
 	ok(rc == 0 && n == 4 && objects == N, "4 datasets, %d objects listed", N);
 	if (!rc)
 		free(l);
+	struct sfs_store_evicted ev;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	rc = sfs_store_evict(s, "/x/0", &ev);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	diag("sfs_store_evict of one dataset (%llu of %d packed objects, summaries "
+	     "rewritten): %.2f ms",
+	     (unsigned long long)ev.objects, N, ms);
+	ok(rc == 0 && ev.objects == N / 4, "evicted a quarter");
 	sfs_store_close(s);
 	free(buf);
 	tmp_remove();
