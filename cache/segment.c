@@ -9,26 +9,33 @@
  * On disk (little-endian, native layout):
  *
  *   NNNNNNNN.seg   records, each 4096-aligned:
- *     [0, 8)    magic "SFSSEGR1"          [24, 28) len (1 .. 1 MiB)
- *     [8, 24)   key                       [28, 32) zero
+ *     [0, 8)    magic "SFSSEGR2"          [24, 28) len (1 .. 1 MiB)
+ *     [8, 24)   key                       [28, 32) dataset id (datasets.h)
  *     [32, 40)  XXH3-64 of the bytes      [40, 56) zero
  *     [56, 64)  XXH3-64 of these 64 bytes with [56, 64) zero
  *     [64, 64 + len) the bytes, then zeros to the next 4096 boundary.
  *     A record longer than segment_bytes gets a segment of its own (the
  *     only case where a segment exceeds segment_bytes).
  *   NNNNNNNN.idx   a sealed segment's summary:
- *     [0, 32)   struct idx_head {magic "SFSSEGI1", seq, n, end_bytes, 0}
- *     then n    struct idx_ent {key, xxh64, off4k, len} (32 bytes each)
+ *     [0, 32)   struct idx_head {magic "SFSSEGI2", seq, n, end_bytes, 0}
+ *     then n    struct idx_ent {key, xxh64, off4k, len, dataset, 0} (40 bytes
+ *               each)
  *     then      XXH3-64 of everything before it (8 bytes)
  *   written as NNNNNNNN.idx.tmp, fdatasync'd, renamed, directory fsync'd.
  *   Valid when the checksum matches, seq matches the name and the .seg is at
- *   least end_bytes long (end_bytes >= every entry's end).
+ *   least end_bytes long (end_bytes >= every entry's end). An eviction
+ *   rewrites the .idx of each segment it took records from (without them),
+ *   so that a restart does not bring them back; a segment left without
+ *   records is deleted.
+ *   Older layouts ("SFSSEGR1" records, "SFSSEGI1" summaries, which had no
+ *   dataset) do not check: their segments are scanned, hold no good record
+ *   and are removed at open.
  *
  * In memory:
  *
  *   sg->tab[cap]  open addressing, linear probing, backward-shift deletion,
- *                 load <= 0.8, doubling; struct ent is 36 bytes, so 36-72
- *                 bytes per object (45 at 0.8 load, 72 just after doubling)
+ *                 load <= 0.8, doubling; struct ent is 40 bytes, so 40-80
+ *                 bytes per object (50 at 0.8 load, 80 just after doubling)
  *                 ent.seg -> sg->segs[slot] (struct seg: one per segment file;
  *                 slot reused once an evicted segment is unreferenced)
  *   writer state  wbuf (records being appended), pend[] (their keys and
@@ -56,8 +63,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define REC_MAGIC	  0x3152474553534653ull /* "SFSSEGR1" */
-#define IDX_MAGIC	  0x3149474553534653ull /* "SFSSEGI1" */
+#define REC_MAGIC	  0x3252474553534653ull /* "SFSSEGR2": with the dataset id */
+#define IDX_MAGIC	  0x3249474553534653ull /* "SFSSEGI2": with the dataset id */
 #define BLK		  4096u
 #define HDR_BYTES	  64u
 #define MAX_OPEN_FDS	  256u
@@ -70,7 +77,7 @@ struct rec_hdr {
 	uint64_t magic;
 	uint8_t key[16];
 	uint32_t len;
-	uint32_t zero0;
+	uint32_t dataset;
 	uint64_t xxh64;
 	uint64_t zero1[2];
 	uint64_t hdr_xxh;
@@ -91,18 +98,21 @@ struct idx_ent {
 	uint64_t xxh64;
 	uint32_t off4k;
 	uint32_t len;
+	uint32_t dataset;
+	uint32_t zero;
 };
-_Static_assert(sizeof(struct idx_ent) == 32, "idx entry layout");
+_Static_assert(sizeof(struct idx_ent) == 40, "idx entry layout");
 
-/* One index slot; len == 0: empty. 4-byte aligned on purpose (36 bytes). */
+/* One index slot; len == 0: empty. 4-byte aligned on purpose (40 bytes). */
 struct ent {
 	uint8_t key[16];
 	uint32_t xxh_lo, xxh_hi;
 	uint32_t seg; /* slot in sg->segs */
 	uint32_t off4k;
 	uint32_t len;
+	uint32_t dataset;
 };
-_Static_assert(sizeof(struct ent) == 36, "index entry is 36 bytes");
+_Static_assert(sizeof(struct ent) == 40, "index entry is 40 bytes");
 
 struct seg {
 	uint32_t seq;	      /* set at creation, then read-only */
@@ -114,6 +124,7 @@ struct seg {
 	uint64_t bytes;	      /* end of the last published record; lock */
 	uint64_t last_use_ms; /* lock */
 	uint64_t n_live;      /* index entries pointing here; lock */
+	bool touched;	      /* an eviction took records from it; lock */
 	uint64_t wend;	      /* end of the records written; writer only */
 };
 
@@ -121,6 +132,7 @@ struct pend {
 	uint8_t key[16];
 	uint64_t xxh64;
 	uint32_t len;
+	uint32_t dataset;
 	uint32_t rel;	   /* 0: act; k >= 1: the k-th segment this flush creates */
 	uint64_t file_off; /* offset in that segment */
 	uint64_t buf_off;  /* offset in wbuf */
@@ -247,14 +259,16 @@ static int tab_reserve(sfs_seg *sg, uint32_t n)
 
 /* Inserts (or replaces: a later record of a key wins) the entry. Returns 0
  * or -ENOMEM. */
-static int tab_put(sfs_seg *sg, const uint8_t key[16], uint64_t xxh64, struct seg *s, uint64_t off,
-		   uint32_t len)
+static int tab_put(sfs_seg *sg, const struct idx_ent *ie, struct seg *s)
 {
-	struct ent e = {.xxh_lo = (uint32_t)xxh64,
-			.xxh_hi = (uint32_t)(xxh64 >> 32),
+	struct ent e = {.xxh_lo = (uint32_t)ie->xxh64,
+			.xxh_hi = (uint32_t)(ie->xxh64 >> 32),
 			.seg = s->slot,
-			.off4k = (uint32_t)(off / BLK),
-			.len = len};
+			.off4k = ie->off4k,
+			.len = ie->len,
+			.dataset = ie->dataset};
+	const uint8_t *key = ie->key;
+	uint32_t len = ie->len;
 	memcpy(e.key, key, 16);
 	long at = tab_find(sg, key);
 	if (at >= 0) {
@@ -587,6 +601,8 @@ static int act_ents_add(sfs_seg *sg, const struct pend *p)
 	e->xxh64 = p->xxh64;
 	e->off4k = (uint32_t)(p->file_off / BLK);
 	e->len = p->len;
+	e->dataset = p->dataset;
+	e->zero = 0;
 	return 0;
 }
 
@@ -598,7 +614,8 @@ static bool pending_has(const sfs_seg *sg, const uint8_t key[16])
 	return false;
 }
 
-int sfs_seg_append(sfs_seg *sg, const uint8_t key[16], const void *bytes, uint32_t len)
+int sfs_seg_append(sfs_seg *sg, const uint8_t key[16], const void *bytes, uint32_t len,
+		   uint32_t dataset)
 {
 	uint64_t rb = rec_bytes(len);
 
@@ -625,13 +642,14 @@ int sfs_seg_append(sfs_seg *sg, const uint8_t key[16], const void *bytes, uint32
 	struct pend *p = &sg->pend[sg->n_pend++];
 	memcpy(p->key, key, 16);
 	p->len = len;
+	p->dataset = dataset;
 	p->xxh64 = XXH3_64bits(bytes, len);
 	p->rel = sg->tgt_rel;
 	p->file_off = sg->tgt_pos;
 	p->buf_off = sg->wlen;
 
 	uint8_t *r = sg->wbuf + sg->wlen;
-	struct rec_hdr h = {.magic = REC_MAGIC, .len = len, .xxh64 = p->xxh64};
+	struct rec_hdr h = {.magic = REC_MAGIC, .len = len, .dataset = dataset, .xxh64 = p->xxh64};
 	memcpy(h.key, key, 16);
 	h.hdr_xxh = hdr_sum(&h);
 	memcpy(r, &h, sizeof(h));
@@ -770,7 +788,12 @@ static void publish(sfs_seg *sg, struct seg **nw, uint32_t n_new)
 			publish_end(sg, nw[k]);
 	for (uint32_t i = 0; i < sg->n_pend; i++) {
 		const struct pend *p = &sg->pend[i];
-		tab_put(sg, p->key, p->xxh64, nw[p->rel], p->file_off, p->len);
+		struct idx_ent ie = {.xxh64 = p->xxh64,
+				     .off4k = (uint32_t)(p->file_off / BLK),
+				     .len = p->len,
+				     .dataset = p->dataset};
+		memcpy(ie.key, p->key, 16);
+		tab_put(sg, &ie, nw[p->rel]);
 	}
 	if (n_new) {
 		if (old_act)
@@ -922,6 +945,161 @@ uint64_t sfs_seg_evict_coldest(sfs_seg *sg)
 	return bytes;
 }
 
+/* --- eviction by dataset ------------------------------------------------------- */
+
+/* Slots scanned per hold of the lock: lookups of small files wait at most
+ * one stretch (~2 ms), not the whole table. */
+#define FOREACH_STRETCH 65536u
+
+void sfs_seg_foreach(sfs_seg *sg, void (*fn)(void *arg, uint32_t dataset, uint32_t len), void *arg)
+{
+	pthread_mutex_lock(&sg->lock);
+	for (uint32_t i = 0; i < sg->tab_cap; i++) {
+		if (sg->tab[i].len)
+			fn(arg, sg->tab[i].dataset, sg->tab[i].len);
+		if (i % FOREACH_STRETCH == FOREACH_STRETCH - 1) {
+			pthread_mutex_unlock(&sg->lock);
+			pthread_mutex_lock(
+			    &sg->lock); /* the table may have grown: tab_cap is re-read */
+		}
+	}
+	pthread_mutex_unlock(&sg->lock);
+}
+
+/* Drops the entries match() accepts (NULL: all) and marks their segments
+ * touched. After a backward shift slot i holds a new entry and is looked at
+ * again (entries only move back, towards i). Caller holds lock. */
+static void drop_matching(sfs_seg *sg, sfs_seg_match_fn *match, void *arg,
+			  struct sfs_seg_evicted *out)
+{
+	for (uint32_t i = 0; i < sg->tab_cap;) {
+		struct ent *e = &sg->tab[i];
+		if (e->len && (!match || match(arg, e->dataset, e->key))) {
+			sg->segs[e->seg]->touched = true;
+			out->objects++;
+			out->bytes += e->len;
+			tab_del_at(sg, i);
+		} else {
+			i++;
+		}
+	}
+}
+
+/* The segment being filled gets no more appends (the next flush starts a
+ * new one), so that its summary can be written now. Writer thread. */
+static void retire_act(sfs_seg *sg)
+{
+	struct seg *act = sg->act;
+
+	pthread_mutex_lock(&sg->lock);
+	act->active = false;
+	pthread_mutex_unlock(&sg->lock);
+	seg_unref(sg, act); /* the writer's reference */
+	sg->act = NULL;
+	sg->n_act_ents = 0;
+	pending_reset(sg);
+}
+
+/* What an eviction does to one touched segment once the lock is dropped:
+ * a new summary of what it still holds, or (ents NULL) its deletion. */
+struct redo {
+	struct seg *s; /* referenced */
+	struct idx_ent *ents;
+	uint32_t n;
+	uint64_t end_bytes;
+};
+
+/* Plans the touched segments: empty ones die (as in sfs_seg_evict_coldest),
+ * the others get their remaining entries copied for a new summary. Caller
+ * holds lock. Returns the plans (malloc'd, *n_out of them) or NULL with
+ * *n_out 0 on ENOMEM or when nothing was touched. */
+static struct redo *plan_touched(sfs_seg *sg, uint32_t *n_out, struct sfs_seg_evicted *out)
+{
+	uint32_t n = 0, *at = calloc(sg->segs_cap ? sg->segs_cap : 1, sizeof(*at));
+	struct redo *r = calloc(sg->segs_cap ? sg->segs_cap : 1, sizeof(*r));
+
+	*n_out = 0;
+	for (uint32_t i = 0; at && r && i < sg->segs_cap; i++) {
+		struct seg *s = sg->segs[i];
+		if (!s || !s->touched || s->dead)
+			continue;
+		s->touched = false;
+		if (s->active)
+			continue; /* the caller retired it first; never here */
+		struct redo *x = &r[n];
+		x->s = s;
+		x->end_bytes = s->bytes;
+		s->refs++;
+		if (!s->n_live) {
+			s->dead = true;
+			sg->n_segs--;
+			sg->st.disk_bytes -= s->bytes;
+			sg->st.evicted_segments++;
+			sg->st.evicted_bytes += s->bytes;
+			out->disk_bytes += s->bytes;
+		} else if (!(x->ents = malloc(s->n_live * sizeof(*x->ents)))) {
+			s->refs--;
+			continue; /* its old summary stays: a restart brings the records back */
+		}
+		at[i] = ++n; /* 1-based: 0 = not planned */
+	}
+	for (uint32_t i = 0; at && i < sg->tab_cap; i++) {
+		const struct ent *e = &sg->tab[i];
+		struct redo *x = e->len && at[e->seg] ? &r[at[e->seg] - 1] : NULL;
+		if (!x || !x->ents)
+			continue;
+		struct idx_ent *ie = &x->ents[x->n++];
+		memcpy(ie->key, e->key, 16);
+		ie->xxh64 = ent_xxh(e);
+		ie->off4k = e->off4k;
+		ie->len = e->len;
+		ie->dataset = e->dataset;
+		ie->zero = 0;
+	}
+	free(at);
+	if (!n) {
+		free(r);
+		return NULL;
+	}
+	*n_out = n;
+	return r;
+}
+
+int sfs_seg_evict_where(sfs_seg *sg, sfs_seg_match_fn *match, void *arg,
+			struct sfs_seg_evicted *out)
+{
+	char name[32];
+	uint32_t n;
+	int err = 0;
+
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&sg->lock);
+	drop_matching(sg, match, arg, out);
+	bool act_touched = sg->act && sg->act->touched;
+	pthread_mutex_unlock(&sg->lock);
+	if (act_touched)
+		retire_act(sg);
+	pthread_mutex_lock(&sg->lock);
+	struct redo *r = plan_touched(sg, &n, out);
+	pthread_mutex_unlock(&sg->lock);
+	for (uint32_t k = 0; k < n; k++) {
+		struct redo *x = &r[k];
+		if (x->ents) {
+			int rc = write_idx(sg, x->s->seq, x->ents, x->n, x->end_bytes);
+			err = err ? err : rc;
+			free(x->ents);
+		} else {
+			seg_name(name, x->s->seq, "idx");
+			unlinkat(sg->dirfd, name, 0);
+			seg_name(name, x->s->seq, "seg");
+			unlinkat(sg->dirfd, name, 0);
+		}
+		seg_unref(sg, x->s);
+	}
+	free(r);
+	return err;
+}
+
 void sfs_seg_get_stats(sfs_seg *sg, struct sfs_seg_stats *out)
 {
 	pthread_mutex_lock(&sg->lock);
@@ -958,6 +1136,8 @@ static int sum_add(struct seg_sum *sum, const struct rec_hdr *h, uint64_t off)
 	e->xxh64 = h->xxh64;
 	e->off4k = (uint32_t)(off / BLK);
 	e->len = h->len;
+	e->dataset = h->dataset;
+	e->zero = 0;
 	return 0;
 }
 
@@ -1063,10 +1243,8 @@ static int seg_adopt(sfs_seg *sg, uint32_t seq, const struct seg_sum *sum)
 		free(s);
 		return err;
 	}
-	for (uint32_t i = 0; !err && i < sum->n; i++) {
-		const struct idx_ent *e = &sum->ents[i];
-		err = tab_put(sg, e->key, e->xxh64, s, (uint64_t)e->off4k * BLK, e->len);
-	}
+	for (uint32_t i = 0; !err && i < sum->n; i++)
+		err = tab_put(sg, &sum->ents[i], s);
 	return err;
 }
 

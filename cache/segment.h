@@ -37,14 +37,15 @@
  * dropped and the caller fetches from the origin again. Never an error
  * for the reader, never a wrong byte.
  *
- * Memory: one index entry per live object (open addressing, ~40 bytes),
+ * Memory: one index entry per live object (open addressing, 40-80 bytes),
  * one small descriptor per segment, a bounded number of open segment fds,
  * and the write buffer (write_buffer_bytes, allocated at open).
  *
  * Threading: sfs_seg_lookup, sfs_seg_read, sfs_seg_get_stats and
- * sfs_seg_coldest may be called from any thread. sfs_seg_append,
- * sfs_seg_flush and sfs_seg_evict_coldest are called by one thread at a
- * time (the store's writer). One mutex (a leaf) protects the index, the
+ * sfs_seg_coldest, sfs_seg_foreach may be called from any thread.
+ * sfs_seg_append, sfs_seg_flush, sfs_seg_evict_coldest and
+ * sfs_seg_evict_where are called by one thread at a time (the store's
+ * writer). One mutex (a leaf) protects the index, the
  * segment table and the fd cache; no I/O is done under it. A segment being
  * read is never closed or unlinked under the reader (per-segment reference
  * held across the pread).
@@ -109,13 +110,15 @@ ssize_t sfs_seg_read(sfs_seg *sg, const uint8_t key[16], void *buf, size_t buf_l
 		     const char **data);
 
 /*
- * Append an object to the write buffer (copies the bytes, hashes them).
+ * Append an object to the write buffer (copies the bytes, hashes them),
+ * recording the id of its dataset (datasets.h; 0: unknown).
  * Not visible until sfs_seg_flush() succeeds. Returns 0; -EEXIST if key is
  * present or already appended; -ENOBUFS if the write buffer has no room
  * (flush, then append again); -E2BIG if len > SFS_SEG_MAX_OBJECT or 0.
  * Writer thread only.
  */
-int sfs_seg_append(sfs_seg *sg, const uint8_t key[16], const void *bytes, uint32_t len);
+int sfs_seg_append(sfs_seg *sg, const uint8_t key[16], const void *bytes, uint32_t len,
+		   uint32_t dataset);
 
 /* Bytes sfs_seg_flush() would add to the disk for what is appended now
  * (records, padding, a new segment's start). For admission. */
@@ -142,6 +145,34 @@ bool sfs_seg_coldest(sfs_seg *sg, uint64_t *last_use_ms, uint64_t *bytes);
  * there was nothing to evict. Writer thread only.
  */
 uint64_t sfs_seg_evict_coldest(sfs_seg *sg);
+
+/* Call fn(arg, dataset, len) for every live object, under the lock (fn
+ * must not call in), dropped between stretches of the table: objects added
+ * or dropped meanwhile may be missed or seen twice. A scan of the index,
+ * for listings. Any thread. */
+void sfs_seg_foreach(sfs_seg *sg, void (*fn)(void *arg, uint32_t dataset, uint32_t len), void *arg);
+
+struct sfs_seg_evicted {
+	uint64_t objects;    /* records dropped */
+	uint64_t bytes;	     /* their object bytes */
+	uint64_t disk_bytes; /* segment files deleted because nothing was left in them */
+};
+
+/* Whether an eviction takes the object `key` of dataset `dataset`. */
+typedef bool sfs_seg_match_fn(void *arg, uint32_t dataset, const uint8_t key[16]);
+
+/*
+ * Drop every object match() accepts (match NULL: every object). Each segment that lost records gets
+ * a new .idx without them (a restart does not bring them back); one left empty is deleted. The
+ * segment being filled, if it lost any, is sealed first. The disk space of
+ * dropped records in segments that keep others stays until that segment is
+ * evicted. A reader already past its lookup still reads and verifies the
+ * old record (the file is not rewritten): never a wrong byte. Returns 0 or
+ * the first -errno of writing a summary (its records come back at the next
+ * open). Writer thread only.
+ */
+int sfs_seg_evict_where(sfs_seg *sg, sfs_seg_match_fn *match, void *arg,
+			struct sfs_seg_evicted *out);
 
 void sfs_seg_get_stats(sfs_seg *sg, struct sfs_seg_stats *out);
 

@@ -13,7 +13,8 @@
  *                              append-only segment files: segment.c owns
  *                              that directory and its format (segment.h)
  * An object file:
- *   [0, 64)                    struct obj_header (magic "SFSOBJS2")
+ *   [0, 64)                    struct obj_header (magic "SFSOBJS4"; the
+ *                              dataset id of the version, datasets.h)
  *   [64, 64 + 520 n_chunks)    struct chunk_rec, one per chunk: its length, a
  *                              valid mark, and one XXH3-64 per 16 KiB
  *                              sub-block (the last one of a short chunk
@@ -26,8 +27,19 @@
  * durable by one fdatasync per object per batch before the chunk becomes
  * visible in memory; a crash can leave a record without its data, which
  * the checksum turns into a miss. Object files of an older layout (another
- * magic), or of a version small enough for the segments, are discarded at
- * load like any file that is not ours.
+ * magic: "SFSOBJS3" had no dataset id), or of a version small enough for
+ * the segments, are discarded at load like any file that is not ours.
+ *   datasets                   dataset names and read counters (datasets.c)
+ *
+ * Datasets: every object records the id of its dataset (the caller's
+ * sfs_file_version.dataset when the object is created). Listing sums the
+ * index and the segments per id; eviction of datasets (or of everything)
+ * runs on the writer thread, like every other change to the cache files:
+ * an object nobody holds leaves the index and its file is unlinked; one
+ * that is held is detached (out of the index, every chunk ABSENT, marked
+ * evicted so nothing is written to it again, its file unlinked while its
+ * holders' fds keep reading the old, verified bytes) and freed with its
+ * last reference; a new open of the same version makes a new object.
  *
  * In memory:
  *
@@ -65,6 +77,7 @@
  * without it, and never calls out with it held.
  */
 #include "store.h"
+#include "datasets.h"
 #include "log.h"
 #include "segment.h"
 #include "uring.h"
@@ -84,7 +97,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define OBJ_MAGIC	 0x33534a424f534653ull /* "SFSOBJS3": records of 16 KiB sub-block hashes */
+#define OBJ_MAGIC	 0x34534a424f534653ull /* "SFSOBJS4": 16 KiB sub-block hashes, dataset id */
 #define REC_VALID	 0x4b4f4843u	       /* "CHOK" */
 #define WRITE_BATCH	 64
 #define GATHER_MS	 1   /* a writer with few jobs waits this long for more */
@@ -103,6 +116,7 @@
 #define RECS_TABLE_MAX (1u << 20)
 #define SEG_MIN_BYTES  (4ull << 20)
 #define SEG_MAX_BYTES  (256ull << 20)
+#define DSETS_SAVE_MS  10000 /* read counters and last use saved this often */
 
 struct obj_header {
 	uint64_t magic;
@@ -111,7 +125,8 @@ struct obj_header {
 	uint32_t n_chunks;
 	uint32_t chunk_shift;
 	uint64_t data_off;
-	uint8_t reserved[16];
+	uint32_t dataset; /* datasets.h id; 0: unknown */
+	uint8_t reserved[12];
 };
 _Static_assert(sizeof(struct obj_header) == 64, "header layout");
 
@@ -129,6 +144,7 @@ struct sfs_store_obj {
 	uint32_t n_chunks; /* set at creation */
 	bool packed;	   /* set at creation: lives in the segments */
 	uint64_t data_off; /* set at creation (object files) */
+	uint32_t dataset;  /* set at creation: datasets.h id, 0 unknown */
 	/* protected by store->lock */
 	/* enum sfs_chunk_state per chunk. A packed version's state[0] is only
 	 * ABSENT or WRITING (queued); PRESENT is what the segment index says. */
@@ -144,8 +160,21 @@ struct sfs_store_obj {
 	int fd;	 /* -1 until needed; closed when refs drops to 0 */
 	int dfd; /* O_DIRECT twin of fd for chunk bytes, or -1 */
 	bool on_disk, in_index;
+	bool evicted;			     /* detached by an eviction: nothing is written to it */
 	uint8_t state_inline[INLINE_STATES]; /* state[] of small objects */
 	struct sfs_store_obj *hnext, *lru_prev, *lru_next;
+};
+
+/* A change to the cache that runs on the writer thread (sfs_store_evict,
+ * sfs_store_evict_keys). */
+struct ctl_job {
+	const char *prefix;	   /* NULL (and no keys): everything */
+	const uint8_t (*keys)[16]; /* or these versions, sorted */
+	size_t n_keys;
+	struct sfs_store_evicted result; /* out */
+	int rc;				 /* out */
+	bool done;			 /* protected by lock */
+	struct ctl_job *next;		 /* protected by lock */
 };
 
 struct write_job {
@@ -165,6 +194,7 @@ struct sfs_store {
 	/* Set (release) once by store_attach, then read-only until close;
 	 * NULL until the directory was first usable. Its own lock inside. */
 	sfs_seg *seg;
+	sfs_dsets *dsets; /* set at open, then read-only; its own lock inside */
 
 	pthread_mutex_t lock;
 	pthread_cond_t work;		    /* jobs queued or stopping */
@@ -186,6 +216,8 @@ struct sfs_store {
 	size_t n_jobs;			    /* protected by lock */
 	uint64_t queued_bytes;		    /* protected by lock: chunk bytes not yet written */
 	bool stopping;			    /* protected by lock */
+	struct ctl_job *ctl;		    /* protected by lock: evictions queued */
+	pthread_cond_t ctl_done;	    /* a ctl job is done */
 
 	pthread_t writer;
 	bool writer_started;
@@ -560,6 +592,7 @@ static sfs_store_obj *load_object(sfs_store *s, const char *path, const char *na
 	o = obj_new(s, h.key, h.size);
 	if (!o || o->n_chunks != h.n_chunks || load_states(s, o, fd, (uint64_t)st.st_size) < 0)
 		goto discard;
+	o->dataset = h.dataset;
 	close(fd);
 	o->on_disk = true;
 	return o;
@@ -767,7 +800,8 @@ static int obj_create_file(sfs_store *s, sfs_store_obj *o)
 			       .size = o->size,
 			       .n_chunks = o->n_chunks,
 			       .chunk_shift = s->chunk_shift,
-			       .data_off = o->data_off};
+			       .data_off = o->data_off,
+			       .dataset = o->dataset};
 
 	memcpy(h.key, o->key, 16);
 	obj_path(s, o->key, path, sizeof(path), true);
@@ -843,7 +877,7 @@ static void batch_admit(sfs_store *s, struct batch *b)
 	for (size_t i = 0; i < b->n; i++) {
 		struct write_job *j = b->jobs[i];
 		uint64_t need = j->obj->packed ? packed_bytes(j->len) : j->len;
-		if (!s->online) {
+		if (!s->online || j->obj->evicted) {
 			b->err[i] = -EAGAIN;
 			continue;
 		}
@@ -911,10 +945,10 @@ static void batch_packed(sfs_store *s, struct batch *b)
 		struct write_job *j = b->jobs[i];
 		if (!b->reserved[i] || !j->obj->packed || b->err[i])
 			continue;
-		int rc = sfs_seg_append(sg, j->obj->key, j->buf, j->len);
+		int rc = sfs_seg_append(sg, j->obj->key, j->buf, j->len, j->obj->dataset);
 		if (rc == -ENOBUFS) {
 			batch_flush(sg, b);
-			rc = sfs_seg_append(sg, j->obj->key, j->buf, j->len);
+			rc = sfs_seg_append(sg, j->obj->key, j->buf, j->len, j->obj->dataset);
 		}
 		if (rc == -EEXIST) /* durable already: a lookup raced its queueing */
 			continue;
@@ -995,6 +1029,7 @@ static void batch_outcomes(sfs_store *s, struct batch *b)
 				o->state[j->index] = SFS_CHUNK_VERIFIED;
 			}
 			count(&s->stats.write_bytes, j->len);
+			sfs_dsets_touch(s->dsets, o->dataset);
 		} else if (b->reserved[i] && !o->packed) {
 			s->used_bytes -= j->len;
 			o->used_bytes -= j->len;
@@ -1067,6 +1102,7 @@ static void writer_retry(sfs_store *s)
 	pthread_mutex_lock(&s->lock);
 	if (rc == 0) {
 		s->online = true;
+		sfs_dsets_load(s->dsets); /* names saved before it went away */
 		sfs_log(SFS_LOG_INFO, "store", "cache %s is usable again", s->conf.dir);
 	} else {
 		s->retry_at_ms = sfs_now_ms() + RETRY_OFFLINE_MS;
@@ -1130,24 +1166,63 @@ static size_t writer_take(sfs_store *s, struct write_job **batch)
 	return n;
 }
 
+static void run_ctl(sfs_store *s, struct ctl_job *c);
+
+/* Run the queued evictions, one at a time, and wake their callers. Writer
+ * thread; caller holds lock (dropped around each). */
+static void writer_ctl(sfs_store *s)
+{
+	while (s->ctl) {
+		struct ctl_job *c = s->ctl;
+		s->ctl = c->next;
+		pthread_mutex_unlock(&s->lock);
+		run_ctl(s, c);
+		pthread_mutex_lock(&s->lock);
+		c->done = true;
+		pthread_cond_broadcast(&s->ctl_done);
+	}
+}
+
+/* Dataset names reach the disk before objects that carry their ids (a
+ * crash in between would leave ids without names); counters every
+ * DSETS_SAVE_MS. Writer thread; caller holds lock (dropped). */
+static void writer_save_dsets(sfs_store *s, bool names_only, uint64_t *saved_ms)
+{
+	uint64_t now = sfs_now_ms();
+
+	if (!s->online || (!names_only && now - *saved_ms < DSETS_SAVE_MS))
+		return;
+	pthread_mutex_unlock(&s->lock);
+	sfs_dsets_save(s->dsets, names_only);
+	pthread_mutex_lock(&s->lock);
+	if (!names_only)
+		*saved_ms = now;
+}
+
 static void *writer_main(void *arg)
 {
 	sfs_store *s = arg;
 	pthread_setname_np(pthread_self(), "sfs-write"); /* top -H, perf --sort comm */
 	struct write_job *batch[WRITE_BATCH];
+	uint64_t saved_ms = sfs_now_ms();
 
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
-		while (!s->jobs && !s->stopping) {
+		while (!s->jobs && !s->ctl && !s->stopping) {
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);
 			ts.tv_sec += 1;
 			pthread_cond_timedwait(&s->work, &s->lock, &ts);
 			if (!s->online && sfs_now_ms() >= s->retry_at_ms)
 				writer_retry(s);
+			writer_save_dsets(s, false, &saved_ms);
 		}
+		writer_ctl(s);
 		if (!s->jobs && s->stopping)
 			break;
+		if (!s->jobs)
+			continue;
+		writer_save_dsets(s, true, &saved_ms);
 		size_t n = writer_take(s, batch);
 		pthread_mutex_unlock(&s->lock);
 		write_batch(s, batch, n);
@@ -1185,10 +1260,15 @@ int sfs_store_open(const struct sfs_store_conf *conf, sfs_store **out, char *err
 	s->buckets = calloc(s->n_buckets, sizeof(*s->buckets));
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->work, NULL);
+	pthread_cond_init(&s->ctl_done, NULL);
 	if (!s->conf.dir || !s->buckets) {
 		rc = -ENOMEM;
 		goto err_free;
 	}
+	char dpath[4200];
+	snprintf(dpath, sizeof(dpath), "%s/datasets", s->conf.dir);
+	if ((rc = sfs_dsets_open(dpath, &s->dsets)) < 0)
+		goto err_free;
 	rc = store_attach(s, err, err_len);
 	if (rc == -EBUSY)
 		goto err_free;
@@ -1213,10 +1293,12 @@ err_free:
 			obj_free(o);
 		}
 	sfs_seg_close(s->seg);
+	sfs_dsets_close(s->dsets);
 	free(s->buckets);
 	free((char *)s->conf.dir);
 	pthread_mutex_destroy(&s->lock);
 	pthread_cond_destroy(&s->work);
+	pthread_cond_destroy(&s->ctl_done);
 	free(s);
 	return rc;
 }
@@ -1240,6 +1322,8 @@ void sfs_store_close(sfs_store *s)
 	pthread_mutex_unlock(&s->lock);
 	if (s->writer_started)
 		pthread_join(s->writer, NULL);
+	if (s->online)
+		sfs_dsets_save(s->dsets, false);
 	sfs_uring_close(s->ring);
 	for (size_t b = 0; b < s->n_buckets; b++)
 		for (sfs_store_obj *o = s->buckets[b], *next; o; o = next) {
@@ -1248,11 +1332,13 @@ void sfs_store_close(sfs_store *s)
 		}
 	free(s->buckets);
 	sfs_seg_close(s->seg);
+	sfs_dsets_close(s->dsets);
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);
 	free((char *)s->conf.dir);
 	pthread_mutex_destroy(&s->lock);
 	pthread_cond_destroy(&s->work);
+	pthread_cond_destroy(&s->ctl_done);
 	free(s);
 }
 
@@ -1296,6 +1382,7 @@ sfs_store_obj *sfs_store_obj_get(sfs_store *s, const struct sfs_file_version *v)
 			pthread_mutex_unlock(&s->lock);
 			return NULL;
 		}
+		o->dataset = v->dataset;
 		/* Indexed at once, so that every holder of this version shares
 		 * one object; a per-file one gets a file with its first chunk,
 		 * and leaves the index again if its last holder goes before
@@ -1325,9 +1412,11 @@ void sfs_store_obj_put(sfs_store_obj *o)
 
 	pthread_mutex_lock(&s->lock);
 	if (--o->refs == 0) {
-		if (!o->on_disk) { /* packed, or never written */
+		if (!o->on_disk) { /* packed, never written, or evicted */
 			if (o->in_index)
 				index_remove(s, o);
+			if (o->recs)
+				s->mem_bytes -= (uint64_t)o->n_chunks * sizeof(*o->recs);
 			gone = true;
 		} else {
 			/* Bound open files and records in memory by the objects
@@ -1780,7 +1869,7 @@ static int write_refused(sfs_store *s, sfs_store_obj *o, uint32_t index, uint32_
 {
 	uint64_t need = o->packed ? packed_bytes(len) : len;
 
-	if (!s->online)
+	if (!s->online || o->evicted)
 		return -EAGAIN;
 	if (o->state[index] != SFS_CHUNK_ABSENT)
 		return -EEXIST;
@@ -1832,3 +1921,279 @@ void sfs_store_drop_chunk(sfs_store_obj *o, uint32_t index)
 {
 	chunk_fail(o->store, o, index, NULL);
 }
+
+/* --- datasets: listing and eviction -------------------------------------------- */
+
+uint32_t sfs_store_dataset(sfs_store *s, const char *name)
+{
+	return sfs_dsets_intern(s->dsets, name);
+}
+
+void sfs_store_dataset_read(sfs_store *s, uint32_t id, uint64_t hit_bytes, uint64_t miss_bytes)
+{
+	if (id)
+		sfs_dsets_count_read(s->dsets, id, hit_bytes, miss_bytes);
+}
+
+/* Per-dataset sums of a listing: by table slot, the last one for ids
+ * without a name. */
+struct list_acc {
+	sfs_store *s;
+	struct sfs_store_dataset *by_slot; /* SFS_DSETS_MAX + 1 */
+};
+
+static struct sfs_store_dataset *acc_of(struct list_acc *a, uint32_t id)
+{
+	long at = sfs_dsets_find(a->s->dsets, id);
+	return &a->by_slot[at < 0 ? SFS_DSETS_MAX : at];
+}
+
+/* sfs_seg_foreach callback: runs under segment.c's lock. */
+static void acc_packed(void *arg, uint32_t dataset, uint32_t len)
+{
+	struct sfs_store_dataset *d = acc_of(arg, dataset);
+	d->bytes += len;
+	d->objects++;
+	d->packed_objects++;
+}
+
+int sfs_store_list(sfs_store *s, struct sfs_store_dataset **out, size_t *n_out)
+{
+	struct list_acc a = {s, calloc(SFS_DSETS_MAX + 1, sizeof(*a.by_slot))};
+	sfs_seg *sg = seg_of(s);
+	size_t n = 0;
+
+	if (!a.by_slot)
+		return -ENOMEM;
+	pthread_mutex_lock(&s->lock);
+	for (size_t b = 0; b < s->n_buckets; b++)
+		for (sfs_store_obj *o = s->buckets[b]; o; o = o->hnext)
+			if (!o->packed && o->used_bytes) {
+				struct sfs_store_dataset *d = acc_of(&a, o->dataset);
+				d->bytes += o->used_bytes;
+				d->objects++;
+			}
+	pthread_mutex_unlock(&s->lock);
+	if (sg)
+		sfs_seg_foreach(sg, acc_packed, &a);
+	for (size_t i = 0; i <= SFS_DSETS_MAX; i++) {
+		struct sfs_store_dataset d = a.by_slot[i];
+		struct sfs_dset_info in;
+		if (i < SFS_DSETS_MAX && sfs_dsets_get(s->dsets, i, &in)) {
+			d.id = in.id;
+			d.name = in.name;
+			d.hit_bytes = in.hit_bytes;
+			d.miss_bytes = in.miss_bytes;
+			d.last_use_s = in.last_use_s;
+		} else if (i < SFS_DSETS_MAX || !d.objects) {
+			continue;
+		}
+		a.by_slot[n++] = d; /* n <= i: compacting in place */
+	}
+	*out = a.by_slot;
+	*n_out = n;
+	return 0;
+}
+
+/* The ids of the datasets an eviction takes, sorted (for bsearch). */
+struct id_set {
+	uint32_t *ids;
+	size_t n;
+};
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static bool id_set_has(void *arg, uint32_t id, const uint8_t key[16])
+{
+	const struct id_set *m = arg;
+	(void)key;
+	return m->n && bsearch(&id, m->ids, m->n, sizeof(id), cmp_u32);
+}
+
+static int cmp_key(const void *a, const void *b) { return memcmp(a, b, 16); }
+
+/* sfs_seg_match_fn of sfs_store_evict_keys: arg is the ctl job. */
+static bool keys_have(void *arg, uint32_t id, const uint8_t key[16])
+{
+	const struct ctl_job *c = arg;
+	(void)id;
+	return c->n_keys && bsearch(key, c->keys, c->n_keys, 16, cmp_key);
+}
+
+/* Whether dataset `name` is `prefix` or lies under it (trailing slashes of
+ * prefix ignored; "/" takes every name). */
+static bool name_under(const char *name, const char *prefix)
+{
+	size_t n = strlen(prefix);
+
+	while (n > 1 && prefix[n - 1] == '/')
+		n--;
+	if (strncmp(name, prefix, n) != 0)
+		return false;
+	return name[n] == 0 || name[n] == '/' || (n == 1 && prefix[0] == '/');
+}
+
+/* Fill m with the ids of the datasets under prefix. Returns 0 or -ENOMEM. */
+static int match_ids(sfs_store *s, const char *prefix, struct id_set *m)
+{
+	struct sfs_dset_info in;
+
+	m->n = 0;
+	m->ids = malloc(SFS_DSETS_MAX * sizeof(*m->ids));
+	if (!m->ids)
+		return -ENOMEM;
+	for (size_t i = 0; i < SFS_DSETS_MAX; i++)
+		if (sfs_dsets_get(s->dsets, i, &in) && name_under(in.name, prefix))
+			m->ids[m->n++] = in.id;
+	qsort(m->ids, m->n, sizeof(*m->ids), cmp_u32);
+	return 0;
+}
+
+/* Take one matching object out of the index. Nobody holds it: chained on
+ * *victims (its file unlinked and it freed by the caller). Held: detached
+ * (every chunk ABSENT, evicted, freed with its last reference); its key is
+ * added to keys[] for the unlink. Caller holds lock. */
+static void evict_one(sfs_store *s, sfs_store_obj *o, struct sfs_store_evicted *r,
+		      sfs_store_obj **victims, uint8_t (*keys)[16], size_t *n_keys)
+{
+	index_remove(s, o);
+	if (o->packed) { /* held: its bytes are the segments' (evicted there) */
+		o->evicted = true;
+		return;
+	}
+	s->used_bytes -= o->used_bytes;
+	r->objects += o->used_bytes ? 1 : 0;
+	r->bytes += o->used_bytes;
+	r->disk_bytes += o->used_bytes;
+	if (o->refs == 0) {
+		o->hnext = *victims;
+		*victims = o;
+		return;
+	}
+	for (uint32_t i = 0; i < o->n_chunks; i++)
+		if (chunk_cached(o, i))
+			o->state[i] = SFS_CHUNK_ABSENT;
+	o->used_bytes = 0;
+	o->gen++; /* reads planned before see that their chunk went */
+	o->evicted = true;
+	if (o->on_disk)
+		memcpy(keys[(*n_keys)++], o->key, 16);
+	o->on_disk = false;
+}
+
+/* The per-file side of an eviction (match NULL: all). Writer thread; takes
+ * the lock for the index, unlinks without it. Returns 0 or -ENOMEM. */
+static int evict_index(sfs_store *s, sfs_seg_match_fn *match, void *arg,
+		       struct sfs_store_evicted *r)
+{
+	sfs_store_obj *victims = NULL;
+	uint8_t(*keys)[16] = NULL;
+	size_t n_keys = 0;
+	char path[4096];
+
+	pthread_mutex_lock(&s->lock);
+	if (s->n_indexed && !(keys = malloc(s->n_indexed * sizeof(*keys)))) {
+		pthread_mutex_unlock(&s->lock);
+		return -ENOMEM;
+	}
+	for (size_t b = 0; b < s->n_buckets; b++)
+		for (sfs_store_obj *o = s->buckets[b], *next; o; o = next) {
+			next = o->hnext;
+			if (!match || match(arg, o->dataset, o->key))
+				evict_one(s, o, r, &victims, keys, &n_keys);
+		}
+	pthread_mutex_unlock(&s->lock);
+	victims_free(s, victims);
+	for (size_t i = 0; i < n_keys; i++) {
+		obj_path(s, keys[i], path, sizeof(path), false);
+		unlink(path);
+	}
+	free(keys);
+	return 0;
+}
+
+/* An eviction (struct ctl_job), on the writer thread (or inline before it
+ * was started). Sets c->rc and c->result. */
+static void run_ctl(sfs_store *s, struct ctl_job *c)
+{
+	struct id_set m = {0};
+	struct sfs_store_evicted *r = &c->result;
+	sfs_seg_match_fn *match = c->keys ? keys_have : c->prefix ? id_set_has : NULL;
+	void *arg = c->keys ? (void *)c : &m;
+
+	memset(r, 0, sizeof(*r));
+	if (c->prefix && (c->rc = match_ids(s, c->prefix, &m)) < 0)
+		return;
+	c->rc = c->prefix && !m.n ? -ENOENT : 0;
+	pthread_mutex_lock(&s->lock);
+	if (!c->rc && !s->online)
+		c->rc = -EAGAIN;
+	pthread_mutex_unlock(&s->lock);
+	if (!c->rc)
+		c->rc = evict_index(s, match, arg, r);
+	sfs_seg *sg = seg_of(s);
+	if (!c->rc && sg) {
+		struct sfs_seg_evicted se;
+		c->rc = sfs_seg_evict_where(sg, match, arg, &se);
+		r->objects += se.objects;
+		r->bytes += se.bytes;
+		r->disk_bytes += se.disk_bytes;
+		pthread_mutex_lock(&s->lock);
+		seg_refresh(s);
+		pthread_mutex_unlock(&s->lock);
+	}
+	r->datasets = (uint32_t)m.n;
+	for (size_t i = 0; i < m.n; i++)
+		sfs_dsets_reset(s->dsets, m.ids[i]);
+	if (!c->prefix && !c->keys)
+		sfs_dsets_reset(s->dsets, 0);
+	if (c->rc != -ENOENT && c->rc != -EAGAIN)
+		sfs_dsets_save(s->dsets, false);
+	free(m.ids);
+}
+
+/* Run c on the writer thread (inline if it was never started) and wait. */
+static int ctl_run(sfs_store *s, struct ctl_job *c, struct sfs_store_evicted *out)
+{
+	if (!s->writer_started) {
+		run_ctl(s, c);
+	} else {
+		pthread_mutex_lock(&s->lock);
+		c->next = s->ctl;
+		s->ctl = c;
+		pthread_cond_signal(&s->work);
+		while (!c->done)
+			pthread_cond_wait(&s->ctl_done, &s->lock);
+		pthread_mutex_unlock(&s->lock);
+	}
+	*out = c->result;
+	return c->rc;
+}
+
+int sfs_store_evict(sfs_store *s, const char *prefix, struct sfs_store_evicted *out)
+{
+	struct ctl_job c = {.prefix = prefix};
+
+	return ctl_run(s, &c, out);
+}
+
+int sfs_store_evict_keys(sfs_store *s, const uint8_t (*keys)[16], size_t n,
+			 struct sfs_store_evicted *out)
+{
+	uint8_t(*sorted)[16] = malloc((n ? n : 1) * sizeof(*sorted));
+
+	if (!sorted)
+		return -ENOMEM;
+	memcpy(sorted, keys, n * sizeof(*sorted));
+	qsort(sorted, n, sizeof(*sorted), cmp_key);
+	struct ctl_job c = {.keys = (const uint8_t(*)[16])sorted, .n_keys = n};
+	int rc = ctl_run(s, &c, out);
+	free(sorted);
+	return rc;
+}
+
+void sfs_store_key(const struct sfs_file_version *v, uint8_t key[16]) { key_for(v, key); }

@@ -17,7 +17,11 @@
  * the least recently used file nobody holds and the least recently used
  * segment) or admission control (pin) under cache_size, the lock that
  * keeps a second daemon off the same cache_dir, and degrading to "no
- * cache" when the directory is missing, full or failing.
+ * cache" when the directory is missing, full or failing. And the cache's
+ * lifecycle: the dataset every object was cached for (datasets.h), the
+ * listing per dataset, and evicting datasets, single versions or
+ * everything, on the writer thread (sfs_store_evict); a tool that opens an
+ * unmounted cache_dir with sfs_store_open gets the same, under the lock.
  *
  * Chunk states: ABSENT -> WRITING -> VERIFIED (written by us this run), or
  * PRESENT (found on disk at startup) -> VERIFIED on the first read whose
@@ -69,6 +73,9 @@ struct sfs_file_version {
 	uint64_t fsid, fileid, size;
 	int64_t mtime_s, ctime_s;
 	uint32_t mtime_ns, ctime_ns;
+	/* Not part of the identity: the dataset (sfs_store_dataset) that a
+	 * version cached for the first time is recorded under; 0 unknown. */
+	uint32_t dataset;
 };
 
 enum sfs_chunk_state { SFS_CHUNK_ABSENT, SFS_CHUNK_WRITING, SFS_CHUNK_PRESENT, SFS_CHUNK_VERIFIED };
@@ -158,6 +165,65 @@ int sfs_store_write_chunk(sfs_store_obj *obj, uint32_t index, const void *buf, u
 #define SFS_STORE_RANGE_BUF_BYTES ((1u << 20) + (3u << SFS_STORE_SUB_SHIFT))
 ssize_t sfs_store_read_range(sfs_store_obj *obj, uint64_t off, size_t len, void *buf,
 			     size_t buf_len, const char **data);
+
+/* --- datasets: what an operator lists and evicts --------------------------- */
+
+/* The id of dataset NAME ("/EXPORT/TOPDIR", or "/EXPORT" for the files at
+ * the export's root), registered if new (its name reaches cache_dir/datasets
+ * before any object that carries it). Returns 0 (unknown) when the table is
+ * full (datasets.h: SFS_DSETS_MAX). Any thread; cheap for a known name. */
+uint32_t sfs_store_dataset(sfs_store *store, const char *name);
+
+/* Count bytes a reader of dataset `id` got from the cache and from NFS,
+ * and note the time. Lock-free; any thread. */
+void sfs_store_dataset_read(sfs_store *store, uint32_t id, uint64_t hit_bytes, uint64_t miss_bytes);
+
+struct sfs_store_dataset {
+	uint32_t id;	  /* 0: objects of no known dataset (name NULL) */
+	const char *name; /* valid until sfs_store_close */
+	uint64_t bytes;	  /* object bytes cached */
+	uint64_t objects; /* cached versions, both layouts */
+	uint64_t packed_objects;
+	uint64_t hit_bytes, miss_bytes; /* readers' bytes since the last eviction */
+	int64_t last_use_s;		/* last read or write, CLOCK_REALTIME; 0 never */
+};
+
+/* Every known dataset (also those with nothing cached now), then one entry
+ * of id 0 for objects of unknown datasets if there are any; *out is
+ * malloc'd (the caller frees it). Scans the index and the segments' index
+ * (under their locks, briefly each). Returns 0 or -ENOMEM. Any thread. */
+int sfs_store_list(sfs_store *store, struct sfs_store_dataset **out, size_t *n_out);
+
+struct sfs_store_evicted {
+	uint32_t datasets;   /* datasets that matched */
+	uint64_t objects;    /* versions evicted */
+	uint64_t bytes;	     /* their object bytes */
+	uint64_t disk_bytes; /* freed now: object files, and segment files left empty */
+};
+
+/*
+ * Evict every version of the datasets whose name is `prefix` or starts with
+ * `prefix` + "/" (prefix NULL: every object, of any dataset: a purge). Runs
+ * on the writer thread (the caller waits; inline if the writer was never
+ * started). Readers of an evicted version keep their reference: its chunks
+ * become misses (refetched from NFS, not cached again under that reference),
+ * bytes already being read are the old, verified ones. Packed records of
+ * segments that keep other records use disk space until the segment is
+ * evicted. Read counters of the datasets start again from 0. Returns 0,
+ * -ENOENT when no dataset matches, -EAGAIN when the cache directory is not
+ * usable now, or another -errno (what was done is in *out).
+ */
+int sfs_store_evict(sfs_store *store, const char *prefix, struct sfs_store_evicted *out);
+
+/* The cache key of a version (XXH3-128 of its identity; never of a path):
+ * what sfs_store_evict_keys takes. */
+void sfs_store_key(const struct sfs_file_version *v, uint8_t key[16]);
+
+/* Evict the versions with these keys (n of them, any order), as
+ * sfs_store_evict does with datasets (holders, packed space: the same).
+ * Keys not cached are skipped. Returns 0 or -EAGAIN / -errno. */
+int sfs_store_evict_keys(sfs_store *store, const uint8_t (*keys)[16], size_t n,
+			 struct sfs_store_evicted *out);
 
 /* Count a checksum failure noticed elsewhere; make the chunk ABSENT (a
  * packed version's record is dropped by the read that finds it bad). */

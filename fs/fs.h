@@ -62,6 +62,7 @@ struct sfs_fs {
 	sfs_origin *origin;		      /* set at start, then read-only */
 	sfs_prefetch *prefetch;		      /* set at start, then read-only */
 	sfs_store *store;		      /* set at start, then read-only; NULL: no cache */
+	uint32_t root_dataset;		      /* set at start: the export's own dataset */
 	sfs_staging *staging;		      /* set at start, then read-only */
 	struct fuse_session *se;	      /* set at start: for kernel cache invalidation */
 	sfs_inode_table *inodes;	      /* set at start, then read-only */

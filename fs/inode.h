@@ -35,6 +35,7 @@ struct sfs_inode {
 	struct sfs_inode *hash_next; /* protected by the table lock */
 	uint64_t nlookup;	     /* protected by the table lock */
 	bool orphaned;		     /* protected by the table lock: fileid reused */
+	uint32_t dataset;	     /* atomic: set once, at the first lookup (cache/store.h) */
 
 	pthread_mutex_t lock;
 	struct sfs_attr attr;  /* protected by lock */

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * ioctl — the ioctl ABI of fs/shardfs_ioctl.h: query, staging regions,
- * staging ranges of the open file into them, and warm-up.
+ * staging ranges of the open file into them, warm-up, and the cache's
+ * per-dataset listing and eviction.
  *
  * Owns: validating every struct that comes in (size field, reserved words,
  * bounds), the per-open-file region table and its uid rule, and counting
@@ -10,7 +11,9 @@
  * that open was checked by the kernel against the file's mode
  * (default_permissions is implied unless allow_other_unchecked), so an ioctl
  * reaches only bytes its caller may read; a region is usable only by the
- * uid that registered it, and a shm object must belong to that uid.
+ * uid that registered it, and a shm object must belong to that uid. The
+ * cache commands act on the whole cache: only root and the daemon's own
+ * user may call them, on any file or directory of the mount.
  * Bytes come from cache/prefetch (verified, fetched first when missing);
  * cache/staging moves them into the target.
  * Threading: runs on FUSE workers; ioctls on one open file are serialised
@@ -24,12 +27,21 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 _Static_assert(sizeof(struct shardfs_query) % 8 == 0, "ABI: 8-byte multiple");
 _Static_assert(sizeof(struct shardfs_region) % 8 == 0, "ABI: 8-byte multiple");
 _Static_assert(sizeof(struct shardfs_stage) % 8 == 0, "ABI: 8-byte multiple");
 _Static_assert(sizeof(struct shardfs_stage) <= 16383, "ABI: FUSE restricted ioctl limit");
 _Static_assert(sizeof(struct shardfs_region) <= 16383, "ABI: FUSE restricted ioctl limit");
+_Static_assert(sizeof(struct shardfs_cache_list) % 8 == 0, "ABI: 8-byte multiple");
+_Static_assert(sizeof(struct shardfs_cache_list) <= 16383, "ABI: FUSE restricted ioctl limit");
+_Static_assert(sizeof(struct shardfs_cache_evict) % 8 == 0, "ABI: 8-byte multiple");
+_Static_assert(sizeof(struct shardfs_cache_evict) <= 16383, "ABI: FUSE restricted ioctl limit");
+_Static_assert(sizeof(struct shardfs_cache_entry) % 8 == 0, "ABI: 8-byte multiple");
+_Static_assert(sizeof(struct shardfs_cache_evict_keys) % 8 == 0, "ABI: 8-byte multiple");
+_Static_assert(sizeof(struct shardfs_cache_evict_keys) <= 16383,
+	       "ABI: FUSE restricted ioctl limit");
 
 /* The most one STAGE call may move: it runs on one FUSE worker, so bound
  * how long it holds it. */
@@ -258,6 +270,144 @@ static int do_warm(struct sfs_fs *fs, struct sfs_inode *i, struct sfs_open_file 
 	return 0;
 }
 
+/* Pack the store's listing from l->start on into l->buf. Returns 0 or
+ * -errno. */
+static int do_cache_list(struct sfs_fs *fs, struct shardfs_cache_list *l)
+{
+	struct sfs_store_dataset *d;
+	struct sfs_store_stats st;
+	size_t n, used = 0;
+
+	if (!all_zero(l->reserved, sizeof(l->reserved)))
+		return -EINVAL;
+	int rc = sfs_store_list(fs->store, &d, &n);
+	if (rc < 0)
+		return rc;
+	sfs_store_get_stats(fs->store, &st);
+	l->capacity_bytes = st.capacity_bytes;
+	l->used_bytes = st.used_bytes;
+	l->total = (uint32_t)n;
+	l->n_entries = 0;
+	memset(l->buf, 0, sizeof(l->buf));
+	for (size_t k = l->start; k < n; k++) {
+		size_t name_len = d[k].name ? strlen(d[k].name) : 0;
+		size_t bytes = (sizeof(struct shardfs_cache_entry) + name_len + 1 + 7) & ~(size_t)7;
+		if (used + bytes > sizeof(l->buf))
+			break;
+		struct shardfs_cache_entry e = {.entry_bytes = (uint16_t)bytes,
+						.name_len = (uint16_t)name_len,
+						.id = d[k].id,
+						.bytes = d[k].bytes,
+						.objects = d[k].objects,
+						.packed_objects = d[k].packed_objects,
+						.hit_bytes = d[k].hit_bytes,
+						.miss_bytes = d[k].miss_bytes,
+						.last_use_s = d[k].last_use_s};
+		memcpy(l->buf + used, &e, sizeof(e));
+		memcpy(l->buf + used + sizeof(e), d[k].name ? d[k].name : "", name_len);
+		used += bytes;
+		l->n_entries++;
+	}
+	free(d);
+	return 0;
+}
+
+/* Evict what e names (a dataset prefix, a path of the mount, or all).
+ * Returns 0 or -errno. Blocks while the store's writer evicts. */
+static int do_cache_evict(struct sfs_fs *fs, uid_t uid, struct shardfs_cache_evict *e)
+{
+	struct sfs_store_evicted r;
+	char prefix[sizeof(e->prefix) + 1100];
+
+	if (e->reserved0 || !all_zero(e->reserved, sizeof(e->reserved)) ||
+	    e->flags & ~(SHARDFS_EVICT_ALL | SHARDFS_EVICT_MOUNT_PATH) ||
+	    !memchr(e->prefix, 0, sizeof(e->prefix)))
+		return -EINVAL;
+	if (e->flags & SHARDFS_EVICT_MOUNT_PATH) {
+		const char *ex = fs->opts->export_path, *rel = e->prefix;
+		size_t n = strlen(ex), k;
+		while (n > 1 && ex[n - 1] == '/')
+			n--;
+		while (*rel == '/')
+			rel++;
+		for (k = strlen(rel); k > 0 && rel[k - 1] == '/';)
+			k--;
+		snprintf(prefix, sizeof(prefix), "%.*s%s%.*s", (int)n, ex,
+			 k && !(n == 1 && ex[0] == '/') ? "/" : "", (int)k, rel);
+	} else if (!(e->flags & SHARDFS_EVICT_ALL) && e->prefix[0] != '/') {
+		return -EINVAL;
+	} else {
+		snprintf(prefix, sizeof(prefix), "%s", e->prefix);
+	}
+	bool all = e->flags & SHARDFS_EVICT_ALL;
+	int rc = sfs_store_evict(fs->store, all ? NULL : prefix, &r);
+	e->datasets = r.datasets;
+	e->objects = r.objects;
+	e->bytes = r.bytes;
+	e->disk_bytes = r.disk_bytes;
+	if (rc == 0)
+		sfs_log(SFS_LOG_INFO, "cache",
+			"evicted %s%s%s for uid %u: %u datasets, %llu files, %llu bytes",
+			all ? "everything" : "'", all ? "" : prefix, all ? "" : "'", (unsigned)uid,
+			r.datasets, (unsigned long long)r.objects, (unsigned long long)r.bytes);
+	return rc;
+}
+
+/* Evict the versions k names. Returns 0 or -errno. Blocks while the
+ * store's writer evicts. */
+static int do_cache_evict_keys(struct sfs_fs *fs, struct shardfs_cache_evict_keys *k)
+{
+	struct sfs_store_evicted r;
+
+	if (!all_zero(k->reserved, sizeof(k->reserved)) || !k->n_keys ||
+	    k->n_keys > SHARDFS_CACHE_EVICT_KEYS_MAX)
+		return -EINVAL;
+	int rc = sfs_store_evict_keys(fs->store, (const uint8_t(*)[16])k->keys, k->n_keys, &r);
+	k->objects = r.objects;
+	k->bytes = r.bytes;
+	k->disk_bytes = r.disk_bytes;
+	return rc;
+}
+
+/* SHARDFS_IOC_CACHE_*: on any inode of the mount, root and the daemon's
+ * user only. Replies itself. FUSE worker. */
+static void cache_ioctl(fuse_req_t req, struct sfs_fs *fs, unsigned int cmd, const void *in_buf,
+			size_t in_bufsz, size_t out_bufsz)
+{
+	uid_t uid = fuse_req_ctx(req)->uid;
+	union {
+		struct shardfs_cache_list l;
+		struct shardfs_cache_evict e;
+		struct shardfs_cache_evict_keys k;
+	} *buf = malloc(sizeof(*buf)); /* 16 KiB: not on a worker's stack */
+	size_t out_len = cmd == SHARDFS_IOC_CACHE_LIST	       ? sizeof(buf->l)
+			 : cmd == SHARDFS_IOC_CACHE_EVICT_KEYS ? sizeof(buf->k)
+							       : sizeof(buf->e);
+	int rc;
+
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (uid != 0 && uid != geteuid())
+		rc = -EPERM;
+	else if ((rc = take_in(buf, out_len, in_buf, in_bufsz, out_bufsz, true)) < 0)
+		; /* -EINVAL */
+	else if (!fs->store)
+		rc = -ENOTSUP;
+	else if (cmd == SHARDFS_IOC_CACHE_LIST)
+		rc = do_cache_list(fs, &buf->l);
+	else if (cmd == SHARDFS_IOC_CACHE_EVICT_KEYS)
+		rc = do_cache_evict_keys(fs, &buf->k);
+	else
+		rc = do_cache_evict(fs, uid, &buf->e);
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_ioctl(req, 0, buf, out_len);
+	free(buf);
+}
+
 void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		  struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
 		  size_t out_bufsz)
@@ -274,6 +424,11 @@ void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	if (flags & FUSE_IOCTL_COMPAT) {
 		count_error(fs, -EOPNOTSUPP);
 		fuse_reply_err(req, EOPNOTSUPP); /* 32-bit callers: refused cleanly */
+		return;
+	}
+	if (cmd == SHARDFS_IOC_CACHE_LIST || cmd == SHARDFS_IOC_CACHE_EVICT ||
+	    cmd == SHARDFS_IOC_CACHE_EVICT_KEYS) {
+		cache_ioctl(req, fs, cmd, in_buf, in_bufsz, out_bufsz);
 		return;
 	}
 	if (i->kind != SFS_INODE_NFS || !of || flags & FUSE_IOCTL_DIR) {
@@ -315,6 +470,10 @@ void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 			pthread_mutex_unlock(&of->lock);
 			sfs_jobs_read_end(fs->jobs, &jr, rc < 0 ? rc : (ssize_t)buf->s.bytes_placed,
 					  cache_bytes);
+			if (fs->store && rc == 0 && buf->s.bytes_placed >= cache_bytes)
+				sfs_store_dataset_read(
+				    fs->store, __atomic_load_n(&i->dataset, __ATOMIC_RELAXED),
+				    cache_bytes, buf->s.bytes_placed - cache_bytes);
 		}
 		out_len = sizeof(buf->s);
 		break;

@@ -155,9 +155,46 @@ static void reply_noent(struct sfs_fs *fs, fuse_req_t req)
 	fuse_reply_entry(req, &e);
 }
 
-/* Reply an entry for (fh, attr): the inode gains one lookup reference. */
-static void reply_child(struct sfs_fs *fs, fuse_req_t req, const struct sfs_fh *fh,
-			const struct sfs_attr *a)
+/*
+ * The dataset (cache/store.h) of `name` in directory p: for an entry of the
+ * root, the export's top-level directory "EXPORT/NAME" if it is a
+ * directory, else the export itself; deeper, p's. 0 without a cache. Any
+ * thread (the store's table is lock-free for a known name).
+ */
+static uint32_t child_dataset(struct sfs_fs *fs, struct sfs_inode *p, const char *name,
+			      const struct sfs_attr *a)
+{
+	char buf[2048];
+
+	if (!fs->store)
+		return 0;
+	if (p != sfs_inode_root(fs->inodes))
+		return __atomic_load_n(&p->dataset, __ATOMIC_RELAXED);
+	if (a->type != S_IFDIR)
+		return fs->root_dataset;
+	const char *ex = fs->opts->export_path;
+	size_t n = strlen(ex);
+	while (n > 0 && ex[n - 1] == '/')
+		n--;
+	if (snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, ex, name) >= (int)sizeof(buf))
+		return 0;
+	return sfs_store_dataset(fs->store, buf);
+}
+
+/* The first dataset an inode is reached through is its dataset (a hard
+ * link in another dataset does not move it). */
+static void inode_set_dataset(struct sfs_inode *i, uint32_t ds)
+{
+	uint32_t none = 0;
+	if (ds)
+		__atomic_compare_exchange_n(&i->dataset, &none, ds, false, __ATOMIC_RELAXED,
+					    __ATOMIC_RELAXED);
+}
+
+/* Reply an entry for (fh, attr), `name` in directory p: the inode gains one
+ * lookup reference. */
+static void reply_child(struct sfs_fs *fs, fuse_req_t req, struct sfs_inode *p, const char *name,
+			const struct sfs_fh *fh, const struct sfs_attr *a)
 {
 	struct fuse_entry_param e;
 	struct sfs_inode *child = sfs_inode_get(fs->inodes, fh, a, sfs_now_ms());
@@ -166,6 +203,7 @@ static void reply_child(struct sfs_fs *fs, fuse_req_t req, const struct sfs_fh *
 		reply_err(req, -ENOMEM);
 		return;
 	}
+	inode_set_dataset(child, child_dataset(fs, p, name, a));
 	fill_entry(fs, &e, child, a);
 	if (fuse_reply_entry(req, &e) != 0)
 		sfs_inode_forget(fs->inodes, child, 1);
@@ -183,7 +221,7 @@ static bool lookup_from_ns(struct sfs_fs *fs, fuse_req_t req, struct sfs_inode *
 	if (rc == -ENOENT)
 		reply_noent(fs, req);
 	else
-		reply_child(fs, req, &fh, &a);
+		reply_child(fs, req, p, name, &fh, &a);
 	return true;
 }
 
@@ -198,10 +236,11 @@ struct lookup_call {
 	struct sfs_origin_req r; /* LOOKUP, then GETATTR if the reply had no attributes */
 	struct sfs_fs *fs;
 	fuse_req_t req;
-	uint64_t ns_dir;  /* immutable: the parent's namespace key */
-	struct sfs_fh fh; /* the child, once the LOOKUP answered */
-	bool getattr;	  /* r is the follow-up GETATTR */
-	char name[];	  /* r.name points here */
+	struct sfs_inode *parent; /* held by the kernel during the lookup */
+	uint64_t ns_dir;	  /* immutable: the parent's namespace key */
+	struct sfs_fh fh;	  /* the child, once the LOOKUP answered */
+	bool getattr;		  /* r is the follow-up GETATTR */
+	char name[];		  /* r.name points here */
 };
 
 /* Runs on an I/O thread (or in sfs_origin_submit when the pool is closing);
@@ -228,7 +267,7 @@ static void lookup_done(struct sfs_origin_req *r)
 			c->fh = r->out_fh;
 		if (fs->ns) /* ".." and "." are refused: they are not names of the tree */
 			sfs_ns_add(fs->ns, c->ns_dir, c->name, &c->fh, &r->attr);
-		reply_child(fs, c->req, &c->fh, &r->attr);
+		reply_child(fs, c->req, c->parent, c->name, &c->fh, &r->attr);
 	}
 	free(c);
 }
@@ -246,6 +285,7 @@ static void lookup_from_nfs(struct sfs_fs *fs, fuse_req_t req, struct sfs_inode 
 	memcpy(c->name, name, len + 1);
 	c->fs = fs;
 	c->req = req;
+	c->parent = p;
 	c->ns_dir = fs->ns ? ns_key(fs, p) : 0;
 	c->getattr = false;
 	c->r = (struct sfs_origin_req){
@@ -392,9 +432,10 @@ struct stats_snapshot {
 };
 
 /* The identity of a file version: what names it in the cache. */
-static struct sfs_file_version version_of(const struct sfs_attr *a)
+static struct sfs_file_version version_of(const struct sfs_attr *a, const struct sfs_inode *i)
 {
-	return (struct sfs_file_version){.fsid = a->fsid,
+	return (struct sfs_file_version){.dataset = __atomic_load_n(&i->dataset, __ATOMIC_RELAXED),
+					 .fsid = a->fsid,
 					 .fileid = a->fileid,
 					 .size = a->size,
 					 .mtime_s = a->mtime.tv_sec,
@@ -511,7 +552,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		reply_err(req, rc);
 		return;
 	}
-	struct sfs_file_version v = version_of(&a);
+	struct sfs_file_version v = version_of(&a, i);
 	if ((rc = open_fetch_state(fs, i, &v, &pf, &unchanged, &changed)) < 0) {
 		reply_err(req, rc);
 		return;
@@ -550,13 +591,18 @@ struct read_call {
 	struct sfs_fs *fs;
 	fuse_req_t req;
 	struct sfs_job_read jr;
+	uint32_t dataset; /* the file's (cache/store.h), for its read counters */
 };
 
-/* Account a read's outcome and reply with its bytes or its error. */
-static void read_reply(struct sfs_fs *fs, fuse_req_t req, const struct sfs_job_read *jr, ssize_t n,
-		       const struct sfs_pf_view *v)
+/* Account a read's outcome (per job, per dataset) and reply with its bytes
+ * or its error. */
+static void read_reply(struct sfs_fs *fs, fuse_req_t req, const struct sfs_job_read *jr,
+		       uint32_t dataset, ssize_t n, const struct sfs_pf_view *v)
 {
 	sfs_jobs_read_end(fs->jobs, jr, n, v->cache_bytes);
+	if (fs->store && n > 0)
+		sfs_store_dataset_read(fs->store, dataset, v->cache_bytes,
+				       (uint64_t)n - v->cache_bytes);
 	if (n < 0) {
 		__atomic_fetch_add(&fs->read_errors, 1, __ATOMIC_RELAXED);
 		reply_err(req, (int)n);
@@ -574,7 +620,7 @@ static void read_done(void *arg, ssize_t n, const struct sfs_pf_view *v)
 {
 	struct read_call *c = arg;
 
-	read_reply(c->fs, c->req, &c->jr, n, v);
+	read_reply(c->fs, c->req, &c->jr, c->dataset, n, v);
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -593,11 +639,12 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	sfs_pf_file *pf = ((struct sfs_open_file *)(uintptr_t)fi->fh)->pf;
 	struct sfs_pf_view v;
-	struct read_call c = {fs, req, sfs_fs_job_begin(fs, req)};
+	uint32_t ds = __atomic_load_n(&i->dataset, __ATOMIC_RELAXED);
+	struct read_call c = {fs, req, sfs_fs_job_begin(fs, req), ds};
 	ssize_t n = sfs_pf_read_async(pf, (uint64_t)off, size, &v, read_done, &c, sizeof(c));
 	if (n == -EINPROGRESS)
 		return; /* read_done replies */
-	read_reply(fs, req, &c.jr, n, &v);
+	read_reply(fs, req, &c.jr, ds, n, &v);
 	sfs_pf_view_release(pf, &v);
 }
 
@@ -642,6 +689,7 @@ struct dir_fill {
 	unsigned added;
 	uint64_t now_ms;
 	uint64_t last_cookie;
+	struct sfs_inode *dir;	   /* the directory listed */
 	struct dir_handle *record; /* immutable, from NFS: record names here */
 	uint64_t ns_dir;	   /* ... under this namespace key */
 };
@@ -662,6 +710,7 @@ static int dir_add(struct dir_fill *d, const char *name, uint64_t cookie,
 	if (d->plus && attr && fh && !dot) {
 		struct sfs_inode *i = sfs_inode_get(d->fs->inodes, fh, attr, d->now_ms);
 		if (i) {
+			inode_set_dataset(i, child_dataset(d->fs, d->dir, name, attr));
 			fill_entry(d->fs, &e, i, attr);
 		}
 	}
@@ -753,7 +802,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct sfs_inode *i = I(fs, ino);
 	struct dir_handle *h = (struct dir_handle *)(uintptr_t)fi->fh;
 	struct dir_fill d = {
-	    .req = req, .fs = fs, .plus = plus, .size = size, .now_ms = sfs_now_ms()};
+	    .req = req, .fs = fs, .plus = plus, .size = size, .now_ms = sfs_now_ms(), .dir = i};
 
 	op_count(fs, plus ? SFS_OP_READDIRPLUS : SFS_OP_READDIR);
 	d.buf = malloc(size);
@@ -841,22 +890,51 @@ static uint64_t inode_cached_bytes(struct sfs_fs *fs, struct sfs_inode *i)
 
 	if (!fs->store || inode_getattr(fs, i, &a, false) < 0)
 		return 0;
-	struct sfs_file_version v = version_of(&a);
+	struct sfs_file_version v = version_of(&a, i);
 	return sfs_store_cached_bytes(fs->store, &v);
+}
+
+/* The cache key of the inode's current version as 32 hex digits in out
+ * (33 bytes). Returns 32, or -ENODATA (no cache, not a regular file) or
+ * the getattr's -errno. */
+static int inode_key_hex(struct sfs_fs *fs, struct sfs_inode *i, char *out)
+{
+	struct sfs_attr a;
+	uint8_t key[16];
+	int rc;
+
+	if (!fs->store)
+		return -ENODATA;
+	if ((rc = inode_getattr(fs, i, &a, false)) < 0)
+		return rc;
+	if (a.type != S_IFREG)
+		return -ENODATA;
+	struct sfs_file_version v = version_of(&a, i);
+	sfs_store_key(&v, key);
+	for (int k = 0; k < 16; k++)
+		snprintf(out + 2 * k, 3, "%02x", key[k]);
+	return 32;
 }
 
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct sfs_fs *fs = FS(req);
 	struct sfs_inode *i = I(fs, ino);
-	char val[32];
+	char val[40];
 
 	op_count(fs, SFS_OP_GETXATTR);
-	if (strcmp(name, SHARDFS_XATTR_CACHED) != 0 || i->kind != SFS_INODE_NFS) {
+	bool key = !strcmp(name, SHARDFS_XATTR_KEY);
+	if ((strcmp(name, SHARDFS_XATTR_CACHED) != 0 && !key) || i->kind != SFS_INODE_NFS) {
 		reply_err(req, -ENODATA);
 		return;
 	}
-	int n = snprintf(val, sizeof(val), "%llu", (unsigned long long)inode_cached_bytes(fs, i));
+	int n =
+	    key ? inode_key_hex(fs, i, val)
+		: snprintf(val, sizeof(val), "%llu", (unsigned long long)inode_cached_bytes(fs, i));
+	if (n < 0) {
+		reply_err(req, n);
+		return;
+	}
 	if (size == 0)
 		fuse_reply_xattr(req, (size_t)n);
 	else if (size < (size_t)n)

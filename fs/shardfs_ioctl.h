@@ -138,6 +138,89 @@ struct shardfs_warm {
 
 #define SHARDFS_IOC_WARM _IOWR(SHARDFS_IOC_MAGIC, 0x10, struct shardfs_warm)
 
+/* --- The cache of a mount: list per dataset, evict, purge ----------------
+ *
+ * Issued on any file or directory of the mount (shardfs-cache(1) opens the
+ * mountpoint itself). Only root and the user the daemon runs as may call
+ * them (EPERM). ENOTSUP: the mount has no cache_dir. A dataset is an
+ * export's top-level directory ("/EXPORT/DIR"), or the export itself for
+ * the files at its root ("/EXPORT").
+ */
+
+/* One dataset, packed one after another in shardfs_cache_list.buf: the
+ * fixed part, then the name (name_len bytes and a NUL), then zeros up to
+ * entry_bytes (a multiple of 8). */
+struct shardfs_cache_entry {
+	uint16_t entry_bytes;	 /* this entry with its name and padding */
+	uint16_t name_len;	 /* 0: objects of no known dataset */
+	uint32_t id;		 /* the dataset's id in this cache */
+	uint64_t bytes;		 /* bytes of file versions cached */
+	uint64_t objects;	 /* file versions cached (packed ones included) */
+	uint64_t packed_objects; /* of them, small files packed in segments */
+	uint64_t hit_bytes;	 /* bytes readers got from the cache ... */
+	uint64_t miss_bytes;	 /* ... and from NFS, since its last eviction */
+	int64_t last_use_s;	 /* last read or cache write, Unix time; 0: never */
+	char name[];
+};
+
+#define SHARDFS_CACHE_LIST_BUF 16000
+
+/* Lists datasets start .. start + n_entries - 1 of total; call again with
+ * start + n_entries until it reaches total. A dataset registered between
+ * calls can make one appear twice (never skipped): deduplicate by id. */
+struct shardfs_cache_list {
+	uint32_t size;		 /* in: sizeof(struct shardfs_cache_list) */
+	uint32_t start;		 /* in: the first dataset wanted */
+	uint32_t n_entries;	 /* out: entries in buf */
+	uint32_t total;		 /* out: datasets in the listing */
+	uint64_t capacity_bytes; /* out: the cache_size in effect */
+	uint64_t used_bytes;	 /* out: bytes counted against it */
+	uint64_t reserved[4];	 /* in: zero */
+	uint8_t buf[SHARDFS_CACHE_LIST_BUF];
+};
+#define SHARDFS_IOC_CACHE_LIST _IOWR(SHARDFS_IOC_MAGIC, 0x20, struct shardfs_cache_list)
+
+#define SHARDFS_EVICT_ALL	 0x1u /* purge: every cached object; prefix unused */
+#define SHARDFS_EVICT_MOUNT_PATH 0x2u /* prefix is relative to the mount's root */
+
+/* Evicts the datasets named prefix or under it ("/ifs/data" takes every
+ * dataset of that export). Readers of evicted files keep reading: their
+ * cached chunks become misses, fetched from NFS again. ENOENT: no dataset
+ * matches (a path inside a dataset is not one). */
+struct shardfs_cache_evict {
+	uint32_t size;	      /* in: sizeof(struct shardfs_cache_evict) */
+	uint32_t flags;	      /* in: SHARDFS_EVICT_* */
+	uint32_t datasets;    /* out: datasets that matched */
+	uint32_t reserved0;   /* in: zero */
+	uint64_t objects;     /* out: file versions evicted */
+	uint64_t bytes;	      /* out: their bytes */
+	uint64_t disk_bytes;  /* out: disk space freed now (packed files free
+				 theirs when their segment goes) */
+	uint64_t reserved[4]; /* in: zero */
+	char prefix[4096];    /* in: NUL-terminated */
+};
+#define SHARDFS_IOC_CACHE_EVICT _IOWR(SHARDFS_IOC_MAGIC, 0x21, struct shardfs_cache_evict)
+
+/* Evicts single file versions by their cache keys (SHARDFS_XATTR_KEY of
+ * each file): what shardfs-cache does for a path inside a dataset. Keys
+ * not cached are skipped. */
+#define SHARDFS_CACHE_EVICT_KEYS_MAX 1000
+struct shardfs_cache_evict_keys {
+	uint32_t size;	      /* in: sizeof(struct shardfs_cache_evict_keys) */
+	uint32_t n_keys;      /* in: 1..SHARDFS_CACHE_EVICT_KEYS_MAX */
+	uint64_t objects;     /* out: file versions evicted */
+	uint64_t bytes;	      /* out: their bytes */
+	uint64_t disk_bytes;  /* out: disk space freed now */
+	uint64_t reserved[4]; /* in: zero */
+	uint8_t keys[SHARDFS_CACHE_EVICT_KEYS_MAX][16];
+};
+#define SHARDFS_IOC_CACHE_EVICT_KEYS _IOWR(SHARDFS_IOC_MAGIC, 0x22, struct shardfs_cache_evict_keys)
+
+/* The extended attribute every regular file on a mount with a cache answers
+ * with the cache key of its current version: 32 hex digits (ENODATA
+ * otherwise). Reading it opens nothing and fetches nothing. */
+#define SHARDFS_XATTR_KEY "user.shardfs.key"
+
 /* The extended attribute every file on the mount answers with the bytes of
  * it in the local cache, as a decimal string. */
 #define SHARDFS_XATTR_CACHED "user.shardfs.cached"

@@ -80,6 +80,7 @@ done
 for f in ./usr/sbin/shardfs ./usr/bin/shardfs-stat ./usr/bin/shardfs-warm \
 	./usr/share/man/man8/shardfs.8.gz ./usr/share/man/man1/shardfs-stat.1.gz \
 	./usr/share/man/man1/shardfs-warm.1.gz \
+	./usr/bin/shardfs-cache ./usr/share/man/man1/shardfs-cache.1.gz \
 	./usr/share/man/man1/shardfs-bench.1.gz ./usr/bin/shardfs-bench \
 	./usr/lib/shardfs/shardfs-bench ./usr/lib/shardfs/shardfs-cluster \
 	./usr/lib/shardfs/shardfs-gendata ./usr/lib/shardfs/shardfs-rawread \
@@ -123,6 +124,7 @@ fi
 check "shardfs is on root's PATH at /usr/sbin/shardfs" [ "$(command -v shardfs)" = /usr/sbin/shardfs ]
 check "installed shardfs --version is $VERSION" bash -c "shardfs --version | grep -qx 'shardfs $VERSION'"
 check "installed shardfs-stat runs (--help)" bash -c "shardfs-stat --help | grep -q usage"
+check "installed shardfs-cache runs (--help)" bash -c "shardfs-cache --help | grep -q '^usage: shardfs-cache'"
 check "installed shardfs-bench wrapper runs (--help)" bash -c "shardfs-bench --help | grep -q -- --rawread"
 check "installed python tools use /usr/bin/python3" \
 	bash -c "head -1 /usr/bin/shardfs-stat /usr/lib/shardfs/shardfs-bench | grep -c '^#!/usr/bin/python3$' | grep -qx 2"
@@ -265,7 +267,7 @@ if command -v rpmbuild >/dev/null; then
 	RPM=$(grep "/shardfs-$VERSION-[^/]*\.rpm$" "$WORK/rpm.list" | head -1)
 	RPM_TOOLS=$(grep "/shardfs-tools-$VERSION-[^/]*\.rpm$" "$WORK/rpm.list" | head -1)
 	check "shardfs rpm ships the daemon, shardfs-stat and shardfs(8)" \
-		bash -c "rpm -qpl '$RPM' >'$WORK/rpm.files' && grep -qx /usr/sbin/shardfs '$WORK/rpm.files' && grep -qx /usr/bin/shardfs-stat '$WORK/rpm.files' && grep -q '^/usr/share/man/man8/shardfs.8' '$WORK/rpm.files'"
+		bash -c "rpm -qpl '$RPM' >'$WORK/rpm.files' && grep -qx /usr/sbin/shardfs '$WORK/rpm.files' && grep -qx /usr/bin/shardfs-stat '$WORK/rpm.files' && grep -qx /usr/bin/shardfs-cache '$WORK/rpm.files' && grep -q '^/usr/share/man/man8/shardfs.8' '$WORK/rpm.files'"
 	check "shardfs rpm Requires fuse3" bash -c "rpm -qp --requires '$RPM' | grep -qx fuse3"
 	check "shardfs-tools rpm ships the bench and the cluster" \
 		bash -c "rpm -qpl '$RPM_TOOLS' | grep -q '/shardfs-cluster\$' && rpm -qpl '$RPM_TOOLS' | grep -qx /usr/bin/shardfs-bench"
@@ -319,6 +321,8 @@ check "shardfs-bench(1) documents every option of shardfs-bench --help" \
 	man_has_options "$PKG/man/shardfs-bench.1" python3 "$SRC_ROOT/tools/shardfs-bench"
 check "shardfs-warm(1) documents every option of shardfs-warm --help" \
 	man_has_options "$PKG/man/shardfs-warm.1" "$SRC_ROOT/tools/shardfs-warm"
+check "shardfs-cache(1) documents every option of shardfs-cache --help" \
+	man_has_options "$PKG/man/shardfs-cache.1" "${SFS_CACHE_TOOL:-/usr/bin/shardfs-cache}"
 
 # --- deployment examples and scripts ---------------------------------------------
 if python3 -c 'import yaml' 2>/dev/null; then

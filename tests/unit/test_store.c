@@ -37,6 +37,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #define MiB (1ull << 20)
 /* The object file layout of store.c (see the top of this file). */
@@ -1493,6 +1494,51 @@ static void test_old_layout(void)
 	tmp_remove();
 }
 
+static int count_seg_files(const char *dir);
+
+/* A segment file of the previous layout ("SFSSEGR1" records, no dataset id):
+ * one record of 1000 bytes that the old scan would have accepted. */
+static void write_old_segment(const char *dir)
+{
+	uint8_t rec[4096] = {0}, bytes[1000];
+	char path[600];
+	uint64_t magic = 0x3152474553534653ull, xxh;
+	uint32_t len = sizeof(bytes);
+
+	memset(bytes, 0x5a, sizeof(bytes));
+	xxh = XXH3_64bits(bytes, len);
+	memcpy(rec, &magic, 8);
+	memset(rec + 8, 0x11, 16); /* key */
+	memcpy(rec + 24, &len, 4);
+	memcpy(rec + 32, &xxh, 8);
+	uint64_t hx = XXH3_64bits(rec, 64); /* [56, 64) still zero */
+	memcpy(rec + 56, &hx, 8);
+	memcpy(rec + 64, bytes, len);
+	snprintf(path, sizeof(path), "%s/segments", dir);
+	mkdir(path, 0700);
+	snprintf(path, sizeof(path), "%s/segments/00000000.seg", dir);
+	int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+	if (fd < 0 || write(fd, rec, sizeof(rec)) != (ssize_t)sizeof(rec))
+		bail("old segment", -errno);
+	close(fd);
+}
+
+static void test_old_segments(void)
+{
+	diag("segments of the previous layout are discarded at open");
+	tmp_new();
+	const char *dir = tpath("cache");
+	mkdir(dir, 0700);
+	write_old_segment(dir);
+	sfs_store *s = store_open(dir, 0, SFS_STORE_LRU);
+	struct sfs_store_stats st = stats(s);
+	ok(st.objects == 0 && st.used_bytes == 0 && count_seg_files(dir) == 0,
+	   "old records: %llu objects, %llu B, %d segment files (want 0 0 0)",
+	   (unsigned long long)st.objects, (unsigned long long)st.used_bytes, count_seg_files(dir));
+	sfs_store_close(s);
+	tmp_remove();
+}
+
 /* --- concurrent range readers ------------------------------------------------ */
 
 #define RC_THREADS 8
@@ -2179,6 +2225,246 @@ static void test_concurrency(void)
 	tmp_remove();
 }
 
+/* --- datasets: list, evict, purge ---------------------------------------------- */
+
+/* The listing entry of dataset `name` (NULL: the unknown group), or a zero
+ * entry. */
+static struct sfs_store_dataset ds_entry(sfs_store *s, const char *name)
+{
+	struct sfs_store_dataset *l, e = {0};
+	size_t n;
+
+	if (sfs_store_list(s, &l, &n))
+		bail("sfs_store_list", -ENOMEM);
+	for (size_t i = 0; i < n; i++)
+		if ((!name && !l[i].name) || (name && l[i].name && !strcmp(l[i].name, name)))
+			e = l[i];
+	free(l);
+	return e;
+}
+
+/* A version of dataset ds: big (3 chunks + 1 byte) or packed (100 KB). */
+static struct sfs_file_version ds_version(uint64_t fileid, bool big, uint32_t ds)
+{
+	struct sfs_file_version v = version(fileid, big ? 3 * MiB + 1 : 100000 + fileid);
+	v.dataset = ds;
+	return v;
+}
+
+/* Writes versions fileid0 .. + n_big + n_small of dataset ds. Returns their bytes. */
+static uint64_t ds_fill(sfs_store *s, uint32_t ds, uint64_t fileid0, int n_big, int n_small)
+{
+	uint64_t bytes = 0;
+
+	for (int i = 0; i < n_big + n_small; i++) {
+		struct sfs_file_version v = ds_version(fileid0 + (uint64_t)i, i < n_big, ds);
+		sfs_store_obj_put(write_all(s, &v, (uint32_t)v.fileid));
+		bytes += v.size;
+	}
+	return bytes;
+}
+
+/* Whether every version written by ds_fill reads back byte-exact (want
+ * true) or is absent (want false). */
+static bool ds_all(sfs_store *s, uint32_t ds, uint64_t fileid0, int n_big, int n_small, bool want)
+{
+	bool good = true;
+
+	for (int i = 0; i < n_big + n_small; i++) {
+		struct sfs_file_version v = ds_version(fileid0 + (uint64_t)i, i < n_big, ds);
+		sfs_store_obj *o = sfs_store_obj_get(s, &v);
+		uint32_t n = (uint32_t)((v.size + MiB - 1) / MiB);
+		for (uint32_t c = 0; c < n; c++) {
+			long bad;
+			ssize_t got = read_check(o, (uint32_t)v.fileid, v.size, c, &bad);
+			good &= want ? got > 0 && bad == -1 : got == -ENOENT;
+		}
+		sfs_store_obj_put(o);
+	}
+	return good;
+}
+
+static void test_datasets(void)
+{
+	diag("datasets: list, evict one under a holder, restart, purge");
+	tmp_new();
+	const char *dir = tpath("cache");
+	sfs_store *s = store_open_seg(dir, 0, SFS_STORE_LRU, 4 * MiB);
+	uint32_t a = sfs_store_dataset(s, "/ifs/a"), b = sfs_store_dataset(s, "/ifs/b");
+	uint32_t a2 = sfs_store_dataset(s, "/ifs/a2");
+	const char *odd = "/ifs/a b%20c\nd\te";
+	uint32_t odd_id = sfs_store_dataset(s, odd);
+	ok(a && b && a2 && a != b && sfs_store_dataset(s, "/ifs/a") == a &&
+	       !sfs_store_dataset(s, ""),
+	   "ids: distinct, stable, none for an empty name");
+	uint64_t bytes_a = ds_fill(s, a, 100, 2, 30), bytes_b = ds_fill(s, b, 200, 1, 30);
+	uint64_t bytes_a2 = ds_fill(s, a2, 300, 0, 1);
+	sfs_store_dataset_read(s, a, 3000, 1000);
+	struct sfs_store_dataset ea = ds_entry(s, "/ifs/a"), eb = ds_entry(s, "/ifs/b");
+	ok(ea.bytes == bytes_a && ea.objects == 32 && ea.packed_objects == 30 &&
+	       eb.bytes == bytes_b && eb.objects == 31 && ds_entry(s, "/ifs/a2").bytes == bytes_a2,
+	   "list: a %llu B in %llu objects, b %llu B in %llu (want %llu/32, %llu/31)",
+	   (unsigned long long)ea.bytes, (unsigned long long)ea.objects,
+	   (unsigned long long)eb.bytes, (unsigned long long)eb.objects,
+	   (unsigned long long)bytes_a, (unsigned long long)bytes_b);
+	ok(ea.hit_bytes == 3000 && ea.miss_bytes == 1000 && ea.last_use_s > 0,
+	   "read counters and last use");
+
+	/* A holder of a's first big version, with a chunk fd, across the eviction. */
+	struct sfs_file_version hv = ds_version(100, true, a);
+	sfs_store_obj *held = sfs_store_obj_get(s, &hv);
+	long bad;
+	off_t off;
+	uint32_t len;
+	read_check(held, 100, hv.size, 1, &bad);
+	int fd = sfs_store_chunk_fd(held, 1, &off, &len);
+	struct sfs_store_evicted ev;
+	int rc = sfs_store_evict(s, "/ifs/a/", &ev);
+	ok(rc == 0 && ev.datasets == 1 && ev.objects == 32 && ev.bytes == bytes_a,
+	   "evict /ifs/a: rc %d, %u datasets, %llu objects, %llu B", rc, ev.datasets,
+	   (unsigned long long)ev.objects, (unsigned long long)ev.bytes);
+	uint8_t *buf = malloc(MiB);
+	ok(fd >= 0 && pread(fd, buf, len, off) == (ssize_t)len &&
+	       chunk_diff(100, 1, buf, len) == -1,
+	   "a holder's fd still reads the old, right bytes");
+	free(buf);
+	ok(sfs_store_chunk_state(held, 1) == SFS_CHUNK_ABSENT &&
+	       read_check(held, 100, hv.size, 1, &bad) == -ENOENT &&
+	       write_sync(held, 100, hv.size, 0) == -EAGAIN,
+	   "the held version: chunks are misses, nothing is written to it again");
+	sfs_store_obj *fresh = sfs_store_obj_get(s, &hv);
+	ok(fresh != held && sfs_store_obj_cached_bytes(fresh) == 0 &&
+	       write_sync(fresh, 100, hv.size, 0) == 0 &&
+	       read_check(fresh, 100, hv.size, 0, &bad) > 0 && bad == -1,
+	   "a new open of it caches again");
+	sfs_store_obj_put(fresh);
+	sfs_store_obj_put(held);
+	ea = ds_entry(s, "/ifs/a");
+	ok(ea.bytes == MiB && ea.objects == 1 && ea.hit_bytes == 0,
+	   "a lists what was cached since (%llu B), counters reset", (unsigned long long)ea.bytes);
+	ok(ds_all(s, a, 101, 1, 30, false) && ds_all(s, b, 200, 1, 30, true) &&
+	       ds_all(s, a2, 300, 0, 1, true),
+	   "a's other versions are misses; b and a2 (a name that starts with a's) read byte-exact");
+	ok(sfs_store_evict(s, "/ifs/zz", &ev) == -ENOENT &&
+	       sfs_store_evict(s, "/ifs/b/x", &ev) == -ENOENT,
+	   "-ENOENT for no dataset, or for a path inside one");
+
+	sfs_store_close(s);
+	s = store_open_seg(dir, 0, SFS_STORE_LRU, 4 * MiB);
+	ok(ds_all(s, a, 101, 1, 30, false) && ds_all(s, b, 200, 1, 30, true),
+	   "after a restart: evicted records stay gone, b's read byte-exact");
+	eb = ds_entry(s, "/ifs/b");
+	ok(eb.bytes == bytes_b && eb.objects == 31 && sfs_store_dataset(s, "/ifs/b") == b,
+	   "names and ids kept in cache_dir/datasets");
+	struct sfs_store_dataset *l;
+	size_t n;
+	bool odd_kept = false;
+	if (sfs_store_list(s, &l, &n) == 0) {
+		for (size_t i = 0; i < n; i++)
+			odd_kept |= l[i].name && !strcmp(l[i].name, odd) && l[i].id == odd_id;
+		free(l);
+	}
+	ok(odd_kept, "a name with a space, %%, a newline and a tab comes back as it was");
+
+	rc = sfs_store_evict(s, NULL, &ev);
+	struct sfs_store_stats st = stats(s);
+	ok(rc == 0 && st.objects == 0 && st.used_bytes == 0 && count_seg_files(dir) == 0,
+	   "purge: %llu objects, %llu B used, %d segment files left",
+	   (unsigned long long)st.objects, (unsigned long long)st.used_bytes, count_seg_files(dir));
+	ok(ds_all(s, b, 200, 1, 30, false), "purged versions are misses");
+	sfs_store_close(s);
+	s = store_open_seg(dir, 0, SFS_STORE_LRU, 4 * MiB);
+	st = stats(s);
+	ok(st.objects == 0 && ds_entry(s, "/ifs/b").objects == 0, "still empty after a restart");
+	sfs_store_close(s);
+	tmp_remove();
+}
+
+static void test_evict_keys(void)
+{
+	diag("evict single versions by key (the files under a path of a mount)");
+	tmp_new();
+	const char *dir = tpath("cache");
+	sfs_store *s = store_open_seg(dir, 0, SFS_STORE_LRU, 4 * MiB);
+	uint32_t a = sfs_store_dataset(s, "/ifs/a");
+	uint64_t bytes = ds_fill(s, a, 100, 3, 6);
+	uint8_t keys[4][16];
+	struct sfs_file_version gone[4] = {ds_version(101, true, a), ds_version(104, false, a),
+					   ds_version(105, false, a), ds_version(999, false, a)};
+	for (int i = 0; i < 4; i++)
+		sfs_store_key(&gone[i], keys[i]);
+	struct sfs_store_evicted ev;
+	int rc = sfs_store_evict_keys(s, (const uint8_t(*)[16])keys, 4, &ev);
+	uint64_t want = gone[0].size + gone[1].size + gone[2].size;
+	ok(rc == 0 && ev.objects == 3 && ev.bytes == want,
+	   "3 of 4 keys were cached: rc %d, %llu objects, %llu B (want %llu)", rc,
+	   (unsigned long long)ev.objects, (unsigned long long)ev.bytes, (unsigned long long)want);
+	ok(ds_all(s, a, 101, 1, 0, false) && ds_all(s, a, 100, 1, 0, true) &&
+	       ds_all(s, a, 102, 1, 0, true) && ds_entry(s, "/ifs/a").bytes == bytes - want,
+	   "the evicted versions are misses, the others read byte-exact");
+	sfs_store_close(s);
+	s = store_open_seg(dir, 0, SFS_STORE_LRU, 4 * MiB);
+	struct sfs_store_dataset e = ds_entry(s, "/ifs/a");
+	ok(e.bytes == bytes - want && e.objects == 6,
+	   "after a restart: %llu objects, the evicted ones stay gone",
+	   (unsigned long long)e.objects);
+	sfs_store_close(s);
+	tmp_remove();
+}
+
+/* The cost of a listing at many packed objects: written without waiting
+ * for each, then listed. */
+static void test_list_cost(void)
+{
+	enum { N = 20000 };
+	static struct slot slots[N];
+	uint8_t *buf = aligned_alloc(4096, 4096);
+
+	diag("list cost at %d packed objects", N);
+	tmp_new();
+	sfs_store *s = store_open_seg(tpath("cache"), 0, SFS_STORE_LRU, 0);
+	uint32_t ds[4] = {sfs_store_dataset(s, "/x/0"), sfs_store_dataset(s, "/x/1"),
+			  sfs_store_dataset(s, "/x/2"), sfs_store_dataset(s, "/x/3")};
+	memset(buf, 7, 4096);
+	memset(slots, 0, sizeof(slots));
+	for (int i = 0; i < N; i++) {
+		struct sfs_file_version v = version(10000 + (uint64_t)i, 1000);
+		v.dataset = ds[i % 4];
+		sfs_store_obj *o = sfs_store_obj_get(s, &v);
+		if (sfs_store_write_chunk(o, 0, buf, 1000, on_done, &slots[i]) != 0)
+			slots[i].fired = true;
+		sfs_store_obj_put(o);
+	}
+	for (int i = 0; i < N; i++)
+		slot_wait(&slots[i]);
+	struct timespec t0, t1;
+	struct sfs_store_dataset *l;
+	size_t n;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int rc = sfs_store_list(s, &l, &n);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	uint64_t objects = 0;
+	for (size_t i = 0; !rc && i < n; i++)
+		objects += l[i].objects;
+	double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	diag("sfs_store_list over %llu objects: %.2f ms", (unsigned long long)objects, ms);
+	ok(rc == 0 && n == 4 && objects == N, "4 datasets, %d objects listed", N);
+	if (!rc)
+		free(l);
+	struct sfs_store_evicted ev;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	rc = sfs_store_evict(s, "/x/0", &ev);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	diag("sfs_store_evict of one dataset (%llu of %d packed objects, summaries "
+	     "rewritten): %.2f ms",
+	     (unsigned long long)ev.objects, N, ms);
+	ok(rc == 0 && ev.objects == N / 4, "evicted a quarter");
+	sfs_store_close(s);
+	free(buf);
+	tmp_remove();
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -2197,6 +2483,7 @@ static const struct {
     {"range", test_range},
     {"range_corruption", test_range_corruption},
     {"old_layout", test_old_layout},
+    {"old_segments", test_old_segments},
     {"range_concurrency", test_range_concurrency},
     {"small", test_small},
     {"small_many", test_small_many},
@@ -2205,6 +2492,9 @@ static const struct {
     {"small_corruption", test_small_corruption},
     {"mixed_batch", test_mixed_batch},
     {"offline", test_offline},
+    {"datasets", test_datasets},
+    {"evict_keys", test_evict_keys},
+    {"list_cost", test_list_cost},
 };
 
 /* With no arguments, runs every test; otherwise only the named ones. */
