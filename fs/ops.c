@@ -634,7 +634,19 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		struct stats_snapshot *s = (struct stats_snapshot *)(uintptr_t)fi->fh;
 		size_t from = (size_t)off < s->len ? (size_t)off : s->len;
 		size_t n = s->len - from < size ? s->len - from : size;
-		fuse_reply_buf(req, s->text + from, n);
+		/* Replied from a copy this thread frees: the snapshot is freed by
+		 * the release, on another thread, once the kernel has this reply,
+		 * and ThreadSanitizer marks writev's bytes read only after the
+		 * call returns, so it took that for a use after free. */
+		char *copy = n ? malloc(n) : NULL;
+		if (n && !copy) {
+			reply_err(req, -ENOMEM);
+			return;
+		}
+		if (n)
+			memcpy(copy, s->text + from, n);
+		fuse_reply_buf(req, copy, n);
+		free(copy);
 		return;
 	}
 	sfs_pf_file *pf = ((struct sfs_open_file *)(uintptr_t)fi->fh)->pf;
