@@ -66,10 +66,15 @@ consts = {"SHARDFS_IOC_MAGIC": shardfs.IOC_MAGIC, "SHARDFS_ABI_VERSION": shardfs
           "SHARDFS_PATH_CACHE": shardfs.PATH_CACHE, "SHARDFS_PATH_NFS": shardfs.PATH_NFS,
           "SHARDFS_PATH_SHM_COPY": shardfs.PATH_SHM_COPY,
           "SHARDFS_PATH_CUDA_PINNED": shardfs.PATH_CUDA_PINNED,
-          "SHARDFS_WARM_ACTIVE": shardfs.WARM_ACTIVE}
+          "SHARDFS_WARM_ACTIVE": shardfs.WARM_ACTIVE,
+          "SHARDFS_CACHE_LIST_BUF": shardfs.CACHE_LIST_BUF,
+          "SHARDFS_EVICT_ALL": shardfs.EVICT_ALL,
+          "SHARDFS_EVICT_MOUNT_PATH": shardfs.EVICT_MOUNT_PATH,
+          "SHARDFS_CACHE_EVICT_KEYS_MAX": shardfs.CACHE_EVICT_KEYS_MAX}
 for name, v in sorted(c["constants"].items()):
     ok(consts.get(name) == v, "%s = %d" % (name, v), "Python has %s" % consts.get(name))
 ok(shardfs.XATTR_CACHED == c["xattr_cached"], "SHARDFS_XATTR_CACHED = %s" % c["xattr_cached"])
+ok(shardfs.XATTR_KEY == c["xattr_key"], "SHARDFS_XATTR_KEY = %s" % c["xattr_key"])
 
 # What the module sends: packed structs of exactly the C size, size field first.
 import struct
@@ -77,11 +82,20 @@ for fmt, size in ((shardfs.QUERY_FMT, c["structs"]["shardfs_query"]["size"]),
                   (shardfs.REGION_FMT, c["structs"]["shardfs_region"]["size"]),
                   (shardfs.STAGE_FMT, c["structs"]["shardfs_stage"]["size"]),
                   (shardfs.UNREGISTER_FMT, c["structs"]["shardfs_unregister"]["size"]),
-                  (shardfs.WARM_FMT, c["structs"]["shardfs_warm"]["size"])):
+                  (shardfs.WARM_FMT, c["structs"]["shardfs_warm"]["size"]),
+                  (shardfs.CACHE_ENTRY_FMT, c["structs"]["shardfs_cache_entry"]["size"]),
+                  (shardfs.CACHE_LIST_FMT, c["structs"]["shardfs_cache_list"]["size"]),
+                  (shardfs.CACHE_EVICT_FMT, c["structs"]["shardfs_cache_evict"]["size"]),
+                  (shardfs.CACHE_EVICT_KEYS_FMT,
+                   c["structs"]["shardfs_cache_evict_keys"]["size"])):
     ok(struct.calcsize(fmt) == size and fmt.startswith("="),
        "format %s... packs %d bytes with no implicit padding" % (fmt[:12], size))
 ok(shardfs.STAGE_HDR_SIZE == c["structs"]["shardfs_stage"]["fields"]["ranges"][0],
    "stage header ends where ranges[] begins")
+ok(shardfs.CACHE_LIST_HDR_SIZE == c["structs"]["shardfs_cache_list"]["fields"]["buf"][0],
+   "cache list header ends where buf[] begins")
+ok(shardfs.CACHE_ENTRY_SIZE == c["structs"]["shardfs_cache_entry"]["fields"]["name"][0],
+   "a cache entry's name follows its fixed part (sizeof == offsetof(name))")
 
 print("1..%d" % n)
 if failed:
