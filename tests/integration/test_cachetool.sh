@@ -5,9 +5,10 @@
 # evicting one dataset on a live mount while a reader reads it (bytes equal,
 # the other dataset stays cached and is served from the cache), evicting by
 # a path of the mount, a directory and a file inside a dataset (their files
-# only), names inside a dataset refused, purge; then on the
-# unmounted cache_dir: list, evict, purge, and the refusal while a daemon
-# holds it; bad arguments.
+# only), names inside a dataset refused, purge; the Python module's cache
+# calls on the live mount beside the tool's listing (cache_check.py); then
+# on the unmounted cache_dir: list, evict, purge, and the refusal while a
+# daemon holds it; bad arguments.
 . "$(dirname "$0")/lib.sh"
 sfs_require
 
@@ -176,6 +177,32 @@ check "after purge nothing is listed as cached, used 0" \
 	bash -c "[ \"\$('$TOOL' --json list '$MNT' | python3 -c 'import json,sys; j=json.load(sys.stdin); print(sum(d[\"bytes\"] for d in j[\"datasets\"]), j[\"used_bytes\"])')\" = '0 0' ]"
 drop_caches
 check "after purge every file reads byte-exact" bash -c "cmp -s '$MNT/shards/s3' '$EXPORT/shards/s3' && cmp -s '$MNT/rootfile' '$EXPORT/rootfile'"
+
+# --- the Python module: cache_list, cache_key, cache_evict_keys, cache_evict, purge --
+# run_py PHASE: the TAP lines of tests/integration/cache_check.py as our own
+run_py() {
+	local out line
+	out=$(PYTHONPATH=$SRC_ROOT/tools/python python3 "$SRC_ROOT/tests/integration/cache_check.py" \
+		"$MNT" "$TOOL" "$1" 2>&1)
+	while IFS= read -r line; do
+		case $line in
+		ok\ *) ok "${line#ok * - }" ;;
+		not\ ok\ *) not_ok "${line#not ok * - }" ;;
+		*) diag "$line" ;;
+		esac
+	done <<<"$out"
+}
+read_all
+wait_idle
+run_py list
+run_py keys
+run_py list
+run_py evict
+check "shardfs-cache lists neither /ifs/shards nor /ifs/images after the Python evictions" \
+	bash -c "! '$TOOL' list '$MNT' | grep -qE '^/ifs/(shards|images) '"
+run_py uid
+run_py purge
+drop_caches # the next reads reach the daemon (and fill its cache) again
 
 # --- the cache_dir while mounted: refused ---------------------------------------
 refused_busy() {

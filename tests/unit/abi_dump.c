@@ -31,6 +31,8 @@ static void struct_end(void) { printf("}}"); }
 
 #define S(type)	   struct_begin(#type, sizeof(struct type))
 #define F(type, f) field(#f, offsetof(struct type, f), sizeof(((struct type *)0)->f))
+/* A flexible array member: where it begins, no bytes of the struct's own. */
+#define F_FLEX(type, f) field(#f, offsetof(struct type, f), 0)
 
 static void number(int *first, const char *name, unsigned long long v)
 {
@@ -97,6 +99,48 @@ int main(void)
 	F(shardfs_warm, cached_bytes);
 	F(shardfs_warm, reserved);
 	struct_end();
+	S(shardfs_cache_entry);
+	F(shardfs_cache_entry, entry_bytes);
+	F(shardfs_cache_entry, name_len);
+	F(shardfs_cache_entry, id);
+	F(shardfs_cache_entry, bytes);
+	F(shardfs_cache_entry, objects);
+	F(shardfs_cache_entry, packed_objects);
+	F(shardfs_cache_entry, hit_bytes);
+	F(shardfs_cache_entry, miss_bytes);
+	F(shardfs_cache_entry, last_use_s);
+	F_FLEX(shardfs_cache_entry, name);
+	struct_end();
+	S(shardfs_cache_list);
+	F(shardfs_cache_list, size);
+	F(shardfs_cache_list, start);
+	F(shardfs_cache_list, n_entries);
+	F(shardfs_cache_list, total);
+	F(shardfs_cache_list, capacity_bytes);
+	F(shardfs_cache_list, used_bytes);
+	F(shardfs_cache_list, reserved);
+	F(shardfs_cache_list, buf);
+	struct_end();
+	S(shardfs_cache_evict);
+	F(shardfs_cache_evict, size);
+	F(shardfs_cache_evict, flags);
+	F(shardfs_cache_evict, datasets);
+	F(shardfs_cache_evict, reserved0);
+	F(shardfs_cache_evict, objects);
+	F(shardfs_cache_evict, bytes);
+	F(shardfs_cache_evict, disk_bytes);
+	F(shardfs_cache_evict, reserved);
+	F(shardfs_cache_evict, prefix);
+	struct_end();
+	S(shardfs_cache_evict_keys);
+	F(shardfs_cache_evict_keys, size);
+	F(shardfs_cache_evict_keys, n_keys);
+	F(shardfs_cache_evict_keys, objects);
+	F(shardfs_cache_evict_keys, bytes);
+	F(shardfs_cache_evict_keys, disk_bytes);
+	F(shardfs_cache_evict_keys, reserved);
+	F(shardfs_cache_evict_keys, keys);
+	struct_end();
 	printf("\n  },\n  \"ioctls\": {");
 	first = 1;
 	N(&first, SHARDFS_IOC_QUERY);
@@ -104,6 +148,9 @@ int main(void)
 	N(&first, SHARDFS_IOC_STAGE);
 	N(&first, SHARDFS_IOC_UNREGISTER);
 	N(&first, SHARDFS_IOC_WARM);
+	N(&first, SHARDFS_IOC_CACHE_LIST);
+	N(&first, SHARDFS_IOC_CACHE_EVICT);
+	N(&first, SHARDFS_IOC_CACHE_EVICT_KEYS);
 	printf("\n  },\n  \"constants\": {");
 	first = 1;
 	N(&first, SHARDFS_IOC_MAGIC);
@@ -120,6 +167,11 @@ int main(void)
 	N(&first, SHARDFS_PATH_SHM_COPY);
 	N(&first, SHARDFS_PATH_CUDA_PINNED);
 	N(&first, SHARDFS_WARM_ACTIVE);
-	printf("\n  },\n  \"xattr_cached\": \"%s\"\n}\n", SHARDFS_XATTR_CACHED);
+	N(&first, SHARDFS_CACHE_LIST_BUF);
+	N(&first, SHARDFS_EVICT_ALL);
+	N(&first, SHARDFS_EVICT_MOUNT_PATH);
+	N(&first, SHARDFS_CACHE_EVICT_KEYS_MAX);
+	printf("\n  },\n  \"xattr_cached\": \"%s\",\n  \"xattr_key\": \"%s\"\n}\n",
+	       SHARDFS_XATTR_CACHED, SHARDFS_XATTR_KEY);
 	return 0;
 }

@@ -66,10 +66,15 @@ consts = {"SHARDFS_IOC_MAGIC": shardfs.IOC_MAGIC, "SHARDFS_ABI_VERSION": shardfs
           "SHARDFS_PATH_CACHE": shardfs.PATH_CACHE, "SHARDFS_PATH_NFS": shardfs.PATH_NFS,
           "SHARDFS_PATH_SHM_COPY": shardfs.PATH_SHM_COPY,
           "SHARDFS_PATH_CUDA_PINNED": shardfs.PATH_CUDA_PINNED,
-          "SHARDFS_WARM_ACTIVE": shardfs.WARM_ACTIVE}
+          "SHARDFS_WARM_ACTIVE": shardfs.WARM_ACTIVE,
+          "SHARDFS_CACHE_LIST_BUF": shardfs.CACHE_LIST_BUF,
+          "SHARDFS_EVICT_ALL": shardfs.EVICT_ALL,
+          "SHARDFS_EVICT_MOUNT_PATH": shardfs.EVICT_MOUNT_PATH,
+          "SHARDFS_CACHE_EVICT_KEYS_MAX": shardfs.CACHE_EVICT_KEYS_MAX}
 for name, v in sorted(c["constants"].items()):
     ok(consts.get(name) == v, "%s = %d" % (name, v), "Python has %s" % consts.get(name))
 ok(shardfs.XATTR_CACHED == c["xattr_cached"], "SHARDFS_XATTR_CACHED = %s" % c["xattr_cached"])
+ok(shardfs.XATTR_KEY == c["xattr_key"], "SHARDFS_XATTR_KEY = %s" % c["xattr_key"])
 
 # What the module sends: packed structs of exactly the C size, size field first.
 import struct
@@ -77,11 +82,135 @@ for fmt, size in ((shardfs.QUERY_FMT, c["structs"]["shardfs_query"]["size"]),
                   (shardfs.REGION_FMT, c["structs"]["shardfs_region"]["size"]),
                   (shardfs.STAGE_FMT, c["structs"]["shardfs_stage"]["size"]),
                   (shardfs.UNREGISTER_FMT, c["structs"]["shardfs_unregister"]["size"]),
-                  (shardfs.WARM_FMT, c["structs"]["shardfs_warm"]["size"])):
+                  (shardfs.WARM_FMT, c["structs"]["shardfs_warm"]["size"]),
+                  (shardfs.CACHE_ENTRY_FMT, c["structs"]["shardfs_cache_entry"]["size"]),
+                  (shardfs.CACHE_LIST_FMT, c["structs"]["shardfs_cache_list"]["size"]),
+                  (shardfs.CACHE_EVICT_FMT, c["structs"]["shardfs_cache_evict"]["size"]),
+                  (shardfs.CACHE_EVICT_KEYS_FMT,
+                   c["structs"]["shardfs_cache_evict_keys"]["size"])):
     ok(struct.calcsize(fmt) == size and fmt.startswith("="),
        "format %s... packs %d bytes with no implicit padding" % (fmt[:12], size))
 ok(shardfs.STAGE_HDR_SIZE == c["structs"]["shardfs_stage"]["fields"]["ranges"][0],
    "stage header ends where ranges[] begins")
+ok(shardfs.CACHE_LIST_HDR_SIZE == c["structs"]["shardfs_cache_list"]["fields"]["buf"][0],
+   "cache list header ends where buf[] begins")
+ok(shardfs.CACHE_ENTRY_SIZE == c["structs"]["shardfs_cache_entry"]["fields"]["name"][0],
+   "a cache entry's name follows its fixed part (sizeof == offsetof(name))")
+
+# The cache calls against a faked mount that writes and reads the structs at
+# the C compiler's offsets: paging, deduplication by id, idle datasets, names,
+# what evict and evict_keys send.
+L, E = c["structs"]["shardfs_cache_list"]["fields"], c["structs"]["shardfs_cache_entry"]
+EV, K = c["structs"]["shardfs_cache_evict"]["fields"], c["structs"]["shardfs_cache_evict_keys"]
+
+
+def put(buf, fields, name, fmt, v, base=0):
+    struct.pack_into("=" + fmt, buf, base + fields[name][0], v)
+
+
+def get(buf, fields, name, fmt):
+    return struct.unpack_from("=" + fmt, buf, fields[name][0])[0]
+
+
+# (id, name, bytes, objects, packed, hit, miss, last_use_s); id 2 is idle
+DS = [(1, b"/ifs/shards", 4 << 26, 4, 0, 10, 20, 1700000000),
+      (2, b"/ifs/old", 0, 0, 0, 0, 0, 1600000000),
+      (3, b"/ifs/images", 21 << 20, 220, 220, 5, 0, 1700000001),
+      (0, None, 5000, 1, 1, 0, 0, 0)]
+calls = []
+
+
+def fake_ioctl(f, cmd, buf):
+    calls.append((cmd, bytes(buf)))
+    if cmd == shardfs.IOC_CACHE_LIST:
+        assert len(buf) == c["structs"]["shardfs_cache_list"]["size"]
+        start = get(buf, L, "start", "I")
+        # two per page; the second page repeats id 3 (a dataset registered between calls)
+        page = DS[start:start + 2] if start == 0 else [DS[2]] + DS[start:start + 2]
+        at = L["buf"][0]
+        for d in page:
+            name = d[1] or b""
+            eb = (E["size"] + len(name) + 1 + 7) & ~7
+            for (k, fmt), v in zip((("entry_bytes", "H"), ("name_len", "H"), ("id", "I"),
+                                    ("bytes", "Q"), ("objects", "Q"),
+                                    ("packed_objects", "Q"), ("hit_bytes", "Q"),
+                                    ("miss_bytes", "Q"), ("last_use_s", "q")),
+                                   (eb, len(name)) + d[:1] + d[2:]):
+                put(buf, E["fields"], k, fmt, v, at)
+            buf[at + E["fields"]["name"][0]:at + E["fields"]["name"][0] + len(name)] = name
+            at += eb
+        put(buf, L, "n_entries", "I", len(page))
+        put(buf, L, "total", "I", len(DS) + (1 if start else 0))
+        put(buf, L, "capacity_bytes", "Q", 2 << 30)
+        put(buf, L, "used_bytes", "Q", 12345)
+    elif cmd == shardfs.IOC_CACHE_EVICT:
+        assert len(buf) == c["structs"]["shardfs_cache_evict"]["size"]
+        put(buf, EV, "datasets", "I", 1)
+        put(buf, EV, "objects", "Q", 4)
+        put(buf, EV, "bytes", "Q", 4 << 26)
+        put(buf, EV, "disk_bytes", "Q", 4 << 26)
+    elif cmd == shardfs.IOC_CACHE_EVICT_KEYS:
+        assert len(buf) == K["size"]
+        nk = get(buf, K["fields"], "n_keys", "I")
+        put(buf, K["fields"], "objects", "Q", nk)
+        put(buf, K["fields"], "bytes", "Q", 100 * nk)
+        put(buf, K["fields"], "disk_bytes", "Q", 0)
+    else:
+        raise OSError(25, "unexpected ioctl %#x" % cmd)
+    return buf
+
+
+real_ioctl, shardfs._ioctl = shardfs._ioctl, fake_ioctl
+try:
+    lst = shardfs.cache_list(7)
+    ok([d.id for d in lst] == [1, 3, 0] and lst[0].name == "/ifs/shards"
+       and lst[2].name is None and lst[1] == shardfs.CacheDataset("/ifs/images", *DS[2][:1],
+                                                                  *DS[2][2:]),
+       "cache_list: every page read, each dataset once, idle ones left out", repr(lst))
+    ok(lst.capacity_bytes == 2 << 30 and lst.used_bytes == 12345
+       and all(get(b, L, "size", "I") == c["structs"]["shardfs_cache_list"]["size"]
+               for _, b in calls) and [get(b, L, "start", "I") for _, b in calls] == [0, 2],
+       "cache_list: size field, start per page, capacity and used bytes",
+       "%r %r" % (lst, [get(b, L, "start", "I") for _, b in calls]))
+    ok([d.id for d in shardfs.cache_list(7, idle=True)] == [1, 2, 3, 0],
+       "cache_list(idle=True) keeps idle datasets")
+    del calls[:]
+    r = shardfs.cache_evict(7, "/ifs/shards")
+    b = calls[0][1]
+    ok(r == shardfs.Evicted(1, 4, 4 << 26, 4 << 26) and get(b, EV, "flags", "I") == 0
+       and b[EV["prefix"][0]:EV["prefix"][0] + 12] == b"/ifs/shards\0"
+       and get(b, EV, "size", "I") == c["structs"]["shardfs_cache_evict"]["size"],
+       "cache_evict: the name in prefix, flags 0; Evicted from the answer", repr(r))
+    del calls[:]
+    shardfs.cache_evict(7, "imagenet/", mount_path=True)
+    shardfs.cache_purge(7)
+    ok([get(b, EV, "flags", "I") for _, b in calls] == [shardfs.EVICT_MOUNT_PATH,
+                                                         shardfs.EVICT_ALL]
+       and calls[0][1][EV["prefix"][0]:EV["prefix"][0] + 10] == b"imagenet/\0"
+       and calls[1][1][EV["prefix"][0]] == 0,
+       "cache_evict(mount_path=True) and cache_purge: their flags")
+    bad = 0
+    for args in (("shards",), ("/a\0b",), ("/" + "x" * 4096,)):
+        try:
+            shardfs.cache_evict(7, *args)
+        except ValueError:
+            bad += 1
+    ok(bad == 3, "cache_evict: relative, NUL, too long names raise ValueError")
+    del calls[:]
+    keys = [bytes([i % 256]) * 16 for i in range(2500)]
+    keys[1] = keys[1].hex()  # hex digits are keys too
+    r = shardfs.cache_evict_keys(7, keys)
+    kf = K["fields"]
+    ok(r == shardfs.Evicted(0, 2500, 250000, 0)
+       and [get(b, kf, "n_keys", "I") for _, b in calls] == [1000, 1000, 500]
+       and calls[0][1][kf["keys"][0] + 16:kf["keys"][0] + 32] == b"\x01" * 16
+       and calls[2][1][kf["keys"][0]:kf["keys"][0] + 16] == bytes([2000 % 256]) * 16,
+       "cache_evict_keys: batches of CACHE_EVICT_KEYS_MAX at keys[], sums", repr(r))
+    del calls[:]
+    ok(shardfs.cache_evict_keys(7, []) == shardfs.Evicted(0, 0, 0, 0) and not calls,
+       "cache_evict_keys of no keys: no ioctl")
+finally:
+    shardfs._ioctl = real_ioctl
 
 print("1..%d" % n)
 if failed:

@@ -15,9 +15,13 @@ the sizes, offsets and ioctl numbers against the C compiler.
         rid = shardfs.register_tensor(f, gpu_tensor)  # PyTorch / CuPy CUDA memory
         placed, path = shardfs.stage(f, rid, [(0, 0, gpu_tensor.nbytes)])
         shardfs.unregister(f, rid)
+    for d in shardfs.cache_list("/mnt/dataset"):        # the mount's cache, per dataset
+        print(d.name, d.bytes, d.hit_bytes, d.miss_bytes)
+    shardfs.cache_evict("/mnt/dataset", "/ifs/data/old-experiment")
 
 `f` is everywhere a file object or a file descriptor of a file opened on the
 mount. A region belongs to that open file and is dropped when it is closed.
+The cache_* calls take a path on the mount (the mountpoint, say) as well.
 Refusals of the mount raise OSError with its errno (see shardfs_ioctl.h);
 bad Python arguments raise ValueError or TypeError.
 """
@@ -34,9 +38,11 @@ import struct
 __all__ = [
     "ABI_VERSION", "CAP_SHM", "CAP_CUDA_IPC", "CAP_WARM", "REGION_SHM", "REGION_CUDA",
     "STAGE_MAX_RANGES", "PATH_CACHE", "PATH_NFS", "PATH_SHM_COPY", "PATH_CUDA_PINNED",
-    "WARM_ACTIVE", "XATTR_CACHED", "Query", "Warm", "CudaAllocation",
-    "query", "register_shm", "register_cuda", "register_tensor", "cuda_allocation",
-    "stage", "unregister", "warm", "path_names", "ShmRegion",
+    "WARM_ACTIVE", "XATTR_CACHED", "XATTR_KEY", "EVICT_ALL", "EVICT_MOUNT_PATH",
+    "CACHE_EVICT_KEYS_MAX", "Query", "Warm", "CudaAllocation", "CacheDataset", "CacheList",
+    "Evicted", "query", "register_shm", "register_cuda", "register_tensor", "cuda_allocation",
+    "stage", "unregister", "warm", "path_names", "ShmRegion", "cache_list", "cache_evict",
+    "cache_purge", "cache_key", "cache_evict_keys",
 ]
 
 # --- constants of fs/shardfs_ioctl.h ---------------------------------------
@@ -50,7 +56,12 @@ STAGE_MAX_RANGES = 64
 PATH_CACHE, PATH_NFS, PATH_SHM_COPY, PATH_CUDA_PINNED = 0x1, 0x2, 0x10, 0x20
 WARM_ACTIVE = 0x1
 XATTR_CACHED = "user.shardfs.cached"
+XATTR_KEY = "user.shardfs.key"
 SHM_NAME_MAX = 256  # char shm_name[256], NUL included
+CACHE_LIST_BUF = 16000
+EVICT_ALL, EVICT_MOUNT_PATH = 0x1, 0x2
+EVICT_PREFIX_MAX = 4096  # char prefix[4096], NUL included
+CACHE_EVICT_KEYS_MAX = 1000
 
 # --- struct layouts ----------------------------------------------------------
 # One (field, struct format) pair per C field, in order. '=' means native
@@ -78,6 +89,22 @@ _FIELDS = {
     "shardfs_warm": (
         ("size", "I"), ("flags", "I"), ("file_bytes", "Q"), ("cached_bytes", "Q"),
         ("reserved", "4Q")),
+    # name[] is the C flexible array member: offset only, no bytes of the fixed part.
+    "shardfs_cache_entry": (
+        ("entry_bytes", "H"), ("name_len", "H"), ("id", "I"), ("bytes", "Q"), ("objects", "Q"),
+        ("packed_objects", "Q"), ("hit_bytes", "Q"), ("miss_bytes", "Q"), ("last_use_s", "q"),
+        ("name", "0s")),
+    "shardfs_cache_list": (
+        ("size", "I"), ("start", "I"), ("n_entries", "I"), ("total", "I"),
+        ("capacity_bytes", "Q"), ("used_bytes", "Q"), ("reserved", "4Q"),
+        ("buf", "%ds" % CACHE_LIST_BUF)),
+    "shardfs_cache_evict": (
+        ("size", "I"), ("flags", "I"), ("datasets", "I"), ("reserved0", "I"), ("objects", "Q"),
+        ("bytes", "Q"), ("disk_bytes", "Q"), ("reserved", "4Q"),
+        ("prefix", "%ds" % EVICT_PREFIX_MAX)),
+    "shardfs_cache_evict_keys": (
+        ("size", "I"), ("n_keys", "I"), ("objects", "Q"), ("bytes", "Q"), ("disk_bytes", "Q"),
+        ("reserved", "4Q"), ("keys", "%ds" % (16 * CACHE_EVICT_KEYS_MAX))),
 }
 
 
@@ -92,6 +119,11 @@ STAGE_HDR_FMT = "=" + "".join(f for n, f in _FIELDS["shardfs_stage"] if n != "ra
 STAGE_FMT = _fmt("shardfs_stage")
 UNREGISTER_FMT = _fmt("shardfs_unregister")
 WARM_FMT = _fmt("shardfs_warm")
+CACHE_ENTRY_FMT = _fmt("shardfs_cache_entry")
+CACHE_LIST_HDR_FMT = "=" + "".join(f for n, f in _FIELDS["shardfs_cache_list"] if n != "buf")
+CACHE_LIST_FMT = _fmt("shardfs_cache_list")
+CACHE_EVICT_FMT = _fmt("shardfs_cache_evict")
+CACHE_EVICT_KEYS_FMT = _fmt("shardfs_cache_evict_keys")
 QUERY_SIZE = struct.calcsize(QUERY_FMT)
 REGION_SIZE = struct.calcsize(REGION_FMT)
 RANGE_SIZE = struct.calcsize(RANGE_FMT)
@@ -99,6 +131,11 @@ STAGE_HDR_SIZE = struct.calcsize(STAGE_HDR_FMT)
 STAGE_SIZE = struct.calcsize(STAGE_FMT)
 UNREGISTER_SIZE = struct.calcsize(UNREGISTER_FMT)
 WARM_SIZE = struct.calcsize(WARM_FMT)
+CACHE_ENTRY_SIZE = struct.calcsize(CACHE_ENTRY_FMT)
+CACHE_LIST_HDR_SIZE = struct.calcsize(CACHE_LIST_HDR_FMT)
+CACHE_LIST_SIZE = struct.calcsize(CACHE_LIST_FMT)
+CACHE_EVICT_SIZE = struct.calcsize(CACHE_EVICT_FMT)
+CACHE_EVICT_KEYS_SIZE = struct.calcsize(CACHE_EVICT_KEYS_FMT)
 
 
 def abi_layout():
@@ -143,10 +180,15 @@ IOC_REGISTER = _IOWR(IOC_MAGIC, 0x02, REGION_SIZE)
 IOC_STAGE = _IOWR(IOC_MAGIC, 0x03, STAGE_SIZE)
 IOC_UNREGISTER = _IOW(IOC_MAGIC, 0x04, UNREGISTER_SIZE)
 IOC_WARM = _IOWR(IOC_MAGIC, 0x10, WARM_SIZE)
+IOC_CACHE_LIST = _IOWR(IOC_MAGIC, 0x20, CACHE_LIST_SIZE)
+IOC_CACHE_EVICT = _IOWR(IOC_MAGIC, 0x21, CACHE_EVICT_SIZE)
+IOC_CACHE_EVICT_KEYS = _IOWR(IOC_MAGIC, 0x22, CACHE_EVICT_KEYS_SIZE)
 
 IOCTLS = {"SHARDFS_IOC_QUERY": IOC_QUERY, "SHARDFS_IOC_REGISTER": IOC_REGISTER,
           "SHARDFS_IOC_STAGE": IOC_STAGE, "SHARDFS_IOC_UNREGISTER": IOC_UNREGISTER,
-          "SHARDFS_IOC_WARM": IOC_WARM}
+          "SHARDFS_IOC_WARM": IOC_WARM, "SHARDFS_IOC_CACHE_LIST": IOC_CACHE_LIST,
+          "SHARDFS_IOC_CACHE_EVICT": IOC_CACHE_EVICT,
+          "SHARDFS_IOC_CACHE_EVICT_KEYS": IOC_CACHE_EVICT_KEYS}
 
 
 # --- the ioctls ---------------------------------------------------------------
@@ -330,6 +372,184 @@ def path_names(path):
     if rest:
         names.append("0x%x" % rest)
     return "+".join(names) or "none"
+
+
+# --- the mount's cache: list per dataset, evict, purge --------------------------
+# SHARDFS_IOC_CACHE_*: on any file or directory of the mount, root and the
+# user the daemon runs as only (EPERM); ENOTSUP where the mount has no
+# cache_dir. The daemon does the work on its store's writer thread while
+# readers go on (what shardfs-cache does on a live mount).
+
+CacheDataset = collections.namedtuple(
+    "CacheDataset", "name id bytes objects packed_objects hit_bytes miss_bytes last_use_s")
+CacheDataset.__doc__ = (
+    "One dataset of a mount's cache: name ('/EXPORT/DIR', '/EXPORT' for the export's root "
+    "files; None for objects of no known dataset), its id in the cache, bytes and file "
+    "versions cached (objects, packed_objects of them small files packed in segments), "
+    "bytes readers got from the cache (hit_bytes) and from NFS (miss_bytes) since its last "
+    "eviction, last_use_s: last read or cache write, Unix time, 0 never.")
+
+Evicted = collections.namedtuple("Evicted", "datasets objects bytes disk_bytes")
+Evicted.__doc__ = ("What an eviction did: datasets that matched (0 for keys), file versions "
+                   "evicted, their bytes, disk space freed now (packed files free theirs "
+                   "when their segment goes).")
+
+
+class CacheList(list):
+    """cache_list()'s answer: a list of CacheDataset, and the cache's
+    capacity_bytes (the cache_size in effect) and used_bytes (counted against it)."""
+
+    def __init__(self, datasets=(), capacity_bytes=0, used_bytes=0):
+        super().__init__(datasets)
+        self.capacity_bytes, self.used_bytes = capacity_bytes, used_bytes
+
+    def __repr__(self):
+        return "CacheList(%s, capacity_bytes=%d, used_bytes=%d)" % (
+            list.__repr__(self), self.capacity_bytes, self.used_bytes)
+
+
+class _TargetFd:
+    """with _TargetFd(target) as fd: a file object or descriptor as it is, a path
+    (str, bytes, os.PathLike) opened read-only for the block (a directory too)."""
+
+    def __init__(self, target):
+        self.target, self.fd = target, None
+
+    def __enter__(self):
+        if isinstance(self.target, (str, bytes, os.PathLike)):
+            self.fd = os.open(self.target, os.O_RDONLY | os.O_CLOEXEC)
+            return self.fd
+        return _fd(self.target)
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)
+
+
+def cache_list(target, idle=False):
+    """SHARDFS_IOC_CACHE_LIST: what the mount's cache holds, per dataset. target: a
+    path on the mount (the mountpoint), or a file object / descriptor of one.
+
+    Returns a CacheList of CacheDataset in the mount's order, each dataset once (the
+    pages of the listing are deduplicated by id). Datasets with nothing cached and no
+    reads since their last eviction (the cache never forgets a name) are left out, as
+    shardfs-cache list leaves them out, unless idle is true. OSError: EPERM (not root
+    or the mount's user), ENOTSUP (no cache_dir), ENOTTY (not on a shardfs mount)."""
+    out, seen = CacheList(), set()
+    buf = bytearray(CACHE_LIST_SIZE)
+    with _TargetFd(target) as fd:
+        start = 0
+        while True:
+            buf[:] = bytes(CACHE_LIST_SIZE)
+            struct.pack_into("=II", buf, 0, CACHE_LIST_SIZE, start)
+            _ioctl(fd, IOC_CACHE_LIST, buf)
+            n, total, capacity, used = struct.unpack_from(CACHE_LIST_HDR_FMT, buf, 0)[2:6]
+            at, end = CACHE_LIST_HDR_SIZE, CACHE_LIST_SIZE
+            for _ in range(n):
+                v = struct.unpack_from(CACHE_ENTRY_FMT, buf, at)
+                entry_bytes, name_len, ds_id = v[:3]
+                if (entry_bytes < CACHE_ENTRY_SIZE + name_len + 1
+                        or at + entry_bytes > end):
+                    raise OSError(errno.EPROTO, "malformed SHARDFS_IOC_CACHE_LIST entry "
+                                  "at byte %d" % (at - CACHE_LIST_HDR_SIZE))
+                name = None
+                if name_len:
+                    name = os.fsdecode(bytes(buf[at + CACHE_ENTRY_SIZE:
+                                                 at + CACHE_ENTRY_SIZE + name_len]))
+                at += entry_bytes
+                d = CacheDataset(name, ds_id, *v[3:9])
+                if ds_id in seen or not (idle or d.objects or d.hit_bytes or d.miss_bytes):
+                    continue
+                seen.add(ds_id)
+                out.append(d)
+            out.capacity_bytes, out.used_bytes = capacity, used
+            start += n
+            if start >= total or not n:
+                return out
+
+
+def _evict(target, flags, prefix):
+    buf = bytearray(struct.pack(CACHE_EVICT_FMT, CACHE_EVICT_SIZE, flags, 0, 0, 0, 0, 0,
+                                0, 0, 0, 0, prefix))
+    with _TargetFd(target) as fd:
+        v = struct.unpack(CACHE_EVICT_FMT, _ioctl(fd, IOC_CACHE_EVICT, buf))
+    return Evicted(v[2], v[4], v[5], v[6])
+
+
+def cache_evict(target, dataset, mount_path=False):
+    """SHARDFS_IOC_CACHE_EVICT: evict the datasets named `dataset` or under it: a name
+    as cache_list() gives it ('/EXPORT/DIR'), or a prefix of names ('/EXPORT': every
+    dataset of the export). mount_path=True: `dataset` is a directory relative to the
+    mount's root instead ('imagenet' for /mnt/dataset/imagenet on a mount of
+    HOST:/EXPORT). Readers of evicted files keep reading (their chunks become misses,
+    fetched from NFS again). Returns Evicted. OSError: ENOENT (no dataset matches; a
+    path inside a dataset is not one: see cache_evict_keys), EPERM, ENOTSUP."""
+    dataset = os.fsencode(dataset)
+    if b"\0" in dataset or len(dataset) >= EVICT_PREFIX_MAX:
+        raise ValueError("bad dataset name %r" % dataset)
+    if not mount_path and not dataset.startswith(b"/"):
+        raise ValueError("a dataset name is absolute ('/EXPORT/DIR'), got %r; "
+                         "mount_path=True for a path of the mount" % dataset)
+    return _evict(target, EVICT_MOUNT_PATH if mount_path else 0, dataset)
+
+
+def cache_purge(target):
+    """SHARDFS_IOC_CACHE_EVICT with EVICT_ALL: evict every cached object of the mount.
+    Returns Evicted."""
+    return _evict(target, EVICT_ALL, b"")
+
+
+def cache_key(path):
+    """The cache key of the current version of a file on the mount, as 16 bytes: its
+    xattr user.shardfs.key (32 hex digits; reading it opens nothing and fetches
+    nothing; a symlink is not followed). path: a path, or a file object / descriptor.
+    OSError(ENODATA): the file has none (a mount without cache_dir, not a regular file)."""
+    if isinstance(path, (str, bytes, os.PathLike)):
+        v = os.getxattr(path, XATTR_KEY, follow_symlinks=False)
+    else:
+        v = os.getxattr(_fd(path), XATTR_KEY)
+    try:
+        if len(v) != 32:
+            raise ValueError
+        return bytes.fromhex(v.decode("ascii"))
+    except ValueError:
+        raise OSError(errno.ENODATA, "no cache key in %s: %r" % (XATTR_KEY, v)) from None
+
+
+def _key_bytes(key):
+    if isinstance(key, str):
+        key = bytes.fromhex(key)
+    elif isinstance(key, (bytes, bytearray)) and len(key) == 32:
+        key = bytes.fromhex(key.decode("ascii"))  # the xattr's value as it is
+    key = bytes(key)
+    if len(key) != 16:
+        raise ValueError("a cache key is 16 bytes (or 32 hex digits), got %d bytes" % len(key))
+    return key
+
+
+def cache_evict_keys(target, keys):
+    """SHARDFS_IOC_CACHE_EVICT_KEYS: evict single file versions by cache key (what
+    shardfs-cache does for a path inside a dataset):
+
+        shardfs.cache_evict_keys(mnt, [shardfs.cache_key(p) for p in paths])
+
+    keys: 16-byte keys (cache_key()) or their 32 hex digits, any number (sent
+    CACHE_EVICT_KEYS_MAX to an ioctl); keys not cached are skipped. A key names one
+    version: a file changed on the server since it was read has another. Returns
+    Evicted (datasets 0, the sums of every batch); an OSError stops at its batch, the
+    batches before it stay evicted."""
+    keys = [_key_bytes(k) for k in keys]
+    objects = nbytes = disk = 0
+    if not keys:
+        return Evicted(0, 0, 0, 0)
+    with _TargetFd(target) as fd:
+        for i in range(0, len(keys), CACHE_EVICT_KEYS_MAX):
+            batch = keys[i:i + CACHE_EVICT_KEYS_MAX]
+            buf = bytearray(struct.pack(CACHE_EVICT_KEYS_FMT, CACHE_EVICT_KEYS_SIZE, len(batch),
+                                        0, 0, 0, 0, 0, 0, 0, b"".join(batch)))
+            v = struct.unpack(CACHE_EVICT_KEYS_FMT, _ioctl(fd, IOC_CACHE_EVICT_KEYS, buf))
+            objects, nbytes, disk = objects + v[2], nbytes + v[3], disk + v[4]
+    return Evicted(0, objects, nbytes, disk)
 
 
 # --- CUDA memory: the allocation behind a tensor -----------------------------
