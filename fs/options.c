@@ -1,6 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * options — argv and -o parsing, validation, host resolution. See options.h.
+ *
+ * Everything about a mount option lives in its row of opt_table: the
+ * defaults are stored from it (set_defaults), -o items are parsed and
+ * range-checked by it (parse_one), and --help is generated from it
+ * (sfs_options_usage). Checks across options run after parsing
+ * (finish_options).
  */
 #include "options.h"
 
