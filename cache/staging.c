@@ -153,26 +153,10 @@ int sfs_stage_region_cuda(sfs_staging *st, const uint8_t handle[64], const uint8
 	return 0;
 }
 
-void sfs_stage_region_free(sfs_stage_region *r)
+/* SHM: write the bytes with pwritev at the region's place in the object.
+ * Returns 0 or -errno (ENOSPC: a full /dev/shm, not our crash). */
+static int shm_put(sfs_stage_region *r, uint64_t off, const struct iovec *iov, int n_iov)
 {
-	if (!r)
-		return;
-	if (r->kind == SFS_STAGE_SHM)
-		close(r->fd);
-	else /* the last region of an import closes it: the trainer may free */
-		sfs_cuda_unimport(r->st->cuda, r->dev_base, r->device);
-	free(r);
-}
-
-uint64_t sfs_stage_region_length(const sfs_stage_region *r) { return r->length; }
-
-enum sfs_stage_kind sfs_stage_region_kind(const sfs_stage_region *r) { return r->kind; }
-
-int sfs_stage_region_put(sfs_stage_region *r, uint64_t off, const struct iovec *iov, int n_iov)
-{
-	if (r->kind == SFS_STAGE_CUDA)
-		return sfs_cuda_copy_to_device(r->st->cuda, r->device, (char *)r->dev_dst + off,
-					       iov, n_iov);
 	struct iovec v[3], *p = v;
 	int k = n_iov;
 	off_t at = (off_t)(r->obj_off + off);
@@ -185,7 +169,7 @@ int sfs_stage_region_put(sfs_stage_region *r, uint64_t off, const struct iovec *
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
-			return -errno; /* ENOSPC: a full /dev/shm, not our crash */
+			return -errno;
 		if (n == 0)
 			return -EIO;
 		at += n;
@@ -200,4 +184,48 @@ int sfs_stage_region_put(sfs_stage_region *r, uint64_t off, const struct iovec *
 		}
 	}
 	return 0;
+}
+
+static void shm_release(sfs_stage_region *r) { close(r->fd); }
+
+/* CUDA: through the pinned staging buffers; done when it returns. */
+static int cuda_put(sfs_stage_region *r, uint64_t off, const struct iovec *iov, int n_iov)
+{
+	return sfs_cuda_copy_to_device(r->st->cuda, r->device, (char *)r->dev_dst + off, iov,
+				       n_iov);
+}
+
+/* The last region of an import closes it: the trainer may then free. */
+static void cuda_release(sfs_stage_region *r)
+{
+	sfs_cuda_unimport(r->st->cuda, r->dev_base, r->device);
+}
+
+/* Per target (enum sfs_stage_kind): the copy into a region and the release
+ * of what its constructor took. */
+static const struct stage_ops {
+	int (*put)(sfs_stage_region *r, uint64_t off, const struct iovec *iov, int n_iov);
+	void (*release)(sfs_stage_region *r);
+} stage_ops[] = {
+    [SFS_STAGE_SHM] = {shm_put, shm_release},
+    [SFS_STAGE_CUDA] = {cuda_put, cuda_release},
+};
+_Static_assert(sizeof(stage_ops) / sizeof(stage_ops[0]) == SFS_STAGE_KIND_COUNT,
+	       "one copy row per staging target");
+
+void sfs_stage_region_free(sfs_stage_region *r)
+{
+	if (!r)
+		return;
+	stage_ops[r->kind].release(r);
+	free(r);
+}
+
+uint64_t sfs_stage_region_length(const sfs_stage_region *r) { return r->length; }
+
+enum sfs_stage_kind sfs_stage_region_kind(const sfs_stage_region *r) { return r->kind; }
+
+int sfs_stage_region_put(sfs_stage_region *r, uint64_t off, const struct iovec *iov, int n_iov)
+{
+	return stage_ops[r->kind].put(r, off, iov, n_iov);
 }

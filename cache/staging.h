@@ -25,7 +25,11 @@
 typedef struct sfs_staging sfs_staging;
 typedef struct sfs_stage_region sfs_stage_region;
 
-enum sfs_stage_kind { SFS_STAGE_SHM = 1, SFS_STAGE_CUDA = 2 };
+/* The staging targets: the one enum, also the index of fs/ioctl.c's target
+ * table (ABI bits, stats names) and of staging.c's copy table. A new target
+ * is a value here, a constructor (sfs_stage_region_<target>), a row in each
+ * of those two tables, and its copy function. */
+enum sfs_stage_kind { SFS_STAGE_SHM, SFS_STAGE_CUDA, SFS_STAGE_KIND_COUNT };
 
 /* Probe CUDA (if built in) and set up. Never fails for lack of a GPU.
  * Returns 0 or -ENOMEM. */

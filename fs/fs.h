@@ -43,8 +43,9 @@ enum sfs_fuse_op {
 	SFS_OP_COUNT
 };
 
-/* Staging counters: by target and by refusal reason. */
-enum sfs_stage_target { SFS_STAGE_T_SHM, SFS_STAGE_T_CUDA, SFS_STAGE_T_COUNT };
+/* Staging counters: by target (enum sfs_stage_kind, cache/staging.h) and by
+ * refusal reason. The reasons and the errnos they stand for are a table in
+ * fs/ioctl.c, as are the targets' ABI bits and names. */
 enum sfs_stage_reason {
 	SFS_STAGE_E_INVALID,	 /* EINVAL: bad struct, sizes, reserved words */
 	SFS_STAGE_E_RANGE,	 /* ERANGE */
@@ -54,8 +55,9 @@ enum sfs_stage_reason {
 	SFS_STAGE_E_IO,		 /* EIO, ESTALE and others while placing bytes */
 	SFS_STAGE_E_COUNT
 };
-extern const char *const sfs_stage_target_names[SFS_STAGE_T_COUNT];
-extern const char *const sfs_stage_reason_names[SFS_STAGE_E_COUNT];
+/* The stats label of a target ("shm") and of a reason ("out_of_range"). */
+const char *sfs_stage_target_name(enum sfs_stage_kind t);
+const char *sfs_stage_reason_name(enum sfs_stage_reason r);
 
 struct sfs_fs {
 	struct sfs_options *opts;	      /* set at start, then read-only */
@@ -78,9 +80,9 @@ struct sfs_fs {
 	uint64_t read_bytes;		      /* atomic: bytes replied to read() */
 	uint64_t read_errors;		      /* atomic */
 	uint64_t invalidations;		      /* atomic: kernel caches dropped for changed files */
-	uint64_t stage_bytes[SFS_STAGE_T_COUNT];    /* atomic */
-	uint64_t stage_requests[SFS_STAGE_T_COUNT]; /* atomic */
-	uint64_t stage_errors[SFS_STAGE_E_COUNT];   /* atomic */
+	uint64_t stage_bytes[SFS_STAGE_KIND_COUNT];    /* atomic */
+	uint64_t stage_requests[SFS_STAGE_KIND_COUNT]; /* atomic */
+	uint64_t stage_errors[SFS_STAGE_E_COUNT];      /* atomic */
 };
 
 #define SFS_MAX_REGIONS 16 /* per open file */

@@ -47,38 +47,92 @@ _Static_assert(sizeof(struct shardfs_cache_evict_keys) <= 16383,
  * how long it holds it. */
 #define SFS_MAX_STAGE_BYTES (1ull << 30)
 
-const char *const sfs_stage_target_names[SFS_STAGE_T_COUNT] = {"shm", "cuda"};
-const char *const sfs_stage_reason_names[SFS_STAGE_E_COUNT] = {
-    "invalid", "out_of_range", "no_region", "permission", "unsupported", "io"};
+/* Stage refusals: the stats label of each reason and the errnos it stands
+ * for; an errno no row lists counts as "io". */
+static const struct stage_reason {
+	const char *name;
+	int errnos[2];
+} stage_reasons[] = {
+    [SFS_STAGE_E_INVALID] = {"invalid", {EINVAL, ENOSPC}},
+    [SFS_STAGE_E_RANGE] = {"out_of_range", {ERANGE}},
+    [SFS_STAGE_E_NOREGION] = {"no_region", {ENOENT}},
+    [SFS_STAGE_E_PERM] = {"permission", {EPERM, EACCES}},
+    [SFS_STAGE_E_UNSUPPORTED] = {"unsupported", {EOPNOTSUPP}},
+    [SFS_STAGE_E_IO] = {"io", {0}},
+};
+_Static_assert(sizeof(stage_reasons) / sizeof(stage_reasons[0]) == SFS_STAGE_E_COUNT,
+	       "one row per stage refusal reason");
 
-static void count_error(struct sfs_fs *fs, int err)
+const char *sfs_stage_reason_name(enum sfs_stage_reason r) { return stage_reasons[r].name; }
+
+/* Count the refusal err (-errno) under its reason, then reply it. The one
+ * error reply of the staging ioctls (REGISTER, STAGE, UNREGISTER). FUSE
+ * worker, no lock held. */
+static void stage_reply_err(fuse_req_t req, struct sfs_fs *fs, int err)
 {
-	enum sfs_stage_reason r;
+	enum sfs_stage_reason r = SFS_STAGE_E_IO;
 
-	switch (-err) {
-	case EINVAL:
-	case ENOSPC:
-		r = SFS_STAGE_E_INVALID;
-		break;
-	case ERANGE:
-		r = SFS_STAGE_E_RANGE;
-		break;
-	case ENOENT:
-		r = SFS_STAGE_E_NOREGION;
-		break;
-	case EPERM:
-	case EACCES:
-		r = SFS_STAGE_E_PERM;
-		break;
-	case EOPNOTSUPP:
-		r = SFS_STAGE_E_UNSUPPORTED;
-		break;
-	default:
-		r = SFS_STAGE_E_IO;
-		break;
-	}
+	for (int k = 0; k < SFS_STAGE_E_COUNT && r == SFS_STAGE_E_IO; k++)
+		for (int e = 0; e < 2; e++)
+			if (stage_reasons[k].errnos[e] && stage_reasons[k].errnos[e] == -err)
+				r = (enum sfs_stage_reason)k;
 	__atomic_fetch_add(&fs->stage_errors[r], 1, __ATOMIC_RELAXED);
+	fuse_reply_err(req, -err);
 }
+
+/* SHARDFS_REGION_SHM: a shm object of the caller's (a NUL-terminated name). */
+static int shm_region(struct sfs_fs *fs, uid_t uid, const struct shardfs_region *r,
+		      sfs_stage_region **out)
+{
+	if (!memchr(r->shm_name, 0, sizeof(r->shm_name)))
+		return -EINVAL;
+	return sfs_stage_region_shm(fs->staging, r->shm_name, r->offset, r->length, uid, out);
+}
+
+/* SHARDFS_REGION_CUDA: a CUDA IPC handle on one of our GPUs. */
+static int cuda_region(struct sfs_fs *fs, uid_t uid, const struct shardfs_region *r,
+		       sfs_stage_region **out)
+{
+	(void)uid;
+	return sfs_stage_region_cuda(fs->staging, r->cuda_ipc_handle, r->gpu_uuid, r->offset,
+				     r->length, r->alloc_size, out);
+}
+
+static bool shm_usable(struct sfs_fs *fs)
+{
+	(void)fs;
+	return true;
+}
+
+static bool cuda_usable(struct sfs_fs *fs)
+{
+	return fs->staging && sfs_staging_gpu_count(fs->staging) > 0;
+}
+
+/*
+ * The staging targets, indexed by enum sfs_stage_kind (cache/staging.h):
+ * a new target is a row here (with its SHARDFS_REGION_, _CAP_ and _PATH_
+ * bits in shardfs_ioctl.h) and its constructor and copy in cache/staging.c.
+ */
+static const struct stage_target {
+	const char *name;     /* stats label target="..." */
+	uint32_t region_kind; /* SHARDFS_REGION_* that registers one */
+	uint32_t cap;	      /* SHARDFS_CAP_* that QUERY reports while usable */
+	uint32_t path;	      /* SHARDFS_PATH_* of how STAGE moves bytes into it */
+	bool (*usable)(struct sfs_fs *fs);
+	/* The region r describes, for uid; 0 or -errno. FUSE worker. */
+	int (*region)(struct sfs_fs *fs, uid_t uid, const struct shardfs_region *r,
+		      sfs_stage_region **out);
+} stage_targets[] = {
+    [SFS_STAGE_SHM] = {"shm", SHARDFS_REGION_SHM, SHARDFS_CAP_SHM, SHARDFS_PATH_SHM_COPY,
+		       shm_usable, shm_region},
+    [SFS_STAGE_CUDA] = {"cuda", SHARDFS_REGION_CUDA, SHARDFS_CAP_CUDA_IPC, SHARDFS_PATH_CUDA_PINNED,
+			cuda_usable, cuda_region},
+};
+_Static_assert(sizeof(stage_targets) / sizeof(stage_targets[0]) == SFS_STAGE_KIND_COUNT,
+	       "one row per staging target");
+
+const char *sfs_stage_target_name(enum sfs_stage_kind t) { return stage_targets[t].name; }
 
 static bool all_zero(const void *p, size_t n)
 {
@@ -108,8 +162,10 @@ static int do_query(struct sfs_fs *fs, struct shardfs_query *q)
 	unsigned n = fs->staging ? sfs_staging_gpu_count(fs->staging) : 0;
 	memset((char *)q + sizeof(q->size), 0, sizeof(*q) - sizeof(q->size));
 	q->abi_version = SHARDFS_ABI_VERSION;
-	q->caps =
-	    SHARDFS_CAP_SHM | (n ? SHARDFS_CAP_CUDA_IPC : 0) | (fs->store ? SHARDFS_CAP_WARM : 0);
+	q->caps = fs->store ? SHARDFS_CAP_WARM : 0;
+	for (int t = 0; t < SFS_STAGE_KIND_COUNT; t++)
+		if (stage_targets[t].usable(fs))
+			q->caps |= stage_targets[t].cap;
 	q->n_gpus = n;
 	q->max_ranges = SHARDFS_STAGE_MAX_RANGES;
 	q->max_regions = SFS_MAX_REGIONS;
@@ -133,20 +189,10 @@ static int do_register(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid,
 			slot = i;
 	if (slot < 0)
 		return -ENOSPC;
-	switch (r->kind) {
-	case SHARDFS_REGION_SHM:
-		if (!memchr(r->shm_name, 0, sizeof(r->shm_name)))
-			return -EINVAL;
-		rc = sfs_stage_region_shm(fs->staging, r->shm_name, r->offset, r->length, uid,
-					  &region);
-		break;
-	case SHARDFS_REGION_CUDA:
-		rc = sfs_stage_region_cuda(fs->staging, r->cuda_ipc_handle, r->gpu_uuid, r->offset,
-					   r->length, r->alloc_size, &region);
-		break;
-	default:
-		return -EINVAL;
-	}
+	rc = -EINVAL; /* a kind no target registers */
+	for (int t = 0; t < SFS_STAGE_KIND_COUNT; t++)
+		if (stage_targets[t].region_kind == r->kind)
+			rc = stage_targets[t].region(fs, uid, r, &region);
 	if (rc < 0)
 		return rc;
 	of->regions[slot].id = of->next_region_id++;
@@ -169,8 +215,37 @@ static int find_region(struct sfs_open_file *of, uint64_t id, uid_t uid, int *sl
 	return -ENOENT;
 }
 
+/* Place one range into region (its bounds checked): g->placed counts what
+ * landed, short only at the end of the file; *cache_bytes adds what came
+ * from the local cache. Returns 0 or -errno. Caller holds of->lock. */
+static int place_range(struct sfs_open_file *of, sfs_stage_region *region, struct shardfs_range *g,
+		       uint64_t *cache_bytes)
+{
+	while (g->placed < g->length) {
+		/* One view covers at most the rest of the current chunk and
+		 * the next one: 1 MiB pieces keep pins short. */
+		uint64_t off = g->file_offset + g->placed;
+		size_t want = g->length - g->placed;
+		if (want > SFS_CHUNK_BYTES)
+			want = SFS_CHUNK_BYTES;
+		struct sfs_pf_view v;
+		ssize_t n = sfs_pf_read(of->pf, off, want, &v);
+		if (n < 0)
+			return (int)n;
+		if (n == 0)
+			break; /* end of file */
+		*cache_bytes += v.cache_bytes;
+		int rc = sfs_stage_region_put(region, g->region_offset + g->placed, v.iov, v.n_iov);
+		sfs_pf_view_release(of->pf, &v);
+		if (rc < 0)
+			return rc;
+		g->placed += (uint64_t)n;
+	}
+	return 0;
+}
+
 /* Place the ranges; *cache_bytes: how many came from the local cache.
- * Caller holds of->lock. */
+ * Returns 0 or -errno. Caller holds of->lock. */
 static int do_stage(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid, struct shardfs_stage *s,
 		    uint64_t *cache_bytes)
 {
@@ -194,43 +269,21 @@ static int do_stage(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid, stru
 		total += g->length;
 		g->placed = 0;
 	}
+	enum sfs_stage_kind t = sfs_stage_region_kind(region);
 	s->bytes_placed = 0;
-	s->path = sfs_stage_region_kind(region) == SFS_STAGE_CUDA ? SHARDFS_PATH_CUDA_PINNED
-								  : SHARDFS_PATH_SHM_COPY;
+	s->path = stage_targets[t].path;
 	struct sfs_prefetch_stats p0, p1;
 	sfs_prefetch_get_stats(fs->prefetch, &p0);
 	for (uint32_t i = 0; i < s->n_ranges; i++) {
-		struct shardfs_range *g = &s->ranges[i];
-		while (g->placed < g->length) {
-			/* One view covers at most the rest of the current chunk and
-			 * the next one: 1 MiB pieces keep pins short. */
-			uint64_t off = g->file_offset + g->placed;
-			size_t want = g->length - g->placed;
-			if (want > SFS_CHUNK_BYTES)
-				want = SFS_CHUNK_BYTES;
-			struct sfs_pf_view v;
-			ssize_t n = sfs_pf_read(of->pf, off, want, &v);
-			if (n < 0)
-				return (int)n;
-			if (n == 0)
-				break; /* end of file: short only here */
-			*cache_bytes += v.cache_bytes;
-			rc = sfs_stage_region_put(region, g->region_offset + g->placed, v.iov,
-						  v.n_iov);
-			sfs_pf_view_release(of->pf, &v);
-			if (rc < 0)
-				return rc;
-			g->placed += (uint64_t)n;
-		}
-		s->bytes_placed += g->placed;
+		if ((rc = place_range(of, region, &s->ranges[i], cache_bytes)) < 0)
+			return rc;
+		s->bytes_placed += s->ranges[i].placed;
 	}
 	sfs_prefetch_get_stats(fs->prefetch, &p1);
 	if (p1.hit_bytes > p0.hit_bytes)
 		s->path |= SHARDFS_PATH_CACHE;
 	if (p1.miss_bytes > p0.miss_bytes || p1.fetched_bytes > p0.fetched_bytes)
 		s->path |= SHARDFS_PATH_NFS;
-	enum sfs_stage_target t =
-	    sfs_stage_region_kind(region) == SFS_STAGE_CUDA ? SFS_STAGE_T_CUDA : SFS_STAGE_T_SHM;
 	__atomic_fetch_add(&fs->stage_bytes[t], s->bytes_placed, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&fs->stage_requests[t], 1, __ATOMIC_RELAXED);
 	return 0;
@@ -408,6 +461,93 @@ static void cache_ioctl(fuse_req_t req, struct sfs_fs *fs, unsigned int cmd, con
 	free(buf);
 }
 
+/* SHARDFS_IOC_STAGE on of, accounted to req's job and to the inode's
+ * dataset. Returns 0 or -errno. FUSE worker, takes of->lock. */
+static int stage_call(fuse_req_t req, struct sfs_fs *fs, struct sfs_inode *i,
+		      struct sfs_open_file *of, struct shardfs_stage *s)
+{
+	uint64_t cache_bytes = 0;
+	struct sfs_job_read jr = sfs_fs_job_begin(fs, req);
+
+	pthread_mutex_lock(&of->lock);
+	int rc = do_stage(fs, of, fuse_req_ctx(req)->uid, s, &cache_bytes);
+	pthread_mutex_unlock(&of->lock);
+	sfs_jobs_read_end(fs->jobs, &jr, rc < 0 ? rc : (ssize_t)s->bytes_placed, cache_bytes);
+	if (fs->store && rc == 0 && s->bytes_placed >= cache_bytes)
+		sfs_store_dataset_read(fs->store, __atomic_load_n(&i->dataset, __ATOMIC_RELAXED),
+				       cache_bytes, s->bytes_placed - cache_bytes);
+	return rc;
+}
+
+/* SHARDFS_IOC_UNREGISTER of uid's region. Returns 0 or -errno. Takes
+ * of->lock. */
+static int unregister_call(struct sfs_open_file *of, uid_t uid, const struct shardfs_unregister *u)
+{
+	int slot, rc;
+
+	if (u->reserved0 || !all_zero(u->reserved, sizeof(u->reserved)))
+		return -EINVAL;
+	pthread_mutex_lock(&of->lock);
+	if (!(rc = find_region(of, u->region_id, uid, &slot))) {
+		sfs_stage_region_free(of->regions[slot].region);
+		of->regions[slot].id = 0;
+		of->regions[slot].region = NULL;
+	}
+	pthread_mutex_unlock(&of->lock);
+	return rc;
+}
+
+/* The scratch of the ioctls on an open file: 2 KiB, not on a worker's stack. */
+union file_ioctl_buf {
+	struct shardfs_query q;
+	struct shardfs_region r;
+	struct shardfs_stage s;
+	struct shardfs_unregister u;
+	struct shardfs_warm w;
+};
+
+/* Copy in and run an ioctl on an open file; *out_len: bytes of buf to
+ * reply. Returns 0, -ENOTTY for a command not ours, or -errno. */
+static int file_ioctl(fuse_req_t req, struct sfs_fs *fs, struct sfs_inode *i,
+		      struct sfs_open_file *of, unsigned int cmd, union file_ioctl_buf *buf,
+		      const void *in_buf, size_t in_bufsz, size_t out_bufsz, size_t *out_len)
+{
+	uid_t uid = fuse_req_ctx(req)->uid;
+	int rc;
+
+	*out_len = 0;
+	switch (cmd) {
+	case SHARDFS_IOC_QUERY:
+		if (!(rc = take_in(&buf->q, sizeof(buf->q), in_buf, in_bufsz, out_bufsz, true)))
+			rc = do_query(fs, &buf->q);
+		*out_len = sizeof(buf->q);
+		return rc;
+	case SHARDFS_IOC_REGISTER:
+		if (!(rc = take_in(&buf->r, sizeof(buf->r), in_buf, in_bufsz, out_bufsz, true))) {
+			pthread_mutex_lock(&of->lock);
+			rc = do_register(fs, of, uid, &buf->r);
+			pthread_mutex_unlock(&of->lock);
+		}
+		*out_len = sizeof(buf->r);
+		return rc;
+	case SHARDFS_IOC_STAGE:
+		if (!(rc = take_in(&buf->s, sizeof(buf->s), in_buf, in_bufsz, out_bufsz, true)))
+			rc = stage_call(req, fs, i, of, &buf->s);
+		*out_len = sizeof(buf->s);
+		return rc;
+	case SHARDFS_IOC_UNREGISTER:
+		if (!(rc = take_in(&buf->u, sizeof(buf->u), in_buf, in_bufsz, 0, false)))
+			rc = unregister_call(of, uid, &buf->u);
+		return rc;
+	case SHARDFS_IOC_WARM:
+		if (!(rc = take_in(&buf->w, sizeof(buf->w), in_buf, in_bufsz, out_bufsz, true)))
+			rc = do_warm(fs, i, of, &buf->w);
+		*out_len = sizeof(buf->w);
+		return rc;
+	}
+	return -ENOTTY;
+}
+
 void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		  struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
 		  size_t out_bufsz)
@@ -416,14 +556,12 @@ void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	struct sfs_inode *i =
 	    ino == FUSE_ROOT_ID ? sfs_inode_root(fs->inodes) : (struct sfs_inode *)(uintptr_t)ino;
 	struct sfs_open_file *of = (struct sfs_open_file *)(uintptr_t)fi->fh;
-	uid_t uid = fuse_req_ctx(req)->uid;
-	int rc;
+	size_t out_len;
 
 	(void)arg;
 	__atomic_fetch_add(&fs->op_count[SFS_OP_IOCTL], 1, __ATOMIC_RELAXED);
 	if (flags & FUSE_IOCTL_COMPAT) {
-		count_error(fs, -EOPNOTSUPP);
-		fuse_reply_err(req, EOPNOTSUPP); /* 32-bit callers: refused cleanly */
+		stage_reply_err(req, fs, -EOPNOTSUPP); /* 32-bit callers: refused cleanly */
 		return;
 	}
 	if (cmd == SHARDFS_IOC_CACHE_LIST || cmd == SHARDFS_IOC_CACHE_EVICT ||
@@ -435,81 +573,18 @@ void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		fuse_reply_err(req, ENOTTY);
 		return;
 	}
-	union {
-		struct shardfs_query q;
-		struct shardfs_region r;
-		struct shardfs_stage s;
-		struct shardfs_unregister u;
-		struct shardfs_warm w;
-	} *buf = malloc(sizeof(*buf)); /* 2 KiB: not on a worker's stack */
-	size_t out_len = 0;
+	union file_ioctl_buf *buf = malloc(sizeof(*buf));
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	switch (cmd) {
-	case SHARDFS_IOC_QUERY:
-		if (!(rc = take_in(&buf->q, sizeof(buf->q), in_buf, in_bufsz, out_bufsz, true)))
-			rc = do_query(fs, &buf->q);
-		out_len = sizeof(buf->q);
-		break;
-	case SHARDFS_IOC_REGISTER:
-		if (!(rc = take_in(&buf->r, sizeof(buf->r), in_buf, in_bufsz, out_bufsz, true))) {
-			pthread_mutex_lock(&of->lock);
-			rc = do_register(fs, of, uid, &buf->r);
-			pthread_mutex_unlock(&of->lock);
-		}
-		out_len = sizeof(buf->r);
-		break;
-	case SHARDFS_IOC_STAGE:
-		if (!(rc = take_in(&buf->s, sizeof(buf->s), in_buf, in_bufsz, out_bufsz, true))) {
-			uint64_t cache_bytes = 0;
-			struct sfs_job_read jr = sfs_fs_job_begin(fs, req);
-			pthread_mutex_lock(&of->lock);
-			rc = do_stage(fs, of, uid, &buf->s, &cache_bytes);
-			pthread_mutex_unlock(&of->lock);
-			sfs_jobs_read_end(fs->jobs, &jr, rc < 0 ? rc : (ssize_t)buf->s.bytes_placed,
-					  cache_bytes);
-			if (fs->store && rc == 0 && buf->s.bytes_placed >= cache_bytes)
-				sfs_store_dataset_read(
-				    fs->store, __atomic_load_n(&i->dataset, __ATOMIC_RELAXED),
-				    cache_bytes, buf->s.bytes_placed - cache_bytes);
-		}
-		out_len = sizeof(buf->s);
-		break;
-	case SHARDFS_IOC_UNREGISTER:
-		if (!(rc = take_in(&buf->u, sizeof(buf->u), in_buf, in_bufsz, 0, false))) {
-			int slot;
-			if (buf->u.reserved0 ||
-			    !all_zero(buf->u.reserved, sizeof(buf->u.reserved))) {
-				rc = -EINVAL;
-			} else {
-				pthread_mutex_lock(&of->lock);
-				if (!(rc = find_region(of, buf->u.region_id, uid, &slot))) {
-					sfs_stage_region_free(of->regions[slot].region);
-					of->regions[slot].id = 0;
-					of->regions[slot].region = NULL;
-				}
-				pthread_mutex_unlock(&of->lock);
-			}
-		}
-		break;
-	case SHARDFS_IOC_WARM:
-		if (!(rc = take_in(&buf->w, sizeof(buf->w), in_buf, in_bufsz, out_bufsz, true)))
-			rc = do_warm(fs, i, of, &buf->w);
-		out_len = sizeof(buf->w);
-		break;
-	default:
-		free(buf);
-		fuse_reply_err(req, ENOTTY);
-		return;
-	}
-	if (rc < 0) {
-		if (cmd != SHARDFS_IOC_WARM && cmd != SHARDFS_IOC_QUERY)
-			count_error(fs, rc);
-		fuse_reply_err(req, -rc);
-	} else {
+	int rc = file_ioctl(req, fs, i, of, cmd, buf, in_buf, in_bufsz, out_bufsz, &out_len);
+	if (rc >= 0)
 		fuse_reply_ioctl(req, 0, out_len ? (void *)buf : NULL, out_len);
-	}
+	else if (cmd == SHARDFS_IOC_REGISTER || cmd == SHARDFS_IOC_STAGE ||
+		 cmd == SHARDFS_IOC_UNREGISTER)
+		stage_reply_err(req, fs, rc); /* counted by reason */
+	else
+		fuse_reply_err(req, -rc); /* QUERY, WARM, a command not ours */
 	free(buf);
 }

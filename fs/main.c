@@ -281,7 +281,7 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 	if (o->cache_dir) {
 		struct sfs_store_conf sc = {.dir = o->cache_dir,
 					    .capacity_bytes = o->cache_size,
-					    .policy = (enum sfs_store_policy)o->cache_policy,
+					    .policy = o->cache_policy,
 					    .chunk_bytes = SFS_CHUNK_BYTES};
 		rc = sfs_store_open(&sc, &fs->store, err, sizeof(err));
 		if (rc < 0) { /* another daemon owns it, or a bad path: refuse */
@@ -312,14 +312,12 @@ static int start_daemon(struct sfs_fs *fs, struct sfs_options *o, int n_addrs)
 	    (fs->ns && (rc = sfs_ns_start(fs->ns)) < 0) ||
 	    (fs->store && (rc = sfs_store_start(fs->store)) < 0) ||
 	    (rc = sfs_prefetch_open(
-		 &(struct sfs_prefetch_conf){
-		     .mem_bytes = o->prefetch_mem,
-		     .window_chunks = (unsigned)(2 * (size_t)n_addrs * o->nconnect),
-		     .mode = (enum sfs_prefetch_mode)(o->prefetch == 0	 ? SFS_PREFETCH_READAHEAD
-						      : o->prefetch == 1 ? SFS_PREFETCH_SHARD
-									 : SFS_PREFETCH_OFF),
-		     .shard_max_bytes = o->prefetch_max,
-		     .store = fs->store},
+		 &(struct sfs_prefetch_conf){.mem_bytes = o->prefetch_mem,
+					     .window_chunks =
+						 (unsigned)(2 * (size_t)n_addrs * o->nconnect),
+					     .mode = o->prefetch,
+					     .shard_max_bytes = o->prefetch_max,
+					     .store = fs->store},
 		 fs->origin, &fs->prefetch)) < 0) {
 		sfs_log(SFS_LOG_ERR, "main", "cannot start: %s", strerror(-rc));
 		return -1;

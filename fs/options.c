@@ -1,6 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * options — argv and -o parsing, validation, host resolution. See options.h.
+ *
+ * Everything about a mount option lives in its row of opt_table: the
+ * defaults are stored from it (set_defaults), -o items are parsed and
+ * range-checked by it (parse_one), and --help is generated from it
+ * (sfs_options_usage). Checks across options run after parsing
+ * (finish_options).
  */
 #include "options.h"
 
@@ -14,90 +20,141 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-enum opt_kind {
-	OPT_FLAG,
-	OPT_UINT,
-	OPT_SIZE,
-	OPT_STRING,
-	OPT_CHOICE,
-	OPT_IGNORED,
-	OPT_IGNORED_VALUE
-};
+/* Every default that is not a constant: like the kernel NFS client, the
+ * mounter's identity. */
+static uint64_t caller_uid(void) { return getuid(); }
 
-/* The one option table: name, kind, range, and where the value goes. */
-struct opt_def {
-	const char *name;
-	enum opt_kind kind;
-	uint64_t min, max;
-	size_t offset;	     /* into struct sfs_options */
-	int width;	     /* bytes of the destination, or the flag's value (0/1) */
-	const char *choices; /* OPT_CHOICE: "a|b|c", stored as the index */
-};
+static uint64_t caller_gid(void) { return getgid(); }
 
-#define UINT_OPT(n, field, lo, hi)                                                                 \
+static const struct sfs_opt_choice policy_choices[] = {
+    {"lru", SFS_STORE_LRU}, {"pin", SFS_STORE_PIN}, {NULL, 0}};
+static const struct sfs_opt_choice prefetch_choices[] = {{"readahead", SFS_PREFETCH_READAHEAD},
+							 {"shard", SFS_PREFETCH_SHARD},
+							 {"off", SFS_PREFETCH_OFF},
+							 {NULL, 0}};
+_Static_assert(sizeof(enum sfs_store_policy) == 4 && sizeof(enum sfs_prefetch_mode) == 4,
+	       "choices are stored as 4-byte values");
+
+#define FIELD(f)                                                                                   \
+	.offset = offsetof(struct sfs_options, f), .width = sizeof(((struct sfs_options *)0)->f)
+#define UINT(n, f, lo, hi) .name = n, .kind = SFS_OPT_UINT, FIELD(f), .min = lo, .max = hi
+#define SIZE(n, f, lo, hi) .name = n, .kind = SFS_OPT_SIZE, FIELD(f), .min = lo, .max = hi
+#define FLAG(n, f, v)	   .name = n, .kind = SFS_OPT_FLAG, FIELD(f), .set_to = v
+#define CHOICE(n, f, c)	   .name = n, .kind = SFS_OPT_CHOICE, FIELD(f), .choices = c
+#define IGNORED(n)                                                                                 \
 	{                                                                                          \
-		n, OPT_UINT, lo, hi, offsetof(struct sfs_options, field),                          \
-		    (int)sizeof(((struct sfs_options *)0)->field), NULL                            \
-	}
-#define FLAG_OPT(n, field, val)                                                                    \
-	{                                                                                          \
-		n, OPT_FLAG, 0, 0, offsetof(struct sfs_options, field), val, NULL                  \
+		.name = n, .kind = SFS_OPT_IGNORED                                                 \
 	}
 
-static const struct opt_def opt_table[] = {
-    UINT_OPT("nconnect", nconnect, 1, 16),
-    {"rsize", OPT_SIZE, 4096, 1u << 20, offsetof(struct sfs_options, rsize), 4, NULL},
-    UINT_OPT("timeo", timeo_ds, 1, 6000),
-    UINT_OPT("retrans", retrans, 1, 100),
-    FLAG_OPT("soft", hard, 0),
-    FLAG_OPT("hard", hard, 1),
-    UINT_OPT("actimeo", actimeo_s, 0, 86400),
-    UINT_OPT("uid", uid, 0, 4294967294u),
-    UINT_OPT("gid", gid, 0, 4294967294u),
-    FLAG_OPT("allow_other", allow_other, 1),
-    FLAG_OPT("default_permissions", default_permissions, 1),
-    FLAG_OPT("allow_other_unchecked", allow_other_unchecked, 1),
-    FLAG_OPT("overmount", overmount, 1),
-    FLAG_OPT("direct_io", direct_io, 1),
-    UINT_OPT("io_threads", io_threads, 0, 64),
-    UINT_OPT("max_threads", max_threads, 1, 1024),
-    {"prefetch_mem", OPT_SIZE, 4u << 20, 1ull << 40, offsetof(struct sfs_options, prefetch_mem), 8,
-     NULL},
-    {"prefetch_max", OPT_SIZE, 0, 1ull << 50, offsetof(struct sfs_options, prefetch_max), 8, NULL},
-    {"prefetch", OPT_CHOICE, 0, 0, offsetof(struct sfs_options, prefetch), 4,
-     "readahead|shard|off"},
-    {"cache_dir", OPT_STRING, 0, 0, offsetof(struct sfs_options, cache_dir), 0, NULL},
-    {"cache_size", OPT_SIZE, 16u << 20, 1ull << 60, offsetof(struct sfs_options, cache_size), 8,
-     NULL},
-    FLAG_OPT("immutable", immutable, 1),
-    FLAG_OPT("noimmutable", noimmutable, 1),
-    UINT_OPT("namespace_max", namespace_max, 1000, 1000000000),
-    {"cache_policy", OPT_CHOICE, 0, 0, offsetof(struct sfs_options, cache_policy), 4, "lru|pin"},
+/*
+ * The one option table. Adding an option: a field in struct sfs_options,
+ * a row here (its default and --help text included), its paragraph in
+ * packaging/man/shardfs.8, and the module that reads it. The order is that
+ * of --help, and breaks ties between "did you mean" suggestions.
+ */
+static const struct sfs_opt_def opt_table[] = {
+    {UINT("nconnect", nconnect, 1, 16), .def = 2, .meta = "N",
+     .help = "TCP connections per node address"},
+    {SIZE("rsize", rsize, 4096, 1u << 20), .def = 1u << 20, .meta = "BYTES",
+     .help = "largest READ, rounded down to 4K, capped by the server"},
+    {UINT("timeo", timeo_ds, 1, 6000), .def = 50, .meta = "DECISECONDS",
+     .help = "a request without a reply after this is re-issued on another node"},
+    {UINT("retrans", retrans, 1, 100), .def = 2, .meta = "N",
+     .help = "after timeo*retrans without a reply a connection is dropped and, under soft, "
+	     "a request no node can serve fails with EIO"},
+    {FLAG("soft", hard, false), .help = "fail reads with EIO when no node answers"},
+    {FLAG("hard", hard, true), .help = "wait for the cluster to come back instead"},
+    {UINT("actimeo", actimeo_s, 0, 86400), .def = 60, .meta = "SECONDS",
+     .help = "attribute and directory entry cache time"},
+    {UINT("uid", uid, 0, 4294967294u), .def_fn = caller_uid, .meta = "N",
+     .help = "AUTH_SYS user of every NFS request, whoever the reader is",
+     .def_help = "the mounting user's"},
+    {UINT("gid", gid, 0, 4294967294u), .def_fn = caller_gid, .meta = "N",
+     .help = "AUTH_SYS group of every NFS request, whoever the reader is",
+     .def_help = "the mounting user's"},
+    {FLAG("allow_other", allow_other, true),
+     .help = "let users other than the mounter access the mount; implies default_permissions: "
+	     "the kernel checks each caller's uid, gid and groups against the file's mode, owner "
+	     "and group"},
+    {FLAG("default_permissions", default_permissions, true),
+     .help = "let the kernel check file modes (also without allow_other)"},
+    {FLAG("allow_other_unchecked", allow_other_unchecked, true),
+     .help = "allow_other WITHOUT that check: every local user reads whatever the NFS identity "
+	     "(uid=, gid=) can read, whatever the mode. Unsafe on shared nodes; only for "
+	     "single-tenant nodes whose users are all allowed to read the whole export"},
+    {FLAG("overmount", overmount, true),
+     .help = "mount even if MOUNTPOINT is already a mount (stacks this mount on top; refused "
+	     "by default)"},
+    {FLAG("direct_io", direct_io, true),
+     .help = "bypass the kernel page cache: one copy less per byte, no sharing of cached pages "
+	     "between readers"},
+    {UINT("io_threads", io_threads, 0, 64), .def = 0, .meta = "N",
+     .help = "NFS I/O threads, 0 = one per CPU"},
+    {UINT("max_threads", max_threads, 1, 1024), .def = 64, .meta = "N",
+     .help = "FUSE worker threads"},
+    {SIZE("prefetch_mem", prefetch_mem, 4u << 20, 1ull << 40), .def = 256ull << 20, .meta = "SIZE",
+     .help = "memory for fetch buffers in flight, K/M/G/T suffixes"},
+    {SIZE("prefetch_max", prefetch_max, 0, 1ull << 50), .def = 2ull << 30, .meta = "SIZE",
+     .help = "largest file that prefetch=shard fetches whole on open"},
+    {CHOICE("prefetch", prefetch, prefetch_choices), .def = SFS_PREFETCH_SHARD,
+     .help = "shard: open() of a file up to prefetch_max fetches it whole into the cache; "
+	     "readahead: a window ahead of sequential readers only; off: only what readers ask "
+	     "for"},
+    {.name = "cache_dir",
+     .kind = SFS_OPT_STRING,
+     FIELD(cache_dir),
+     .meta = "PATH",
+     .help = "keep fetched chunks on local disk (NVMe) in PATH, across epochs and restarts; "
+	     "created 0700",
+     .def_help = "no cache"},
+    {SIZE("cache_size", cache_size, 16u << 20, 1ull << 60), .def = 0, .meta = "SIZE",
+     .help = "cache capacity, K/M/G/T suffixes; 5% of the filesystem, at most 4G, is always "
+	     "left free",
+     .def_help = "90% of the filesystem"},
+    {FLAG("immutable", immutable, true),
+     .help = "the files under the export do not change while mounted: never revalidate, keep "
+	     "the names and attributes seen in cache_dir, and serve them (and cached data) with "
+	     "every node down. Implied by a path under .snapshot/"},
+    {FLAG("noimmutable", noimmutable, true), .help = "not immutable, even under .snapshot/"},
+    {UINT("namespace_max", namespace_max, 1000, 1000000000), .def = 2000000, .meta = "N",
+     .help = "immutable: names kept at most, ~200 bytes each in memory and on disk; beyond it, "
+	     "NFS answers"},
+    {CHOICE("cache_policy", cache_policy, policy_choices), .def = SFS_STORE_LRU,
+     .given = offsetof(struct sfs_options, cache_policy_given),
+     .help = "lru: evict least recently used files (dataset fits); pin: once full keep what is "
+	     "cached, admit nothing new (dataset larger than the cache)"},
     /* Generic mount(8) options that mount.fuse3 may pass on: accepted and
      * ignored (the mount is always read-only, nodev, nosuid). */
-    {"ro", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"rw", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"defaults", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"auto", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"noauto", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"_netdev", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"nofail", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"user", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"nouser", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"users", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"dev", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"nodev", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"suid", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"nosuid", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"exec", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"noexec", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"async", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"atime", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"noatime", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"relatime", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"nodiratime", OPT_IGNORED, 0, 0, 0, 0, NULL},
-    {"comment", OPT_IGNORED_VALUE, 0, 0, 0, 0, NULL},
+    IGNORED("ro"),
+    IGNORED("rw"),
+    IGNORED("defaults"),
+    IGNORED("auto"),
+    IGNORED("noauto"),
+    IGNORED("_netdev"),
+    IGNORED("nofail"),
+    IGNORED("user"),
+    IGNORED("nouser"),
+    IGNORED("users"),
+    IGNORED("dev"),
+    IGNORED("nodev"),
+    IGNORED("suid"),
+    IGNORED("nosuid"),
+    IGNORED("exec"),
+    IGNORED("noexec"),
+    IGNORED("async"),
+    IGNORED("atime"),
+    IGNORED("noatime"),
+    IGNORED("relatime"),
+    IGNORED("nodiratime"),
+    {.name = "comment", .kind = SFS_OPT_IGNORED_VALUE},
 };
+#define N_OPTS (sizeof(opt_table) / sizeof(opt_table[0]))
+
+const struct sfs_opt_def *sfs_options_table(size_t *n)
+{
+	*n = N_OPTS;
+	return opt_table;
+}
 
 static int fail(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t len, const char *fmt, ...)
@@ -167,7 +224,8 @@ static int parse_uint(const char *s, uint64_t *out)
 	return 0;
 }
 
-static void store(struct sfs_options *o, const struct opt_def *d, uint64_t v)
+/* Write v into d's destination in o, at the destination's width. */
+static void store(struct sfs_options *o, const struct sfs_opt_def *d, uint64_t v)
 {
 	char *p = (char *)o + d->offset;
 
@@ -181,6 +239,28 @@ static void store(struct sfs_options *o, const struct opt_def *d, uint64_t v)
 	case 8:
 		*(uint64_t *)p = v;
 		break;
+	}
+}
+
+/* "a|b|c": the words of a CHOICE option, into buf. Returns buf. */
+static const char *choice_list(const struct sfs_opt_def *d, char *buf, size_t len)
+{
+	size_t used = 0;
+
+	buf[0] = 0;
+	for (const struct sfs_opt_choice *c = d->choices; c->name && used < len; c++)
+		used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? "|" : "", c->name);
+	return buf;
+}
+
+/* Clear o and store every default of the table into it. */
+static void set_defaults(struct sfs_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	for (size_t i = 0; i < N_OPTS; i++) {
+		const struct sfs_opt_def *d = &opt_table[i];
+		if (d->kind == SFS_OPT_UINT || d->kind == SFS_OPT_SIZE || d->kind == SFS_OPT_CHOICE)
+			store(o, d, d->def_fn ? d->def_fn() : d->def);
 	}
 }
 
@@ -219,7 +299,7 @@ static int unknown_option(const char *item, char *err, size_t len)
 	const char *best = NULL;
 	unsigned best_d = 3;
 
-	for (size_t i = 0; i < sizeof(opt_table) / sizeof(opt_table[0]); i++) {
+	for (size_t i = 0; i < N_OPTS; i++) {
 		unsigned dist = name_distance(item, opt_table[i].name);
 		if (dist < best_d && 2 * dist < strlen(opt_table[i].name)) {
 			best_d = dist;
@@ -231,7 +311,77 @@ static int unknown_option(const char *item, char *err, size_t len)
 	return fail(err, len, "unknown mount option '%s'", item);
 }
 
-/* One "name[=value]" item of -o. */
+/* The value of a CHOICE option: stores the matching word's value. Returns
+ * 0, or -EINVAL with the reason in err. */
+static int parse_choice(struct sfs_options *o, const struct sfs_opt_def *d, const char *val,
+			char *err, size_t len)
+{
+	char words[256];
+
+	if (!val || !*val)
+		return fail(err, len, "mount option '%s' needs a value (%s)", d->name,
+			    choice_list(d, words, sizeof(words)));
+	for (const struct sfs_opt_choice *c = d->choices; c->name; c++)
+		if (!strcmp(c->name, val)) {
+			store(o, d, (uint64_t)c->value);
+			return 0;
+		}
+	return fail(err, len, "mount option '%s=%s': expected one of %s", d->name, val,
+		    choice_list(d, words, sizeof(words)));
+}
+
+/* The value of a UINT or SIZE option, checked against its range. Returns
+ * 0, or -EINVAL with the reason in err. */
+static int parse_number(struct sfs_options *o, const struct sfs_opt_def *d, const char *val,
+			char *err, size_t len)
+{
+	uint64_t v;
+
+	if (!val || !*val)
+		return fail(err, len, "mount option '%s' needs a value", d->name);
+	if ((d->kind == SFS_OPT_UINT ? parse_uint(val, &v) : sfs_parse_size(val, &v)) < 0)
+		return fail(err, len, "mount option '%s=%s': not a%s number", d->name, val,
+			    d->kind == SFS_OPT_SIZE ? " size or" : "n unsigned");
+	if (v < d->min || v > d->max)
+		return fail(err, len, "mount option '%s=%s' is out of range (%llu..%llu)", d->name,
+			    val, (unsigned long long)d->min, (unsigned long long)d->max);
+	store(o, d, v);
+	return 0;
+}
+
+/* The value (NULL: none given) of the table's option d. Returns 0, -ENOMEM,
+ * or -EINVAL with the reason in err. */
+static int parse_value(struct sfs_options *o, const struct sfs_opt_def *d, const char *val,
+		       char *err, size_t len)
+{
+	switch (d->kind) {
+	case SFS_OPT_IGNORED:
+	case SFS_OPT_FLAG:
+		if (val)
+			return fail(err, len, "mount option '%s' takes no value", d->name);
+		if (d->kind == SFS_OPT_FLAG)
+			store(o, d, d->set_to);
+		return 0;
+	case SFS_OPT_IGNORED_VALUE:
+		return 0;
+	case SFS_OPT_STRING: {
+		if (!val || !*val)
+			return fail(err, len, "mount option '%s' needs a value", d->name);
+		char **dst = (char **)((char *)o + d->offset);
+		free(*dst);
+		return (*dst = strdup(val)) ? 0 : -ENOMEM;
+	}
+	case SFS_OPT_CHOICE:
+		return parse_choice(o, d, val, err, len);
+	case SFS_OPT_UINT:
+	case SFS_OPT_SIZE:
+		return parse_number(o, d, val, err, len);
+	}
+	return -EINVAL;
+}
+
+/* One "name[=value]" item of -o (modified in place). Returns 0, -ENOMEM, or
+ * -EINVAL with the reason in err. */
 static int parse_one(struct sfs_options *o, char *item, char *err, size_t len)
 {
 	char *val = strchr(item, '=');
@@ -242,64 +392,14 @@ static int parse_one(struct sfs_options *o, char *item, char *err, size_t len)
 		return fail(err, len, "mount option '=%s' has no name", val ? val : "");
 	if (!strncmp(item, "x-", 2))
 		return 0; /* userspace mount hints (x-systemd.*) are not ours */
-	for (size_t i = 0; i < sizeof(opt_table) / sizeof(opt_table[0]); i++) {
-		const struct opt_def *d = &opt_table[i];
-		uint64_t v;
+	for (size_t i = 0; i < N_OPTS; i++) {
+		const struct sfs_opt_def *d = &opt_table[i];
 		if (strcmp(d->name, item))
 			continue;
-		switch (d->kind) {
-		case OPT_IGNORED:
-		case OPT_FLAG:
-			if (val)
-				return fail(err, len, "mount option '%s' takes no value", item);
-			if (d->kind == OPT_FLAG)
-				*(bool *)((char *)o + d->offset) = d->width;
-			return 0;
-		case OPT_IGNORED_VALUE:
-			return 0;
-		case OPT_STRING: {
-			if (!val || !*val)
-				return fail(err, len, "mount option '%s' needs a value", item);
-			char **dst = (char **)((char *)o + d->offset);
-			free(*dst);
-			if (!(*dst = strdup(val)))
-				return -ENOMEM;
-			return 0;
-		}
-		case OPT_CHOICE: {
-			if (!val || !*val)
-				return fail(err, len, "mount option '%s' needs a value (%s)", item,
-					    d->choices);
-			unsigned k = 0;
-			for (const char *c = d->choices; *c; k++) {
-				size_t n = strcspn(c, "|");
-				if (strlen(val) == n && !strncmp(c, val, n)) {
-					*(unsigned *)((char *)o + d->offset) = k;
-					if (d->offset == offsetof(struct sfs_options, cache_policy))
-						o->cache_policy_given = true;
-					return 0;
-				}
-				c += n + (c[n] == '|');
-			}
-			return fail(err, len, "mount option '%s=%s': expected one of %s", item, val,
-				    d->choices);
-		}
-		case OPT_UINT:
-		case OPT_SIZE:
-			if (!val || !*val)
-				return fail(err, len, "mount option '%s' needs a value", item);
-			if ((d->kind == OPT_UINT ? parse_uint(val, &v) : sfs_parse_size(val, &v)) <
-			    0)
-				return fail(err, len, "mount option '%s=%s': not a%s number", item,
-					    val, d->kind == OPT_SIZE ? " size or" : "n unsigned");
-			if (v < d->min || v > d->max)
-				return fail(err, len,
-					    "mount option '%s=%s' is out of range (%llu..%llu)",
-					    item, val, (unsigned long long)d->min,
-					    (unsigned long long)d->max);
-			store(o, d, v);
-			return 0;
-		}
+		int rc = parse_value(o, d, val, err, len);
+		if (rc == 0 && d->given)
+			*(bool *)((char *)o + d->given) = true;
+		return rc;
 	}
 	return unknown_option(item, err, len);
 }
@@ -358,24 +458,13 @@ static int parse_source(struct sfs_options *o, const char *src, char *err, size_
 	return 0;
 }
 
-int sfs_options_parse(int argc, char **argv, struct sfs_options *o, char *err, size_t len)
+/* The command line after argv[0]: flags, -o lists, and the two positionals
+ * into pos (*n_pos of them). Returns 0 (also for -h and -V, which stop it),
+ * -ENOMEM, or -EINVAL with the reason in err. */
+static int parse_args(int argc, char **argv, struct sfs_options *o, const char *pos[2], int *n_pos,
+		      char *err, size_t len)
 {
-	const char *pos[2];
-	int n_pos = 0, rc;
-
-	memset(o, 0, sizeof(*o));
-	o->nconnect = SFS_DEFAULT_NCONNECT;
-	o->rsize = SFS_DEFAULT_RSIZE;
-	o->timeo_ds = SFS_DEFAULT_TIMEO_DS;
-	o->retrans = SFS_DEFAULT_RETRANS;
-	o->actimeo_s = SFS_DEFAULT_ACTIMEO_S;
-	o->max_threads = 64;
-	o->uid = getuid(); /* like the kernel NFS client: the mounter's identity */
-	o->gid = getgid();
-	o->prefetch_mem = SFS_DEFAULT_PREFETCH_MEM;
-	o->prefetch_max = SFS_DEFAULT_PREFETCH_MAX;
-	o->prefetch = 1; /* shard */
-	o->namespace_max = SFS_DEFAULT_NAMESPACE_MAX;
+	int rc;
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -401,22 +490,19 @@ int sfs_options_parse(int argc, char **argv, struct sfs_options *o, char *err, s
 				return rc;
 		} else if (a[0] == '-' && a[1]) {
 			return fail(err, len, "unknown option '%s'", a);
-		} else if (n_pos < 2) {
-			pos[n_pos++] = a;
+		} else if (*n_pos < 2) {
+			pos[(*n_pos)++] = a;
 		} else {
 			return fail(err, len, "unexpected argument '%s'", a);
 		}
 	}
-	if (n_pos < 2)
-		return fail(err, len,
-			    n_pos ? "missing MOUNTPOINT" : "missing source and MOUNTPOINT");
-	if ((rc = parse_source(o, pos[0], err, len)))
-		return rc;
-	if (!*pos[1])
-		return fail(err, len, "empty mountpoint");
-	o->mountpoint = strdup(pos[1]);
-	if (!o->mountpoint)
-		return -ENOMEM;
+	return 0;
+}
+
+/* Checks and implications across options, once all are parsed. Returns 0,
+ * or -EINVAL with the reason in err. */
+static int finish_options(struct sfs_options *o, char *err, size_t len)
+{
 	if (o->cache_dir && o->cache_dir[0] != '/')
 		return fail(err, len, "cache_dir '%s' must be an absolute path", o->cache_dir);
 	/* Settings of a cache that is not there mean a forgotten cache_dir. */
@@ -443,6 +529,27 @@ int sfs_options_parse(int argc, char **argv, struct sfs_options *o, char *err, s
 	if (o->noimmutable)
 		o->immutable = false;
 	return 0;
+}
+
+int sfs_options_parse(int argc, char **argv, struct sfs_options *o, char *err, size_t len)
+{
+	const char *pos[2];
+	int n_pos = 0, rc;
+
+	set_defaults(o);
+	if ((rc = parse_args(argc, argv, o, pos, &n_pos, err, len)) || o->help || o->version)
+		return rc;
+	if (n_pos < 2)
+		return fail(err, len,
+			    n_pos ? "missing MOUNTPOINT" : "missing source and MOUNTPOINT");
+	if ((rc = parse_source(o, pos[0], err, len)))
+		return rc;
+	if (!*pos[1])
+		return fail(err, len, "empty mountpoint");
+	o->mountpoint = strdup(pos[1]);
+	if (!o->mountpoint)
+		return -ENOMEM;
+	return finish_options(o, err, len);
 }
 
 void sfs_options_free(struct sfs_options *o)
@@ -520,83 +627,141 @@ int sfs_resolve_hosts(const char *hosts, char ***out, char *err, size_t len)
 	return (int)n;
 }
 
+#define USAGE_WIDTH    79	    /* columns of --help */
+#define USAGE_TEXT_COL 22	    /* where an option's text starts */
+#define USAGE_FOREVER  (1ull << 50) /* a maximum this large is not worth showing */
+
+/* Print text's words from column col on, wrapped at USAGE_WIDTH, each new
+ * line indented to column indent; ends the line. */
+static void print_wrapped(FILE *out, size_t col, size_t indent, const char *text)
+{
+	bool fresh = true; /* no word on this line yet */
+
+	for (const char *w = text; *w;) {
+		size_t n = strcspn(w, " ");
+		if (!fresh && col + 1 + n > USAGE_WIDTH) {
+			fprintf(out, "\n%*s", (int)indent, "");
+			col = indent;
+			fresh = true;
+		}
+		fprintf(out, "%s%.*s", fresh ? "" : " ", (int)n, w);
+		col += n + !fresh;
+		fresh = false;
+		w += n;
+		w += strspn(w, " ");
+	}
+	fputc('\n', out);
+}
+
+/* A number as --help shows it: sizes with the largest exact suffix. */
+static const char *format_value(const struct sfs_opt_def *d, uint64_t v, char *buf, size_t len)
+{
+	static const char suffix[] = "KMGT";
+	int k = 0;
+
+	while (d->kind == SFS_OPT_SIZE && v && k < 4 && v % 1024 == 0) {
+		v /= 1024;
+		k++;
+	}
+	snprintf(buf, len, "%llu%.*s", (unsigned long long)v, k > 0, k > 0 ? &suffix[k - 1] : "");
+	return buf;
+}
+
+/* The parenthesis closing an option's --help text: its range and default,
+ * into buf (empty for a flag that is off by default). Returns buf. */
+static const char *describe_default(const struct sfs_opt_def *d, char *buf, size_t len)
+{
+	char lo[32], hi[32], def[64] = "";
+
+	buf[0] = 0;
+	if (d->def_help)
+		snprintf(def, sizeof(def), "default: %s", d->def_help);
+	else if (d->kind == SFS_OPT_UINT || d->kind == SFS_OPT_SIZE)
+		snprintf(def, sizeof(def), "default %s", format_value(d, d->def, lo, sizeof(lo)));
+	else if (d->kind == SFS_OPT_CHOICE)
+		for (const struct sfs_opt_choice *c = d->choices; c->name; c++)
+			if ((uint64_t)c->value == d->def)
+				snprintf(def, sizeof(def), "default %s", c->name);
+	if (d->kind == SFS_OPT_FLAG && !d->set_to)
+		snprintf(def, sizeof(def), "default"); /* stores what the field starts as */
+	if ((d->kind == SFS_OPT_UINT || d->kind == SFS_OPT_SIZE) && d->max < USAGE_FOREVER)
+		snprintf(buf, len, " (%s..%s, %s)", format_value(d, d->min, lo, sizeof(lo)),
+			 format_value(d, d->max, hi, sizeof(hi)), def);
+	else if (def[0])
+		snprintf(buf, len, " (%s)", def);
+	return buf;
+}
+
+/* One option of the table in --help: "  name=META  text (range, default)". */
+static void usage_option(FILE *out, const struct sfs_opt_def *d)
+{
+	char label[300], text[1200], tail[160];
+
+	if (d->kind == SFS_OPT_CHOICE) {
+		char words[256];
+		snprintf(label, sizeof(label), "  %s=%s", d->name,
+			 choice_list(d, words, sizeof(words)));
+	} else {
+		snprintf(label, sizeof(label), "  %s%s%s", d->name, d->meta ? "=" : "",
+			 d->meta ? d->meta : "");
+	}
+	snprintf(text, sizeof(text), "%s%s", d->help, describe_default(d, tail, sizeof(tail)));
+	/* The text starts at USAGE_TEXT_COL, or two spaces after a longer label:
+	 * every option's line is "  name" and a space or '=' (test_package.sh). */
+	size_t n = strlen(label), col = n < USAGE_TEXT_COL ? USAGE_TEXT_COL : n + 2;
+	fprintf(out, "%s%*s", label, (int)(col - n), "");
+	print_wrapped(out, col, USAGE_TEXT_COL, text);
+}
+
+/* The generic mount(8) options the table accepts and ignores, as one
+ * paragraph. */
+static void usage_ignored(FILE *out)
+{
+	char text[1024];
+	size_t used = (size_t)snprintf(text, sizeof(text),
+				       "Generic mount options, accepted and "
+				       "ignored (the mount is always "
+				       "read-only):");
+
+	for (size_t i = 0; i < N_OPTS && used < sizeof(text); i++)
+		if (opt_table[i].kind == SFS_OPT_IGNORED ||
+		    opt_table[i].kind == SFS_OPT_IGNORED_VALUE)
+			used += (size_t)snprintf(
+			    text + used, sizeof(text) - used, " %s%s,", opt_table[i].name,
+			    opt_table[i].kind == SFS_OPT_IGNORED ? "" : "=...");
+	if (used < sizeof(text))
+		snprintf(text + used, sizeof(text) - used, " x-*");
+	print_wrapped(out, 0, 0, text);
+}
+
 void sfs_options_usage(FILE *out, const char *prog)
 {
-	fprintf(
-	    out,
-	    "usage: %s [-f] [-d] [-o OPT[,OPT...]] HOST[,HOST...]:/EXPORT MOUNTPOINT\n"
-	    "\n"
-	    "Mount an NFSv3 export served by every HOST (the nodes of a scale-out cluster)\n"
-	    "read-only at MOUNTPOINT, striping reads across all nodes. A HOST is an IPv4\n"
-	    "address or a DNS name; a name with several addresses contributes them all.\n"
-	    "\n"
-	    "  -f                  stay in the foreground (log to stderr)\n"
-	    "  -d                  debug logging (implies -f)\n"
-	    "  -h, --help          this text\n"
-	    "  -V, --version       print the version\n"
-	    "\n"
-	    "Mount options (-o):\n"
-	    "  nconnect=N          TCP connections per node address, 1..16 (default %u)\n"
-	    "  rsize=BYTES         largest READ, 4096..1048576, capped by the server (default %u)\n"
-	    "  timeo=DECISECONDS   a request without a reply after this is re-issued on\n"
-	    "                      another node, 1..6000 (default %u = %.1f s)\n"
-	    "  retrans=N           after timeo*retrans without a reply a connection is dropped\n"
-	    "                      and, under soft, a request no node can serve fails with EIO\n"
-	    "                      (default %u)\n"
-	    "  soft                fail reads with EIO when no node answers (default)\n"
-	    "  hard                wait for the cluster to come back instead\n"
-	    "  actimeo=SECONDS     attribute and directory entry cache time, 0..86400\n"
-	    "                      (default %u)\n"
-	    "  uid=N, gid=N        AUTH_SYS identity of every NFS request, whoever the\n"
-	    "                      reader is (default: the mounting user's)\n"
-	    "  allow_other         let users other than the mounter access the mount; implies\n"
-	    "                      default_permissions: the kernel checks each caller's uid,\n"
-	    "                      gid and groups against the file's mode, owner and group\n"
-	    "  default_permissions let the kernel check file modes (also without allow_other)\n"
-	    "  allow_other_unchecked  allow_other WITHOUT that check: every local user reads\n"
-	    "                      whatever the NFS identity (uid=, gid=) can read, whatever\n"
-	    "                      the mode. Unsafe on shared nodes; only for single-tenant\n"
-	    "                      nodes whose users are all allowed to read the whole export\n"
-	    "  immutable           the files under the export do not change while mounted:\n"
-	    "                      never revalidate, keep the names and attributes seen in\n"
-	    "                      cache_dir, and serve them (and cached data) with every\n"
-	    "                      node down. Implied by a path under .snapshot/\n"
-	    "  noimmutable         not immutable, even under .snapshot/\n"
-	    "  namespace_max=N     immutable: names kept at most, ~200 bytes each in memory\n"
-	    "                      and on disk (default %u); beyond it, NFS answers\n"
-	    "  overmount           mount even if MOUNTPOINT is already a mount (stacks this\n"
-	    "                      mount on top; refused by default)\n"
-	    "  direct_io           bypass the kernel page cache: one copy less per byte,\n"
-	    "                      no sharing of cached pages between readers\n"
-	    "  prefetch_mem=SIZE   memory for fetch buffers in flight, K/M/G suffixes\n"
-	    "                      (default %lluM)\n"
-	    "  cache_dir=PATH      keep fetched chunks on local disk (NVMe) in PATH, across\n"
-	    "                      epochs and restarts; created 0700. Default: no cache\n"
-	    "  cache_size=SIZE     cache capacity, K/M/G/T (default: 90%% of the filesystem;\n"
-	    "                      5%% of it, at most 4G, is always left free)\n"
-	    "  cache_policy=lru|pin lru: evict least recently used files (dataset fits);\n"
-	    "                      pin: once full keep what is cached, admit nothing new\n"
-	    "                      (dataset larger than the cache) (default lru)\n"
-	    "  prefetch=shard|readahead|off  shard: open() of a file up to prefetch_max\n"
-	    "                      fetches it whole into the cache; readahead: a window\n"
-	    "                      ahead of sequential readers only (default shard)\n"
-	    "  prefetch_max=SIZE   largest file fetched whole on open (default %lluG)\n"
-	    "  io_threads=N        NFS I/O threads, 0 = one per CPU (default 0)\n"
-	    "  max_threads=N       FUSE worker threads (default 64)\n"
-	    "Generic mount options (ro, rw, _netdev, nofail, noauto, defaults, ...) are\n"
-	    "accepted and ignored: the mount is always read-only.\n"
-	    "\n"
-	    "\n"
-	    "Permissions: NFS sees only the uid=/gid= identity; the server's own checks\n"
-	    "(and ACLs) apply to that identity, not to the local reader. The kernel check\n"
-	    "covers mode bits, owner and group (supplementary groups included) as NFS\n"
-	    "reports them, cached for actimeo; server-side ACLs are not evaluated per\n"
-	    "reader.\n"
-	    "\n"
-	    "Statistics: MOUNTPOINT/.shardfs/stats (Prometheus text format), with reads\n"
-	    "counted per job (Slurm job, Kubernetes pod or uid, from the reader's cgroup).\n",
-	    prog, SFS_DEFAULT_NCONNECT, SFS_DEFAULT_RSIZE, SFS_DEFAULT_TIMEO_DS,
-	    SFS_DEFAULT_TIMEO_DS / 10.0, SFS_DEFAULT_RETRANS, SFS_DEFAULT_ACTIMEO_S,
-	    SFS_DEFAULT_NAMESPACE_MAX, (unsigned long long)(SFS_DEFAULT_PREFETCH_MEM >> 20),
-	    (unsigned long long)(SFS_DEFAULT_PREFETCH_MAX >> 30));
+	fprintf(out,
+		"usage: %s [-f] [-d] [-o OPT[,OPT...]] HOST[,HOST...]:/EXPORT MOUNTPOINT\n"
+		"\n"
+		"Mount an NFSv3 export served by every HOST (the nodes of a scale-out cluster)\n"
+		"read-only at MOUNTPOINT, striping reads across all nodes. A HOST is an IPv4\n"
+		"address or a DNS name; a name with several addresses contributes them all.\n"
+		"\n"
+		"  -f                  stay in the foreground (log to stderr)\n"
+		"  -d                  debug logging (implies -f)\n"
+		"  -h, --help          this text\n"
+		"  -V, --version       print the version\n"
+		"\n"
+		"Mount options (-o):\n",
+		prog);
+	for (size_t i = 0; i < N_OPTS; i++)
+		if (opt_table[i].help)
+			usage_option(out, &opt_table[i]);
+	usage_ignored(out);
+	fputs("\n"
+	      "Permissions: NFS sees only the uid=/gid= identity; the server's own checks\n"
+	      "(and ACLs) apply to that identity, not to the local reader. The kernel check\n"
+	      "covers mode bits, owner and group (supplementary groups included) as NFS\n"
+	      "reports them, cached for actimeo; server-side ACLs are not evaluated per\n"
+	      "reader.\n"
+	      "\n"
+	      "Statistics: MOUNTPOINT/.shardfs/stats (Prometheus text format), with reads\n"
+	      "counted per job (Slurm job, Kubernetes pod or uid, from the reader's cgroup).\n",
+	      out);
 }

@@ -15,15 +15,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Defaults, each defined once. See README "Mount options" for the reasons. */
-#define SFS_DEFAULT_NCONNECT	  2
-#define SFS_DEFAULT_RSIZE	  (1u << 20)
-#define SFS_DEFAULT_TIMEO_DS	  50
-#define SFS_DEFAULT_RETRANS	  2
-#define SFS_DEFAULT_ACTIMEO_S	  60
-#define SFS_DEFAULT_PREFETCH_MEM  (256ull << 20)
-#define SFS_DEFAULT_PREFETCH_MAX  (2ull << 30)
-#define SFS_DEFAULT_NAMESPACE_MAX 2000000
+#include "../cache/prefetch.h"
+#include "../cache/store.h"
+
 /* Kernel entry/attr timeout under immutable: a year, i.e. never revalidate. */
 #define SFS_IMMUTABLE_TIMEOUT_S (365.0 * 86400)
 
@@ -42,21 +36,66 @@ struct sfs_options {
 	unsigned actimeo_s;
 	uint32_t uid, gid;
 	bool allow_other, default_permissions;
-	bool allow_other_unchecked; /* allow_other without default_permissions (unsafe) */
-	bool overmount;		    /* mount on top of a mount already at MOUNTPOINT */
-	bool direct_io;		    /* bypass the kernel page cache for file data */
-	unsigned io_threads;	    /* 0 = one per CPU */
-	unsigned max_threads;	    /* FUSE worker threads */
-	uint64_t prefetch_mem;	    /* budget for fetch buffers in memory */
-	char *cache_dir;	    /* NULL: no local cache */
-	uint64_t cache_size;	    /* 0: 90% of cache_dir's filesystem */
-	unsigned cache_policy;	    /* 0 lru, 1 pin (enum sfs_store_policy) */
-	unsigned prefetch;	    /* 0 readahead, 1 shard, 2 off (enum sfs_prefetch_mode) */
-	uint64_t prefetch_max;	    /* shard: files up to this size are fetched whole */
-	bool immutable;		    /* files never change: no revalidation, namespace kept */
-	bool noimmutable;	    /* refuse the immutable implied by a .snapshot/ path */
-	uint64_t namespace_max;	    /* immutable: names held at most (memory and cache_dir) */
+	bool allow_other_unchecked;	    /* allow_other without default_permissions (unsafe) */
+	bool overmount;			    /* mount on top of a mount already at MOUNTPOINT */
+	bool direct_io;			    /* bypass the kernel page cache for file data */
+	unsigned io_threads;		    /* 0 = one per CPU */
+	unsigned max_threads;		    /* FUSE worker threads */
+	uint64_t prefetch_mem;		    /* budget for fetch buffers in memory */
+	char *cache_dir;		    /* NULL: no local cache */
+	uint64_t cache_size;		    /* 0: 90% of cache_dir's filesystem */
+	enum sfs_store_policy cache_policy; /* cache_policy=lru|pin */
+	enum sfs_prefetch_mode prefetch;    /* prefetch=readahead|shard|off */
+	uint64_t prefetch_max;		    /* shard: files up to this size are fetched whole */
+	bool immutable;		/* files never change: no revalidation, namespace kept */
+	bool noimmutable;	/* refuse the immutable implied by a .snapshot/ path */
+	uint64_t namespace_max; /* immutable: names held at most (memory and cache_dir) */
 };
+
+/*
+ * The option table (fs/options.c) is the one place a mount option is
+ * declared: its name, its value's kind and range, its default, where the
+ * value goes in struct sfs_options, and its --help text. Parsing, defaults
+ * and the usage text are all driven by it. Exposed read-only for tests.
+ */
+enum sfs_opt_kind {
+	SFS_OPT_FLAG,	       /* "name": stores .set_to into a bool */
+	SFS_OPT_UINT,	       /* "name=N", min..max */
+	SFS_OPT_SIZE,	       /* "name=SIZE" with K/M/G/T, min..max */
+	SFS_OPT_STRING,	       /* "name=TEXT", strdup'd */
+	SFS_OPT_CHOICE,	       /* "name=WORD", one of .choices, stores its value */
+	SFS_OPT_IGNORED,       /* generic mount(8) flag: accepted, ignored */
+	SFS_OPT_IGNORED_VALUE, /* generic mount(8) "name[=value]": accepted, ignored */
+};
+
+/* One word of a SFS_OPT_CHOICE option and the module's enum value for it. */
+struct sfs_opt_choice {
+	const char *name;
+	int value;
+};
+
+struct sfs_opt_def {
+	const char *name;
+	enum sfs_opt_kind kind;
+	size_t offset; /* of the destination in struct sfs_options */
+	size_t width;  /* bytes of the destination: 1 (bool), 4 or 8 */
+	uint64_t min, max;
+	/* The default, stored before parsing: a number (UINT, SIZE), a choice's
+	 * value (CHOICE). def_fn, when set, computes it instead (uid, gid). A
+	 * FLAG's bool starts false (set_to is what the flag stores), a STRING
+	 * starts NULL. */
+	uint64_t def;
+	uint64_t (*def_fn)(void);
+	bool set_to;
+	const struct sfs_opt_choice *choices; /* CHOICE: ends with {NULL} */
+	size_t given;	      /* offset of a bool set when the option is given, or 0 */
+	const char *meta;     /* the value's name in --help ("N", "SIZE") */
+	const char *help;     /* --help text; NULL only for IGNORED kinds */
+	const char *def_help; /* the default in words where the value does not say it */
+};
+
+/* The table and its length (*n). Never NULL. */
+const struct sfs_opt_def *sfs_options_table(size_t *n);
 
 /*
  * Parse argv (argv[0] is the program). On success returns 0 and fills o
@@ -65,6 +104,7 @@ struct sfs_options {
  */
 int sfs_options_parse(int argc, char **argv, struct sfs_options *o, char *err, size_t err_len);
 void sfs_options_free(struct sfs_options *o);
+/* Print the --help text, generated from the option table, to out. */
 void sfs_options_usage(FILE *out, const char *prog);
 
 /*

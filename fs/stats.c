@@ -349,23 +349,23 @@ static void render_staging(FILE *f, struct sfs_fs *fs)
 	       fs->staging ? sfs_staging_gpu_count(fs->staging) : 0);
 	help(f, "shardfs_stage_bytes_total", "counter",
 	     "Bytes placed by SHARDFS_IOC_STAGE, by target.");
-	for (int t = 0; t < SFS_STAGE_T_COUNT; t++)
+	for (int t = 0; t < SFS_STAGE_KIND_COUNT; t++)
 		fprintf(f, "shardfs_stage_bytes_total{target=\"%s\"} %llu\n",
-			sfs_stage_target_names[t],
+			sfs_stage_target_name((enum sfs_stage_kind)t),
 			(unsigned long long)__atomic_load_n(&fs->stage_bytes[t], __ATOMIC_RELAXED));
 	help(f, "shardfs_stage_requests_total", "counter",
 	     "SHARDFS_IOC_STAGE calls served, by target.");
-	for (int t = 0; t < SFS_STAGE_T_COUNT; t++)
+	for (int t = 0; t < SFS_STAGE_KIND_COUNT; t++)
 		fprintf(
 		    f, "shardfs_stage_requests_total{target=\"%s\"} %llu\n",
-		    sfs_stage_target_names[t],
+		    sfs_stage_target_name((enum sfs_stage_kind)t),
 		    (unsigned long long)__atomic_load_n(&fs->stage_requests[t], __ATOMIC_RELAXED));
 	help(f, "shardfs_stage_errors_total", "counter",
 	     "Staging ioctls refused or failed, by reason.");
 	for (int r = 0; r < SFS_STAGE_E_COUNT; r++)
 		fprintf(
 		    f, "shardfs_stage_errors_total{reason=\"%s\"} %llu\n",
-		    sfs_stage_reason_names[r],
+		    sfs_stage_reason_name((enum sfs_stage_reason)r),
 		    (unsigned long long)__atomic_load_n(&fs->stage_errors[r], __ATOMIC_RELAXED));
 }
 

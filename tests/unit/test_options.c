@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -29,6 +30,28 @@ static int parse(const char *const *args, struct sfs_options *o, char *err, size
 	argv[argc] = NULL;
 	memset(err, 0, len);
 	return sfs_options_parse(argc, argv, o, err, len);
+}
+
+/* The table's row for name, or NULL. */
+static const struct sfs_opt_def *table_row(const char *name)
+{
+	size_t n;
+	const struct sfs_opt_def *t = sfs_options_table(&n);
+
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(t[i].name, name))
+			return &t[i];
+	return NULL;
+}
+
+/* The default the table declares for name (UINT, SIZE, CHOICE). */
+static uint64_t table_default(const char *name)
+{
+	const struct sfs_opt_def *d = table_row(name);
+
+	if (!d)
+		abort();
+	return d->def;
 }
 
 #define ARGV(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -83,16 +106,18 @@ static void test_defaults(void)
 	int rc = parse(ARGV("h1:/ifs", "/mnt"), &o, err, sizeof(err));
 
 	ok(rc == 0, "plain SOURCE MOUNTPOINT parses (rc %d, \"%s\")", rc, err);
-	ok(o.nconnect == 2 && o.nconnect == SFS_DEFAULT_NCONNECT, "default nconnect 2 (%u)",
+	ok(o.nconnect == 2 && o.nconnect == table_default("nconnect"), "default nconnect 2 (%u)",
 	   o.nconnect);
-	ok(o.rsize == 1048576 && o.rsize == SFS_DEFAULT_RSIZE, "default rsize 1 MiB (%u)", o.rsize);
-	ok(o.timeo_ds == 50 && o.timeo_ds == SFS_DEFAULT_TIMEO_DS, "default timeo 50 (%u)",
+	ok(o.rsize == 1048576 && o.rsize == table_default("rsize"), "default rsize 1 MiB (%u)",
+	   o.rsize);
+	ok(o.timeo_ds == 50 && o.timeo_ds == table_default("timeo"), "default timeo 50 (%u)",
 	   o.timeo_ds);
-	ok(o.retrans == 2 && o.retrans == SFS_DEFAULT_RETRANS, "default retrans 2 (%u)", o.retrans);
+	ok(o.retrans == 2 && o.retrans == table_default("retrans"), "default retrans 2 (%u)",
+	   o.retrans);
 	ok(!o.hard, "default soft");
-	ok(o.actimeo_s == 60 && o.actimeo_s == SFS_DEFAULT_ACTIMEO_S, "default actimeo 60 (%u)",
+	ok(o.actimeo_s == 60 && o.actimeo_s == table_default("actimeo"), "default actimeo 60 (%u)",
 	   o.actimeo_s);
-	ok(o.prefetch_mem == SFS_DEFAULT_PREFETCH_MEM, "default prefetch_mem (%llu)",
+	ok(o.prefetch_mem == table_default("prefetch_mem"), "default prefetch_mem (%llu)",
 	   (unsigned long long)o.prefetch_mem);
 	ok(o.uid == getuid() && o.gid == getgid(), "default uid/gid are the caller's (%u/%u)",
 	   o.uid, o.gid);
@@ -256,8 +281,8 @@ static void test_list_syntax(void)
 			"relatime,nodiratime,x-systemd.requires=network-online.target,comment",
 			"h1:/ifs", "/mnt"),
 		   &o, err, sizeof(err));
-	ok(rc == 0 && o.nconnect == SFS_DEFAULT_NCONNECT && o.rsize == SFS_DEFAULT_RSIZE &&
-	       !o.hard && !o.allow_other,
+	ok(rc == 0 && o.nconnect == table_default("nconnect") &&
+	       o.rsize == table_default("rsize") && !o.hard && !o.allow_other,
 	   "generic mount options accepted and ignored (rc %d, \"%s\")", rc, err);
 	sfs_options_free(&o);
 
@@ -456,8 +481,9 @@ static void test_immutable(void)
 	char err[512];
 
 	ok(parse(ARGV("h1:/ifs", "/mnt"), &o, err, sizeof(err)) == 0 && !o.immutable &&
-	       o.namespace_max == SFS_DEFAULT_NAMESPACE_MAX,
-	   "default: not immutable, namespace_max %u", SFS_DEFAULT_NAMESPACE_MAX);
+	       o.namespace_max == table_default("namespace_max"),
+	   "default: not immutable, namespace_max %llu",
+	   (unsigned long long)table_default("namespace_max"));
 	sfs_options_free(&o);
 	check_immutable("h1:/ifs", "immutable", true);
 	check_immutable("h1:/ifs", "immutable,noimmutable", false);
@@ -472,8 +498,102 @@ static void test_immutable(void)
 	ERR("immutable", "-o", "immutable=1", "h1:/ifs", "/mnt");
 }
 
+/* Every row of the table: a help text and a default that parses back into
+ * range, applied by a plain parse; every choice maps to its enum. */
+static void test_table(void)
+{
+	size_t n;
+	const struct sfs_opt_def *t = sfs_options_table(&n);
+	struct sfs_options o;
+	char err[512];
+	int rc = parse(ARGV("h1:/ifs", "/mnt"), &o, err, sizeof(err));
+
+	ok(rc == 0 && n > 20, "table of %zu rows; plain parse (rc %d)", n, rc);
+	for (size_t i = 0; i < n; i++) {
+		const struct sfs_opt_def *d = &t[i];
+		bool ignored = d->kind == SFS_OPT_IGNORED || d->kind == SFS_OPT_IGNORED_VALUE;
+		bool number = d->kind == SFS_OPT_UINT || d->kind == SFS_OPT_SIZE;
+		uint64_t def = d->def_fn ? d->def_fn() : d->def;
+		bool has_def = true, applied = true;
+		if (number)
+			has_def = (def >= d->min && def <= d->max) || d->def_help;
+		if (d->kind == SFS_OPT_STRING)
+			has_def =
+			    d->def_help != NULL; /* starts NULL; the help says what that means */
+		if (d->kind == SFS_OPT_CHOICE) {
+			has_def = false;
+			for (const struct sfs_opt_choice *c = d->choices; c->name; c++)
+				has_def |= (uint64_t)c->value == def;
+		}
+		if (number || d->kind == SFS_OPT_CHOICE || d->kind == SFS_OPT_FLAG)
+			applied = rc == 0 && field(&o, d->offset, d->width) ==
+						 (d->kind == SFS_OPT_FLAG ? 0 : def);
+		ok(d->name && d->name[0] && (ignored || (d->help && d->help[0])) && has_def &&
+		       applied,
+		   "table row '%s': help text, a default (%llu) in range or in words, applied",
+		   d->name, (unsigned long long)def);
+	}
+	sfs_options_free(&o);
+	ok(table_default("prefetch") == SFS_PREFETCH_SHARD &&
+	       table_default("cache_policy") == SFS_STORE_LRU,
+	   "default prefetch=shard, cache_policy=lru");
+	check_opt("prefetch=readahead", FIELD(prefetch), SFS_PREFETCH_READAHEAD);
+	check_opt("prefetch=shard", FIELD(prefetch), SFS_PREFETCH_SHARD);
+	check_opt("prefetch=off", FIELD(prefetch), SFS_PREFETCH_OFF);
+	check_opt("cache_dir=/c,cache_policy=pin", FIELD(cache_policy), SFS_STORE_PIN);
+	check_opt("cache_dir=/c,cache_policy=lru", FIELD(cache_policy), SFS_STORE_LRU);
+	check_opt("cache_dir=/c,cache_size=16M", FIELD(cache_size), 16ull << 20);
+	check_opt("prefetch_max=0", FIELD(prefetch_max), 0);
+	ERR("expected one of readahead|shard|off", "-o", "prefetch=x", "h1:/ifs", "/mnt");
+	ERR("'prefetch' needs a value (readahead|shard|off)", "-o", "prefetch", "h1:/ifs", "/mnt");
+	ERR("expected one of lru|pin", "-o", "cache_dir=/c,cache_policy=mru", "h1:/ifs", "/mnt");
+	ERR("must be an absolute path", "-o", "cache_dir=c", "h1:/ifs", "/mnt");
+}
+
+/* --help is generated from the table: every option has its line
+ * ("  name" then '=' or a space, as test_package.sh reads it), every
+ * ignored generic option is named, and every default is shown. */
+static void test_usage(void)
+{
+	char *text = NULL;
+	size_t text_len = 0, n;
+	FILE *f = open_memstream(&text, &text_len);
+	const struct sfs_opt_def *t = sfs_options_table(&n);
+
+	sfs_options_usage(f, "shardfs");
+	fclose(f);
+	for (size_t i = 0; i < n; i++) {
+		char line[128], word[128];
+		bool listed;
+		if (t[i].kind == SFS_OPT_IGNORED || t[i].kind == SFS_OPT_IGNORED_VALUE) {
+			/* a word of the generic paragraph: " ro," or "\nro," */
+			size_t len = strlen(t[i].name);
+			listed = false;
+			for (const char *p = text; (p = strstr(p + 1, t[i].name));)
+				listed |= (p[-1] == ' ' || p[-1] == '\n') &&
+					  (p[len] == ',' || p[len] == '=');
+		} else {
+			snprintf(line, sizeof(line), "\n  %s=", t[i].name);
+			snprintf(word, sizeof(word), "\n  %s ", t[i].name);
+			listed = strstr(text, line) || strstr(text, word);
+		}
+		ok(listed, "--help lists '%s'", t[i].name);
+	}
+	ok(strstr(text, "(1..16, default 2)") && strstr(text, "(4M..1T, default 256M)") &&
+	       strstr(text, "(default shard)") && strstr(text, "(default lru)") &&
+	       strstr(text, "default: the mounting user's") && strstr(text, "(default)"),
+	   "--help shows ranges and defaults from the table");
+	bool narrow = true;
+	for (const char *l = text; *l; l += strcspn(l, "\n") + (l[strcspn(l, "\n")] != 0))
+		narrow &= strcspn(l, "\n") <= 80;
+	ok(narrow, "--help lines fit 80 columns");
+	free(text);
+}
+
 int main(void)
 {
+	test_table();
+	test_usage();
 	test_immutable();
 	test_defaults();
 	test_values();
