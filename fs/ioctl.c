@@ -272,17 +272,18 @@ static int do_stage(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid, stru
 	enum sfs_stage_kind t = sfs_stage_region_kind(region);
 	s->bytes_placed = 0;
 	s->path = stage_targets[t].path;
-	struct sfs_prefetch_stats p0, p1;
-	sfs_prefetch_get_stats(fs->prefetch, &p0);
+	uint64_t from_cache = *cache_bytes;
 	for (uint32_t i = 0; i < s->n_ranges; i++) {
 		if ((rc = place_range(of, region, &s->ranges[i], cache_bytes)) < 0)
 			return rc;
 		s->bytes_placed += s->ranges[i].placed;
 	}
-	sfs_prefetch_get_stats(fs->prefetch, &p1);
-	if (p1.hit_bytes > p0.hit_bytes)
+	/* From this call's views (a byte is from the cache or was fetched from
+	 * NFS), not from mount-wide counters that other readers move too. */
+	from_cache = *cache_bytes - from_cache;
+	if (from_cache)
 		s->path |= SHARDFS_PATH_CACHE;
-	if (p1.miss_bytes > p0.miss_bytes || p1.fetched_bytes > p0.fetched_bytes)
+	if (s->bytes_placed > from_cache)
 		s->path |= SHARDFS_PATH_NFS;
 	__atomic_fetch_add(&fs->stage_bytes[t], s->bytes_placed, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&fs->stage_requests[t], 1, __ATOMIC_RELAXED);

@@ -9,6 +9,7 @@ import fcntl
 import multiprocessing.shared_memory as msm
 import os
 import struct
+import threading
 import sys
 
 import shardfs as S
@@ -58,6 +59,25 @@ if phase in ("cold", "warm"):
             want = S.PATH_NFS if phase == "cold" else S.PATH_CACHE
             ok(path & want and path & S.PATH_SHM_COPY, "path %s" % (S.path_names(path),))
             ok(r.stage([(0, len(ref) + 100, 10)])[0] == [0], "a range past EOF places 0")
+            if phase == "warm":
+                # Another reader fetches an uncached file from NFS meanwhile:
+                # each STAGE's path comes from its own bytes, all cached.
+                done = threading.Event()
+
+                def read_other():
+                    with open(os.path.join(mnt, "other"), "rb", buffering=0) as o:
+                        while o.read(1 << 20):
+                            pass
+                    done.set()
+                t = threading.Thread(target=read_other)
+                t.start()
+                paths = []
+                while not done.is_set() or not paths:
+                    paths.append(r.stage([(0, (len(paths) % 16) << 20, 1 << 20)])[1])
+                t.join()
+                ok(all(p & S.PATH_CACHE and not p & S.PATH_NFS for p in paths),
+                   "%d STAGEs of cached bytes beside a reader fetching from NFS: all 'cache' (%s)"
+                   % (len(paths), sorted(set(S.path_names(p) for p in paths))))
             many = [(i * 1000, i * 7777, 1000) for i in range(200)]
             placed, _ = r.stage(many)
             ok(placed == [1000] * 200 and exact(r.buf, many, placed, ref), "a batch of 200 ranges (several ioctls)")

@@ -10,6 +10,7 @@ export PYTHONPATH=$SRC_ROOT/tools/python
 mkdir -p "$EXPORT"
 head -c $((20 << 20 | 12345)) /dev/urandom >"$EXPORT/big"
 head -c 5000 /dev/urandom >"$EXPORT/small"
+head -c $((96 << 20)) /dev/urandom >"$EXPORT/other" # never cached: read beside staging
 sfs_cluster_up 4
 
 run_phase() {
