@@ -154,8 +154,12 @@ with open(sys.argv[1], "rb", buffering=0) as f:
 PY
 h=$(counter shardfs_cache_hit_bytes_total)
 diag "long shard: $(grep -E '^shardfs_(cache_write_skipped_bytes_total|cache_direct_reads_total|prefetch_write_pinned_bytes|prefetch_buffer_bytes) ' "$MNT/.shardfs/stats" | tr '\n' ' ')"
-check "long shard, slow cold reader: at most a stray chunk read back from the cache ($((h / 1024)) KiB)" \
-	[ "$h" -le $((2 * MB)) ]
+# Idle, nothing is read back; on a loaded machine (the full suite, TSan) a
+# few reads were judged out of order and read 3-9 MiB back through the
+# direct path. The bound catches what it is for: the pump dropping what it
+# fetched (242 MiB read back before f6807f0).
+check "long shard, slow cold reader: at most a few chunks read back from the cache ($((h / 1024)) KiB)" \
+	[ "$h" -le $((16 * MB)) ]
 check "long shard, cold: bytes exact" cmp -s "$MNT/long" "$EXPORT/long"
 wait_idle
 check "long shard, cold: all of it in the cache" \
