@@ -100,6 +100,19 @@ struct sfs_pf_file {
 	struct sfs_pf_file *prev, *next; /* protected by pf->files_lock */
 };
 
+/* How an asynchronous read is answered: the caller's done() and its copy
+ * of the caller's context (sfs_pf_read_async checked its length). */
+struct pf_answer {
+	sfs_pf_read_done done;
+	_Alignas(max_align_t) unsigned char arg[SFS_PF_ASYNC_ARG_MAX];
+};
+
+static void answer_set(struct pf_answer *a, sfs_pf_read_done done, const void *arg, size_t len)
+{
+	a->done = done;
+	memcpy(a->arg, arg, len);
+}
+
 /* A read of one chunk's range answered from the thread that completes the
  * range (sfs_pf_read_async): it pins its chunk and holds a reference on its
  * file until answered. Linked on f->waiters, protected by f->lock. */
@@ -107,8 +120,7 @@ struct pf_waiter {
 	struct pf_waiter *next;
 	struct pf_chunk *c;
 	uint64_t off, end;
-	sfs_pf_read_done done;
-	_Alignas(max_align_t) unsigned char arg[SFS_PF_ASYNC_ARG_MAX]; /* the caller's */
+	struct pf_answer answer;
 };
 
 struct sfs_prefetch {
@@ -451,6 +463,14 @@ static void chunk_add_parts(struct pf_chunk *c, uint64_t from, uint64_t to, uint
 	*n += k;
 }
 
+/* The origin's READ size, at most a chunk (0: the origin did not say). */
+static uint32_t pf_max_read(sfs_prefetch *pf)
+{
+	uint32_t max_read = sfs_origin_max_read(pf->origin);
+
+	return max_read == 0 || max_read > SFS_CHUNK_BYTES ? SFS_CHUNK_BYTES : max_read;
+}
+
 static unsigned parts_for(uint64_t from, uint64_t to, uint32_t max_read)
 {
 	return to > from ? (unsigned)((to - from + max_read - 1) / max_read) : 0;
@@ -509,10 +529,8 @@ static struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint6
 	uint32_t len =
 	    (uint32_t)(f->size - start < SFS_CHUNK_BYTES ? f->size - start : SFS_CHUNK_BYTES);
 	uint64_t end = start + len;
-	uint32_t max_read = sfs_origin_max_read(pf->origin);
+	uint32_t max_read = pf_max_read(pf);
 
-	if (max_read == 0 || max_read > SFS_CHUNK_BYTES)
-		max_read = SFS_CHUNK_BYTES;
 	/* The head, on 64 KiB blocks, inside the chunk; none if it is all of it. */
 	uint64_t h0 = head_from > start ? head_from & ~(uint64_t)0xffff : start;
 	uint64_t h1 = ((head_to + 0xffff) & ~(uint64_t)0xffff);
@@ -1242,26 +1260,42 @@ static ssize_t fetch_result(struct sfs_pf_file *f, const struct sfs_origin_req *
  * end of file, -errno (-ESTALE: the file changed since open), or -1 when the
  * chunk path must take it (no scratch, a tiny rsize).
  */
+/* What a direct fetch of [off, end) asks for: whole pages, the file's end
+ * the last, in n READs of max_read. */
+struct fetch_span {
+	uint64_t a0, a1;
+	uint32_t max_read;
+	unsigned n;
+};
+
+/* The span of [off, end), or false when a direct fetch cannot take it (more
+ * than DIRECT_FETCH_REQS READs: a tiny rsize; more than a scratch). */
+static bool fetch_span(const struct sfs_pf_file *f, uint64_t off, uint64_t end,
+		       struct fetch_span *sp)
+{
+	sp->a0 = off & ~(uint64_t)4095;
+	sp->a1 = (end + 4095) & ~(uint64_t)4095;
+	sp->a1 = sp->a1 < f->size ? sp->a1 : f->size;
+	sp->max_read = pf_max_read(f->pf);
+	sp->n = parts_for(sp->a0, sp->a1, sp->max_read);
+	return sp->n <= DIRECT_FETCH_REQS && sp->a1 - sp->a0 <= SFS_STORE_RANGE_BUF_BYTES;
+}
+
 static ssize_t direct_fetch(struct sfs_pf_file *f, uint64_t off, uint64_t end,
 			    struct sfs_pf_view *v)
 {
 	sfs_prefetch *pf = f->pf;
 	char *buf = scratch_get(pf);
-	uint64_t a0 = off & ~(uint64_t)4095, a1 = (end + 4095) & ~(uint64_t)4095;
-	uint32_t max_read = sfs_origin_max_read(pf->origin);
 	struct sfs_origin_req reqs[DIRECT_FETCH_REQS], *batch[DIRECT_FETCH_REQS];
+	struct fetch_span sp;
 
-	a1 = a1 < f->size ? a1 : f->size;
-	if (max_read == 0 || max_read > SFS_CHUNK_BYTES)
-		max_read = SFS_CHUNK_BYTES;
-	unsigned n = parts_for(a0, a1, max_read);
-	if (!buf || n > DIRECT_FETCH_REQS || a1 - a0 > SFS_STORE_RANGE_BUF_BYTES)
+	if (!buf || !fetch_span(f, off, end, &sp))
 		return -1;
-	read_parts(reqs, &f->fh, a0, a1, max_read, buf);
-	for (unsigned i = 0; i < n; i++)
+	read_parts(reqs, &f->fh, sp.a0, sp.a1, sp.max_read, buf);
+	for (unsigned i = 0; i < sp.n; i++)
 		batch[i] = &reqs[i];
-	sfs_origin_call_batch(pf->origin, batch, n);
-	return fetch_result(f, reqs, n, buf, a0, off, end, v);
+	sfs_origin_call_batch(pf->origin, batch, sp.n);
+	return fetch_result(f, reqs, sp.n, buf, sp.a0, off, end, v);
 }
 
 /* --- the direct fetch, answered from the I/O thread ------------------------ */
@@ -1275,9 +1309,8 @@ struct pf_fetch {
 	char *buf;
 	uint32_t buf_bytes;
 	unsigned n, pending; /* pending: atomic, READs not yet done */
-	sfs_pf_read_done done;
 	struct sfs_origin_req reqs[DIRECT_FETCH_REQS];
-	_Alignas(max_align_t) unsigned char arg[SFS_PF_ASYNC_ARG_MAX]; /* the caller's */
+	struct pf_answer answer;
 };
 
 /* Each READ's completion, on an I/O thread (or in sfs_origin_submit_batch
@@ -1292,7 +1325,7 @@ static void fetch_part_done(struct sfs_origin_req *r)
 	struct sfs_pf_file *f = x->f;
 	struct sfs_pf_view v = {0};
 	ssize_t n = fetch_result(f, x->reqs, x->n, x->buf, x->a0, x->off, x->end, &v);
-	x->done(x->arg, n, &v);
+	x->answer.done(x->answer.arg, n, &v);
 	buf_put_sized(f->pf, x->buf, x->buf_bytes);
 	free(x);
 	sfs_pf_file_unref(f);
@@ -1305,37 +1338,31 @@ static bool fetch_start(struct sfs_pf_file *f, uint64_t off, uint64_t end, sfs_p
 			const void *arg, size_t arg_len)
 {
 	sfs_prefetch *pf = f->pf;
-	uint64_t a0 = off & ~(uint64_t)4095, a1 = (end + 4095) & ~(uint64_t)4095;
-	uint32_t max_read = sfs_origin_max_read(pf->origin);
 	struct sfs_origin_req *batch[DIRECT_FETCH_REQS];
+	struct fetch_span sp;
 
-	a1 = a1 < f->size ? a1 : f->size;
-	if (max_read == 0 || max_read > SFS_CHUNK_BYTES)
-		max_read = SFS_CHUNK_BYTES;
-	unsigned n = parts_for(a0, a1, max_read);
-	if (n > DIRECT_FETCH_REQS || a1 - a0 > SFS_STORE_RANGE_BUF_BYTES ||
-	    arg_len > SFS_PF_ASYNC_ARG_MAX)
+	if (!fetch_span(f, off, end, &sp))
 		return false;
 	struct pf_fetch *x = malloc(sizeof(*x));
 	if (!x)
 		return false;
 	*x = (struct pf_fetch){
-	    .f = f, .a0 = a0, .off = off, .end = end, .n = n, .pending = n, .done = done};
-	memcpy(x->arg, arg, arg_len);
-	x->buf_bytes = (uint32_t)((a1 - a0 + 4095) & ~(uint64_t)4095);
+	    .f = f, .a0 = sp.a0, .off = off, .end = end, .n = sp.n, .pending = sp.n};
+	answer_set(&x->answer, done, arg, arg_len);
+	x->buf_bytes = (uint32_t)((sp.a1 - sp.a0 + 4095) & ~(uint64_t)4095);
 	pthread_mutex_lock(&pf->buf_lock);
 	x->buf = buf_get_sized(pf, x->buf_bytes, true);
 	if (!x->buf) {
 		free(x);
 		return false;
 	}
-	read_parts(x->reqs, &f->fh, a0, a1, max_read, x->buf);
-	for (unsigned i = 0; i < n; i++) {
+	read_parts(x->reqs, &f->fh, sp.a0, sp.a1, sp.max_read, x->buf);
+	for (unsigned i = 0; i < sp.n; i++) {
 		x->reqs[i].done = fetch_part_done;
 		x->reqs[i].arg = x;
 		batch[i] = &x->reqs[i];
 	}
-	sfs_origin_submit_batch(pf->origin, batch, n);
+	sfs_origin_submit_batch(pf->origin, batch, sp.n);
 	return true;
 }
 
@@ -1522,7 +1549,7 @@ static void waiters_answer(struct sfs_pf_file *f, struct pf_waiter *ready)
 		ssize_t n = fill_view(f, w->off, w->end, &w->c, 1, &v); /* ready: no wait */
 		f->refs += v.n_pins ? 1 : 0; /* the view's reference, as in chunk_read */
 		pthread_mutex_unlock(&f->lock);
-		w->done(w->arg, n, &v);
+		w->answer.done(w->answer.arg, n, &v);
 		sfs_pf_view_release(f, &v);
 		free(w);
 		sfs_pf_file_unref(f); /* the waiter's reference */
@@ -1535,12 +1562,12 @@ static void waiters_answer(struct sfs_pf_file *f, struct pf_waiter *ready)
 static bool waiter_add(struct sfs_pf_file *f, struct pf_chunk *c, uint64_t off, uint64_t end,
 		       sfs_pf_read_done done, const void *arg, size_t arg_len)
 {
-	struct pf_waiter *w = arg_len <= SFS_PF_ASYNC_ARG_MAX ? malloc(sizeof(*w)) : NULL;
+	struct pf_waiter *w = malloc(sizeof(*w));
 
 	if (!w)
 		return false;
-	*w = (struct pf_waiter){.next = f->waiters, .c = c, .off = off, .end = end, .done = done};
-	memcpy(w->arg, arg, arg_len);
+	*w = (struct pf_waiter){.next = f->waiters, .c = c, .off = off, .end = end};
+	answer_set(&w->answer, done, arg, arg_len);
 	f->waiters = w;
 	f->refs++;
 	return true;
@@ -1644,6 +1671,8 @@ ssize_t sfs_pf_read_async(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_p
 	if (((end - 1) >> SFS_CHUNK_SHIFT) - (off >> SFS_CHUNK_SHIFT) >= 3)
 		return -EINVAL;
 
+	if (arg_len > SFS_PF_ASYNC_ARG_MAX)
+		done = NULL; /* no room for the caller's context: answered here */
 	struct read_plan p = plan_read(f, off, end, done != NULL);
 	if (p.fetch_async) {
 		if (fetch_start(f, off, end, done, arg, arg_len))

@@ -161,8 +161,9 @@ typedef void (*sfs_pf_read_done)(void *arg, ssize_t n, const struct sfs_pf_view 
 ssize_t sfs_pf_read_async(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v,
 			  sfs_pf_read_done done, const void *arg, size_t arg_len);
 
-/* arg_len at most this: sfs_pf_read_async keeps a copy of the caller's
- * context with the fetch (no allocation of the caller's own per read). */
+/* arg_len at most this (a longer one is answered as sfs_pf_read would):
+ * sfs_pf_read_async keeps a copy of the caller's context with the fetch (no
+ * allocation of the caller's own per read). */
 #define SFS_PF_ASYNC_ARG_MAX 64
 void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v);
 
