@@ -14,28 +14,11 @@ import subprocess
 import sys
 
 import shardfs as S
+import tapcheck as T
 
 mnt, tool, phase = sys.argv[1:4]
-N = 0
-FAILED = 0
-
-
-def ok(cond, what, detail=""):
-    global N, FAILED
-    N += 1
-    FAILED += not cond
-    print(("ok" if cond else "not ok"), N, "-", "python " + phase + ":", what, flush=True)
-    if not cond and detail:
-        for line in str(detail).splitlines():
-            print("#", line, flush=True)
-
-
-def raises(fn, e):
-    try:
-        fn()
-        return False
-    except OSError as x:
-        return x.errno == e
+T.prefix = "python " + phase + ": "
+ok, raises = T.ok, T.raises
 
 
 def tool_list():
@@ -164,4 +147,4 @@ elif phase == "purge":
 else:
     print("usage: cache_check.py MOUNT TOOL list|keys|evict|uid|purge", file=sys.stderr)
     sys.exit(2)
-sys.exit(1 if FAILED else 0)
+T.done()

@@ -36,6 +36,19 @@ not_ok() { N_TESTS=$((N_TESTS + 1)); N_FAILED=$((N_FAILED + 1)); echo "not ok $N
 # check DESCRIPTION COMMAND...: one TAP line from the command's status.
 check() { local d=$1; shift; if "$@"; then ok "$d"; else not_ok "$d"; fi; }
 diag() { echo "# $*"; }
+# sfs_relay_tap CMD...: run CMD (a Python check, tapcheck.py) and count its
+# TAP lines as this test's; its other lines become diagnostics.
+sfs_relay_tap() {
+	local out line
+	out=$("$@" 2>&1)
+	while IFS= read -r line; do
+		case $line in
+		ok\ *) ok "${line#ok * - }" ;;
+		not\ ok\ *) not_ok "${line#not ok * - }" ;;
+		*) diag "$line" ;;
+		esac
+	done <<<"$out"
+}
 
 sfs_cleanup() {
 	set +e

@@ -13,25 +13,11 @@ import threading
 import sys
 
 import shardfs as S
+import tapcheck as T
 
 mnt, exp, phase = sys.argv[1:4]
-N = 0
-FAILED = 0
-
-
-def ok(cond, what):
-    global N, FAILED
-    N += 1
-    FAILED += not cond
-    print(("ok" if cond else "not ok"), N, "-", phase + ":", what, flush=True)
-
-
-def raises(fn, e):
-    try:
-        fn()
-        return False
-    except OSError as x:
-        return x.errno == e
+T.prefix = phase + ": "
+ok, raises = T.ok, T.raises
 
 
 ref = open(os.path.join(exp, "big"), "rb").read()
@@ -178,4 +164,4 @@ elif phase == "uid":
         ok(len(got) == 2 and got[0] == 1, "EPERM: a second uid cannot use root's region")
         ok(len(got) == 2 and got[1] == 1, "a second uid stages into its own shm object")
     f.close()
-sys.exit(1 if FAILED else 0)
+T.done()

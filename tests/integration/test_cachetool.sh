@@ -181,16 +181,8 @@ check "after purge every file reads byte-exact" bash -c "cmp -s '$MNT/shards/s3'
 # --- the Python module: cache_list, cache_key, cache_evict_keys, cache_evict, purge --
 # run_py PHASE: the TAP lines of tests/integration/cache_check.py as our own
 run_py() {
-	local out line
-	out=$(PYTHONPATH=$SRC_ROOT/tools/python python3 "$SRC_ROOT/tests/integration/cache_check.py" \
-		"$MNT" "$TOOL" "$1" 2>&1)
-	while IFS= read -r line; do
-		case $line in
-		ok\ *) ok "${line#ok * - }" ;;
-		not\ ok\ *) not_ok "${line#not ok * - }" ;;
-		*) diag "$line" ;;
-		esac
-	done <<<"$out"
+	sfs_relay_tap env PYTHONPATH="$SRC_ROOT/tools/python" python3 \
+		"$SRC_ROOT/tests/integration/cache_check.py" "$MNT" "$TOOL" "$1"
 }
 read_all
 wait_idle

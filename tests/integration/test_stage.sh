@@ -13,17 +13,7 @@ head -c 5000 /dev/urandom >"$EXPORT/small"
 head -c $((96 << 20)) /dev/urandom >"$EXPORT/other" # never cached: read beside staging
 sfs_cluster_up 4
 
-run_phase() {
-	local out
-	out=$(python3 "$SRC_ROOT/tests/integration/stage_check.py" "$MNT" "$EXPORT" "$1" 2>&1)
-	while IFS= read -r line; do
-		case $line in
-		ok\ *) ok "${line#ok * - }" ;;
-		not\ ok\ *) not_ok "${line#not ok * - }" ;;
-		*) diag "$line" ;;
-		esac
-	done <<<"$out"
-}
+run_phase() { sfs_relay_tap python3 "$SRC_ROOT/tests/integration/stage_check.py" "$MNT" "$EXPORT" "$1"; }
 
 # Cold: no cache, nothing read yet: every byte comes from NFS first.
 sfs_mount "prefetch=off,allow_other"
