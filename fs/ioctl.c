@@ -378,16 +378,13 @@ static int do_cache_evict(struct sfs_fs *fs, uid_t uid, struct shardfs_cache_evi
 	    !memchr(e->prefix, 0, sizeof(e->prefix)))
 		return -EINVAL;
 	if (e->flags & SHARDFS_EVICT_MOUNT_PATH) {
-		const char *ex = fs->opts->export_path, *rel = e->prefix;
-		size_t n = strlen(ex), k;
-		while (n > 1 && ex[n - 1] == '/')
-			n--;
+		const char *rel = e->prefix;
+		size_t k;
 		while (*rel == '/')
 			rel++;
 		for (k = strlen(rel); k > 0 && rel[k - 1] == '/';)
 			k--;
-		snprintf(prefix, sizeof(prefix), "%.*s%s%.*s", (int)n, ex,
-			 k && !(n == 1 && ex[0] == '/') ? "/" : "", (int)k, rel);
+		sfs_export_join(fs->opts, rel, k, prefix, sizeof(prefix));
 	} else if (!(e->flags & SHARDFS_EVICT_ALL) && e->prefix[0] != '/') {
 		return -EINVAL;
 	} else {

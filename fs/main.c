@@ -291,10 +291,7 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 		/* The files at the export's root form its own dataset; each
 		 * top-level directory one more (fs/ops.c child_dataset). */
 		char name[1100];
-		size_t n = strlen(o->export_path);
-		while (n > 1 && o->export_path[n - 1] == '/')
-			n--;
-		snprintf(name, sizeof(name), "%.*s", (int)n, o->export_path);
+		sfs_export_join(o, "", 0, name, sizeof(name));
 		fs->root_dataset = sfs_store_dataset(fs->store, name);
 		sfs_inode_root(fs->inodes)->dataset = fs->root_dataset;
 	}

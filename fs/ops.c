@@ -172,11 +172,7 @@ static uint32_t child_dataset(struct sfs_fs *fs, struct sfs_inode *p, const char
 		return __atomic_load_n(&p->dataset, __ATOMIC_RELAXED);
 	if (a->type != S_IFDIR)
 		return fs->root_dataset;
-	const char *ex = fs->opts->export_path;
-	size_t n = strlen(ex);
-	while (n > 0 && ex[n - 1] == '/')
-		n--;
-	if (snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, ex, name) >= (int)sizeof(buf))
+	if (sfs_export_join(fs->opts, name, strlen(name), buf, sizeof(buf)) >= (int)sizeof(buf))
 		return 0;
 	return sfs_store_dataset(fs->store, buf);
 }

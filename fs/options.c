@@ -552,6 +552,19 @@ int sfs_options_parse(int argc, char **argv, struct sfs_options *o, char *err, s
 	return finish_options(o, err, len);
 }
 
+int sfs_export_join(const struct sfs_options *o, const char *rel, size_t rel_len, char *buf,
+		    size_t size)
+{
+	const char *ex = o->export_path;
+	size_t n = strlen(ex);
+
+	while (n > 1 && ex[n - 1] == '/')
+		n--;
+	bool root = n == 1 && ex[0] == '/';
+	return snprintf(buf, size, "%.*s%s%.*s", root && rel_len ? 0 : (int)n, ex,
+			rel_len ? "/" : "", (int)rel_len, rel);
+}
+
 void sfs_options_free(struct sfs_options *o)
 {
 	free(o->source);

@@ -107,6 +107,12 @@ void sfs_options_free(struct sfs_options *o);
 /* Print the --help text, generated from the option table, to out. */
 void sfs_options_usage(FILE *out, const char *prog);
 
+/* The server path of rel (relative to the export, rel_len bytes, no '/' at
+ * either end; 0 bytes: the export itself) in buf: the export path without
+ * its trailing '/', one '/', rel. Returns what snprintf returns. */
+int sfs_export_join(const struct sfs_options *o, const char *rel, size_t rel_len, char *buf,
+		    size_t size);
+
 /*
  * Resolve a comma-separated list of IPv4 addresses and DNS names to numeric
  * IPv4 addresses; a name with several A records contributes all of them,

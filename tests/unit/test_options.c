@@ -590,6 +590,34 @@ static void test_usage(void)
 	free(text);
 }
 
+/* Server paths of datasets and evictions: one '/' between the export and
+ * the rest, whatever '/' the export ends with, and none doubled at "/". */
+static void test_export_join(void)
+{
+	static const struct {
+		const char *source, *rel, *want;
+	} cases[] = {
+	    {"h1:/ifs", "data", "/ifs/data"},
+	    {"h1:/ifs/", "data", "/ifs/data"},
+	    {"h1:/ifs//", "", "/ifs"},
+	    {"h1:/", "data", "/data"},
+	    {"h1:/", "", "/"},
+	    {"h1:/ifs/a", "b/c", "/ifs/a/b/c"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct sfs_options o;
+		char err[512], buf[64] = "";
+		int rc = parse(ARGV(cases[i].source, "/mnt"), &o, err, sizeof(err));
+		if (rc == 0)
+			sfs_export_join(&o, cases[i].rel, strlen(cases[i].rel), buf, sizeof(buf));
+		ok(rc == 0 && !strcmp(buf, cases[i].want),
+		   "export join: %s + '%s' = '%s' (want '%s')", cases[i].source, cases[i].rel, buf,
+		   cases[i].want);
+		if (rc == 0)
+			sfs_options_free(&o);
+	}
+}
+
 int main(void)
 {
 	test_table();
@@ -602,5 +630,6 @@ int main(void)
 	test_sources();
 	test_parse_size();
 	test_resolve();
+	test_export_join();
 	return tap_done();
 }
