@@ -102,6 +102,8 @@ check "libshardfs1 holds the runtime library only" \
 	bash -c "[ \"\$(dpkg-deb -c '$DEB_LIB' | awk '{print \$6}' | grep -E '\\.(so|a|h|pc)\$')\" = '' ]"
 check "libshardfs-dev Depends on libshardfs1 (= $VERSION)" \
 	bash -c "dpkg-deb -f '$DEB_DEV' Depends | grep -qE '(^|, )libshardfs1 \\(= $VERSION\\)(,|\$)'"
+check "shardfs Depends on python3-shardfs (= $VERSION) (shardfs-warm imports it)" \
+	bash -c "dpkg-deb -f '$DEB' Depends | grep -qE '(^|, )python3-shardfs \\(= $VERSION\\)(,|\$)'"
 check "python3-shardfs is Architecture all and Depends on python3" \
 	bash -c "[ \"\$(dpkg-deb -f '$DEB_PY' Architecture)\" = all ] && dpkg-deb -f '$DEB_PY' Depends | grep -qE '(^|, )python3(:any)?( |,|\$)'"
 check "no package ships the stage_shm binary or a __pycache__" \
@@ -269,6 +271,8 @@ if command -v rpmbuild >/dev/null; then
 	check "shardfs rpm ships the daemon, shardfs-stat and shardfs(8)" \
 		bash -c "rpm -qpl '$RPM' >'$WORK/rpm.files' && grep -qx /usr/sbin/shardfs '$WORK/rpm.files' && grep -qx /usr/bin/shardfs-stat '$WORK/rpm.files' && grep -qx /usr/bin/shardfs-cache '$WORK/rpm.files' && grep -q '^/usr/share/man/man8/shardfs.8' '$WORK/rpm.files'"
 	check "shardfs rpm Requires fuse3" bash -c "rpm -qp --requires '$RPM' | grep -qx fuse3"
+	check "shardfs rpm Requires python3-shardfs of its version (shardfs-warm imports it)" \
+		bash -c "rpm -qp --requires '$RPM' | grep -qE '^python3-shardfs = $VERSION-'"
 	check "shardfs-tools rpm ships the bench and the cluster" \
 		bash -c "rpm -qpl '$RPM_TOOLS' | grep -q '/shardfs-cluster\$' && rpm -qpl '$RPM_TOOLS' | grep -qx /usr/bin/shardfs-bench"
 	RPM_LIB=$(grep "/libshardfs-$VERSION-[^/]*\.rpm$" "$WORK/rpm.list" | head -1)
