@@ -466,6 +466,21 @@ static void nodes_set_read_slots(struct sfs_origin *pool)
 			n++;
 	qsort(rates, n, sizeof(rates[0]), cmp_u64);
 	uint64_t median = n ? rates[n / 2] : 0;
+	/* READs in flight on the UP nodes that are not slow, per node. */
+	unsigned busy = 0, fast = 0;
+	for (size_t i = 0; i < pool->n_nodes; i++) {
+		struct sfs_node *nd = &pool->nodes[i];
+		uint64_t r = __atomic_load_n(&nd->read_rate, __ATOMIC_RELAXED);
+		if (__atomic_load_n(&nd->state, __ATOMIC_RELAXED) == SFS_NODE_UP &&
+		    !(median && r && (double)r < SLOW_RATIO * (double)median)) {
+			busy += __atomic_load_n(&nd->reads_inflight, __ATOMIC_RELAXED);
+			fast++;
+		}
+	}
+	if (fast) { /* moving mean, 1/8 per tick */
+		int cur = (int)pool->fast_inflight_x256, now = (int)(busy * 256 / fast);
+		pool->fast_inflight_x256 = (unsigned)(cur + (now - cur) / 8);
+	}
 	for (size_t i = 0; i < pool->n_nodes; i++) {
 		struct sfs_node *nd = &pool->nodes[i];
 		uint64_t r = __atomic_load_n(&nd->read_rate, __ATOMIC_RELAXED);
@@ -473,8 +488,9 @@ static void nodes_set_read_slots(struct sfs_origin *pool)
 		bool below = median && r && (double)r < SLOW_RATIO * (double)median;
 		nd->slow_ticks = below ? nd->slow_ticks + 1 : 0;
 		if (below && nd->slow_ticks >= SLOW_TICKS) {
-			slots = (unsigned)((double)full * (double)r / (double)median + 0.5);
-			slots = slots ? slots : 1;
+			double share = (double)r / (double)median;
+			slots = (unsigned)((double)pool->fast_inflight_x256 / 256.0 * share + 0.5);
+			slots = slots < 1 ? 1 : slots > full ? full : slots;
 		}
 		__atomic_store_n(&nd->read_slots, slots, __ATOMIC_RELAXED);
 	}

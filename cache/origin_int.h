@@ -55,9 +55,12 @@
 #define HEDGE_EARN   16
 #define HEDGE_BURST  32
 /* A node whose READ rate stays below SLOW_RATIO of the nodes' median gets
- * READ slots in proportion to its rate (at least one): a half-speed link
- * then holds half the chunks, each done in about the time the others take,
- * instead of a full share that the reader, in order, waits for. */
+ * READ slots in proportion to its rate (at least one) of what the other
+ * nodes have in flight: its READs then take about as long as theirs (a READ
+ * takes in-flight / rate), instead of a full share that the reader, in
+ * order, waits for. Proportional to the full depth, the slots did not bind
+ * where the readahead window keeps fewer READs in flight per node than the
+ * depth (8 nodes x 2 connections: ~4 of 8). */
 #define SLOW_RATIO     0.75
 #define SLOW_TICKS     25 /* 0.5 s */
 #define BACKOFF_MIN_MS 200
@@ -135,6 +138,8 @@ struct sfs_origin {
 	uint64_t timeo_ms, fail_ms;	/* timeo, and timeo * retrans */
 	uint64_t read_lat_ewma_us;	/* atomic: recent READ latency (1/16 weight) */
 	unsigned hedge_credit;		/* atomic: in 1/HEDGE_EARN hedges */
+	unsigned fast_inflight_x256;	/* the tick's thread only: READs in flight on a node
+					   that is not slow, moving mean, x256 */
 	struct sfs_node *nodes;
 	size_t n_nodes;
 	struct sfs_conn *conns;

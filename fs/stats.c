@@ -179,10 +179,9 @@ static void render_nodes(FILE *f, struct sfs_fs *fs)
 	PER_NODE("shardfs_node_hedge_wins_total", "counter",
 		 "Hedged READs of the node that the other node answered first.", ns.hedge_wins);
 	PER_NODE("shardfs_node_read_slots", "gauge",
-		 "READs the node may have in flight: nconnect x 4, fewer in proportion for a node "
-		 "slower than 0.75 of the median node for 0.5 s (it gets the share of chunks it "
-		 "can deliver "
-		 "in time).",
+		 "READs the node may have in flight: nconnect x 4; for a node slower than 0.75 of "
+		 "the median node for 0.5 s, its rate's share of what the other nodes have in "
+		 "flight (its READs then take as long as theirs).",
 		 ns.read_slots);
 	PER_NODE("shardfs_node_read_rate_bytes", "gauge",
 		 "Bytes per second the node's READs have been giving (each reply's size x the "
