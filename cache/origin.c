@@ -41,8 +41,10 @@ void origin_node_set_state(struct sfs_origin *pool, struct sfs_node *node, int s
 		return;
 	if (old == SFS_NODE_UP)
 		__atomic_fetch_sub(&pool->nodes_up, 1, __ATOMIC_RELAXED);
-	if (state == SFS_NODE_UP)
+	if (state == SFS_NODE_UP) {
 		__atomic_fetch_add(&pool->nodes_up, 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&node->last_heard_ms, sfs_now_ms(), __ATOMIC_RELAXED);
+	}
 	static const char *const names[] = {"up", "suspect", "down"};
 	uint64_t now = sfs_now_ms();
 	uint64_t moved = __atomic_load_n(&node->reissued, __ATOMIC_RELAXED) +
@@ -216,6 +218,10 @@ static int conn_send(struct sfs_conn *conn, struct sfs_attempt *a)
 		    __atomic_add_fetch(&conn->node->reads_inflight, 1, __ATOMIC_RELAXED);
 	a->sent_ns = sfs_now_ns();
 	a->sent_ms = a->sent_ns / 1000000u;
+	/* An idle node has been quiet for lack of work, not stalled: its
+	 * silence counts from its first READ. */
+	if (a->is_read && a->node_reads == 1)
+		__atomic_store_n(&conn->node->last_heard_ms, a->sent_ms, __ATOMIC_RELAXED);
 	conn->n_busy++;
 	if (pool->xp->send(conn->xc, &a->args, a) == 0)
 		return 0;
@@ -417,7 +423,8 @@ void sfs_origin_reply(struct sfs_attempt *a, enum sfs_xport_status st, const cha
 		reply_failed(a, st, msg);
 		return;
 	}
-	uint64_t ns = sfs_now_ns() - a->sent_ns;
+	uint64_t now_ns = sfs_now_ns(), ns = now_ns - a->sent_ns;
+	__atomic_store_n(&node->last_heard_ms, now_ns / 1000000u, __ATOMIC_RELAXED);
 	node_record_latency(node, ns);
 	if (a->is_read && !probe) {
 		hedge_learn(pool, ns / 1000u);
@@ -562,14 +569,17 @@ void origin_attempts_check(struct sfs_conn *conn, uint64_t now)
 	struct sfs_origin *pool = conn->pool;
 	struct sfs_node *node = conn->node;
 	uint64_t hedge_ms = hedge_after_ms(pool);
+	uint64_t heard = __atomic_load_n(&node->last_heard_ms, __ATOMIC_RELAXED);
+	bool stalled = now > heard && now - heard >= hedge_ms;
 
 	for (unsigned i = 0; i < SFS_ORIGIN_CONN_DEPTH; i++) {
 		struct sfs_attempt *a = &conn->slots[i];
 		if (!a->in_use)
 			continue;
 		uint64_t age = now - a->sent_ms;
-		if (a->is_read && !a->hedged && !a->reissued && age >= hedge_ms &&
-		    age < pool->timeo_ms && pool->n_nodes > 1 &&
+		bool late = age >= hedge_ms || (stalled && age >= TICK_MS);
+		if (a->is_read && !a->hedged && !a->reissued && late && age < pool->timeo_ms &&
+		    pool->n_nodes > 1 &&
 		    __atomic_load_n(&node->state, __ATOMIC_RELAXED) == SFS_NODE_UP &&
 		    hedge_take(pool))
 			attempt_hedge(conn, a);

@@ -49,7 +49,11 @@
  * again to another node; the first reply wins (a GC pause, a drive rebuild
  * or a congested port costs only what it delays, not timeo). Hedges are
  * paid for by READ replies: each earns 1/HEDGE_EARN of a hedge, at most
- * HEDGE_BURST saved, so hedges stay below ~6% of the READs. */
+ * HEDGE_BURST saved, so hedges stay below ~6% of the READs. A node that
+ * answers nothing for that delay has stalled (last_heard_ms): every READ
+ * on it is hedged once a tick old, not each after its own delay (those
+ * sent just before the stall would wait it out in turn, the reader behind
+ * them in order). */
 #define HEDGE_FACTOR 4
 #define HEDGE_MIN_MS 40
 #define HEDGE_EARN   16
@@ -115,6 +119,7 @@ struct sfs_node {
 	 * below SLOW_RATIO of the median). */
 	unsigned reads_inflight;
 	uint64_t read_rate;
+	uint64_t last_heard_ms; /* atomic: last reply or UP (a stall, see HEDGE_FACTOR) */
 	unsigned read_slots;
 	unsigned slow_ticks; /* the tick's thread only: ticks in a row below SLOW_RATIO */
 };

@@ -174,7 +174,8 @@ static void render_nodes(FILE *f, struct sfs_fs *fs)
 		 ns.reissued);
 	PER_NODE("shardfs_node_hedged_total", "counter",
 		 "Slow READs on the node (waiting 4x the recent READ latency, at least 40 ms, "
-		 "within timeo) also sent to another node; the first reply wins.",
+		 "within timeo; every READ of a node silent that long) also sent to another "
+		 "node; the first reply wins.",
 		 ns.hedged);
 	PER_NODE("shardfs_node_hedge_wins_total", "counter",
 		 "Hedged READs of the node that the other node answered first.", ns.hedge_wins);
