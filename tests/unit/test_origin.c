@@ -12,7 +12,9 @@
  * hang, no wrong byte, no connection left (and, under ASan, no leak).
  *
  * The hedge test checks that the send path reads nothing of a request that
- * another attempt completed (and its owner freed) meanwhile.
+ * another attempt completed (and its owner freed) meanwhile; the stall test,
+ * that a READ sent to a node already silent for the hedge delay is hedged
+ * within a tick or two, not after its own delay.
  */
 #include "fake_xport.h"
 #include "tap.h"
@@ -151,6 +153,23 @@ static int run_jobs(sfs_origin *pool, struct job *jobs, struct waiter *w)
 		reqs[i] = &jobs[i].req;
 	w->pending = N_REQS;
 	sfs_origin_submit_batch(pool, reqs, N_REQS);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += HANG_S;
+	pthread_mutex_lock(&w->lock);
+	while (w->pending && rc == 0)
+		rc = pthread_cond_timedwait(&w->cond, &w->lock, &until);
+	pthread_mutex_unlock(&w->lock);
+	return w->pending ? -ETIMEDOUT : 0;
+}
+
+/* Submit one request and wait for it (HANG_S at most). */
+static int run_one(sfs_origin *pool, struct sfs_origin_req *req, struct waiter *w)
+{
+	struct timespec until;
+	int rc = 0;
+
+	w->pending = 1;
+	sfs_origin_submit(pool, req);
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += HANG_S;
 	pthread_mutex_lock(&w->lock);
@@ -422,11 +441,128 @@ static void test_long_name(void)
 	sfs_origin_close(pool);
 }
 
+/* --- a stalled node: its READs are hedged together -------------------------- */
+
+#define STALL_READS    40
+#define STALL_DELAY_MS 100 /* every READ reply: the hedge delay is then 4 x 100 ms */
+
+static struct {
+	pthread_mutex_t lock;
+	uint64_t t0_ms;
+	int first_node[STALL_READS]; /* -1: not sent yet */
+	uint64_t first_ms[STALL_READS], second_ms[STALL_READS];
+} stall = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Notes each READ's first send (and its node) and its second (the hedge). */
+static int stall_hook(const struct sfs_xport_args *args, int node)
+{
+	if (args->op != SFS_ORIGIN_READ)
+		return 0;
+	size_t k = (size_t)(args->offset >> 12);
+	uint64_t now = mono_ms();
+	pthread_mutex_lock(&stall.lock);
+	if (k < STALL_READS) {
+		if (stall.first_node[k] < 0) {
+			stall.first_node[k] = node;
+			stall.first_ms[k] = now;
+		} else if (!stall.second_ms[k]) {
+			stall.second_ms[k] = now;
+		}
+	}
+	pthread_mutex_unlock(&stall.lock);
+	return 0;
+}
+
+/* n0 never answers a READ (a stall far under timeo). The hedge delay is
+ * 4 x the recent READ latency, here 400 ms; a READ sent to n0 once n0 has
+ * been silent that long is hedged a tick or two after it was sent, not after
+ * its own 400 ms: the READs a reader waits on in order are not hedged in
+ * turn. One READ at a time, until enough of them went to n0 after its
+ * silence began. */
+static void test_stall_hedged_together(void)
+{
+	struct fake_xport_conf fc = {.reply_delay_ms = STALL_DELAY_MS,
+				     .slow_nodes = 1,
+				     .slow_ms = 60000,
+				     .send_hook = stall_hook};
+	struct sfs_origin_conf conf = make_conf(false, 300); /* timeo 30 s */
+	struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+	struct job jobs[STALL_READS];
+	struct sfs_fh fh = fake_xport_fh(11, STALL_READS * 4096);
+	sfs_origin *pool;
+	char msg[256];
+
+	for (int k = 0; k < STALL_READS; k++)
+		stall.first_node[k] = -1;
+	fake_xport_setup(&fc);
+	if (sfs_origin_open_xport(&conf, &fake_xport_ops, &pool, msg, sizeof(msg)) < 0 ||
+	    sfs_origin_start(pool) < 0) {
+		ok(0, "open: %s", msg);
+		return;
+	}
+	int late_on_n0 = 0, hedged_soon = 0, wrong = 0, used = 0;
+	uint64_t n0_silent_since = 0, worst = 0;
+	for (int k = 0; k < STALL_READS && late_on_n0 < 2; k++) {
+		struct job *j = &jobs[k];
+		*j = (struct job){.w = &w, .size = fh.len};
+		j->req = (struct sfs_origin_req){.op = SFS_ORIGIN_READ,
+						 .fh = fh,
+						 .offset = (uint64_t)k << 12,
+						 .count = 4096,
+						 .buf = malloc(4096),
+						 .done = job_done,
+						 .arg = j};
+		used++;
+		if (run_one(pool, &j->req, &w) != 0 || j->req.result != 4096) {
+			wrong++;
+			break;
+		}
+		for (uint32_t b = 0; b < 4096; b++)
+			wrong += ((uint8_t *)j->req.buf)[b] !=
+				 fake_xport_byte(&fh, ((uint64_t)k << 12) + b);
+		pthread_mutex_lock(&stall.lock);
+		if (stall.first_node[k] == 0) {
+			if (!n0_silent_since) {
+				n0_silent_since = stall.first_ms[k];
+			} else if (stall.first_ms[k] >=
+				   n0_silent_since + 4 * STALL_DELAY_MS + 100) {
+				uint64_t wait = stall.second_ms[k] - stall.first_ms[k];
+				late_on_n0++;
+				hedged_soon += wait < 2 * STALL_DELAY_MS;
+				worst = wait > worst ? wait : worst;
+			}
+		}
+		pthread_mutex_unlock(&stall.lock);
+		if (n0_silent_since && !late_on_n0) { /* let n0's silence reach the delay */
+			struct timespec ts = {0, 50 * 1000000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	sfs_origin_close(pool);
+	ok(!wrong, "every READ served right while n0 stalls");
+	ok(late_on_n0 > 0, "READs went to n0 after its silence passed the hedge delay (%d)",
+	   late_on_n0);
+	ok(late_on_n0 > 0 && hedged_soon == late_on_n0,
+	   "each was hedged within %d ms, not after its own %d ms (slowest %llu ms)",
+	   2 * STALL_DELAY_MS, 4 * STALL_DELAY_MS, (unsigned long long)worst);
+	for (int k = 0; k < used; k++)
+		free(jobs[k].req.buf);
+}
+
 int main(void)
 {
 	test_hedge_freed();
 	test_long_name();
 	test_slow_node();
+	test_stall_hedged_together();
 	test_ioerr(false, 0);
 	test_ioerr(false, 40000);
 	test_ioerr(true, 0);
