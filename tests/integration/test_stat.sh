@@ -70,7 +70,10 @@ check "--json: every node served part of the read" \
 drop_caches
 "$STAT" --json "$MNT" 1 4 >"$WORK/j1" 2>"$WORK/err" &
 stat_pid=$!
-sleep 0.5
+# The read starts once the first report (since the mount) is out: started
+# after a fixed 0.5 s, it landed in that report whenever the tool took longer
+# to start, and the intervals held nothing (seen here under load).
+for _ in $(seq 200); do [ -s "$WORK/j1" ] && break; sleep 0.05; done
 cat "$MNT/shards/train-00001-of-00004.tfrecord" >/dev/null
 wait "$stat_pid"
 check "interval: exit 0 after COUNT reports" [ $? = 0 ]
