@@ -141,18 +141,13 @@ static const char *job_check(const struct job *j, bool fail_ok)
 	}
 }
 
-/* Submit the workload and wait for it, at most HANG_S seconds. Returns 0,
- * or -ETIMEDOUT (a hang). */
-static int run_jobs(sfs_origin *pool, struct job *jobs, struct waiter *w)
+/* Wait until w has nothing pending, at most HANG_S seconds. Returns 0, or
+ * -ETIMEDOUT (a hang). */
+static int wait_pending(struct waiter *w)
 {
-	struct sfs_origin_req *reqs[N_REQS];
 	struct timespec until;
 	int rc = 0;
 
-	for (int i = 0; i < N_REQS; i++)
-		reqs[i] = &jobs[i].req;
-	w->pending = N_REQS;
-	sfs_origin_submit_batch(pool, reqs, N_REQS);
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += HANG_S;
 	pthread_mutex_lock(&w->lock);
@@ -162,21 +157,24 @@ static int run_jobs(sfs_origin *pool, struct job *jobs, struct waiter *w)
 	return w->pending ? -ETIMEDOUT : 0;
 }
 
-/* Submit one request and wait for it (HANG_S at most). */
+/* Submit the workload and wait for it (wait_pending). */
+static int run_jobs(sfs_origin *pool, struct job *jobs, struct waiter *w)
+{
+	struct sfs_origin_req *reqs[N_REQS];
+
+	for (int i = 0; i < N_REQS; i++)
+		reqs[i] = &jobs[i].req;
+	w->pending = N_REQS;
+	sfs_origin_submit_batch(pool, reqs, N_REQS);
+	return wait_pending(w);
+}
+
+/* Submit one request and wait for it (wait_pending). */
 static int run_one(sfs_origin *pool, struct sfs_origin_req *req, struct waiter *w)
 {
-	struct timespec until;
-	int rc = 0;
-
 	w->pending = 1;
 	sfs_origin_submit(pool, req);
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += HANG_S;
-	pthread_mutex_lock(&w->lock);
-	while (w->pending && rc == 0)
-		rc = pthread_cond_timedwait(&w->cond, &w->lock, &until);
-	pthread_mutex_unlock(&w->lock);
-	return w->pending ? -ETIMEDOUT : 0;
+	return wait_pending(w);
 }
 
 struct ioerr_result {
