@@ -455,6 +455,13 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Whether a node's READ rate r is below SLOW_RATIO of the median (0: no
+ * rate yet, never below). */
+static bool rate_below(uint64_t r, uint64_t median)
+{
+	return median && r && (double)r < SLOW_RATIO * (double)median;
+}
+
 /* Per tick (one thread): READ slots per node from the rates, see SLOW_RATIO.
  * The reference is the median rate of the UP nodes (one lucky reply must
  * not make every other node slow), and a node counts as slow only after
@@ -479,7 +486,7 @@ static void nodes_set_read_slots(struct sfs_origin *pool)
 		struct sfs_node *nd = &pool->nodes[i];
 		uint64_t r = __atomic_load_n(&nd->read_rate, __ATOMIC_RELAXED);
 		if (__atomic_load_n(&nd->state, __ATOMIC_RELAXED) == SFS_NODE_UP &&
-		    !(median && r && (double)r < SLOW_RATIO * (double)median)) {
+		    !rate_below(r, median)) {
 			busy += __atomic_load_n(&nd->reads_inflight, __ATOMIC_RELAXED);
 			fast++;
 		}
@@ -492,7 +499,7 @@ static void nodes_set_read_slots(struct sfs_origin *pool)
 		struct sfs_node *nd = &pool->nodes[i];
 		uint64_t r = __atomic_load_n(&nd->read_rate, __ATOMIC_RELAXED);
 		unsigned slots = full;
-		bool below = median && r && (double)r < SLOW_RATIO * (double)median;
+		bool below = rate_below(r, median);
 		nd->slow_ticks = below ? nd->slow_ticks + 1 : 0;
 		if (below && nd->slow_ticks >= SLOW_TICKS) {
 			double share = (double)r / (double)median;
