@@ -17,6 +17,7 @@
  * within a tick or two, not after its own delay.
  */
 #include "fake_xport.h"
+#include "log.h"
 #include "tap.h"
 
 #include <errno.h>
@@ -446,18 +447,9 @@ static void test_long_name(void)
 
 static struct {
 	pthread_mutex_t lock;
-	uint64_t t0_ms;
 	int first_node[STALL_READS]; /* -1: not sent yet */
 	uint64_t first_ms[STALL_READS], second_ms[STALL_READS];
 } stall = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* Notes each READ's first send (and its node) and its second (the hedge). */
 static int stall_hook(const struct sfs_xport_args *args, int node)
@@ -465,7 +457,7 @@ static int stall_hook(const struct sfs_xport_args *args, int node)
 	if (args->op != SFS_ORIGIN_READ)
 		return 0;
 	size_t k = (size_t)(args->offset >> 12);
-	uint64_t now = mono_ms();
+	uint64_t now = sfs_now_ms();
 	pthread_mutex_lock(&stall.lock);
 	if (k < STALL_READS) {
 		if (stall.first_node[k] < 0) {
