@@ -17,6 +17,24 @@ struct sfs_inode_table {
 	struct sfs_inode root;	    /* never freed; nlookup is not counted */
 };
 
+_Static_assert(sizeof(void *) != 8 || sizeof(struct sfs_inode) <= 272,
+	       "an inode is paid for every file the kernel holds: keep it small");
+
+/* The inode locks (inode.h: sfs_inode_lock): enough that FUSE workers on
+ * different files rarely meet, 16 KiB in all. */
+#define INODE_LOCKS 256 /* a power of two */
+static pthread_mutex_t inode_locks[INODE_LOCKS] = {[0 ... INODE_LOCKS - 1] =
+						       PTHREAD_MUTEX_INITIALIZER};
+
+static pthread_mutex_t *lock_of(const struct sfs_inode *ino)
+{
+	uint64_t h = (uint64_t)(uintptr_t)ino * 0x9e3779b97f4a7c15ull;
+	return &inode_locks[(h >> 32) & (INODE_LOCKS - 1)];
+}
+
+void sfs_inode_lock(const struct sfs_inode *ino) { pthread_mutex_lock(lock_of(ino)); }
+void sfs_inode_unlock(const struct sfs_inode *ino) { pthread_mutex_unlock(lock_of(ino)); }
+
 static size_t bucket_of(const sfs_inode_table *t, uint64_t fsid, uint64_t fileid)
 {
 	uint64_t h = (fileid ^ (fsid * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull;
@@ -38,7 +56,6 @@ int sfs_inode_table_open(const struct sfs_fh *root_fh, sfs_inode_table **out)
 	pthread_mutex_init(&t->lock, NULL);
 	t->root.kind = SFS_INODE_NFS;
 	t->root.fh = *root_fh;
-	pthread_mutex_init(&t->root.lock, NULL);
 	*out = t;
 	return 0;
 }
@@ -47,7 +64,6 @@ static void inode_free(struct sfs_inode *ino)
 {
 	if (ino->pf)
 		sfs_pf_file_unref(ino->pf);
-	pthread_mutex_destroy(&ino->lock);
 	free(ino);
 }
 
@@ -67,7 +83,6 @@ void sfs_inode_table_close(sfs_inode_table *t)
 	if (t->root.pf)
 		sfs_pf_file_unref(t->root.pf);
 	free(t->buckets);
-	pthread_mutex_destroy(&t->root.lock);
 	pthread_mutex_destroy(&t->lock);
 	free(t);
 }
@@ -135,7 +150,6 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 		ino->fsid = attr->fsid;
 		ino->fileid = attr->fileid;
 		ino->fh = *fh;
-		pthread_mutex_init(&ino->lock, NULL);
 		ino->hash_next = t->buckets[b];
 		t->buckets[b] = ino;
 		t->n_inodes++;
@@ -171,10 +185,10 @@ void sfs_inode_forget(sfs_inode_table *t, struct sfs_inode *ino, uint64_t n)
 
 void sfs_inode_set_attr(struct sfs_inode *ino, const struct sfs_attr *attr, uint64_t now_ms)
 {
-	pthread_mutex_lock(&ino->lock);
+	sfs_inode_lock(ino);
 	ino->attr = *attr;
 	ino->attr_time_ms = now_ms;
-	pthread_mutex_unlock(&ino->lock);
+	sfs_inode_unlock(ino);
 }
 
 uint64_t sfs_inode_count(sfs_inode_table *t)

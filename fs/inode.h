@@ -7,11 +7,12 @@
  * kernel's lookup count drops to zero via FORGET), the (fsid, fileid) index
  * that gives one file one node id, cached attributes and their expiry.
  * The FUSE node id of an inode is its address; the root is FUSE_ROOT_ID.
- * Memory is per inode the kernel remembers, never per byte.
+ * Memory is per inode the kernel remembers (sizeof(struct sfs_inode) + its
+ * malloc header + ~2 bucket pointers), never per byte.
  *
  * Threading: the table lock protects the index and every nlookup; each
- * inode's lock protects its attr fields and open state. Order: table lock,
- * then inode lock (never the reverse).
+ * inode's lock (sfs_inode_lock) protects its attr fields and open state.
+ * Order: table lock, then inode lock (never the reverse).
  */
 #ifndef SFS_INODE_H
 #define SFS_INODE_H
@@ -28,27 +29,48 @@ enum sfs_inode_kind {
 	SFS_INODE_STATS,   /* MOUNTPOINT/.shardfs/stats */
 };
 
+/* What tells two versions of one file apart besides its fsid and fileid
+ * (the inode's own): the rest of its sfs_file_version identity. */
+struct sfs_inode_version {
+	uint64_t size;
+	int64_t mtime_s, ctime_s;
+	uint32_t mtime_ns, ctime_ns;
+};
+
+/* 272 bytes (was 360): the kernel may hold millions of these, so fields are
+ * ordered to leave no padding and the lock is not in the struct. */
 struct sfs_inode {
-	enum sfs_inode_kind kind;    /* set at creation */
 	uint64_t fsid, fileid;	     /* set at creation: the index key */
-	struct sfs_fh fh;	     /* set at creation */
 	struct sfs_inode *hash_next; /* protected by the table lock */
 	uint64_t nlookup;	     /* protected by the table lock */
-	bool orphaned;		     /* protected by the table lock: fileid reused */
+	struct sfs_fh fh;	     /* set at creation */
 	uint32_t dataset;	     /* atomic: set once, at the first lookup (cache/store.h) */
+	uint8_t kind;		     /* enum sfs_inode_kind, set at creation */
+	bool orphaned;		     /* protected by the table lock: fileid reused */
 
-	pthread_mutex_t lock;
-	struct sfs_attr attr;  /* protected by lock */
-	uint64_t attr_time_ms; /* protected by lock: when attr was fetched */
+	/* The rest is protected by sfs_inode_lock(). */
+	bool have_opened; /* opened is set */
+	unsigned n_open;  /* open file handles on pf */
+	struct sfs_attr attr;
+	uint64_t attr_time_ms; /* when attr was fetched */
 	/* Fetch state exists only while the file is open (n_open > 0): a file
 	 * the kernel remembers but nobody has open costs this struct alone. */
-	sfs_pf_file *pf; /* protected by lock: fetch state for current opens */
-	unsigned n_open; /* protected by lock: open file handles on pf */
-	/* protected by lock: the version the kernel's page cache holds (the
-	 * last one opened), kept across closes to decide keep_cache */
-	struct sfs_file_version opened_version;
-	bool have_opened_version;
+	sfs_pf_file *pf; /* fetch state for current opens */
+	/* The version the kernel's page cache holds (the last one opened),
+	 * kept across closes to decide keep_cache. */
+	struct sfs_inode_version opened;
 };
+
+/*
+ * The lock of an inode's attr and open state: one of a fixed set of mutexes
+ * shared by all inodes (a mutex of its own would add 40 bytes to every inode
+ * the kernel holds). Two inodes may share one, so it is a leaf among inode
+ * locks: never take a second inode's lock while holding one. Short critical
+ * sections only; the table lock may be held when it is taken, never taken
+ * under it.
+ */
+void sfs_inode_lock(const struct sfs_inode *ino);
+void sfs_inode_unlock(const struct sfs_inode *ino);
 
 typedef struct sfs_inode_table sfs_inode_table;
 

@@ -312,10 +312,10 @@ static int do_warm(struct sfs_fs *fs, struct sfs_inode *i, struct sfs_open_file 
 		return -EINVAL;
 	if ((rc = sfs_pf_file_warm(of->pf, &active)) < 0)
 		return rc;
-	pthread_mutex_lock(&i->lock);
+	sfs_inode_lock(i);
 	bool current = i->pf == of->pf;
-	w->file_bytes = i->opened_version.size;
-	pthread_mutex_unlock(&i->lock);
+	w->file_bytes = i->opened.size;
+	sfs_inode_unlock(i);
 	w->cached_bytes = sfs_pf_file_cached_bytes(of->pf);
 	if (!current)
 		w->file_bytes = w->cached_bytes; /* an older version: report what it has */

@@ -100,7 +100,7 @@ static uint64_t ns_key(struct sfs_fs *fs, struct sfs_inode *i)
 /*
  * Fresh attributes of an NFS inode: cached if younger than actimeo, and
  * forever under immutable (fs->ns), where the root's come from the
- * namespace of an earlier mount when it holds them. Takes i->lock briefly;
+ * namespace of an earlier mount when it holds them. Takes the inode lock briefly;
  * calls the origin with no lock held. Returns 0 or -errno.
  */
 static int inode_getattr(struct sfs_fs *fs, struct sfs_inode *i, struct sfs_attr *out, bool force)
@@ -108,11 +108,11 @@ static int inode_getattr(struct sfs_fs *fs, struct sfs_inode *i, struct sfs_attr
 	uint64_t now = sfs_now_ms();
 	bool is_root = i == sfs_inode_root(fs->inodes);
 
-	pthread_mutex_lock(&i->lock);
+	sfs_inode_lock(i);
 	bool fresh =
 	    i->attr_time_ms && (fs->ns || now - i->attr_time_ms < fs->opts->actimeo_s * 1000ull);
 	*out = i->attr;
-	pthread_mutex_unlock(&i->lock);
+	sfs_inode_unlock(i);
 	if (fresh && !force)
 		return 0;
 	if (fs->ns && is_root && !force && sfs_ns_lookup(fs->ns, SFS_NS_ROOT, "", NULL, out) == 0) {
@@ -440,10 +440,22 @@ static struct sfs_file_version version_of(const struct sfs_attr *a, const struct
 					 .ctime_ns = (uint32_t)a->ctime.tv_nsec};
 }
 
-static bool same_version(const struct sfs_file_version *a, const struct sfs_file_version *b)
+/* Whether the kernel's pages of i (the version last opened) are of v. */
+static bool opened_is(const struct sfs_inode *i, const struct sfs_file_version *v)
 {
-	return a->size == b->size && a->mtime_s == b->mtime_s && a->mtime_ns == b->mtime_ns &&
-	       a->ctime_s == b->ctime_s && a->ctime_ns == b->ctime_ns;
+	const struct sfs_inode_version *o = &i->opened;
+	return i->have_opened && o->size == v->size && o->mtime_s == v->mtime_s &&
+	       o->mtime_ns == v->mtime_ns && o->ctime_s == v->ctime_s && o->ctime_ns == v->ctime_ns;
+}
+
+static void opened_set(struct sfs_inode *i, const struct sfs_file_version *v)
+{
+	i->opened = (struct sfs_inode_version){.size = v->size,
+					       .mtime_s = v->mtime_s,
+					       .ctime_s = v->ctime_s,
+					       .mtime_ns = v->mtime_ns,
+					       .ctime_ns = v->ctime_ns};
+	i->have_opened = true;
 }
 
 /* The end of one open of i (its handle holds a reference on pf). When the
@@ -454,12 +466,12 @@ static void file_closed(struct sfs_inode *i, sfs_pf_file *pf)
 {
 	sfs_pf_file *last = NULL;
 
-	pthread_mutex_lock(&i->lock);
+	sfs_inode_lock(i);
 	if (--i->n_open == 0) {
 		last = i->pf;
 		i->pf = NULL;
 	}
-	pthread_mutex_unlock(&i->lock);
+	sfs_inode_unlock(i);
 	sfs_pf_file_drop_idle(pf); /* pairs with sfs_pf_file_opened() */
 	sfs_pf_file_unref(pf);
 	if (last)
@@ -489,15 +501,15 @@ static void open_stats_file(fuse_req_t req, struct sfs_fs *fs, struct fuse_file_
  * v (made if none is), referenced for the caller and counted in n_open.
  * *unchanged: the kernel's pages of i, if any, are of v (keep_cache);
  * *changed: they are of another version and must be dropped. Returns 0 or
- * -ENOMEM. Takes i->lock.
+ * -ENOMEM. Takes the inode lock.
  */
 static int open_fetch_state(struct sfs_fs *fs, struct sfs_inode *i,
 			    const struct sfs_file_version *v, sfs_pf_file **out, bool *unchanged,
 			    bool *changed)
 {
-	pthread_mutex_lock(&i->lock);
-	*unchanged = i->have_opened_version && same_version(&i->opened_version, v);
-	*changed = i->have_opened_version && !*unchanged;
+	sfs_inode_lock(i);
+	*unchanged = opened_is(i, v);
+	*changed = i->have_opened && !*unchanged;
 	sfs_pf_file *pf = i->pf;
 	if (pf && !*unchanged) {
 		sfs_pf_file_unref(pf); /* open handles of the old version keep theirs */
@@ -506,16 +518,15 @@ static int open_fetch_state(struct sfs_fs *fs, struct sfs_inode *i,
 	if (!pf) {
 		int rc = sfs_pf_file_open_version(fs->prefetch, &i->fh, v, &pf);
 		if (rc < 0) {
-			pthread_mutex_unlock(&i->lock);
+			sfs_inode_unlock(i);
 			return rc;
 		}
 		i->pf = pf;
 	}
-	i->opened_version = *v;
-	i->have_opened_version = true;
+	opened_set(i, v);
 	sfs_pf_file_ref(pf);
 	i->n_open++;
-	pthread_mutex_unlock(&i->lock);
+	sfs_inode_unlock(i);
 	*out = pf;
 	return 0;
 }
@@ -769,9 +780,9 @@ static bool readdir_from_ns(struct sfs_fs *fs, struct sfs_inode *i, struct dir_h
 		h->src = DIR_SRC_ANY; /* rewinddir: decide again */
 	if (h->src == DIR_SRC_NFS)
 		return false;
-	pthread_mutex_lock(&i->lock);
+	sfs_inode_lock(i);
 	self = i->attr;
-	pthread_mutex_unlock(&i->lock);
+	sfs_inode_unlock(i);
 	struct sfs_attr parent = {.type = S_IFDIR, .mode = 0555};
 	for (off_t k = off; k < 2; k++)
 		if (dir_add(d, k ? ".." : ".", (uint64_t)k + 1, k ? &parent : &self, NULL))
