@@ -356,12 +356,57 @@ static int run_loop(struct fuse_session *se, const struct sfs_options *o)
 	return rc == 0 ? 0 : 1;
 }
 
+/* Create the FUSE session, mount, detach, serve until unmounted or
+ * signalled, and take the session down. Returns the exit status. */
+static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *args, int n_addrs)
+{
+	int status = 1;
+	struct fuse_session *se = fuse_session_new(args, &sfs_fuse_ops, sizeof(sfs_fuse_ops), fs);
+
+	if (!se) {
+		fprintf(stderr, "shardfs: cannot create the FUSE session\n");
+		return 1;
+	}
+	if (fuse_set_signal_handlers(se) != 0) {
+		fprintf(stderr, "shardfs: cannot install signal handlers\n");
+		goto out_session;
+	}
+	if (fuse_session_mount(se, o->mountpoint) != 0) {
+		fprintf(stderr, "shardfs: cannot mount on '%s' (see the fuse: message above)\n",
+			o->mountpoint);
+		goto out_signals;
+	}
+	if (fuse_daemonize(o->foreground) != 0) {
+		fprintf(stderr, "shardfs: cannot detach from the terminal\n");
+		goto out_unmount;
+	}
+	if (!o->foreground)
+		sfs_log_use_syslog();
+	else
+		sfs_log_use_timestamps(); /* a log now; refusals above stay one plain line */
+	fs->se = se;
+	if (start_daemon(fs, o, n_addrs) == 0)
+		status = run_loop(se, o);
+
+out_unmount:
+	sfs_memtrim_stop();
+	fuse_session_unmount(se);
+out_signals:
+	fuse_remove_signal_handlers(se);
+out_session:
+	/* The origin goes before the session: its close completes the lookups
+	 * still in flight (ops.c answers them from I/O threads), whose replies
+	 * need the session and the inode table. */
+	close_origin(fs);
+	fuse_session_destroy(se);
+	return status;
+}
+
 int main(int argc, char **argv)
 {
 	struct sfs_options o;
 	struct sfs_fs fs = {0};
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
-	struct fuse_session *se = NULL;
 	char err[512] = "";
 	char **addrs = NULL;
 	int n_addrs = 0, status = 1;
@@ -390,49 +435,14 @@ int main(int argc, char **argv)
 		goto out_opts;
 	}
 	if (open_modules(&fs, &o, addrs, n_addrs) < 0)
-		goto out_origin;
+		goto out_modules;
 	if (build_fuse_args(&o, &args, argv[0]) != 0) {
 		fprintf(stderr, "shardfs: out of memory\n");
-		goto out_origin;
+		goto out_modules;
 	}
-	se = fuse_session_new(&args, &sfs_fuse_ops, sizeof(sfs_fuse_ops), &fs);
-	if (!se) {
-		fprintf(stderr, "shardfs: cannot create the FUSE session\n");
-		goto out_origin;
-	}
-	if (fuse_set_signal_handlers(se) != 0) {
-		fprintf(stderr, "shardfs: cannot install signal handlers\n");
-		goto out_session;
-	}
-	if (fuse_session_mount(se, o.mountpoint) != 0) {
-		fprintf(stderr, "shardfs: cannot mount on '%s' (see the fuse: message above)\n",
-			o.mountpoint);
-		goto out_signals;
-	}
-	if (fuse_daemonize(o.foreground) != 0) {
-		fprintf(stderr, "shardfs: cannot detach from the terminal\n");
-		goto out_unmount;
-	}
-	if (!o.foreground)
-		sfs_log_use_syslog();
-	else
-		sfs_log_use_timestamps(); /* a log now; refusals above stay one plain line */
-	fs.se = se;
-	if (start_daemon(&fs, &o, n_addrs) == 0)
-		status = run_loop(se, &o);
+	status = serve(&fs, &o, &args, n_addrs);
 
-out_unmount:
-	sfs_memtrim_stop();
-	fuse_session_unmount(se);
-out_signals:
-	fuse_remove_signal_handlers(se);
-out_session:
-	/* The origin goes before the session: its close completes the lookups
-	 * still in flight (ops.c answers them from I/O threads), whose replies
-	 * need the session and the inode table. */
-	close_origin(&fs);
-	fuse_session_destroy(se);
-out_origin:
+out_modules:
 	fuse_opt_free_args(&args);
 	close_origin(&fs);
 	sfs_inode_table_close(fs.inodes);
