@@ -8,6 +8,7 @@
  * fuse_daemonize() has forked (threads do not survive fork; its sockets do).
  */
 #include "fs.h"
+#include "fusedev.h"
 #include "memtrim.h"
 #include "../cache/log.h"
 
@@ -376,6 +377,9 @@ static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *arg
 			o->mountpoint);
 		goto out_signals;
 	}
+	int rc = sfs_fusedev_attach(se, o->direct_io);
+	if (rc < 0) /* not fatal: libfuse keeps its own device I/O */
+		sfs_log(SFS_LOG_WARN, "main", "cannot hook the FUSE device: %s", strerror(-rc));
 	if (fuse_daemonize(o->foreground) != 0) {
 		fprintf(stderr, "shardfs: cannot detach from the terminal\n");
 		goto out_unmount;

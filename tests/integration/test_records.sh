@@ -231,6 +231,34 @@ check "direct_io, warm: nothing fetched from NFS ($(fetched))" [ "$(fetched)" = 
 d2=$(counter shardfs_cache_direct_reads_total)
 check "direct_io, warm: the preads were direct reads ($((d2 - d1)) >= 1017)" le 1017 $((d2 - d1))
 check "direct_io, warm: no checksum failures" [ "$(counter shardfs_cache_checksum_failures_total)" = 0 ]
+# LMDB, numpy.memmap and Arrow map files MAP_SHARED; on a direct_io open the
+# kernel allows that only when the daemon negotiated FUSE_DIRECT_IO_ALLOW_MMAP
+# (Linux 6.6+).
+mmap_check() { # MODE: shared|private; the whole file through the mapping, byte-exact
+	python3 - "$1" "$MNT/records.bin" "$EXPORT/records.bin" <<'PY'
+import mmap, sys
+mode, got, want = sys.argv[1:]
+with open(got, "rb") as f:
+    flags = mmap.MAP_SHARED if mode == "shared" else mmap.MAP_PRIVATE
+    with mmap.mmap(f.fileno(), 0, flags=flags, prot=mmap.PROT_READ) as m, open(want, "rb") as w:
+        step = 1 << 20
+        for off in range(0, len(m), step):
+            if m[off:off + step] != w.read(step):
+                print("# mapping differs in the MiB at %d" % off)
+                sys.exit(1)
+        sys.exit(0 if len(m) == w.seek(0, 2) else 1)
+PY
+}
+if printf '6.6\n%s\n' "$(uname -r)" | sort -C -V; then
+	check "direct_io: the daemon negotiated shared mmap of direct_io files" \
+		[ "$(counter shardfs_fuse_direct_io_mmap)" = 1 ]
+	check "direct_io: MAP_SHARED mmap of the file, read whole, byte-exact" mmap_check shared
+else
+	check "direct_io: Linux $(uname -r) < 6.6 cannot map direct_io files shared, and says so" \
+		[ "$(counter shardfs_fuse_direct_io_mmap)" = 0 ]
+fi
+check "direct_io: MAP_PRIVATE mmap of the file, read whole, byte-exact" mmap_check private
+check "direct_io: preads still byte-exact after the mappings" epoch 9 2
 sfs_umount
 rm -rf "$CACHE"
 sfs_mount "$OPTS,direct_io"

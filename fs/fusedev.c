@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: Apache-2.0
+/* fusedev — see fusedev.h. */
+#define FUSE_USE_VERSION 312
+#include "fusedev.h"
+#include "../cache/log.h"
+
+#include <errno.h>
+#include <fuse_lowlevel.h>
+#include <linux/fuse.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* Linux 6.6 (protocol 7.39); Debian 12's uapi headers are 7.38. */
+#define SFS_FUSE_DIRECT_IO_ALLOW_MMAP (1ull << 36)
+
+/* The largest INIT reply we rewrite: the header and a fuse_init_out, which
+ * has grown by using its reserved words, never in size since 7.23. */
+#define INIT_REPLY_MAX (sizeof(struct fuse_out_header) + sizeof(struct fuse_init_out))
+
+static bool init_done;	       /* atomic: INIT answered, pass everything through */
+static uint64_t init_unique;   /* atomic: the INIT request's id, 0 before it */
+static uint32_t flags2_wanted; /* atomic: the flags2 bits to add to the reply */
+static bool direct_io_mmap;    /* atomic: the reply carried ALLOW_MMAP */
+static bool mount_direct_io;   /* set before the loop */
+
+/* The INIT request: what the kernel offers in flags2 that we want. */
+static void init_seen(const void *buf, size_t n)
+{
+	const struct fuse_in_header *h = buf;
+	const struct fuse_init_in *in = (const void *)(h + 1);
+	uint32_t want = 0;
+
+	if (n >= sizeof(*h) + offsetof(struct fuse_init_in, flags2) + sizeof(in->flags2) &&
+	    (in->flags & FUSE_INIT_EXT))
+		want = in->flags2 & (uint32_t)(SFS_FUSE_DIRECT_IO_ALLOW_MMAP >> 32);
+	if (!want && mount_direct_io)
+		sfs_log(SFS_LOG_WARN, "fuse",
+			"this kernel cannot map direct_io files shared (needs Linux 6.6): "
+			"mmap(MAP_SHARED) of a file here fails with ENODEV");
+	__atomic_store_n(&flags2_wanted, want, __ATOMIC_RELAXED);
+	__atomic_store_n(&init_unique, h->unique, __ATOMIC_RELEASE);
+}
+
+static ssize_t dev_read(int fd, void *buf, size_t len, void *userdata)
+{
+	(void)userdata;
+	ssize_t n = read(fd, buf, len);
+
+	if (n >= (ssize_t)sizeof(struct fuse_in_header) &&
+	    !__atomic_load_n(&init_done, __ATOMIC_RELAXED) &&
+	    ((const struct fuse_in_header *)buf)->opcode == FUSE_INIT)
+		init_seen(buf, (size_t)n);
+	return n;
+}
+
+/* libfuse's INIT reply (iov), with FUSE_INIT_EXT and the wanted flags2
+ * bits set, written in one write(). A reply that is not a whole
+ * fuse_init_out, or an error, goes out as it came. */
+static ssize_t init_reply(int fd, const struct iovec *iov, int count, uint32_t want)
+{
+	char msg[INIT_REPLY_MAX];
+	size_t len = 0;
+
+	for (int i = 0; i < count; i++) {
+		if (iov[i].iov_len > sizeof(msg) - len)
+			return writev(fd, iov, count);
+		memcpy(msg + len, iov[i].iov_base, iov[i].iov_len);
+		len += iov[i].iov_len;
+	}
+	struct fuse_out_header *h = (void *)msg;
+	struct fuse_init_out *out = (void *)(h + 1);
+	if (len < sizeof(*h) + offsetof(struct fuse_init_out, flags2) + sizeof(out->flags2) ||
+	    h->error != 0 || !want)
+		return writev(fd, iov, count);
+	out->flags |= FUSE_INIT_EXT;
+	out->flags2 |= want;
+	ssize_t n = write(fd, msg, len);
+	if (n == (ssize_t)len && (want & (uint32_t)(SFS_FUSE_DIRECT_IO_ALLOW_MMAP >> 32))) {
+		__atomic_store_n(&direct_io_mmap, true, __ATOMIC_RELAXED);
+		sfs_log(SFS_LOG_INFO, "fuse", "direct_io files can be mapped shared");
+	}
+	return n;
+}
+
+static ssize_t dev_writev(int fd, struct iovec *iov, int count, void *userdata)
+{
+	(void)userdata;
+	if (!__atomic_load_n(&init_done, __ATOMIC_RELAXED)) {
+		uint64_t unique = __atomic_load_n(&init_unique, __ATOMIC_ACQUIRE);
+		const struct fuse_out_header *h = iov[0].iov_base;
+		if (unique && count > 0 && iov[0].iov_len >= sizeof(*h) && h->unique == unique) {
+			__atomic_store_n(&init_done, true, __ATOMIC_RELAXED);
+			return init_reply(fd, iov, count,
+					  __atomic_load_n(&flags2_wanted, __ATOMIC_RELAXED));
+		}
+	}
+	return writev(fd, iov, count);
+}
+
+int sfs_fusedev_attach(struct fuse_session *se, bool direct_io)
+{
+	static const struct fuse_custom_io io = {.read = dev_read, .writev = dev_writev};
+
+	mount_direct_io = direct_io;
+	return fuse_session_custom_io(se, &io, fuse_session_fd(se));
+}
+
+bool sfs_fusedev_direct_io_mmap(void) { return __atomic_load_n(&direct_io_mmap, __ATOMIC_RELAXED); }

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fusedev — the daemon's reads and writes of /dev/fuse, through libfuse's
+ * custom I/O hooks, for what libfuse 3.14 cannot ask the kernel for.
+ *
+ * libfuse 3.14 answers FUSE_INIT with 32 capability bits; the kernel's
+ * extended ones (FUSE_INIT_EXT, flags2) it leaves at zero. This module sets
+ * them in libfuse's INIT reply, each only where the kernel's INIT request
+ * offered it:
+ *   FUSE_DIRECT_IO_ALLOW_MMAP (Linux 6.6+): a file opened with direct_io
+ *   (the `direct_io` option) can be mapped MAP_SHARED (LMDB, numpy.memmap,
+ *   Arrow's memory_map); without it that mmap() fails with ENODEV. The
+ *   kernel serves such a mapping through the page cache.
+ * Every other request and reply passes through unchanged: one read() or
+ * writev() of the device, as libfuse makes them without hooks. Splice is
+ * left to libfuse (no splice hooks: it uses plain splice()).
+ *
+ * Threading: the kernel sends nothing before INIT is answered, so INIT is
+ * read and answered before any other request; the state is atomics only.
+ */
+#ifndef SFS_FUSEDEV_H
+#define SFS_FUSEDEV_H
+
+#include <stdbool.h>
+
+struct fuse_session;
+
+/* Route the mounted session's device I/O through this module (call after
+ * fuse_session_mount, before the loop). direct_io: the mount opens files
+ * with direct_io, so a kernel without ALLOW_MMAP is worth a warning.
+ * Returns 0 or -errno (then libfuse does its own I/O: nothing is lost but
+ * the extended capabilities). */
+int sfs_fusedev_attach(struct fuse_session *se, bool direct_io);
+
+/* Whether the kernel took FUSE_DIRECT_IO_ALLOW_MMAP (false before INIT). */
+bool sfs_fusedev_direct_io_mmap(void);
+
+#endif
