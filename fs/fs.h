@@ -80,6 +80,7 @@ struct sfs_fs {
 	uint64_t read_bytes;		      /* atomic: bytes replied to read() */
 	uint64_t read_errors;		      /* atomic */
 	uint64_t invalidations;		      /* atomic: kernel caches dropped for changed files */
+	uint64_t direct_opens;		      /* atomic: opens answered FOPEN_DIRECT_IO */
 	uint64_t stage_bytes[SFS_STAGE_KIND_COUNT];    /* atomic */
 	uint64_t stage_requests[SFS_STAGE_KIND_COUNT]; /* atomic */
 	uint64_t stage_errors[SFS_STAGE_E_COUNT];      /* atomic */

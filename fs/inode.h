@@ -50,7 +50,11 @@ struct sfs_inode {
 
 	/* The rest is protected by sfs_inode_lock(). */
 	bool have_opened; /* opened is set */
-	unsigned n_open;  /* open file handles on pf */
+	/* The opens of opened's version so far overlap its first one (its
+	 * first read since the kernel took the inode in); false once they all
+	 * closed. page_cache=auto reads a big file's first epoch direct_io. */
+	bool first_epoch;
+	unsigned n_open; /* open file handles on pf */
 	struct sfs_attr attr;
 	uint64_t attr_time_ms; /* when attr was fetched */
 	/* Fetch state exists only while the file is open (n_open > 0): a file

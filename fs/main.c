@@ -377,7 +377,7 @@ static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *arg
 			o->mountpoint);
 		goto out_signals;
 	}
-	int rc = sfs_fusedev_attach(se, o->direct_io);
+	int rc = sfs_fusedev_attach(se, o->page_cache == SFS_PAGE_CACHE_NEVER);
 	if (rc < 0) /* not fatal: libfuse keeps its own device I/O */
 		sfs_log(SFS_LOG_WARN, "main", "cannot hook the FUSE device: %s", strerror(-rc));
 	if (fuse_daemonize(o->foreground) != 0) {

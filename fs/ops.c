@@ -15,6 +15,7 @@
  * until we reply).
  */
 #include "fs.h"
+#include "fusedev.h"
 #include "memtrim.h"
 #include "shardfs_ioctl.h"
 #include "../cache/log.h"
@@ -470,12 +471,40 @@ static void file_closed(struct sfs_inode *i, sfs_pf_file *pf)
 	if (--i->n_open == 0) {
 		last = i->pf;
 		i->pf = NULL;
+		i->first_epoch = false;
 	}
 	sfs_inode_unlock(i);
 	sfs_pf_file_drop_idle(pf); /* pairs with sfs_pf_file_opened() */
 	sfs_pf_file_unref(pf);
 	if (last)
 		sfs_pf_file_unref(last); /* the inode's reference */
+}
+
+/*
+ * Whether an open of version v bypasses the kernel's page cache
+ * (FOPEN_DIRECT_IO). page_cache=auto: for a file over one chunk, during its
+ * first epoch (the opens that overlap its first since the kernel took the
+ * inode in, or since it changed). That read cannot hit the page cache, and
+ * filling it costs the daemon's reply a copy into freshly allocated pages
+ * (3.1 against 0.9-1.0 CPU-s/GiB measured, FACTS.md) that a data set read
+ * once, or larger than memory, never uses. Later opens use the page cache,
+ * so a file read again (epochs of a data set that fits in memory, several
+ * readers of one file) is served from it from its third read on, and a
+ * reader with small reads gets the kernel's readahead from its second.
+ * Files of a chunk or less stay buffered: the kernel reads them whole in
+ * one request and knows their end. Only where the kernel maps direct_io
+ * files shared (fusedev.h): elsewhere such an open would refuse mmap.
+ */
+static bool open_direct(const struct sfs_fs *fs, const struct sfs_file_version *v, bool first_epoch)
+{
+	switch (fs->opts->page_cache) {
+	case SFS_PAGE_CACHE_NEVER:
+		return true;
+	case SFS_PAGE_CACHE_ALWAYS:
+		return false;
+	default:
+		return first_epoch && v->size > SFS_CHUNK_BYTES && sfs_fusedev_direct_io_mmap();
+	}
 }
 
 /* open() of the stats file: a snapshot of the text, served direct_io. */
@@ -500,16 +529,21 @@ static void open_stats_file(fuse_req_t req, struct sfs_fs *fs, struct fuse_file_
  * One more open of version v of i: the fetch state shared by the opens of
  * v (made if none is), referenced for the caller and counted in n_open.
  * *unchanged: the kernel's pages of i, if any, are of v (keep_cache);
- * *changed: they are of another version and must be dropped. Returns 0 or
+ * *changed: they are of another version and must be dropped; *first_epoch:
+ * this open overlaps the first open of v since the kernel took i in (the
+ * kernel's page cache cannot hold v yet). Returns 0 or
  * -ENOMEM. Takes the inode lock.
  */
 static int open_fetch_state(struct sfs_fs *fs, struct sfs_inode *i,
 			    const struct sfs_file_version *v, sfs_pf_file **out, bool *unchanged,
-			    bool *changed)
+			    bool *changed, bool *first_epoch)
 {
 	sfs_inode_lock(i);
 	*unchanged = opened_is(i, v);
 	*changed = i->have_opened && !*unchanged;
+	if (!*unchanged)
+		i->first_epoch = true; /* ends when every open of it closed */
+	*first_epoch = i->first_epoch;
 	sfs_pf_file *pf = i->pf;
 	if (pf && !*unchanged) {
 		sfs_pf_file_unref(pf); /* open handles of the old version keep theirs */
@@ -537,7 +571,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct sfs_inode *i = I(fs, ino);
 	struct sfs_attr a;
 	sfs_pf_file *pf;
-	bool unchanged, changed;
+	bool unchanged, changed, first_epoch;
 	int rc;
 
 	op_count(fs, SFS_OP_OPEN);
@@ -560,7 +594,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	struct sfs_file_version v = version_of(&a, i);
-	if ((rc = open_fetch_state(fs, i, &v, &pf, &unchanged, &changed)) < 0) {
+	if ((rc = open_fetch_state(fs, i, &v, &pf, &unchanged, &changed, &first_epoch)) < 0) {
 		reply_err(req, rc);
 		return;
 	}
@@ -584,7 +618,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	pthread_mutex_init(&of->lock, NULL);
 	fi->fh = (uintptr_t)of;
 	fi->keep_cache = unchanged;
-	fi->direct_io = fs->opts->direct_io;
+	fi->direct_io = open_direct(fs, &v, first_epoch);
+	if (fi->direct_io)
+		__atomic_fetch_add(&fs->direct_opens, 1, __ATOMIC_RELAXED);
 	if (fuse_reply_open(req, fi) != 0) {
 		pthread_mutex_destroy(&of->lock);
 		free(of);

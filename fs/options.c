@@ -32,7 +32,12 @@ static const struct sfs_opt_choice prefetch_choices[] = {{"readahead", SFS_PREFE
 							 {"shard", SFS_PREFETCH_SHARD},
 							 {"off", SFS_PREFETCH_OFF},
 							 {NULL, 0}};
-_Static_assert(sizeof(enum sfs_store_policy) == 4 && sizeof(enum sfs_prefetch_mode) == 4,
+static const struct sfs_opt_choice page_cache_choices[] = {{"auto", SFS_PAGE_CACHE_AUTO},
+							   {"always", SFS_PAGE_CACHE_ALWAYS},
+							   {"never", SFS_PAGE_CACHE_NEVER},
+							   {NULL, 0}};
+_Static_assert(sizeof(enum sfs_store_policy) == 4 && sizeof(enum sfs_prefetch_mode) == 4 &&
+		   sizeof(enum sfs_page_cache) == 4,
 	       "choices are stored as 4-byte values");
 
 #define FIELD(f)                                                                                   \
@@ -85,9 +90,13 @@ static const struct sfs_opt_def opt_table[] = {
     {FLAG("overmount", overmount, true),
      .help = "mount even if MOUNTPOINT is already a mount (stacks this mount on top; refused "
 	     "by default)"},
-    {FLAG("direct_io", direct_io, true),
-     .help = "bypass the kernel page cache: one copy less per byte, no sharing of cached pages "
-	     "between readers"},
+    {CHOICE("page_cache", page_cache, page_cache_choices), .def = SFS_PAGE_CACHE_AUTO,
+     .given = offsetof(struct sfs_options, page_cache_given),
+     .help = "auto: the first read of a file over 1 MiB since the kernel took it in bypasses "
+	     "the kernel page cache (direct_io: one copy less per byte), later opens of it use "
+	     "the page cache (needs Linux 6.6 for shared mmap, else always); always: every open "
+	     "uses the page cache; never: every open is direct_io"},
+    {FLAG("direct_io", direct_io, true), .help = "page_cache=never"},
     {UINT("io_threads", io_threads, 0, 64), .def = 0, .meta = "N",
      .help = "NFS I/O threads, 0 = one per CPU"},
     {UINT("max_threads", max_threads, 1, 1024), .def = 64, .meta = "N",
@@ -520,6 +529,11 @@ static int finish_options(struct sfs_options *o, char *err, size_t len)
 		o->allow_other = true;
 	else if (o->allow_other)
 		o->default_permissions = true;
+	if (o->direct_io && o->page_cache_given && o->page_cache != SFS_PAGE_CACHE_NEVER)
+		return fail(err, len, "direct_io and page_cache=%s contradict each other",
+			    o->page_cache == SFS_PAGE_CACHE_AUTO ? "auto" : "always");
+	if (o->direct_io)
+		o->page_cache = SFS_PAGE_CACHE_NEVER;
 	if (o->rsize % 4096)
 		o->rsize -= o->rsize % 4096; /* nfs(5) rounds rsize down, so do we */
 	/* A snapshot cannot change: a path through .snapshot/ is immutable

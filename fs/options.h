@@ -21,6 +21,13 @@
 /* Kernel entry/attr timeout under immutable: a year, i.e. never revalidate. */
 #define SFS_IMMUTABLE_TIMEOUT_S (365.0 * 86400)
 
+/* page_cache=: whether file data goes through the kernel's page cache. */
+enum sfs_page_cache {
+	SFS_PAGE_CACHE_AUTO,   /* bypassed by a big file's first read, used after */
+	SFS_PAGE_CACHE_ALWAYS, /* every open buffered (FOPEN_DIRECT_IO never) */
+	SFS_PAGE_CACHE_NEVER,  /* every open direct_io */
+};
+
 struct sfs_options {
 	char *source;	   /* HOST[,HOST...]:/EXPORT as given */
 	char *hosts;	   /* the HOST[,HOST...] part */
@@ -28,6 +35,7 @@ struct sfs_options {
 	char *mountpoint;
 	bool foreground, debug, help, version;
 	bool cache_policy_given; /* cache_policy= was on the command line */
+	bool page_cache_given;	 /* page_cache= was on the command line */
 
 	unsigned nconnect;
 	uint32_t rsize;
@@ -38,7 +46,8 @@ struct sfs_options {
 	bool allow_other, default_permissions;
 	bool allow_other_unchecked;	    /* allow_other without default_permissions (unsafe) */
 	bool overmount;			    /* mount on top of a mount already at MOUNTPOINT */
-	bool direct_io;			    /* bypass the kernel page cache for file data */
+	bool direct_io;			    /* the flag: page_cache=never */
+	enum sfs_page_cache page_cache;	    /* page_cache=auto|always|never */
 	unsigned io_threads;		    /* 0 = one per CPU */
 	unsigned max_threads;		    /* FUSE worker threads */
 	uint64_t prefetch_mem;		    /* budget for fetch buffers in memory */

@@ -102,6 +102,14 @@ sfs_umount() {
 
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
+# wait_for SECONDS CMD...: until CMD succeeds, polling every 0.1 s.
+wait_for() {
+	local n=$(($1 * 10))
+	shift
+	for _ in $(seq "$n"); do "$@" && return 0; sleep 0.1; done
+	return 1
+}
+
 # same_bytes A B: byte-for-byte comparison
 same_bytes() { cmp -s "$1" "$2"; }
 

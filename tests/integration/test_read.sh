@@ -16,6 +16,9 @@ echo "deep file" >"$EXPORT/deep/a/b/c/d/e/f/g/leaf.txt"
 ln -s ../shards/big-00000.tfrecord "$EXPORT/deep/link-to-shard"
 ln -s a/b/c "$EXPORT/deep/link-to-dir"
 ln -s /nonexistent/target "$EXPORT/deep/dangling"
+mkdir -p "$EXPORT/pc"
+head -c $((8 << 20 | 7)) /dev/urandom >"$EXPORT/pc/epochs.bin"
+head -c 500000 /dev/urandom >"$EXPORT/pc/small.bin"
 : >"$EXPORT/empty"
 printf x >"$EXPORT/one-byte"
 python3 - "$EXPORT/wide" <<'PY'
@@ -86,6 +89,45 @@ done
 bad=0
 for p in "${pids[@]}"; do wait "$p" || bad=$((bad + 1)); done
 check "16 concurrent readers all byte-exact" [ "$bad" = 0 ]
+
+# page_cache=auto (the default): a file over 1 MiB is read direct_io while
+# its opens overlap its first since the kernel took the inode in, then
+# through the page cache, which keeps it for the next open. Files of 1 MiB
+# or less always go through the page cache.
+diag "--- page_cache=auto"
+opens() { counter shardfs_fuse_direct_opens_total; }
+served() { counter shardfs_fuse_read_bytes_total; }
+forgotten() { [ "$(counter shardfs_inodes)" = 0 ]; }
+forget_all() { drop_caches && wait_for 20 forgotten; }
+PC=pc/epochs.bin
+PC_BYTES=$(stat -c %s "$EXPORT/$PC")
+check "the daemon negotiated shared mmap of direct_io files" [ "$(counter shardfs_fuse_direct_io_mmap)" = 1 ]
+check "the kernel forgets every inode (drop_caches)" forget_all
+d0=$(opens) r0=$(served)
+check "first read of $PC: byte-exact" same_bytes "$MNT/$PC" "$EXPORT/$PC"
+d1=$(opens) r1=$(served)
+check "first read: one direct_io open ($d0 -> $d1)" [ "$d1" = $((d0 + 1)) ]
+check "first read: the daemon served it ($((r1 - r0)) bytes)" [ $((r1 - r0)) -ge "$PC_BYTES" ]
+check "second read: byte-exact" same_bytes "$MNT/$PC" "$EXPORT/$PC"
+d2=$(opens) r2=$(served)
+check "second read: through the page cache (no direct_io open: $d1 -> $d2)" [ "$d2" = "$d1" ]
+check "second read: the daemon served it (the page cache had none of it)" [ $((r2 - r1)) -ge "$PC_BYTES" ]
+check "third read: byte-exact" same_bytes "$MNT/$PC" "$EXPORT/$PC"
+check "third read: from the page cache (the daemon served $(($(served) - r2)) bytes)" \
+	[ "$(served)" = "$r2" ]
+check "the kernel forgets every inode again" forget_all
+d3=$(opens)
+check "two overlapping opens of a forgotten file, MAP_SHARED mmap of one: byte-exact" \
+	python3 - "$MNT/$PC" "$EXPORT/$PC" <<'PY'
+import mmap, sys
+a, b, want = open(sys.argv[1], "rb"), open(sys.argv[1], "rb"), open(sys.argv[2], "rb").read()
+m = mmap.mmap(b.fileno(), 0, access=mmap.ACCESS_READ)
+sys.exit(0 if a.read() == want and m[:] == want else 1)
+PY
+check "both overlapping opens were direct_io ($d3 -> $(opens))" [ "$(opens)" = $((d3 + 2)) ]
+d4=$(opens)
+check "a file of 1 MiB or less: byte-exact" same_bytes "$MNT/pc/small.bin" "$EXPORT/pc/small.bin"
+check "a file of 1 MiB or less: through the page cache on its first read" [ "$(opens)" = "$d4" ]
 
 # Read-only: every way of modifying fails with EROFS and changes nothing.
 erofs() { local out; out=$("$@" 2>&1) && return 1; grep -q "Read-only file system" <<<"$out"; }

@@ -34,13 +34,6 @@ unset MALLOC_PERTURB_
 sfs_mount "cache_dir=$WORK/cache,prefetch_mem=8M"
 pid=$(pgrep -f "shardfs .* $MNT( |\$)" | head -1)
 rss() { awk '/^VmRSS:/ { print $2 * 1024 }' "/proc/$pid/status"; }
-# wait_for SECONDS CMD...: until CMD succeeds, polling every 0.1 s.
-wait_for() {
-	local n=$(($1 * 10))
-	shift
-	for _ in $(seq "$n"); do "$@" && return 0; sleep 0.1; done
-	return 1
-}
 rss0=$(rss)
 
 found=$(find "$MNT/walk" -type f | wc -l)

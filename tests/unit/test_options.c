@@ -124,6 +124,9 @@ static void test_defaults(void)
 	ok(!o.foreground && !o.debug && !o.help && !o.version && !o.allow_other &&
 	       !o.default_permissions && !o.direct_io && o.io_threads == 0,
 	   "default flags off, io_threads 0");
+	ok(o.page_cache == SFS_PAGE_CACHE_AUTO &&
+	       table_default("page_cache") == SFS_PAGE_CACHE_AUTO,
+	   "default page_cache=auto");
 	ok(o.source && !strcmp(o.source, "h1:/ifs") && o.hosts && !strcmp(o.hosts, "h1") &&
 	       o.export_path && !strcmp(o.export_path, "/ifs") && o.mountpoint &&
 	       !strcmp(o.mountpoint, "/mnt"),
@@ -165,6 +168,12 @@ static void test_values(void)
 	check_opt("allow_other,allow_other_unchecked", FIELD(default_permissions), 0);
 	check_opt("allow_other,default_permissions", FIELD(default_permissions), 1);
 	check_opt("direct_io", FIELD(direct_io), 1);
+	check_opt("direct_io", FIELD(page_cache), SFS_PAGE_CACHE_NEVER);
+	check_opt("direct_io,page_cache=never", FIELD(page_cache), SFS_PAGE_CACHE_NEVER);
+	check_opt("page_cache=never", FIELD(page_cache), SFS_PAGE_CACHE_NEVER);
+	check_opt("page_cache=always", FIELD(page_cache), SFS_PAGE_CACHE_ALWAYS);
+	check_opt("page_cache=auto", FIELD(page_cache), SFS_PAGE_CACHE_AUTO);
+	check_opt("page_cache=never", FIELD(direct_io), 0);
 	check_opt("io_threads=0", FIELD(io_threads), 0);
 	check_opt("io_threads=64", FIELD(io_threads), 64);
 	check_opt("max_threads=1", FIELD(max_threads), 1);
@@ -215,6 +224,11 @@ static void test_value_errors(void)
 	ERR("hard", "-o", "hard=0", "h1:/ifs", "/mnt");
 	ERR("allow_other", "-o", "allow_other=yes", "h1:/ifs", "/mnt");
 	ERR("direct_io", "-o", "direct_io=1", "h1:/ifs", "/mnt");
+	ERR("direct_io and page_cache=always contradict each other", "-o",
+	    "direct_io,page_cache=always", "h1:/ifs", "/mnt");
+	ERR("direct_io and page_cache=auto contradict each other", "-o",
+	    "page_cache=auto,direct_io", "h1:/ifs", "/mnt");
+	ERR("expected one of auto|always|never", "-o", "page_cache=sometimes", "h1:/ifs", "/mnt");
 	ERR("contradict", "-o", "allow_other_unchecked,default_permissions", "h1:/ifs", "/mnt");
 	ERR("allow_other_unchecked", "-o", "allow_other_unchecked=1", "h1:/ifs", "/mnt");
 	ERR("ro", "-o", "ro=1", "h1:/ifs", "/mnt");
