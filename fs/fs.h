@@ -81,6 +81,7 @@ struct sfs_fs {
 	uint64_t read_errors;		      /* atomic */
 	uint64_t invalidations;		      /* atomic: kernel caches dropped for changed files */
 	uint64_t direct_opens;		      /* atomic: opens answered FOPEN_DIRECT_IO */
+	struct sfs_pc_policy page_cache;      /* which opens are direct_io */
 	uint64_t stage_bytes[SFS_STAGE_KIND_COUNT];    /* atomic */
 	uint64_t stage_requests[SFS_STAGE_KIND_COUNT]; /* atomic */
 	uint64_t stage_errors[SFS_STAGE_E_COUNT];      /* atomic */
@@ -90,9 +91,12 @@ struct sfs_fs {
 
 /* What fi->fh points to for an open NFS file. */
 struct sfs_open_file {
-	sfs_pf_file *pf;      /* set at open: the file version this open reads */
-	uid_t uid;	      /* set at open: the opener */
-	pthread_mutex_t lock; /* serialises ioctls on this open file */
+	sfs_pf_file *pf;	    /* set at open: the file version this open reads */
+	uid_t uid;		    /* set at open: the opener */
+	bool direct;		    /* set at open: FOPEN_DIRECT_IO (pagecache.h) */
+	uint64_t direct_reads;	    /* atomic: direct: read requests */
+	uint64_t direct_read_bytes; /* atomic: direct: bytes they asked for */
+	pthread_mutex_t lock;	    /* serialises ioctls on this open file */
 	struct {
 		uint64_t id; /* 0: free slot */
 		uid_t uid;

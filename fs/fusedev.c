@@ -40,6 +40,9 @@ static void init_seen(const void *buf, size_t n)
 		sfs_log(SFS_LOG_WARN, "fuse",
 			"this kernel cannot map direct_io files shared (needs Linux 6.6): "
 			"mmap(MAP_SHARED) of a file here fails with ENODEV");
+	__atomic_store_n(&direct_io_mmap,
+			 (want & (uint32_t)(SFS_FUSE_DIRECT_IO_ALLOW_MMAP >> 32)) != 0,
+			 __ATOMIC_RELAXED);
 	__atomic_store_n(&flags2_wanted, want, __ATOMIC_RELAXED);
 	__atomic_store_n(&init_unique, h->unique, __ATOMIC_RELEASE);
 }
@@ -78,10 +81,8 @@ static ssize_t init_reply(int fd, const struct iovec *iov, int count, uint32_t w
 	out->flags |= FUSE_INIT_EXT;
 	out->flags2 |= want;
 	ssize_t n = write(fd, msg, len);
-	if (n == (ssize_t)len && (want & (uint32_t)(SFS_FUSE_DIRECT_IO_ALLOW_MMAP >> 32))) {
-		__atomic_store_n(&direct_io_mmap, true, __ATOMIC_RELAXED);
+	if (n == (ssize_t)len && (want & (uint32_t)(SFS_FUSE_DIRECT_IO_ALLOW_MMAP >> 32)))
 		sfs_log(SFS_LOG_INFO, "fuse", "direct_io files can be mapped shared");
-	}
 	return n;
 }
 

@@ -32,7 +32,9 @@ struct fuse_session;
  * the extended capabilities). */
 int sfs_fusedev_attach(struct fuse_session *se, bool direct_io);
 
-/* Whether the kernel took FUSE_DIRECT_IO_ALLOW_MMAP (false before INIT). */
+/* Whether the INIT reply carries FUSE_DIRECT_IO_ALLOW_MMAP: known once the
+ * INIT request was read, before libfuse calls the filesystem's init (false
+ * before that). */
 bool sfs_fusedev_direct_io_mmap(void);
 
 #endif

@@ -268,6 +268,7 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 	}
 	pthread_mutex_init(&fs->statfs_lock, NULL);
 	fs->opts = o;
+	fs->page_cache.mode = o->page_cache;
 	fs->attr_timeout_s = o->immutable ? SFS_IMMUTABLE_TIMEOUT_S : o->actimeo_s;
 	fs->start_ns = sfs_now_ns();
 	fs->ctl_dir.kind = SFS_INODE_CTL_DIR;

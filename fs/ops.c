@@ -16,6 +16,7 @@
  */
 #include "fs.h"
 #include "fusedev.h"
+#include "pagecache.h"
 #include "memtrim.h"
 #include "shardfs_ioctl.h"
 #include "../cache/log.h"
@@ -480,33 +481,6 @@ static void file_closed(struct sfs_inode *i, sfs_pf_file *pf)
 		sfs_pf_file_unref(last); /* the inode's reference */
 }
 
-/*
- * Whether an open of version v bypasses the kernel's page cache
- * (FOPEN_DIRECT_IO). page_cache=auto: for a file over one chunk, during its
- * first epoch (the opens that overlap its first since the kernel took the
- * inode in, or since it changed). That read cannot hit the page cache, and
- * filling it costs the daemon's reply a copy into freshly allocated pages
- * (3.1 against 0.9-1.0 CPU-s/GiB measured, FACTS.md) that a data set read
- * once, or larger than memory, never uses. Later opens use the page cache,
- * so a file read again (epochs of a data set that fits in memory, several
- * readers of one file) is served from it from its third read on, and a
- * reader with small reads gets the kernel's readahead from its second.
- * Files of a chunk or less stay buffered: the kernel reads them whole in
- * one request and knows their end. Only where the kernel maps direct_io
- * files shared (fusedev.h): elsewhere such an open would refuse mmap.
- */
-static bool open_direct(const struct sfs_fs *fs, const struct sfs_file_version *v, bool first_epoch)
-{
-	switch (fs->opts->page_cache) {
-	case SFS_PAGE_CACHE_NEVER:
-		return true;
-	case SFS_PAGE_CACHE_ALWAYS:
-		return false;
-	default:
-		return first_epoch && v->size > SFS_CHUNK_BYTES && sfs_fusedev_direct_io_mmap();
-	}
-}
-
 /* open() of the stats file: a snapshot of the text, served direct_io. */
 static void open_stats_file(fuse_req_t req, struct sfs_fs *fs, struct fuse_file_info *fi)
 {
@@ -618,7 +592,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	pthread_mutex_init(&of->lock, NULL);
 	fi->fh = (uintptr_t)of;
 	fi->keep_cache = unchanged;
-	fi->direct_io = open_direct(fs, &v, first_epoch);
+	fi->direct_io = of->direct = sfs_pc_open_direct(&fs->page_cache, v.size, first_epoch);
 	if (fi->direct_io)
 		__atomic_fetch_add(&fs->direct_opens, 1, __ATOMIC_RELAXED);
 	if (fuse_reply_open(req, fi) != 0) {
@@ -692,8 +666,13 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		free(copy);
 		return;
 	}
-	sfs_pf_file *pf = ((struct sfs_open_file *)(uintptr_t)fi->fh)->pf;
+	struct sfs_open_file *of = (struct sfs_open_file *)(uintptr_t)fi->fh;
+	sfs_pf_file *pf = of->pf;
 	struct sfs_pf_view v;
+	if (of->direct) { /* what its reader asks for (pagecache.h) */
+		__atomic_fetch_add(&of->direct_reads, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&of->direct_read_bytes, size, __ATOMIC_RELAXED);
+	}
 	uint32_t ds = __atomic_load_n(&i->dataset, __ATOMIC_RELAXED);
 	struct read_call c = {fs, req, sfs_fs_job_begin(fs, req), ds};
 	ssize_t n = sfs_pf_read_async(pf, (uint64_t)off, size, &v, read_done, &c, sizeof(c));
@@ -716,6 +695,9 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	} else if (fi->fh) {
 		struct sfs_open_file *of = (struct sfs_open_file *)(uintptr_t)fi->fh;
 		sfs_open_file_drop_regions(of); /* regions belong to the open file */
+		if (of->direct)
+			sfs_pc_direct_closed(&fs->page_cache, of->direct_reads,
+					     of->direct_read_bytes);
 		file_closed(i, of->pf);
 		pthread_mutex_destroy(&of->lock);
 		free(of);
@@ -1092,6 +1074,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * path gave short replies under load here (see cache/prefetch.c). */
 	conn->want &= ~(unsigned)(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
 	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
+	/* fusedev has read the INIT request by now (fusedev.h). */
+	struct sfs_fs *fs = userdata;
+	fs->page_cache.direct_mmap = sfs_fusedev_direct_io_mmap();
 }
 
 const char *const sfs_fuse_op_names[SFS_OP_COUNT] = {

@@ -17,16 +17,10 @@
 
 #include "../cache/prefetch.h"
 #include "../cache/store.h"
+#include "pagecache.h"
 
 /* Kernel entry/attr timeout under immutable: a year, i.e. never revalidate. */
 #define SFS_IMMUTABLE_TIMEOUT_S (365.0 * 86400)
-
-/* page_cache=: whether file data goes through the kernel's page cache. */
-enum sfs_page_cache {
-	SFS_PAGE_CACHE_AUTO,   /* bypassed by a big file's first read, used after */
-	SFS_PAGE_CACHE_ALWAYS, /* every open buffered (FOPEN_DIRECT_IO never) */
-	SFS_PAGE_CACHE_NEVER,  /* every open direct_io */
-};
 
 struct sfs_options {
 	char *source;	   /* HOST[,HOST...]:/EXPORT as given */

@@ -214,6 +214,11 @@ static void render_fuse(FILE *f, struct sfs_fs *fs)
 	metric(f, "shardfs_fuse_direct_opens_total", "counter",
 	       "Opens answered direct_io (page_cache=, never or auto's first epochs).",
 	       __atomic_load_n(&fs->direct_opens, __ATOMIC_RELAXED));
+	help(f, "shardfs_fuse_small_read_share", "gauge",
+	     "page_cache=auto: moving share of direct_io opens that read in small pieces; from "
+	     "0.5 first reads go through the page cache.");
+	fprintf(f, "shardfs_fuse_small_read_share %.3f\n",
+		sfs_pc_small_share(&fs->page_cache) / 256.0);
 	metric(f, "shardfs_fuse_direct_io_mmap", "gauge",
 	       "1: the kernel maps direct_io files shared (FUSE_DIRECT_IO_ALLOW_MMAP).",
 	       sfs_fusedev_direct_io_mmap());

@@ -128,6 +128,18 @@ check "both overlapping opens were direct_io ($d3 -> $(opens))" [ "$(opens)" = $
 d4=$(opens)
 check "a file of 1 MiB or less: byte-exact" same_bytes "$MNT/pc/small.bin" "$EXPORT/pc/small.bin"
 check "a file of 1 MiB or less: through the page cache on its first read" [ "$(opens)" = "$d4" ]
+# A mount whose readers read in small pieces learns it: direct_io would cost
+# them a FUSE round trip per read (fs/pagecache.h).
+small_reader() { forget_all && dd if="$MNT/$PC" bs=16k status=none | cmp -s - "$EXPORT/$PC"; }
+for k in 1 2 3 4 5 6; do
+	check "first read $k in 16 KiB pieces: byte-exact" small_reader
+done
+share=$(stat_value shardfs_fuse_small_read_share)
+check "six direct_io readers of 16 KiB pieces: they dominate (share $share >= 0.5)" \
+	python3 -c "import sys; sys.exit(not float('$share') >= 0.5)"
+d5=$(opens)
+check "then a first read of a big file goes through the page cache: byte-exact" small_reader
+check "... with no direct_io open ($d5 -> $(opens))" [ "$(opens)" = "$d5" ]
 
 # Read-only: every way of modifying fails with EROFS and changes nothing.
 erofs() { local out; out=$("$@" 2>&1) && return 1; grep -q "Read-only file system" <<<"$out"; }
