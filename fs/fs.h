@@ -89,6 +89,9 @@ struct sfs_fs {
 
 #define SFS_MAX_REGIONS 16 /* per open file */
 
+/* The kernel's readahead for buffered FUSE reads (op_init), 1 MiB requests. */
+#define SFS_FUSE_MAX_READAHEAD (8u << 20)
+
 /* What fi->fh points to for an open NFS file. */
 struct sfs_open_file {
 	sfs_pf_file *pf;	    /* set at open: the file version this open reads */

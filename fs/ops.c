@@ -1059,7 +1059,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	/* 1 MiB requests and a deep kernel readahead (FACTS.md: the default
 	 * 128 KiB requests cap buffered FUSE reads far below the network). */
-	conn->max_readahead = 8u << 20;
+	conn->max_readahead = SFS_FUSE_MAX_READAHEAD;
 	if (conn->max_write < SFS_CHUNK_BYTES)
 		conn->max_write = SFS_CHUNK_BYTES;
 	conn->max_background = 64;
