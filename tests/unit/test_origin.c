@@ -442,7 +442,9 @@ static void test_long_name(void)
 
 /* --- a stalled node: its READs are hedged together -------------------------- */
 
-#define STALL_READS    40
+/* READs go to whichever node's connection pulls first: enough of them that
+ * some land on n0 after its silence began (40 once gave none). */
+#define STALL_READS    160
 #define STALL_DELAY_MS 100 /* every READ reply: the hedge delay is then 4 x 100 ms */
 
 static struct {
@@ -537,6 +539,10 @@ static void test_stall_hedged_together(void)
 		}
 	}
 	sfs_origin_close(pool);
+	int on_n0 = 0;
+	for (int k = 0; k < used; k++)
+		on_n0 += stall.first_node[k] == 0;
+	diag("%d READs sent, %d first to n0", used, on_n0);
 	ok(!wrong, "every READ served right while n0 stalls");
 	ok(late_on_n0 > 0, "READs went to n0 after its silence passed the hedge delay (%d)",
 	   late_on_n0);
