@@ -178,15 +178,32 @@ static uint64_t buf_budget(const sfs_prefetch *pf)
 }
 
 /* A buffer made to size (bytes < SFS_CHUNK_BYTES), or NULL when the budget
- * is spent and !demand. Caller holds buf_lock; returns with it released. */
+ * is spent and !demand. Pooled buffers nobody uses are budget too: they
+ * give way (a pool full of idle 1 MiB buffers refused a file's 4 KiB tail
+ * for as long as the pump kept retrying, which kept the pool from ever
+ * going idle). Caller holds buf_lock; returns with it released. */
 static void *buf_get_sized(sfs_prefetch *pf, uint32_t bytes, bool demand)
 {
-	if (!demand && buf_held(pf) + bytes > buf_budget(pf)) {
-		pthread_mutex_unlock(&pf->buf_lock);
-		return NULL;
+	void *spare[8];
+	size_t n_spare = 0;
+	bool room = true;
+
+	if (!demand) {
+		while (buf_held(pf) + bytes > buf_budget(pf) && pf->n_free && n_spare < 8) {
+			spare[n_spare++] = pf->free_bufs[--pf->n_free];
+			pf->n_buffers--;
+		}
+		room = buf_held(pf) + bytes <= buf_budget(pf);
 	}
-	pf->sized_bytes += bytes;
+	if (room)
+		pf->sized_bytes += bytes;
 	pthread_mutex_unlock(&pf->buf_lock);
+	for (size_t i = 0; i < n_spare; i++)
+		free(spare[i]);
+	if (n_spare)
+		count(&pf->stats.buffer_bytes, -(int64_t)(n_spare * SFS_CHUNK_BYTES));
+	if (!room)
+		return NULL;
 	void *b = aligned_alloc(4096, bytes);
 	if (!b) {
 		pthread_mutex_lock(&pf->buf_lock);

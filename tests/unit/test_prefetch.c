@@ -18,6 +18,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -1158,6 +1160,88 @@ static void test_async_chunks(void)
 	teardown();
 }
 
+/* A pool full of idle 1 MiB buffers is budget nobody uses: a shard fetch's
+ * tail chunk (a buffer made to size) must get room from it. It did not: the
+ * pump retried the tail every 100 ms, each retry kept the pool from going
+ * idle, and shardfs-warm waited for the last 4,321 bytes forever. */
+static void test_pool_tail(void)
+{
+	char dir[] = "/tmp/test_prefetch.XXXXXX", err[256] = "", why[256] = "";
+	const uint64_t mem = 4 * MiB, tail_size = 2 * MiB + 4321;
+	sfs_store *store = NULL;
+
+	if (!mkdtemp(dir)) {
+		printf("Bail out! mkdtemp: %s\n", strerror(errno));
+		exit(1);
+	}
+	int rc = sfs_store_open(&(struct sfs_store_conf){.dir = dir,
+							 .capacity_bytes = 256 * MiB,
+							 .policy = SFS_STORE_LRU,
+							 .chunk_bytes = MiB},
+				&store, err, sizeof(err));
+	if (rc || (rc = sfs_store_start(store))) {
+		printf("Bail out! sfs_store_open(%s): %d %s\n", dir, rc, err);
+		exit(1);
+	}
+	org = fake_origin_new(&(struct fake_origin_conf){.max_read = MiB, .n_threads = 2});
+	rc = sfs_prefetch_open(&(struct sfs_prefetch_conf){.mem_bytes = mem,
+							   .window_chunks = 16,
+							   .mode = SFS_PREFETCH_SHARD,
+							   .shard_max_bytes = 64 * MiB,
+							   .store = store},
+			       org, &pf);
+	if (rc) {
+		printf("Bail out! sfs_prefetch_open: %d\n", rc);
+		exit(1);
+	}
+
+	/* A sequential reader of a file never opened for the store (no
+	 * sfs_pf_file_opened): readahead fills the budget, closing pools it. */
+	struct tfile a = topen(41, 16 * MiB, 16 * MiB);
+	int bad = 0;
+	for (uint64_t off = 0; off < a.size; off += 128 * KiB)
+		bad += read_check(&a, off, 128 * KiB, NULL, why, sizeof(why));
+	sfs_pf_file_unref(a.f);
+	fake_origin_drain(org);
+	ok(bad == 0 && pstats().buffer_bytes == mem,
+	   "pool tail: a sequential read left the pool full of idle buffers (%llu of %llu MiB, "
+	   "%d wrong)",
+	   (unsigned long long)(pstats().buffer_bytes >> 20), (unsigned long long)(mem >> 20), bad);
+
+	/* The whole-file fetch of a file with a 4,321-byte tail. */
+	struct tfile b = topen(42, tail_size, tail_size);
+	sfs_pf_file_opened(b.f);
+	bool active = true;
+	uint64_t cached = 0;
+	for (int i = 0; i < 1000 && (active || cached < tail_size); i++) {
+		usleep(10000);
+		if (sfs_pf_file_warm(b.f, &active) < 0)
+			break;
+		cached = sfs_pf_file_cached_bytes(b.f);
+	}
+	ok(cached == tail_size && !active,
+	   "pool tail: the whole file, its tail too, reached the store (%llu of %llu bytes, %s)",
+	   (unsigned long long)cached, (unsigned long long)tail_size,
+	   active ? "still active after 10 s" : "done");
+	ok(pstats().buffer_bytes <= mem, "pool tail: buffers stay within the budget (%llu bytes)",
+	   (unsigned long long)pstats().buffer_bytes);
+	bad = 0;
+	for (uint64_t off = 0; off < tail_size; off += 256 * KiB)
+		bad += read_check(&b, off, 256 * KiB, NULL, why, sizeof(why));
+	ok(bad == 0, "pool tail: the file reads back byte-exact (%d wrong) %s", bad, why);
+	sfs_pf_file_unref(b.f);
+	fake_origin_drain(org);
+	sfs_prefetch_close(pf);
+	fake_origin_free(org);
+	pf = NULL;
+	org = NULL;
+	sfs_store_close(store);
+	char cmd[64];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd) != 0)
+		diag("could not remove %s", dir);
+}
+
 static void test_exact_1m(void) { test_exact(MiB); }
 static void test_exact_256k(void) { test_exact(256 * KiB); }
 static void test_exact_100000(void) { test_exact(100000); }
@@ -1184,6 +1268,7 @@ static const struct {
     {"undelivered", test_undelivered},
     {"async", test_async},
     {"async_chunks", test_async_chunks},
+    {"pool_tail", test_pool_tail},
 };
 
 /* With no arguments, runs every test; otherwise only the named ones. */
