@@ -285,15 +285,14 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-int main(int argc, char **argv)
+/*
+ * Parses the options into opt_*. Returns -1 to go on, with optind at the
+ * source and at least one PATH after it, or main's exit status: 0 after -h,
+ * 2 on bad usage (after the usage text). Exits 1 on a bad number.
+ */
+static int parse_args(int argc, char **argv)
 {
-	char *spec, *colon, *export, *hostlist, *tok, *save = NULL;
-	const char **hosts = NULL;
-	int nhosts = 0, nctx, opt;
-	struct ctx *ctxs;
-	struct worker *workers;
-	double t0, t1, secs;
-	uint64_t total = 0, got;
+	int opt;
 
 	while ((opt = getopt(argc, argv, "c:d:b:j:t:qh")) != -1) {
 		switch (opt) {
@@ -327,73 +326,112 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	return -1;
+}
 
-	spec = strdup(argv[optind]);
+/* The source, HOST[,HOST...]:/EXPORT, taken apart. */
+struct source {
+	const char **hosts; /* point into a copy of the argument, kept for the run */
+	int nhosts;
+	const char *export;
+};
+
+/* Splits arg into src's hosts and export. Exits 1 on a malformed source. */
+static void parse_source(const char *arg, struct source *src)
+{
+	char *spec, *colon, *tok, *save = NULL;
+
+	src->hosts = NULL;
+	src->nhosts = 0;
+	spec = strdup(arg);
 	colon = spec ? strchr(spec, ':') : NULL;
 	if (!colon || colon[1] != '/')
-		die("bad source %s: want HOST[,HOST...]:/EXPORT", argv[optind]);
+		die("bad source %s: want HOST[,HOST...]:/EXPORT", arg);
 	*colon = '\0';
-	export = colon + 1;
-	hostlist = spec;
-	for (tok = strtok_r(hostlist, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		hosts = realloc(hosts, sizeof(*hosts) * (size_t)(nhosts + 1));
-		if (!hosts)
+	src->export = colon + 1;
+	for (tok = strtok_r(spec, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		src->hosts = realloc(src->hosts, sizeof(*src->hosts) * (size_t)(src->nhosts + 1));
+		if (!src->hosts)
 			die("out of memory");
-		hosts[nhosts++] = tok;
+		src->hosts[src->nhosts++] = tok;
 	}
-	if (nhosts == 0)
-		die("no host in %s", argv[optind]);
+	if (src->nhosts == 0)
+		die("no host in %s", arg);
+}
 
-	nfiles = (size_t)(argc - optind - 1);
+/* Sets up files[] from the n PATH arguments and bounds opt_files_par by n. */
+static void init_files(char **paths, size_t n)
+{
+	nfiles = n;
 	files = calloc(nfiles, sizeof(*files));
 	if (!files)
 		die("out of memory");
 	for (size_t i = 0; i < nfiles; i++)
-		files[i].path = argv[optind + 1 + (int)i];
+		files[i].path = paths[i];
 	if (opt_files_par <= 0 || (size_t)opt_files_par > nfiles)
 		opt_files_par = (int)nfiles;
+}
 
-	nctx = nhosts * opt_nconnect;
-	if (opt_threads > nctx)
-		opt_threads = nctx;
-	ctxs = calloc((size_t)nctx, sizeof(*ctxs));
+/*
+ * Creates and mounts nctx contexts, opt_nconnect per host of src. Returns
+ * them (context j * nhosts + h is connection j to host h); exits 1 on error.
+ */
+static struct ctx *mount_contexts(const struct source *src, int nctx)
+{
+	struct ctx *ctxs = calloc((size_t)nctx, sizeof(*ctxs));
+
 	if (!ctxs)
 		die("out of memory");
-
 	/* Contexts are created and mounted one at a time (libnfs 4.0 has
 	 * unlocked globals there). Order: connection j of every host before
 	 * connection j+1, so that any split over threads mixes hosts. */
 	for (int j = 0; j < opt_nconnect; j++) {
-		for (int h = 0; h < nhosts; h++) {
-			struct ctx *c = &ctxs[j * nhosts + h];
+		for (int h = 0; h < src->nhosts; h++) {
+			struct ctx *c = &ctxs[j * src->nhosts + h];
 
-			c->host = hosts[h];
+			c->host = src->hosts[h];
 			c->nfs = nfs_init_context();
 			if (!c->nfs)
 				die("cannot create an NFS context");
 			nfs_set_version(c->nfs, NFS_V3);
 			nfs_set_autoreconnect(c->nfs, 0);
 			nfs_set_timeout(c->nfs, TIMEOUT_MS);
-			if (nfs_mount(c->nfs, c->host, export) != 0)
-				die("cannot mount %s:%s: %s", c->host, export, nfs_err(c->nfs));
+			if (nfs_mount(c->nfs, c->host, src->export) != 0)
+				die("cannot mount %s:%s: %s", c->host, src->export,
+				    nfs_err(c->nfs));
 		}
 	}
+	return ctxs;
+}
 
-	/* Sizes from the first context. */
+/*
+ * Fills in the size and block count of every file from context c. Returns
+ * the total size; exits 1 on an error or a file that is not regular.
+ */
+static uint64_t stat_files(const struct ctx *c, const char *export)
+{
+	uint64_t total = 0;
+
 	for (size_t i = 0; i < nfiles; i++) {
 		struct nfs_stat_64 st;
 
-		if (nfs_stat64(ctxs[0].nfs, files[i].path, &st) != 0)
-			die("%s:%s%s: %s", ctxs[0].host, export, files[i].path,
-			    nfs_err(ctxs[0].nfs));
+		if (nfs_stat64(c->nfs, files[i].path, &st) != 0)
+			die("%s:%s%s: %s", c->host, export, files[i].path, nfs_err(c->nfs));
 		if ((st.nfs_mode & S_IFMT) != S_IFREG)
 			die("%s: not a regular file", files[i].path);
 		files[i].size = st.nfs_size;
 		files[i].nblocks = (st.nfs_size + opt_block - 1) / opt_block;
 		total += st.nfs_size;
 	}
+	return total;
+}
 
-	/* Open every file on every context, and set up the slots. */
+/*
+ * Opens every file on every context and gives each context opt_depth slots
+ * with a touched opt_block buffer each. Exits 1 on error.
+ */
+static void open_files_and_slots(struct ctx *ctxs, int nctx)
+{
 	for (int k = 0; k < nctx; k++) {
 		struct ctx *c = &ctxs[k];
 
@@ -414,9 +452,13 @@ int main(int argc, char **argv)
 			memset(c->slots[d].buf, 0, opt_block);
 		}
 	}
+}
 
-	/* Contexts to threads round-robin. */
-	workers = calloc((size_t)opt_threads, sizeof(*workers));
+/* Returns opt_threads workers with the nctx contexts dealt round-robin. */
+static struct worker *assign_workers(struct ctx *ctxs, int nctx)
+{
+	struct worker *workers = calloc((size_t)opt_threads, sizeof(*workers));
+
 	if (!workers)
 		die("out of memory");
 	for (int t = 0; t < opt_threads; t++) {
@@ -429,33 +471,39 @@ int main(int argc, char **argv)
 
 		w->ctxs[w->nctx++] = &ctxs[k];
 	}
+	return workers;
+}
 
-	t0 = now_s();
+/*
+ * Runs the workers, the first on this thread, until all are done. Returns
+ * the seconds it took; `failed` tells whether a worker failed.
+ */
+static double run_workers(struct worker *workers)
+{
+	double t0 = now_s();
+
 	for (int t = 1; t < opt_threads; t++)
 		if (pthread_create(&workers[t].tid, NULL, worker_main, &workers[t]) != 0)
 			die("cannot start a thread");
 	worker_main(&workers[0]);
 	for (int t = 1; t < opt_threads; t++)
 		pthread_join(workers[t].tid, NULL);
-	t1 = now_s();
+	return now_s() - t0;
+}
 
-	if (atomic_load(&failed))
-		return 1; /* message already printed; exit without draining */
-	got = atomic_load(&bytes_done);
-	if (got != total) {
-		fprintf(stderr, "%s: read %" PRIu64 " of %" PRIu64 " bytes\n", prog, got, total);
-		return 1;
-	}
-	secs = t1 - t0;
-	if (secs <= 0)
-		secs = 1e-9;
-
+/* Closes every file on every context and destroys the contexts. */
+static void close_contexts(struct ctx *ctxs, int nctx)
+{
 	for (int k = 0; k < nctx; k++) {
 		for (size_t i = 0; i < nfiles; i++)
 			nfs_close(ctxs[k].nfs, ctxs[k].fh[i]);
 		nfs_destroy_context(ctxs[k].nfs);
 	}
+}
 
+/* Prints the summary (unless -q) and the machine-readable last line. */
+static void report(int nhosts, uint64_t total, double secs)
+{
 	if (!opt_quiet)
 		printf("read %zu file(s), %.1f MiB in %.3f s: %.1f MiB/s "
 		       "(%d host(s) x %d conn, depth %d, %" PRIu64
@@ -464,5 +512,42 @@ int main(int argc, char **argv)
 		       nhosts, opt_nconnect, opt_depth, opt_block, opt_threads, opt_files_par);
 	printf("bytes=%" PRIu64 " seconds=%.3f MBps=%.1f\n", total, secs,
 	       (double)total / 1e6 / secs);
+}
+
+int main(int argc, char **argv)
+{
+	struct source src;
+	struct ctx *ctxs;
+	struct worker *workers;
+	int nctx, rc;
+	double secs;
+	uint64_t total, got;
+
+	rc = parse_args(argc, argv);
+	if (rc >= 0)
+		return rc;
+	parse_source(argv[optind], &src);
+	init_files(&argv[optind + 1], (size_t)(argc - optind - 1));
+
+	nctx = src.nhosts * opt_nconnect;
+	if (opt_threads > nctx)
+		opt_threads = nctx;
+	ctxs = mount_contexts(&src, nctx);
+	total = stat_files(&ctxs[0], src.export);
+	open_files_and_slots(ctxs, nctx);
+	workers = assign_workers(ctxs, nctx);
+	secs = run_workers(workers);
+
+	if (atomic_load(&failed))
+		return 1; /* message already printed; exit without draining */
+	got = atomic_load(&bytes_done);
+	if (got != total) {
+		fprintf(stderr, "%s: read %" PRIu64 " of %" PRIu64 " bytes\n", prog, got, total);
+		return 1;
+	}
+	if (secs <= 0)
+		secs = 1e-9;
+	close_contexts(ctxs, nctx);
+	report(src.nhosts, total, secs);
 	return 0;
 }

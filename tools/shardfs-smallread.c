@@ -374,25 +374,25 @@ static void nfs_setup(struct reader *rs, int n, char *spec)
 	free(hosts);
 }
 
-int main(int argc, char **argv)
+/*
+ * Parses the options: THREADS into *n_threads, LIST into *list_path, the
+ * rest into opt_*. Returns -1 to go on, with optind at SOURCE, or main's
+ * exit status: 0 after -h, 2 on bad usage (after the usage text). Exits 1
+ * on a bad THREADS.
+ */
+static int parse_args(int argc, char **argv, int *n_threads, const char **list_path)
 {
-	const char *list_path = NULL;
-	struct reader *rs;
-	FILE *lf = stdin;
-	int n_threads = 16, opt;
-	uint64_t done = 0, bytes = 0;
-	double t0, t1, c0, c1;
-	char *spec;
+	int opt;
 
 	while ((opt = getopt(argc, argv, "t:l:r:qh")) != -1) {
 		switch (opt) {
 		case 't':
-			n_threads = atoi(optarg);
-			if (n_threads < 1 || n_threads > MAX_THREADS)
+			*n_threads = atoi(optarg);
+			if (*n_threads < 1 || *n_threads > MAX_THREADS)
 				die("bad THREADS: %s (1..%d)", optarg, MAX_THREADS);
 			break;
 		case 'l':
-			list_path = optarg;
+			*list_path = optarg;
 			break;
 		case 'r':
 			opt_record_file = optarg;
@@ -412,6 +412,17 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	return -1;
+}
+
+/*
+ * Loads the work list from list_path (standard input if NULL) into items and
+ * n_items. Exits 1 if it cannot be read, is malformed or is empty.
+ */
+static void load_items(const char *list_path)
+{
+	FILE *lf = stdin;
+
 	if (list_path) {
 		lf = fopen(list_path, "r");
 		if (!lf)
@@ -422,22 +433,30 @@ int main(int argc, char **argv)
 		fclose(lf);
 	if (n_items == 0)
 		die("empty list");
+}
 
-	rs = calloc((size_t)n_threads, sizeof(*rs));
+/*
+ * Returns n readers set up on source (a directory, or HOST[,HOST...]:/EXPORT
+ * for which nfs_setup mounts a context per reader), each with a touched
+ * buffer and, for a directory in records mode, the record file open. Sets
+ * src_dir for a directory. Exits 1 on error.
+ */
+static struct reader *make_readers(int n, const char *source)
+{
+	struct reader *rs = calloc((size_t)n, sizeof(*rs));
+	char *spec, *colon;
+
 	if (!rs)
 		die("out of memory");
-	spec = strdup(argv[optind]);
+	spec = strdup(source);
 	if (!spec)
 		die("out of memory");
-	{
-		char *colon = strchr(spec, ':');
-
-		if (colon && colon[1] == '/' && colon != spec)
-			nfs_setup(rs, n_threads, spec);
-		else
-			src_dir = spec;
-	}
-	for (int i = 0; i < n_threads; i++) {
+	colon = strchr(spec, ':');
+	if (colon && colon[1] == '/' && colon != spec)
+		nfs_setup(rs, n, spec);
+	else
+		src_dir = spec;
+	for (int i = 0; i < n; i++) {
 		struct reader *r = &rs[i];
 
 		r->fd = -1;
@@ -455,25 +474,44 @@ int main(int argc, char **argv)
 			free(p);
 		}
 	}
+	return rs;
+}
 
-	if (pthread_barrier_init(&start_barrier, NULL, (unsigned)n_threads + 1) != 0)
+/*
+ * Starts the n readers, releases them together and waits for them all.
+ * Sets *secs (above 0) and *cpu to the wall and CPU seconds from the
+ * release to the last join. Exits 1 if a thread cannot start.
+ */
+static void run_readers(struct reader *rs, int n, double *secs, double *cpu)
+{
+	double t0, t1, c0;
+
+	if (pthread_barrier_init(&start_barrier, NULL, (unsigned)n + 1) != 0)
 		die("cannot create a barrier");
-	for (int i = 0; i < n_threads; i++)
+	for (int i = 0; i < n; i++)
 		if (pthread_create(&rs[i].tid, NULL, reader_main, &rs[i]) != 0)
 			die("cannot start a thread");
 	c0 = cpu_s();
 	t0 = now_s();
 	pthread_barrier_wait(&start_barrier);
-	for (int i = 0; i < n_threads; i++)
+	for (int i = 0; i < n; i++)
 		pthread_join(rs[i].tid, NULL);
 	t1 = now_s();
-	c1 = cpu_s();
+	*cpu = cpu_s() - c0;
+	if (t1 - t0 <= 0)
+		t1 = t0 + 1e-9;
+	*secs = t1 - t0;
+}
 
-	if (atomic_load(&failed))
-		return 1;
-	for (int i = 0; i < n_threads; i++) {
-		done += rs[i].n_items;
-		bytes += rs[i].n_bytes;
+/*
+ * Adds the n readers' totals to *done and *bytes, and closes and frees what
+ * each reader holds (record file, libnfs context, buffer).
+ */
+static void collect_readers(struct reader *rs, int n, uint64_t *done, uint64_t *bytes)
+{
+	for (int i = 0; i < n; i++) {
+		*done += rs[i].n_items;
+		*bytes += rs[i].n_bytes;
 		if (rs[i].fd >= 0)
 			close(rs[i].fd);
 		if (rs[i].nfs) {
@@ -483,19 +521,36 @@ int main(int argc, char **argv)
 		}
 		free(rs[i].buf);
 	}
+}
+
+int main(int argc, char **argv)
+{
+	const char *list_path = NULL;
+	struct reader *rs;
+	int n_threads = 16, rc;
+	uint64_t done = 0, bytes = 0;
+	double secs, cpu;
+
+	rc = parse_args(argc, argv, &n_threads, &list_path);
+	if (rc >= 0)
+		return rc;
+	load_items(list_path);
+	rs = make_readers(n_threads, argv[optind]);
+	run_readers(rs, n_threads, &secs, &cpu);
+
+	if (atomic_load(&failed))
+		return 1;
+	collect_readers(rs, n_threads, &done, &bytes);
 	if (done != n_items) {
 		fprintf(stderr, "%s: read %" PRIu64 " of %zu items\n", prog, done, n_items);
 		return 1;
 	}
-	if (t1 - t0 <= 0)
-		t1 = t0 + 1e-9;
 	if (!opt_quiet)
 		printf("read %" PRIu64 " %s, %.1f MiB in %.3f s with %d thread(s) from %s: "
 		       "%.0f/s, %.1f MB/s\n",
-		       done, opt_record_file ? "records" : "files", (double)bytes / 1048576.0,
-		       t1 - t0, n_threads, argv[optind], (double)done / (t1 - t0),
-		       (double)bytes / 1e6 / (t1 - t0));
+		       done, opt_record_file ? "records" : "files", (double)bytes / 1048576.0, secs,
+		       n_threads, argv[optind], (double)done / secs, (double)bytes / 1e6 / secs);
 	printf("%s=%" PRIu64 " bytes=%" PRIu64 " seconds=%.3f cpu_s=%.3f\n",
-	       opt_record_file ? "records" : "files", done, bytes, t1 - t0, c1 - c0);
+	       opt_record_file ? "records" : "files", done, bytes, secs, cpu);
 	return 0;
 }

@@ -533,34 +533,35 @@ static void usage(FILE *to)
 		prog);
 }
 
-int main(int argc, char **argv)
+/*
+ * Parses the options into b (gpu, range_bytes) and *passes. Returns -1 to
+ * go on, with optind at the first FILE, or main's exit status: 0 after
+ * --help, 2 on bad usage (after the usage text).
+ */
+static int parse_args(int argc, char **argv, struct bench *b, int *passes)
 {
 	static const struct option opts[] = {{"gpu", required_argument, NULL, 'g'},
 					     {"range", required_argument, NULL, 'r'},
 					     {"passes", required_argument, NULL, 'p'},
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
-	struct bench b = {.gpu = 0, .range_bytes = 1u << 20};
-	struct shardfs_query q;
-	char why[300];
-	int passes = 1, c, status = 1;
-	uint8_t *heap = NULL;
+	int c;
 
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'g':
-			b.gpu = atoi(optarg);
+			b->gpu = atoi(optarg);
 			break;
 		case 'r':
-			if (parse_size(optarg, &b.range_bytes) < 0 ||
-			    b.range_bytes > (1ull << 30)) {
+			if (parse_size(optarg, &b->range_bytes) < 0 ||
+			    b->range_bytes > (1ull << 30)) {
 				usage(stderr);
 				return 2;
 			}
 			break;
 		case 'p':
-			passes = atoi(optarg);
-			if (passes < 1) {
+			*passes = atoi(optarg);
+			if (*passes < 1) {
 				usage(stderr);
 				return 2;
 			}
@@ -573,82 +574,244 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (optind >= argc || b.gpu < 0) {
+	if (optind >= argc || b->gpu < 0) {
 		usage(stderr);
 		return 2;
 	}
-	b.n_files = argc - optind;
-	b.files = calloc((size_t)b.n_files, sizeof(*b.files));
-	if (!b.files)
-		return 1;
-	uint64_t largest = 0;
-	for (int i = 0; i < b.n_files; i++) {
+	return -1;
+}
+
+/*
+ * Fills b's files from the n paths (stat'ed: regular files, not all empty)
+ * and total_bytes, and sets *largest to the largest size. Returns 0, or -1
+ * (after a message, but for out of memory).
+ */
+static int load_files(struct bench *b, char **paths, int n, uint64_t *largest)
+{
+	b->n_files = n;
+	b->files = calloc((size_t)b->n_files, sizeof(*b->files));
+	if (!b->files)
+		return -1;
+	*largest = 0;
+	for (int i = 0; i < b->n_files; i++) {
 		struct stat sb;
-		b.files[i].path = argv[optind + i];
-		if (stat(b.files[i].path, &sb) < 0) {
-			fprintf(stderr, "%s: %s: %s\n", prog, b.files[i].path, strerror(errno));
-			return 1;
+		b->files[i].path = paths[i];
+		if (stat(b->files[i].path, &sb) < 0) {
+			fprintf(stderr, "%s: %s: %s\n", prog, b->files[i].path, strerror(errno));
+			return -1;
 		}
 		if (!S_ISREG(sb.st_mode)) {
-			fprintf(stderr, "%s: %s: not a regular file\n", prog, b.files[i].path);
-			return 1;
+			fprintf(stderr, "%s: %s: not a regular file\n", prog, b->files[i].path);
+			return -1;
 		}
-		b.files[i].size = (uint64_t)sb.st_size;
-		b.total_bytes += b.files[i].size;
-		if (b.files[i].size > largest)
-			largest = b.files[i].size;
+		b->files[i].size = (uint64_t)sb.st_size;
+		b->total_bytes += b->files[i].size;
+		if (b->files[i].size > *largest)
+			*largest = b->files[i].size;
 	}
-	if (b.total_bytes == 0) {
+	if (b->total_bytes == 0) {
 		fprintf(stderr, "%s: the files are empty\n", prog);
-		return 1;
+		return -1;
 	}
+	return 0;
+}
 
-	/* What the mount can do. */
-	int fd = open(b.files[0].path, O_RDONLY | O_CLOEXEC);
-	memset(&q, 0, sizeof(q));
-	q.size = sizeof(q);
-	if (fd < 0 || ioctl(fd, SHARDFS_IOC_QUERY, &q) < 0) {
+/*
+ * Asks the mount of the first file what it can do, into *q. Returns 0 when
+ * it stages into shm, else main's exit status after a message: 77 when the
+ * file is not on a shardfs mount with shm staging, 1 on another error.
+ */
+static int query_mount(const struct bench *b, struct shardfs_query *q)
+{
+	int fd = open(b->files[0].path, O_RDONLY | O_CLOEXEC);
+
+	memset(q, 0, sizeof(*q));
+	q->size = sizeof(*q);
+	if (fd < 0 || ioctl(fd, SHARDFS_IOC_QUERY, q) < 0) {
 		int e = errno;
-		fprintf(stderr, "%s: %s: SHARDFS_IOC_QUERY: %s\n", prog, b.files[0].path,
+		fprintf(stderr, "%s: %s: SHARDFS_IOC_QUERY: %s\n", prog, b->files[0].path,
 			strerror(e));
 		return e == ENOTTY ? 77 : 1;
 	}
 	close(fd);
-	if (q.abi_version != SHARDFS_ABI_VERSION || !(q.caps & SHARDFS_CAP_SHM)) {
+	if (q->abi_version != SHARDFS_ABI_VERSION || !(q->caps & SHARDFS_CAP_SHM)) {
 		fprintf(stderr, "%s: the mount speaks ABI %u, caps %#x: no shm staging\n", prog,
-			q.abi_version, q.caps);
+			q->abi_version, q->caps);
 		return 77;
 	}
+	return 0;
+}
 
-	/* Ranges, batches and the region, within the daemon's limits. */
-	if (q.max_stage_bytes && b.range_bytes > q.max_stage_bytes)
-		b.range_bytes = q.max_stage_bytes;
-	b.region_bytes = largest < REGION_MAX_BYTES ? largest : REGION_MAX_BYTES;
-	b.region_bytes = (b.region_bytes + b.range_bytes - 1) / b.range_bytes * b.range_bytes;
-	uint64_t slots = b.region_bytes / b.range_bytes;
-	b.batch = q.max_ranges < SHARDFS_STAGE_MAX_RANGES ? q.max_ranges : SHARDFS_STAGE_MAX_RANGES;
-	if (q.max_stage_bytes && b.batch > q.max_stage_bytes / b.range_bytes)
-		b.batch = (unsigned)(q.max_stage_bytes / b.range_bytes);
-	if (b.batch > slots)
-		b.batch = (unsigned)slots; /* no two ranges of a batch on one slot */
-	if (b.batch == 0)
-		b.batch = 1;
+/*
+ * Sizes ranges, batches and the region within the daemon's limits (q) and
+ * the largest file, and prints the plan of the run.
+ */
+static void plan(struct bench *b, const struct shardfs_query *q, uint64_t largest, int passes)
+{
+	if (q->max_stage_bytes && b->range_bytes > q->max_stage_bytes)
+		b->range_bytes = q->max_stage_bytes;
+	b->region_bytes = largest < REGION_MAX_BYTES ? largest : REGION_MAX_BYTES;
+	b->region_bytes = (b->region_bytes + b->range_bytes - 1) / b->range_bytes * b->range_bytes;
+	uint64_t slots = b->region_bytes / b->range_bytes;
+	b->batch =
+	    q->max_ranges < SHARDFS_STAGE_MAX_RANGES ? q->max_ranges : SHARDFS_STAGE_MAX_RANGES;
+	if (q->max_stage_bytes && b->batch > q->max_stage_bytes / b->range_bytes)
+		b->batch = (unsigned)(q->max_stage_bytes / b->range_bytes);
+	if (b->batch > slots)
+		b->batch = (unsigned)slots; /* no two ranges of a batch on one slot */
+	if (b->batch == 0)
+		b->batch = 1;
 	printf("%d file%s, %.1f MB; ranges of %" PRIu64
 	       " bytes, up to %u per STAGE; region %" PRIu64 " bytes\n",
-	       b.n_files, b.n_files == 1 ? "" : "s", (double)b.total_bytes / 1e6, b.range_bytes,
-	       b.batch, b.region_bytes);
+	       b->n_files, b->n_files == 1 ? "" : "s", (double)b->total_bytes / 1e6, b->range_bytes,
+	       b->batch, b->region_bytes);
 	printf("(each file's kernel page cache dropped before each pass; best of %d pass%s)\n",
 	       passes, passes == 1 ? "" : "es");
+}
+
+/*
+ * Creates the shm object b->shm_name, region_bytes long. Returns its fd, or
+ * -1 after a message (an object created here is unlinked again).
+ */
+static int shm_create(struct bench *b)
+{
+	snprintf(b->shm_name, sizeof(b->shm_name), "/shardfs-stage-bench.%d", (int)getpid());
+	int sfd = shm_open(b->shm_name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+	if (sfd < 0 || ftruncate(sfd, (off_t)b->region_bytes) < 0) {
+		fprintf(stderr, "%s: shm %s: %s\n", prog, b->shm_name, strerror(errno));
+		if (sfd >= 0)
+			shm_unlink(b->shm_name);
+		return -1;
+	}
+	return sfd;
+}
+
+/* The best rates of the run, MB/s; -1 where not measured. */
+struct rates {
+	double shm_stage, shm_read;
+	double gpu_stage, gpu_pinned, gpu_pageable;
+};
+
+/*
+ * The shm half: passes of STAGE and of read()+memcpy (via heap, range_bytes),
+ * their best rates into r and printed, then the verify. Returns 0, or -1
+ * after a message.
+ */
+static int run_shm(struct bench *b, int passes, uint8_t *heap, struct rates *r)
+{
+	uint32_t shm_path = 0;
+
+	for (int p = 0; p < passes; p++) {
+		double s = pass_stage(b, T_SHM, &shm_path);
+		double rd = s < 0 ? -1 : pass_read(b, B_MEMCPY, heap);
+		if (s < 0 || rd < 0)
+			return -1;
+		r->shm_stage = best(r->shm_stage, s);
+		r->shm_read = best(r->shm_read, rd);
+	}
+	printf("shm  STAGE ioctl                   %9.1f MB/s   path: %s\n", r->shm_stage,
+	       path_str(shm_path));
+	printf("shm  read() + memcpy               %9.1f MB/s\n", r->shm_read);
+	printf("shm  STAGE / read()                %9.2f\n", r->shm_stage / r->shm_read);
+	if (verify(b, T_SHM) < 0)
+		return -1;
+	printf("shm  verify                        ok\n");
+	return 0;
+}
+
+/*
+ * The GPU half, when gpu_setup allows it (else it prints why it is
+ * skipped): passes of STAGE and of read()+cudaMemcpy from a pinned and a
+ * pageable buffer, their best rates into r and printed, then the verify.
+ * Returns 0 (run or skipped), or -1 after a message. What gpu_setup
+ * allocated, even when it fails, is the caller's to free.
+ */
+static int run_gpu(struct bench *b, const struct shardfs_query *q, int passes, struct rates *r)
+{
+	char why[300];
+	uint32_t gpu_path = 0;
+
+	if (gpu_setup(b, q, why, sizeof(why)) < 0) {
+		printf("GPU: skipped (%s)\n", why);
+		return 0;
+	}
+	for (int p = 0; p < passes; p++) {
+		double s = pass_stage(b, T_GPU, &gpu_path);
+		double r1 = s < 0 ? -1 : pass_read(b, B_CUDA_PINNED, NULL);
+		double r2 = r1 < 0 ? -1 : pass_read(b, B_CUDA_PAGEABLE, NULL);
+		if (s < 0 || r1 < 0 || r2 < 0)
+			return -1;
+		r->gpu_stage = best(r->gpu_stage, s);
+		r->gpu_pinned = best(r->gpu_pinned, r1);
+		r->gpu_pageable = best(r->gpu_pageable, r2);
+	}
+	printf("gpu  STAGE ioctl                   %9.1f MB/s   path: %s\n", r->gpu_stage,
+	       path_str(gpu_path));
+	printf("gpu  read() + cudaMemcpy, pinned   %9.1f MB/s\n", r->gpu_pinned);
+	printf("gpu  read() + cudaMemcpy, pageable %9.1f MB/s\n", r->gpu_pageable);
+	printf("gpu  STAGE / read()+pinned         %9.2f\n", r->gpu_stage / r->gpu_pinned);
+	printf("gpu  STAGE / read()+pageable       %9.2f\n", r->gpu_stage / r->gpu_pageable);
+	if (verify(b, T_GPU) < 0)
+		return -1;
+	printf("gpu  verify                        ok\n");
+	return 0;
+}
+
+/* Prints the last line: key=value pairs for scripts (GPU ones if run). */
+static void print_keys(const struct bench *b, const struct rates *r)
+{
+	printf("bytes=%" PRIu64 " range_bytes=%" PRIu64 " shm_stage_MBps=%.1f shm_read_MBps=%.1f",
+	       b->total_bytes, b->range_bytes, r->shm_stage, r->shm_read);
+	if (r->gpu_stage >= 0)
+		printf(" gpu_stage_MBps=%.1f gpu_read_pinned_MBps=%.1f gpu_read_pageable_MBps=%.1f",
+		       r->gpu_stage, r->gpu_pinned, r->gpu_pageable);
+	printf("\n");
+}
+
+/* Frees the GPU target's memory (what of it gpu_setup allocated). */
+static void gpu_free(struct bench *b)
+{
+	if (b->dev)
+		cu.free(b->dev);
+	if (b->pinned)
+		cu.free_host(b->pinned);
+	free(b->pageable);
+}
+
+/* Unmaps and unlinks the shm target and frees heap and the file list. */
+static void shm_free(struct bench *b, uint8_t *heap)
+{
+	if (b->shm_map && b->shm_map != MAP_FAILED)
+		munmap(b->shm_map, b->region_bytes);
+	shm_unlink(b->shm_name);
+	free(heap);
+	free(b->files);
+}
+
+int main(int argc, char **argv)
+{
+	struct bench b = {.gpu = 0, .range_bytes = 1u << 20};
+	struct rates r = {-1, -1, -1, -1, -1};
+	struct shardfs_query q;
+	int passes = 1, status, sfd;
+	uint64_t largest;
+	uint8_t *heap = NULL;
+
+	status = parse_args(argc, argv, &b, &passes);
+	if (status >= 0)
+		return status;
+	if (load_files(&b, &argv[optind], argc - optind, &largest) < 0)
+		return 1;
+	status = query_mount(&b, &q);
+	if (status)
+		return status;
+	plan(&b, &q, largest, passes);
 
 	/* The shm target. */
-	snprintf(b.shm_name, sizeof(b.shm_name), "/shardfs-stage-bench.%d", (int)getpid());
-	int sfd = shm_open(b.shm_name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-	if (sfd < 0 || ftruncate(sfd, (off_t)b.region_bytes) < 0) {
-		fprintf(stderr, "%s: shm %s: %s\n", prog, b.shm_name, strerror(errno));
-		if (sfd >= 0)
-			shm_unlink(b.shm_name);
+	status = 1;
+	sfd = shm_create(&b);
+	if (sfd < 0)
 		return 1;
-	}
 	b.shm_map = mmap(NULL, b.region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
 	close(sfd);
 	heap = malloc(b.range_bytes);
@@ -659,68 +822,15 @@ int main(int argc, char **argv)
 	memset(b.shm_map, 0, b.region_bytes); /* first-touch faults out of the timings */
 	memset(heap, 0, b.range_bytes);
 
-	double shm_stage = -1, shm_read = -1;
-	uint32_t shm_path = 0;
-	for (int p = 0; p < passes; p++) {
-		double s = pass_stage(&b, T_SHM, &shm_path);
-		double r = s < 0 ? -1 : pass_read(&b, B_MEMCPY, heap);
-		if (s < 0 || r < 0)
-			goto out_shm;
-		shm_stage = best(shm_stage, s);
-		shm_read = best(shm_read, r);
-	}
-	printf("shm  STAGE ioctl                   %9.1f MB/s   path: %s\n", shm_stage,
-	       path_str(shm_path));
-	printf("shm  read() + memcpy               %9.1f MB/s\n", shm_read);
-	printf("shm  STAGE / read()                %9.2f\n", shm_stage / shm_read);
-	if (verify(&b, T_SHM) < 0)
+	if (run_shm(&b, passes, heap, &r) < 0)
 		goto out_shm;
-	printf("shm  verify                        ok\n");
-
-	double gpu_stage = -1, gpu_pinned = -1, gpu_pageable = -1;
-	uint32_t gpu_path = 0;
-	if (gpu_setup(&b, &q, why, sizeof(why)) < 0) {
-		printf("GPU: skipped (%s)\n", why);
-	} else {
-		for (int p = 0; p < passes; p++) {
-			double s = pass_stage(&b, T_GPU, &gpu_path);
-			double r1 = s < 0 ? -1 : pass_read(&b, B_CUDA_PINNED, NULL);
-			double r2 = r1 < 0 ? -1 : pass_read(&b, B_CUDA_PAGEABLE, NULL);
-			if (s < 0 || r1 < 0 || r2 < 0)
-				goto out_gpu;
-			gpu_stage = best(gpu_stage, s);
-			gpu_pinned = best(gpu_pinned, r1);
-			gpu_pageable = best(gpu_pageable, r2);
-		}
-		printf("gpu  STAGE ioctl                   %9.1f MB/s   path: %s\n", gpu_stage,
-		       path_str(gpu_path));
-		printf("gpu  read() + cudaMemcpy, pinned   %9.1f MB/s\n", gpu_pinned);
-		printf("gpu  read() + cudaMemcpy, pageable %9.1f MB/s\n", gpu_pageable);
-		printf("gpu  STAGE / read()+pinned         %9.2f\n", gpu_stage / gpu_pinned);
-		printf("gpu  STAGE / read()+pageable       %9.2f\n", gpu_stage / gpu_pageable);
-		if (verify(&b, T_GPU) < 0)
-			goto out_gpu;
-		printf("gpu  verify                        ok\n");
-	}
-	printf("bytes=%" PRIu64 " range_bytes=%" PRIu64 " shm_stage_MBps=%.1f shm_read_MBps=%.1f",
-	       b.total_bytes, b.range_bytes, shm_stage, shm_read);
-	if (gpu_stage >= 0)
-		printf(" gpu_stage_MBps=%.1f gpu_read_pinned_MBps=%.1f gpu_read_pageable_MBps=%.1f",
-		       gpu_stage, gpu_pinned, gpu_pageable);
-	printf("\n");
+	if (run_gpu(&b, &q, passes, &r) < 0)
+		goto out_gpu;
+	print_keys(&b, &r);
 	status = 0;
-
 out_gpu:
-	if (b.dev)
-		cu.free(b.dev);
-	if (b.pinned)
-		cu.free_host(b.pinned);
-	free(b.pageable);
+	gpu_free(&b);
 out_shm:
-	if (b.shm_map && b.shm_map != MAP_FAILED)
-		munmap(b.shm_map, b.region_bytes);
-	shm_unlink(b.shm_name);
-	free(heap);
-	free(b.files);
+	shm_free(&b, heap);
 	return status;
 }
