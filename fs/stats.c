@@ -287,7 +287,8 @@ static void render_cache(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_s
 	metric(f, "shardfs_cache_miss_bytes_total", "counter",
 	       "Bytes readers needed that were not in the local cache (fetched from NFS).",
 	       (fs->store ? ps->miss_bytes : 0));
-	metric(f, "shardfs_cache_used_bytes", "gauge", "Bytes of chunks in the local cache.",
+	metric(f, "shardfs_cache_used_bytes", "gauge",
+	       "Bytes of chunks in the local cache, chunks being written included.",
 	       cs->used_bytes);
 	metric(f, "shardfs_cache_capacity_bytes", "gauge", "cache_size in effect.",
 	       cs->capacity_bytes);
