@@ -49,11 +49,13 @@ typedef struct sfs_pf_file sfs_pf_file;
 
 /* Counters for the stats file (atomic reads). */
 struct sfs_prefetch_stats {
-	uint64_t inflight_bytes;   /* chunk bytes being fetched now */
-	uint64_t buffer_bytes;	   /* chunk buffers allocated */
-	uint64_t fetched_bytes;	   /* total bytes fetched from the origin */
-	uint64_t readahead_chunks; /* chunks fetched before anyone asked */
-	uint64_t wasted_chunks;	   /* readahead chunks dropped unread */
+	uint64_t inflight_bytes;    /* chunk bytes being fetched now */
+	uint64_t buffer_bytes;	    /* chunk buffers allocated */
+	uint64_t over_budget_bytes; /* of those, idle 1 MiB buffers kept past mem_bytes
+				       for readers' own chunks (SFS_PF_OVER_BUFS) */
+	uint64_t fetched_bytes;	    /* total bytes fetched from the origin */
+	uint64_t readahead_chunks;  /* chunks fetched before anyone asked */
+	uint64_t wasted_chunks;	    /* readahead chunks dropped unread */
 	uint64_t files_opened;
 	uint64_t shard_files;	       /* files fetched whole (shard prefetch or warm) */
 	uint64_t hit_bytes;	       /* bytes read from the store */
@@ -83,7 +85,8 @@ void sfs_prefetch_stop(sfs_prefetch *pf);
 void sfs_prefetch_close(sfs_prefetch *pf);
 void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out);
 
-/* Free the pooled chunk buffers (kept for reuse, up to mem_bytes) when no
+/* Free the pooled chunk buffers (kept for reuse, up to mem_bytes, plus up
+ * to 32 MiB that readers' own chunks took past it) when no
  * buffer was taken or given back for idle_ms: a daemon gone quiet after a
  * burst gives them back to the system instead of holding up to mem_bytes
  * resident. Buffers in use stay. Returns the bytes freed. Any thread. */

@@ -231,6 +231,10 @@ static void render_prefetch(FILE *f, struct sfs_fs *fs, const struct sfs_prefetc
 	       "Chunk bytes being fetched from NFS now.", ps->inflight_bytes);
 	metric(f, "shardfs_prefetch_buffer_bytes", "gauge", "Memory held in chunk buffers.",
 	       ps->buffer_bytes);
+	metric(f, "shardfs_prefetch_over_budget_buffer_bytes", "gauge",
+	       "Of those, idle 1 MiB buffers kept past prefetch_mem for readers' own chunks "
+	       "(32 MiB at most; freed when idle).",
+	       ps->over_budget_bytes);
 	metric(f, "shardfs_prefetch_write_pinned_bytes", "gauge",
 	       "Chunk buffers waiting for their cache write (about prefetch_mem at most).",
 	       ps->write_pinned_bytes);

@@ -1164,6 +1164,57 @@ static void test_async_chunks(void)
  * tail chunk (a buffer made to size) must get room from it. It did not: the
  * pump retried the tail every 100 ms, each retry kept the pool from going
  * idle, and shardfs-warm waited for the last 4,321 bytes forever. */
+/* Readers' own chunks past the budget: their buffers are kept for the next
+ * such chunks (SFS_PF_OVER_BUFS), not unmapped and mapped again. */
+static void test_over_budget(void)
+{
+	const uint64_t mem = 4 * MiB;
+	struct sfs_pf_view views[8];
+	char why[256] = "";
+	int bad = 0;
+
+	setup(MiB, 0, 2, mem, 16);
+	/* Round 1: eight chunks held at once, twice the budget. */
+	struct tfile a = topen(51, 16 * MiB, 16 * MiB);
+	for (int i = 0; i < 8; i++)
+		bad += read_check(&a, (uint64_t)i * MiB, MiB, &views[i], why, sizeof(why));
+	uint64_t held = pstats().buffer_bytes;
+	for (int i = 0; i < 8; i++)
+		sfs_pf_view_release(a.f, &views[i]);
+	sfs_pf_file_unref(a.f);
+	fake_origin_drain(org);
+	struct sfs_prefetch_stats ps = pstats();
+	uint64_t over1 = ps.over_budget_bytes;
+	ok(bad == 0 && held >= 8 * MiB,
+	   "over budget: 8 chunks held at once (%llu MiB, %d wrong) %s",
+	   (unsigned long long)(held >> 20), bad, why);
+	ok(over1 > 0 && ps.buffer_bytes - over1 == mem,
+	   "over budget: closed, the pool is full and the rest is kept past it "
+	   "(%llu MiB pooled, %llu past the budget)",
+	   (unsigned long long)((ps.buffer_bytes - over1) >> 20),
+	   (unsigned long long)(over1 >> 20));
+
+	/* Round 2: the same on another file takes the pool, then those. */
+	struct tfile b = topen(52, 16 * MiB, 16 * MiB);
+	for (int i = 0; i < 8; i++)
+		bad += read_check(&b, (uint64_t)i * MiB, MiB, &views[i], why, sizeof(why));
+	ps = pstats();
+	ok(bad == 0 && ps.over_budget_bytes < over1,
+	   "over budget: the next reader's own chunks reuse them (%llu MiB left of %llu, %d wrong)",
+	   (unsigned long long)(ps.over_budget_bytes >> 20), (unsigned long long)(over1 >> 20),
+	   bad);
+	for (int i = 0; i < 8; i++)
+		sfs_pf_view_release(b.f, &views[i]);
+	sfs_pf_file_unref(b.f);
+	fake_origin_drain(org);
+	sfs_prefetch_release_idle(pf, 0);
+	ps = pstats();
+	ok(ps.buffer_bytes == 0 && ps.over_budget_bytes == 0,
+	   "over budget: idle release frees them all (%llu bytes left, %llu past the budget)",
+	   (unsigned long long)ps.buffer_bytes, (unsigned long long)ps.over_budget_bytes);
+	teardown();
+}
+
 static void test_pool_tail(void)
 {
 	char dir[] = "/tmp/test_prefetch.XXXXXX", err[256] = "", why[256] = "";
@@ -1203,10 +1254,12 @@ static void test_pool_tail(void)
 		bad += read_check(&a, off, 128 * KiB, NULL, why, sizeof(why));
 	sfs_pf_file_unref(a.f);
 	fake_origin_drain(org);
-	ok(bad == 0 && pstats().buffer_bytes == mem,
+	struct sfs_prefetch_stats ps = pstats();
+	ok(bad == 0 && ps.buffer_bytes - ps.over_budget_bytes == mem,
 	   "pool tail: a sequential read left the pool full of idle buffers (%llu of %llu MiB, "
 	   "%d wrong)",
-	   (unsigned long long)(pstats().buffer_bytes >> 20), (unsigned long long)(mem >> 20), bad);
+	   (unsigned long long)((ps.buffer_bytes - ps.over_budget_bytes) >> 20),
+	   (unsigned long long)(mem >> 20), bad);
 
 	/* The whole-file fetch of a file with a 4,321-byte tail. */
 	struct tfile b = topen(42, tail_size, tail_size);
@@ -1223,14 +1276,24 @@ static void test_pool_tail(void)
 	   "pool tail: the whole file, its tail too, reached the store (%llu of %llu bytes, %s)",
 	   (unsigned long long)cached, (unsigned long long)tail_size,
 	   active ? "still active after 10 s" : "done");
-	ok(pstats().buffer_bytes <= mem, "pool tail: buffers stay within the budget (%llu bytes)",
-	   (unsigned long long)pstats().buffer_bytes);
+	ps = pstats();
+	ok(ps.buffer_bytes - ps.over_budget_bytes <= mem,
+	   "pool tail: buffers stay within the budget (%llu bytes, %llu more past it for readers)",
+	   (unsigned long long)(ps.buffer_bytes - ps.over_budget_bytes),
+	   (unsigned long long)ps.over_budget_bytes);
 	bad = 0;
 	for (uint64_t off = 0; off < tail_size; off += 256 * KiB)
 		bad += read_check(&b, off, 256 * KiB, NULL, why, sizeof(why));
 	ok(bad == 0, "pool tail: the file reads back byte-exact (%d wrong) %s", bad, why);
 	sfs_pf_file_unref(b.f);
 	fake_origin_drain(org);
+	uint64_t freed = sfs_prefetch_release_idle(pf, 0);
+	ps = pstats();
+	ok(ps.over_budget_bytes == 0 && ps.buffer_bytes == 0 && freed > 0,
+	   "pool tail: idle release frees the pool and the buffers past the budget "
+	   "(freed %llu MiB; left %llu bytes, %llu past the budget)",
+	   (unsigned long long)(freed >> 20), (unsigned long long)ps.buffer_bytes,
+	   (unsigned long long)ps.over_budget_bytes);
 	sfs_prefetch_close(pf);
 	fake_origin_free(org);
 	pf = NULL;
@@ -1268,6 +1331,7 @@ static const struct {
     {"undelivered", test_undelivered},
     {"async", test_async},
     {"async_chunks", test_async_chunks},
+    {"over_budget", test_over_budget},
     {"pool_tail", test_pool_tail},
 };
 
