@@ -149,15 +149,15 @@ static size_t load_list(FILE *f, bool records)
 		if (!*line)
 			continue;
 		if (records) {
-			char *end;
+			char *end, *len_at;
 
 			errno = 0;
 			it.off = strtoull(line, &end, 10);
 			if (errno || end == line || *end != ' ')
 				die("bad record line: %s", line);
-			line = end + 1;
-			it.len = strtoull(line, &end, 10);
-			if (errno || end == line || *end || it.len == 0 || it.len > BUF_BYTES)
+			len_at = end + 1;
+			it.len = strtoull(len_at, &end, 10);
+			if (errno || end == len_at || *end || it.len == 0 || it.len > BUF_BYTES)
 				die("bad record line: %s (want OFFSET LENGTH, LENGTH 1..%u)", line,
 				    BUF_BYTES);
 		} else {

@@ -631,6 +631,8 @@ static int query_mount(const struct bench *b, struct shardfs_query *q)
 		int e = errno;
 		fprintf(stderr, "%s: %s: SHARDFS_IOC_QUERY: %s\n", prog, b->files[0].path,
 			strerror(e));
+		if (fd >= 0)
+			close(fd);
 		return e == ENOTTY ? 77 : 1;
 	}
 	close(fd);
