@@ -442,9 +442,12 @@ static void test_long_name(void)
 
 /* --- a stalled node: its READs are hedged together -------------------------- */
 
-/* READs go to whichever node's connection pulls first: enough of them that
- * some land on n0 after its silence began (40 once gave none). */
-#define STALL_READS    160
+/* READs go to whichever node's connection pulls first: the one-at-a-time
+ * phase sends up to STALL_FIRST until one lands on n0 (about one in 60
+ * does), the burst then fills both nodes' READ slots. */
+#define STALL_FIRST    320
+#define STALL_BURST    (2 * SFS_ORIGIN_CONN_DEPTH - 1) /* n1's slots + n0's free ones */
+#define STALL_READS    (STALL_FIRST + STALL_BURST)
 #define STALL_DELAY_MS 100 /* every READ reply: the hedge delay is then 4 x 100 ms */
 
 static struct {
@@ -473,12 +476,47 @@ static int stall_hook(const struct sfs_xport_args *args, int node)
 	return 0;
 }
 
+/* READ k of the stall test: 4 KiB at k x 4 KiB. */
+static void stall_job(struct job *j, struct waiter *w, const struct sfs_fh *fh, int k)
+{
+	*j = (struct job){.w = w, .size = fh->len};
+	j->req = (struct sfs_origin_req){.op = SFS_ORIGIN_READ,
+					 .fh = *fh,
+					 .offset = (uint64_t)k << 12,
+					 .count = 4096,
+					 .buf = malloc(4096),
+					 .done = job_done,
+					 .arg = j};
+}
+
+/* Wrong bytes or results among READs [from, to). */
+static int stall_wrong(const struct job *jobs, const struct sfs_fh *fh, int from, int to)
+{
+	int wrong = 0;
+
+	for (int k = from; k < to; k++) {
+		if (jobs[k].req.result != 4096) {
+			wrong++;
+			continue;
+		}
+		for (uint32_t b = 0; b < 4096; b++)
+			wrong += ((uint8_t *)jobs[k].req.buf)[b] !=
+				 fake_xport_byte(fh, ((uint64_t)k << 12) + b);
+	}
+	return wrong;
+}
+
 /* n0 never answers a READ (a stall far under timeo). The hedge delay is
  * 4 x the recent READ latency, here 400 ms; a READ sent to n0 once n0 has
  * been silent that long is hedged a tick or two after it was sent, not after
  * its own 400 ms: the READs a reader waits on in order are not hedged in
- * turn. One READ at a time, until enough of them went to n0 after its
- * silence began. */
+ * turn. One READ at a time until one lands on n0 (its silence begins; the
+ * READ holds one of n0's slots until timeo), then, once the silence passed
+ * the delay, a burst that n1's slots alone cannot take: n0's connection
+ * takes the rest (a one-at-a-time READ after the silence went to n0 in 0 to
+ * 3 of 160 tries, and the check failed now and then). A hedge then waits a
+ * tick or two, plus up to one n1 READ (100 ms) for a free n1 slot: 40-110 ms
+ * measured; with the stall rule disabled, 419 ms. */
 static void test_stall_hedged_together(void)
 {
 	struct fake_xport_conf fc = {.reply_delay_ms = STALL_DELAY_MS,
@@ -487,7 +525,7 @@ static void test_stall_hedged_together(void)
 				     .send_hook = stall_hook};
 	struct sfs_origin_conf conf = make_conf(false, 300); /* timeo 30 s */
 	struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
-	struct job jobs[STALL_READS];
+	static struct job jobs[STALL_READS];
 	struct sfs_fh fh = fake_xport_fh(11, STALL_READS * 4096);
 	sfs_origin *pool;
 	char msg[256];
@@ -500,67 +538,88 @@ static void test_stall_hedged_together(void)
 		ok(0, "open: %s", msg);
 		return;
 	}
-	int late_on_n0 = 0, hedged_soon = 0, wrong = 0, used = 0;
-	uint64_t n0_silent_since = 0, worst = 0;
-	for (int k = 0; k < STALL_READS && late_on_n0 < 2; k++) {
-		struct job *j = &jobs[k];
-		*j = (struct job){.w = &w, .size = fh.len};
-		j->req = (struct sfs_origin_req){.op = SFS_ORIGIN_READ,
-						 .fh = fh,
-						 .offset = (uint64_t)k << 12,
-						 .count = 4096,
-						 .buf = malloc(4096),
-						 .done = job_done,
-						 .arg = j};
-		used++;
-		if (run_one(pool, &j->req, &w) != 0 || j->req.result != 4096) {
-			wrong++;
-			break;
-		}
-		for (uint32_t b = 0; b < 4096; b++)
-			wrong += ((uint8_t *)j->req.buf)[b] !=
-				 fake_xport_byte(&fh, ((uint64_t)k << 12) + b);
+	int wrong = 0, used = 0, hung = 0;
+	uint64_t n0_silent_since = 0;
+	while (used < STALL_FIRST && !n0_silent_since && !hung) {
+		stall_job(&jobs[used], &w, &fh, used);
+		hung = run_one(pool, &jobs[used].req, &w) != 0;
 		pthread_mutex_lock(&stall.lock);
-		if (stall.first_node[k] == 0) {
-			if (!n0_silent_since) {
-				n0_silent_since = stall.first_ms[k];
-			} else if (stall.first_ms[k] >=
-				   n0_silent_since + 4 * STALL_DELAY_MS + 100) {
-				uint64_t wait = stall.second_ms[k] - stall.first_ms[k];
-				late_on_n0++;
-				hedged_soon += wait < 2 * STALL_DELAY_MS;
-				worst = wait > worst ? wait : worst;
-			}
-		}
+		if (stall.first_node[used] == 0)
+			n0_silent_since = stall.first_ms[used];
 		pthread_mutex_unlock(&stall.lock);
-		if (n0_silent_since && !late_on_n0) { /* let n0's silence reach the delay */
-			struct timespec ts = {0, 50 * 1000000};
+		used++;
+	}
+	wrong += stall_wrong(jobs, &fh, 0, used);
+	ok(n0_silent_since && !hung, "one READ at a time: one went to n0 (after %d READs%s)", used,
+	   hung ? ", hung" : "");
+
+	int late_on_n0 = 0, hedged_soon = 0, burst_from = used;
+	uint64_t worst = 0;
+	if (n0_silent_since && !hung) {
+		uint64_t at = n0_silent_since + 4 * STALL_DELAY_MS + 150, now = sfs_now_ms();
+		if (now < at) {
+			struct timespec ts = {(time_t)((at - now) / 1000),
+					      (long)((at - now) % 1000) * 1000000};
 			nanosleep(&ts, NULL);
 		}
+		struct sfs_origin_req *burst[STALL_BURST];
+		for (int i = 0; i < STALL_BURST; i++) {
+			stall_job(&jobs[used], &w, &fh, used);
+			burst[i] = &jobs[used++].req;
+		}
+		w.pending = STALL_BURST;
+		sfs_origin_submit_batch(pool, burst, STALL_BURST);
+		hung = wait_pending(&w) != 0;
+		wrong += stall_wrong(jobs, &fh, burst_from, used);
+		pthread_mutex_lock(&stall.lock);
+		for (int k = burst_from; k < used; k++) {
+			if (stall.first_node[k] != 0)
+				continue;
+			uint64_t wait = stall.second_ms[k] - stall.first_ms[k];
+			late_on_n0++;
+			hedged_soon += stall.second_ms[k] && wait < 3 * STALL_DELAY_MS;
+			worst = wait > worst ? wait : worst;
+		}
+		pthread_mutex_unlock(&stall.lock);
 	}
 	sfs_origin_close(pool);
-	int on_n0 = 0;
-	for (int k = 0; k < used; k++)
-		on_n0 += stall.first_node[k] == 0;
-	diag("%d READs sent, %d first to n0", used, on_n0);
-	ok(!wrong, "every READ served right while n0 stalls");
+	diag("%d READs sent, %d of the burst of %d first to n0", used, late_on_n0, STALL_BURST);
+	ok(!wrong && !hung, "every READ served right while n0 stalls (%d wrong%s)", wrong,
+	   hung ? ", hung" : "");
 	ok(late_on_n0 > 0, "READs went to n0 after its silence passed the hedge delay (%d)",
 	   late_on_n0);
 	ok(late_on_n0 > 0 && hedged_soon == late_on_n0,
 	   "each was hedged within %d ms, not after its own %d ms (slowest %llu ms)",
-	   2 * STALL_DELAY_MS, 4 * STALL_DELAY_MS, (unsigned long long)worst);
+	   3 * STALL_DELAY_MS, 4 * STALL_DELAY_MS, (unsigned long long)worst);
 	for (int k = 0; k < used; k++)
 		free(jobs[k].req.buf);
 }
 
-int main(void)
+static void test_ioerr_all(void)
 {
-	test_hedge_freed();
-	test_long_name();
-	test_slow_node();
-	test_stall_hedged_together();
 	test_ioerr(false, 0);
 	test_ioerr(false, 40000);
 	test_ioerr(true, 0);
+}
+
+static const struct {
+	const char *name;
+	void (*fn)(void);
+} tests[] = {
+    {"hedge_freed", test_hedge_freed}, {"long_name", test_long_name},
+    {"slow_node", test_slow_node},     {"stall", test_stall_hedged_together},
+    {"ioerr", test_ioerr_all},
+};
+
+/* With no arguments, runs every test; otherwise only the named ones. */
+int main(int argc, char **argv)
+{
+	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+		bool run = argc < 2;
+		for (int a = 1; a < argc; a++)
+			run |= !strcmp(argv[a], tests[i].name);
+		if (run)
+			tests[i].fn();
+	}
 	return tap_done();
 }
