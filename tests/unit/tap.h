@@ -4,7 +4,8 @@
  *
  * ok() prints one test point; diag() a comment; tap_done() the plan and the
  * exit status (1 when any point failed); tap_skip_all() prints the reason and
- * exits 77, which meson counts as a skip. Single-threaded: call ok() from the
+ * exits 77, which meson counts as a skip; tap_run() runs a table of named
+ * tests (all, or those named on the command line). Single-threaded: call ok() from the
  * main thread only (worker threads count their own failures and the main
  * thread reports them).
  */
@@ -12,8 +13,10 @@
 #define SFS_TEST_TAP_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int tap_n, tap_failed;
 
@@ -56,6 +59,26 @@ __attribute__((unused)) static int tap_done(void)
 		printf("# %d of %d failed\n", tap_failed, tap_n);
 	fflush(stdout);
 	return tap_failed ? 1 : 0;
+}
+
+struct tap_test {
+	const char *name;
+	void (*fn)(void);
+};
+
+/* With no arguments runs every test of the table, otherwise only the named
+ * ones; returns tap_done(). */
+__attribute__((unused)) static int tap_run(const struct tap_test *tests, size_t n, int argc,
+					   char **argv)
+{
+	for (size_t i = 0; i < n; i++) {
+		bool run = argc < 2;
+		for (int a = 1; a < argc; a++)
+			run |= !strcmp(argv[a], tests[i].name);
+		if (run)
+			tests[i].fn();
+	}
+	return tap_done();
 }
 
 __attribute__((noreturn, unused)) static void tap_skip_all(const char *reason)

@@ -602,10 +602,7 @@ static void test_ioerr_all(void)
 	test_ioerr(true, 0);
 }
 
-static const struct {
-	const char *name;
-	void (*fn)(void);
-} tests[] = {
+static const struct tap_test tests[] = {
     {"hedge_freed", test_hedge_freed}, {"long_name", test_long_name},
     {"slow_node", test_slow_node},     {"stall", test_stall_hedged_together},
     {"ioerr", test_ioerr_all},
@@ -614,12 +611,5 @@ static const struct {
 /* With no arguments, runs every test; otherwise only the named ones. */
 int main(int argc, char **argv)
 {
-	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
-		bool run = argc < 2;
-		for (int a = 1; a < argc; a++)
-			run |= !strcmp(argv[a], tests[i].name);
-		if (run)
-			tests[i].fn();
-	}
-	return tap_done();
+	return tap_run(tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }

@@ -1311,10 +1311,7 @@ static void test_exact_100000(void) { test_exact(100000); }
 static void test_short_256k(void) { test_short(256 * KiB); }
 static void test_short_100000(void) { test_short(100000); }
 
-static const struct {
-	const char *name;
-	void (*fn)(void);
-} tests[] = {
+static const struct tap_test tests[] = {
     {"exact_1m", test_exact_1m},
     {"exact_256k", test_exact_256k},
     {"exact_100000", test_exact_100000},
@@ -1338,12 +1335,5 @@ static const struct {
 /* With no arguments, runs every test; otherwise only the named ones. */
 int main(int argc, char **argv)
 {
-	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
-		bool run = argc < 2;
-		for (int a = 1; a < argc; a++)
-			run |= !strcmp(argv[a], tests[i].name);
-		if (run)
-			tests[i].fn();
-	}
-	return tap_done();
+	return tap_run(tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }

@@ -2465,10 +2465,7 @@ static void test_list_cost(void)
 	tmp_remove();
 }
 
-static const struct {
-	const char *name;
-	void (*fn)(void);
-} tests[] = {
+static const struct tap_test tests[] = {
     {"open_lock", test_open_lock},
     {"bad_path", test_bad_path},
     {"write_read", test_write_read},
@@ -2500,12 +2497,5 @@ static const struct {
 /* With no arguments, runs every test; otherwise only the named ones. */
 int main(int argc, char **argv)
 {
-	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
-		bool run = argc < 2;
-		for (int a = 1; a < argc; a++)
-			run |= !strcmp(argv[a], tests[i].name);
-		if (run)
-			tests[i].fn();
-	}
-	return tap_done();
+	return tap_run(tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }
