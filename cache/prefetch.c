@@ -188,6 +188,28 @@ static uint64_t buf_budget(const sfs_prefetch *pf)
 	return (uint64_t)pf->max_buffers * SFS_CHUNK_BYTES;
 }
 
+/* Moves up to max idle pooled buffers into out (they leave the pool and
+ * n_buffers); returns how many. Caller holds buf_lock. */
+static size_t pool_take_free(sfs_prefetch *pf, void **out, size_t max)
+{
+	size_t n = 0;
+
+	while (pf->n_free && n < max) {
+		out[n++] = pf->free_bufs[--pf->n_free];
+		pf->n_buffers--;
+	}
+	return n;
+}
+
+/* Frees n 1 MiB buffers taken out of the pool (or never pooled). No lock. */
+static void bufs_free(sfs_prefetch *pf, void **b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(b[i]);
+	if (n)
+		count(&pf->stats.buffer_bytes, -(int64_t)(n * SFS_CHUNK_BYTES));
+}
+
 /* A buffer made to size (bytes < SFS_CHUNK_BYTES), or NULL when the budget
  * is spent and !demand. Pooled buffers nobody uses are budget too: they
  * give way (a pool full of idle 1 MiB buffers refused a file's 4 KiB tail
@@ -200,19 +222,17 @@ static void *buf_get_sized(sfs_prefetch *pf, uint32_t bytes, bool demand)
 	bool room = true;
 
 	if (!demand) {
-		while (buf_held(pf) + bytes > buf_budget(pf) && pf->n_free && n_spare < 8) {
-			spare[n_spare++] = pf->free_bufs[--pf->n_free];
-			pf->n_buffers--;
+		uint64_t want = buf_held(pf) + bytes, budget = buf_budget(pf);
+		if (want > budget) {
+			uint64_t over = (want - budget + SFS_CHUNK_BYTES - 1) / SFS_CHUNK_BYTES;
+			n_spare = pool_take_free(pf, spare, over < 8 ? (size_t)over : 8);
 		}
-		room = buf_held(pf) + bytes <= buf_budget(pf);
+		room = buf_held(pf) + bytes <= budget;
 	}
 	if (room)
 		pf->sized_bytes += bytes;
 	pthread_mutex_unlock(&pf->buf_lock);
-	for (size_t i = 0; i < n_spare; i++)
-		free(spare[i]);
-	if (n_spare)
-		count(&pf->stats.buffer_bytes, -(int64_t)(n_spare * SFS_CHUNK_BYTES));
+	bufs_free(pf, spare, n_spare);
 	if (!room)
 		return NULL;
 	void *b = aligned_alloc(4096, bytes);
@@ -243,7 +263,6 @@ static void *buf_get(sfs_prefetch *pf, uint32_t bytes, bool demand)
 	} else if (demand && pf->n_over) {
 		b = pf->over_bufs[--pf->n_over];
 		pf->n_buffers++;
-		count(&pf->stats.over_budget_bytes, -(int64_t)SFS_CHUNK_BYTES);
 	} else if (demand || buf_held(pf) + SFS_CHUNK_BYTES <= buf_budget(pf)) {
 		pf->n_buffers++;
 		pthread_mutex_unlock(&pf->buf_lock);
@@ -294,14 +313,10 @@ static void buf_put(sfs_prefetch *pf, void *b, uint32_t bytes)
 		if (pf->n_over < SFS_PF_OVER_BUFS) {
 			pf->over_bufs[pf->n_over++] = b;
 			b = NULL;
-			count(&pf->stats.over_budget_bytes, SFS_CHUNK_BYTES);
 		}
 	}
 	pthread_mutex_unlock(&pf->buf_lock);
-	if (b) {
-		free(b);
-		count(&pf->stats.buffer_bytes, -(int64_t)SFS_CHUNK_BYTES);
-	}
+	bufs_free(pf, &b, b ? 1 : 0);
 }
 
 uint64_t sfs_prefetch_release_idle(sfs_prefetch *pf, uint64_t idle_ms)
@@ -310,24 +325,17 @@ uint64_t sfs_prefetch_release_idle(sfs_prefetch *pf, uint64_t idle_ms)
 
 	for (;;) {
 		void *batch[64];
-		size_t n = 0, n_over = 0;
+		size_t n = 0;
 		pthread_mutex_lock(&pf->buf_lock);
 		if (sfs_now_ms() - pf->buf_used_ms >= idle_ms) {
 			while (pf->n_over && n < 64)
 				batch[n++] = pf->over_bufs[--pf->n_over];
-			n_over = n;
-			while (pf->n_free && n < 64) {
-				batch[n++] = pf->free_bufs[--pf->n_free];
-				pf->n_buffers--;
-			}
+			n += pool_take_free(pf, batch + n, 64 - n);
 		}
 		pthread_mutex_unlock(&pf->buf_lock);
 		if (!n)
 			return freed;
-		for (size_t i = 0; i < n; i++)
-			free(batch[i]);
-		count(&pf->stats.buffer_bytes, -(int64_t)(n * SFS_CHUNK_BYTES));
-		count(&pf->stats.over_budget_bytes, -(int64_t)(n_over * SFS_CHUNK_BYTES));
+		bufs_free(pf, batch, n);
 		freed += n * SFS_CHUNK_BYTES;
 	}
 }
@@ -1019,7 +1027,6 @@ void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out)
 #define LOAD(x) out->x = __atomic_load_n(&pf->stats.x, __ATOMIC_RELAXED)
 	LOAD(inflight_bytes);
 	LOAD(buffer_bytes);
-	LOAD(over_budget_bytes);
 	LOAD(fetched_bytes);
 	LOAD(readahead_chunks);
 	LOAD(wasted_chunks);
@@ -1036,6 +1043,9 @@ void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out)
 	LOAD(undelivered_rest_bytes);
 	LOAD(write_skipped_bytes);
 #undef LOAD
+	pthread_mutex_lock(&pf->buf_lock);
+	out->over_budget_bytes = (uint64_t)pf->n_over * SFS_CHUNK_BYTES;
+	pthread_mutex_unlock(&pf->buf_lock);
 }
 
 int sfs_pf_file_open_version(sfs_prefetch *pf, const struct sfs_fh *fh,

@@ -52,7 +52,8 @@ struct sfs_prefetch_stats {
 	uint64_t inflight_bytes;    /* chunk bytes being fetched now */
 	uint64_t buffer_bytes;	    /* chunk buffers allocated */
 	uint64_t over_budget_bytes; /* of those, idle 1 MiB buffers kept past mem_bytes
-				       for readers' own chunks (SFS_PF_OVER_BUFS) */
+				       for readers' own chunks (SFS_PF_OVER_BUFS; read
+				       from the pool, not counted) */
 	uint64_t fetched_bytes;	    /* total bytes fetched from the origin */
 	uint64_t readahead_chunks;  /* chunks fetched before anyone asked */
 	uint64_t wasted_chunks;	    /* readahead chunks dropped unread */
