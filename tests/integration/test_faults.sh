@@ -158,4 +158,10 @@ check "node dead at mount: bytes exact" cmp -s "$MNT/shard-4" "$EXPORT/shard-4"
 v=$(stat_value 'shardfs_node_read_bytes_total{node="127.1.4.2"}')
 check "node dead at mount: serves reads after it returns ($v bytes)" [ "${v:-0}" -gt 0 ]
 check "unmount ends the daemon" sfs_umount
+
+# start --force over the running cluster, with the state dir it had (which
+# stopping empties and removes): it comes back up (the bench's --keep reruns).
+check "cluster: start --force restarts a running cluster" bash -c \
+	'"$1" start --id "$2" --nodes 2 --export "$3" --state "$4" --force >/dev/null 2>&1 &&
+	 [ "$("$1" status "$2" | grep -c " up$")" = 2 ]' _ "$CLUSTER" "$CID" "$EXPORT" "$WORK/cluster"
 sfs_finish
