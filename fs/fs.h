@@ -60,28 +60,28 @@ const char *sfs_stage_target_name(enum sfs_stage_kind t);
 const char *sfs_stage_reason_name(enum sfs_stage_reason r);
 
 struct sfs_fs {
-	struct sfs_options *opts;	      /* set at start, then read-only */
-	sfs_origin *origin;		      /* set at start, then read-only */
-	sfs_prefetch *prefetch;		      /* set at start, then read-only */
-	sfs_store *store;		      /* set at start, then read-only; NULL: no cache */
-	uint32_t root_dataset;		      /* set at start: the export's own dataset */
-	sfs_staging *staging;		      /* set at start, then read-only */
-	struct fuse_session *se;	      /* set at start: for kernel cache invalidation */
-	sfs_inode_table *inodes;	      /* set at start, then read-only */
-	sfs_jobs *jobs;			      /* set at start, then read-only: per-job reads */
-	sfs_ns *ns;			      /* set at start; non-NULL iff immutable */
-	pthread_mutex_t statfs_lock;	      /* immutable: guards the two below */
-	bool have_fsstat;		      /* protected by statfs_lock */
-	struct sfs_fsstat fsstat;	      /* protected by statfs_lock: first answer */
-	double attr_timeout_s;		      /* set at start, then read-only */
-	uint64_t start_ns;		      /* set at start, then read-only */
-	struct sfs_inode ctl_dir, stats_file; /* the virtual .shardfs/ tree */
-	uint64_t op_count[SFS_OP_COUNT];      /* atomic */
-	uint64_t read_bytes;		      /* atomic: bytes replied to read() */
-	uint64_t read_errors;		      /* atomic */
-	uint64_t invalidations;		      /* atomic: kernel caches dropped for changed files */
-	uint64_t direct_opens;		      /* atomic: opens answered FOPEN_DIRECT_IO */
-	struct sfs_pc_policy page_cache;      /* which opens are direct_io */
+	struct sfs_options *opts;		/* set at start, then read-only */
+	sfs_origin *origin;			/* set at start, then read-only */
+	sfs_prefetch *prefetch;			/* set at start, then read-only */
+	sfs_store *store;			/* set at start, then read-only; NULL: no cache */
+	uint32_t root_dataset;			/* set at start: the export's own dataset */
+	sfs_staging *staging;			/* set at start, then read-only */
+	struct fuse_session *se;		/* set at start: for kernel cache invalidation */
+	sfs_inode_table *inodes;		/* set at start, then read-only */
+	sfs_jobs *jobs;				/* set at start, then read-only: per-job reads */
+	sfs_ns *ns;				/* set at start; non-NULL iff immutable */
+	pthread_mutex_t statfs_lock;		/* immutable: guards the two below */
+	bool have_fsstat;			/* protected by statfs_lock */
+	struct sfs_fsstat fsstat;		/* protected by statfs_lock: first answer */
+	double attr_timeout_s;			/* set at start, then read-only */
+	uint64_t start_ns;			/* set at start, then read-only */
+	struct sfs_inode *ctl_dir, *stats_file; /* set at start: the virtual .shardfs/ tree */
+	uint64_t op_count[SFS_OP_COUNT];	/* atomic */
+	uint64_t read_bytes;			/* atomic: bytes replied to read() */
+	uint64_t read_errors;			/* atomic */
+	uint64_t invalidations;		 /* atomic: kernel caches dropped for changed files */
+	uint64_t direct_opens;		 /* atomic: opens answered FOPEN_DIRECT_IO */
+	struct sfs_pc_policy page_cache; /* which opens are direct_io */
 	uint64_t stage_bytes[SFS_STAGE_KIND_COUNT];    /* atomic */
 	uint64_t stage_requests[SFS_STAGE_KIND_COUNT]; /* atomic */
 	uint64_t stage_errors[SFS_STAGE_E_COUNT];      /* atomic */

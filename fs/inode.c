@@ -5,6 +5,7 @@
 #include "inode.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,13 +13,84 @@ struct sfs_inode_table {
 	pthread_mutex_t lock;
 	struct sfs_inode **buckets; /* protected by lock */
 	size_t n_buckets, n_inodes; /* protected by lock */
+	uint64_t bytes;		    /* protected by lock: of the inodes in buckets and orphans */
 	struct sfs_inode *orphans;  /* protected by lock: replaced inodes the kernel
 				       still holds (fileid reused), via hash_next */
-	struct sfs_inode root;	    /* never freed; nlookup is not counted */
+	struct sfs_inode *root;	    /* freed at close; nlookup is not counted */
 };
 
-_Static_assert(sizeof(void *) != 8 || sizeof(struct sfs_inode) <= 272,
+_Static_assert(sizeof(void *) != 8 || offsetof(struct sfs_inode, fh) <= 173,
 	       "an inode is paid for every file the kernel holds: keep it small");
+_Static_assert(SFS_FH_MAX <= UINT8_MAX, "fh_len holds a handle's length");
+
+/* The bytes an inode with a handle of fh_len takes (never less than the
+ * struct with its tail padding). */
+static size_t inode_size(uint32_t fh_len)
+{
+	size_t n = offsetof(struct sfs_inode, fh) + fh_len;
+	return n > sizeof(struct sfs_inode) ? n : sizeof(struct sfs_inode);
+}
+
+static struct sfs_inode *inode_new(const struct sfs_fh *fh)
+{
+	struct sfs_inode *ino = calloc(1, inode_size(fh->len));
+
+	if (ino) {
+		ino->kind = SFS_INODE_NFS;
+		ino->fh_len = (uint8_t)fh->len;
+		memcpy(ino->fh, fh->data, fh->len);
+	}
+	return ino;
+}
+
+static bool fh_is(const struct sfs_inode *ino, const struct sfs_fh *fh)
+{
+	return ino->fh_len == fh->len && !memcmp(ino->fh, fh->data, fh->len);
+}
+
+struct sfs_fh sfs_inode_fh(const struct sfs_inode *ino)
+{
+	struct sfs_fh fh = {.len = ino->fh_len};
+
+	memcpy(fh.data, ino->fh, ino->fh_len);
+	return fh;
+}
+
+struct sfs_inode *sfs_inode_virtual(enum sfs_inode_kind kind, uint64_t fileid)
+{
+	struct sfs_inode *ino = calloc(1, inode_size(0));
+
+	if (ino) {
+		ino->kind = (uint8_t)kind;
+		ino->fileid = fileid;
+	}
+	return ino;
+}
+
+static struct timespec ts(int64_t s, uint32_t ns)
+{
+	return (struct timespec){.tv_sec = (time_t)s, .tv_nsec = (long)ns};
+}
+
+void sfs_inode_attr_get(const struct sfs_inode *ino, struct sfs_attr *out)
+{
+	const struct sfs_inode_attr *a = &ino->attr;
+
+	*out = (struct sfs_attr){.type = a->type,
+				 .mode = a->mode,
+				 .nlink = a->nlink,
+				 .uid = a->uid,
+				 .gid = a->gid,
+				 .size = a->size,
+				 .used = a->used,
+				 .fsid = ino->fsid,
+				 .fileid = ino->fileid,
+				 .rdev_major = a->rdev_major,
+				 .rdev_minor = a->rdev_minor,
+				 .atime = ts(a->atime_s, a->atime_ns),
+				 .mtime = ts(a->mtime_s, a->mtime_ns),
+				 .ctime = ts(a->ctime_s, a->ctime_ns)};
+}
 
 /* The inode locks (inode.h: sfs_inode_lock): enough that FUSE workers on
  * different files rarely meet, 16 KiB in all. */
@@ -53,9 +125,13 @@ int sfs_inode_table_open(const struct sfs_fh *root_fh, sfs_inode_table **out)
 		free(t);
 		return -ENOMEM;
 	}
+	t->root = inode_new(root_fh);
+	if (!t->root) {
+		free(t->buckets);
+		free(t);
+		return -ENOMEM;
+	}
 	pthread_mutex_init(&t->lock, NULL);
-	t->root.kind = SFS_INODE_NFS;
-	t->root.fh = *root_fh;
 	*out = t;
 	return 0;
 }
@@ -80,14 +156,13 @@ void sfs_inode_table_close(sfs_inode_table *t)
 		next = i->hash_next;
 		inode_free(i);
 	}
-	if (t->root.pf)
-		sfs_pf_file_unref(t->root.pf);
+	inode_free(t->root);
 	free(t->buckets);
 	pthread_mutex_destroy(&t->lock);
 	free(t);
 }
 
-struct sfs_inode *sfs_inode_root(sfs_inode_table *t) { return &t->root; }
+struct sfs_inode *sfs_inode_root(sfs_inode_table *t) { return t->root; }
 
 /* Double the bucket array once the table is twice as full. Caller holds lock. */
 static void maybe_grow(sfs_inode_table *t)
@@ -118,16 +193,16 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 	struct sfs_inode *ino;
 
 	/* The export root can be reached by name too (".." of a top dir). */
-	if (fh->len == t->root.fh.len && !memcmp(fh->data, t->root.fh.data, fh->len)) {
-		sfs_inode_set_attr(&t->root, attr, now_ms);
-		return &t->root;
+	if (fh_is(t->root, fh)) {
+		sfs_inode_set_attr(t->root, attr, now_ms);
+		return t->root;
 	}
 	pthread_mutex_lock(&t->lock);
 	size_t b = bucket_of(t, attr->fsid, attr->fileid);
 	for (ino = t->buckets[b]; ino; ino = ino->hash_next)
 		if (ino->fileid == attr->fileid && ino->fsid == attr->fsid)
 			break;
-	if (ino && (ino->fh.len != fh->len || memcmp(ino->fh.data, fh->data, fh->len))) {
+	if (ino && !fh_is(ino, fh)) {
 		/* Same fileid, new handle: the server reused the inode number for
 		 * a new file. Unhook the old one; the kernel's references to it
 		 * stay valid until forgotten, and it is freed then. */
@@ -141,18 +216,17 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 		ino = NULL;
 	}
 	if (!ino) {
-		ino = calloc(1, sizeof(*ino));
+		ino = inode_new(fh);
 		if (!ino) {
 			pthread_mutex_unlock(&t->lock);
 			return NULL;
 		}
-		ino->kind = SFS_INODE_NFS;
 		ino->fsid = attr->fsid;
 		ino->fileid = attr->fileid;
-		ino->fh = *fh;
 		ino->hash_next = t->buckets[b];
 		t->buckets[b] = ino;
 		t->n_inodes++;
+		t->bytes += inode_size(ino->fh_len);
 		maybe_grow(t);
 	}
 	ino->nlookup++;
@@ -163,7 +237,7 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 
 void sfs_inode_forget(sfs_inode_table *t, struct sfs_inode *ino, uint64_t n)
 {
-	if (ino == &t->root || ino->kind != SFS_INODE_NFS)
+	if (ino == t->root || ino->kind != SFS_INODE_NFS)
 		return;
 	pthread_mutex_lock(&t->lock);
 	ino->nlookup = ino->nlookup > n ? ino->nlookup - n : 0;
@@ -178,6 +252,7 @@ void sfs_inode_forget(sfs_inode_table *t, struct sfs_inode *ino, uint64_t n)
 	if (*p) {
 		*p = ino->hash_next;
 		t->n_inodes--;
+		t->bytes -= inode_size(ino->fh_len);
 	}
 	pthread_mutex_unlock(&t->lock);
 	inode_free(ino);
@@ -185,10 +260,34 @@ void sfs_inode_forget(sfs_inode_table *t, struct sfs_inode *ino, uint64_t n)
 
 void sfs_inode_set_attr(struct sfs_inode *ino, const struct sfs_attr *attr, uint64_t now_ms)
 {
+	struct sfs_inode_attr a = {.size = attr->size,
+				   .used = attr->used,
+				   .atime_s = attr->atime.tv_sec,
+				   .mtime_s = attr->mtime.tv_sec,
+				   .ctime_s = attr->ctime.tv_sec,
+				   .atime_ns = (uint32_t)attr->atime.tv_nsec,
+				   .mtime_ns = (uint32_t)attr->mtime.tv_nsec,
+				   .ctime_ns = (uint32_t)attr->ctime.tv_nsec,
+				   .type = attr->type,
+				   .mode = attr->mode,
+				   .nlink = attr->nlink,
+				   .uid = attr->uid,
+				   .gid = attr->gid,
+				   .rdev_major = attr->rdev_major,
+				   .rdev_minor = attr->rdev_minor};
+
 	sfs_inode_lock(ino);
-	ino->attr = *attr;
+	ino->attr = a;
 	ino->attr_time_ms = now_ms;
 	sfs_inode_unlock(ino);
+}
+
+uint64_t sfs_inode_bytes(sfs_inode_table *t)
+{
+	pthread_mutex_lock(&t->lock);
+	uint64_t n = t->bytes;
+	pthread_mutex_unlock(&t->lock);
+	return n;
 }
 
 uint64_t sfs_inode_count(sfs_inode_table *t)

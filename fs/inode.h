@@ -7,8 +7,8 @@
  * kernel's lookup count drops to zero via FORGET), the (fsid, fileid) index
  * that gives one file one node id, cached attributes and their expiry.
  * The FUSE node id of an inode is its address; the root is FUSE_ROOT_ID.
- * Memory is per inode the kernel remembers (sizeof(struct sfs_inode) + its
- * malloc header + ~2 bucket pointers), never per byte.
+ * Memory is per inode the kernel remembers (struct sfs_inode, its handle,
+ * its malloc header and ~2 bucket pointers), never per byte.
  *
  * Threading: the table lock protects the index and every nlookup; each
  * inode's lock (sfs_inode_lock) protects its attr fields and open state.
@@ -37,33 +37,58 @@ struct sfs_inode_version {
 	uint32_t mtime_ns, ctime_ns;
 };
 
-/* 272 bytes (was 360): the kernel may hold millions of these, so fields are
- * ordered to leave no padding and the lock is not in the struct. */
+/* The attributes an inode keeps: an sfs_attr without the (fsid, fileid)
+ * that key the inode, its timestamps as seconds and nanoseconds. 80 bytes
+ * (an sfs_attr is 112). */
+struct sfs_inode_attr {
+	uint64_t size, used;
+	int64_t atime_s, mtime_s, ctime_s;
+	uint32_t atime_ns, mtime_ns, ctime_ns;
+	uint32_t type, mode, nlink, uid, gid, rdev_major, rdev_minor;
+};
+
+/* 173 bytes and the file handle at its own length (fh_len, e.g. 28 for
+ * nfs-ganesha's), one malloc chunk of 208-224 bytes: the kernel may hold
+ * millions of these, so fields are ordered to leave no padding, the lock is
+ * not in the struct, and the handle is not kept at NFSv3's 64-byte maximum.
+ * Allocated by the table only (the handle follows the struct). */
 struct sfs_inode {
 	uint64_t fsid, fileid;	     /* set at creation: the index key */
 	struct sfs_inode *hash_next; /* protected by the table lock */
 	uint64_t nlookup;	     /* protected by the table lock */
-	struct sfs_fh fh;	     /* set at creation */
-	uint32_t dataset;	     /* atomic: set once, at the first lookup (cache/store.h) */
-	uint8_t kind;		     /* enum sfs_inode_kind, set at creation */
-	bool orphaned;		     /* protected by the table lock: fileid reused */
 
-	/* The rest is protected by sfs_inode_lock(). */
+	/* The rest is protected by sfs_inode_lock(), but for what is set at
+	 * creation and dataset. */
+	/* Fetch state exists only while the file is open (n_open > 0): a file
+	 * the kernel remembers but nobody has open costs this struct alone. */
+	sfs_pf_file *pf;	    /* fetch state for current opens */
+	uint64_t attr_time_ms;	    /* when attr was fetched */
+	struct sfs_inode_attr attr; /* the last seen */
+	/* The version the kernel's page cache holds (the last one opened),
+	 * kept across closes to decide keep_cache. */
+	struct sfs_inode_version opened;
+	uint32_t dataset; /* atomic: set once, at the first lookup (cache/store.h) */
+	unsigned n_open;  /* open file handles on pf */
+	uint8_t kind;	  /* enum sfs_inode_kind, set at creation */
+	bool orphaned;	  /* protected by the table lock: fileid reused */
 	bool have_opened; /* opened is set */
 	/* The opens of opened's version so far overlap its first one (its
 	 * first read since the kernel took the inode in); false once they all
 	 * closed. page_cache=auto reads a big file's first epoch direct_io. */
 	bool first_epoch;
-	unsigned n_open; /* open file handles on pf */
-	struct sfs_attr attr;
-	uint64_t attr_time_ms; /* when attr was fetched */
-	/* Fetch state exists only while the file is open (n_open > 0): a file
-	 * the kernel remembers but nobody has open costs this struct alone. */
-	sfs_pf_file *pf; /* fetch state for current opens */
-	/* The version the kernel's page cache holds (the last one opened),
-	 * kept across closes to decide keep_cache. */
-	struct sfs_inode_version opened;
+	uint8_t fh_len; /* set at creation: the NFS file handle's length */
+	uint8_t fh[];	/* set at creation: its bytes (fh_len) */
 };
+
+/* The inode's NFS file handle. */
+struct sfs_fh sfs_inode_fh(const struct sfs_inode *ino);
+
+/* The inode's attributes as an sfs_attr. Caller holds sfs_inode_lock(). */
+void sfs_inode_attr_get(const struct sfs_inode *ino, struct sfs_attr *out);
+
+/* A virtual inode (the .shardfs tree): no handle, no attributes, never in
+ * a table; free() it. Returns NULL on ENOMEM. */
+struct sfs_inode *sfs_inode_virtual(enum sfs_inode_kind kind, uint64_t fileid);
 
 /*
  * The lock of an inode's attr and open state: one of a fixed set of mutexes
@@ -98,5 +123,8 @@ void sfs_inode_set_attr(struct sfs_inode *ino, const struct sfs_attr *attr, uint
 
 /* Inodes the kernel currently knows (for stats). */
 uint64_t sfs_inode_count(sfs_inode_table *t);
+
+/* Bytes those inodes take: structs and handles, without malloc headers. */
+uint64_t sfs_inode_bytes(sfs_inode_table *t);
 
 #endif

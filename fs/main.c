@@ -271,11 +271,11 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 	fs->page_cache.mode = o->page_cache;
 	fs->attr_timeout_s = o->immutable ? SFS_IMMUTABLE_TIMEOUT_S : o->actimeo_s;
 	fs->start_ns = sfs_now_ns();
-	fs->ctl_dir.kind = SFS_INODE_CTL_DIR;
-	fs->ctl_dir.fileid = UINT64_MAX - 1;
-	fs->stats_file.kind = SFS_INODE_STATS;
-	fs->stats_file.fileid = UINT64_MAX - 2;
-	if ((rc = sfs_inode_table_open(sfs_origin_root(fs->origin), &fs->inodes)) < 0 ||
+	fs->ctl_dir = sfs_inode_virtual(SFS_INODE_CTL_DIR, UINT64_MAX - 1);
+	fs->stats_file = sfs_inode_virtual(SFS_INODE_STATS, UINT64_MAX - 2);
+	if (!fs->ctl_dir || !fs->stats_file)
+		rc = -ENOMEM;
+	if (rc < 0 || (rc = sfs_inode_table_open(sfs_origin_root(fs->origin), &fs->inodes)) < 0 ||
 	    (rc = sfs_jobs_open(NULL, &fs->jobs)) < 0) {
 		fprintf(stderr, "shardfs: %s\n", strerror(-rc));
 		return -1;
@@ -456,6 +456,8 @@ out_modules:
 	fuse_opt_free_args(&args);
 	close_origin(&fs);
 	sfs_inode_table_close(fs.inodes);
+	free(fs.ctl_dir);
+	free(fs.stats_file);
 	sfs_store_close(fs.store); /* finishes queued writes, whose callbacks too */
 	sfs_prefetch_close(fs.prefetch);
 	sfs_staging_close(fs.staging);

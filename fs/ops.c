@@ -113,7 +113,7 @@ static int inode_getattr(struct sfs_fs *fs, struct sfs_inode *i, struct sfs_attr
 	sfs_inode_lock(i);
 	bool fresh =
 	    i->attr_time_ms && (fs->ns || now - i->attr_time_ms < fs->opts->actimeo_s * 1000ull);
-	*out = i->attr;
+	sfs_inode_attr_get(i, out);
 	sfs_inode_unlock(i);
 	if (fresh && !force)
 		return 0;
@@ -121,13 +121,14 @@ static int inode_getattr(struct sfs_fs *fs, struct sfs_inode *i, struct sfs_attr
 		sfs_inode_set_attr(i, out, now);
 		return 0;
 	}
-	struct sfs_origin_req r = {.op = SFS_ORIGIN_GETATTR, .fh = i->fh};
+	struct sfs_fh fh = sfs_inode_fh(i);
+	struct sfs_origin_req r = {.op = SFS_ORIGIN_GETATTR, .fh = fh};
 	int rc = sfs_origin_call(fs->origin, &r);
 	if (rc < 0)
 		return rc;
 	sfs_inode_set_attr(i, &r.attr, now);
 	if (fs->ns && is_root)
-		sfs_ns_add(fs->ns, SFS_NS_ROOT, "", &i->fh, &r.attr);
+		sfs_ns_add(fs->ns, SFS_NS_ROOT, "", &fh, &r.attr);
 	*out = r.attr;
 	return 0;
 }
@@ -286,8 +287,11 @@ static void lookup_from_nfs(struct sfs_fs *fs, fuse_req_t req, struct sfs_inode 
 	c->parent = p;
 	c->ns_dir = fs->ns ? ns_key(fs, p) : 0;
 	c->getattr = false;
-	c->r = (struct sfs_origin_req){
-	    .op = SFS_ORIGIN_LOOKUP, .fh = p->fh, .name = c->name, .done = lookup_done, .arg = c};
+	c->r = (struct sfs_origin_req){.op = SFS_ORIGIN_LOOKUP,
+				       .fh = sfs_inode_fh(p),
+				       .name = c->name,
+				       .done = lookup_done,
+				       .arg = c};
 	sfs_origin_submit(fs->origin, &c->r);
 }
 
@@ -299,9 +303,9 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 	op_count(fs, SFS_OP_LOOKUP);
 	if (p == sfs_inode_root(fs->inodes) && !strcmp(name, ".shardfs"))
-		child = &fs->ctl_dir;
+		child = fs->ctl_dir;
 	else if (p->kind == SFS_INODE_CTL_DIR && !strcmp(name, "stats"))
-		child = &fs->stats_file;
+		child = fs->stats_file;
 	if (child) {
 		fill_entry(fs, &e, child, NULL);
 		fuse_reply_entry(req, &e);
@@ -369,7 +373,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 		reply_err(req, -EINVAL);
 		return;
 	}
-	struct sfs_origin_req r = {.op = SFS_ORIGIN_READLINK, .fh = i->fh};
+	struct sfs_origin_req r = {.op = SFS_ORIGIN_READLINK, .fh = sfs_inode_fh(i)};
 	int rc = sfs_origin_call(fs->origin, &r);
 	if (rc < 0) {
 		reply_err(req, rc);
@@ -385,7 +389,8 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	struct statvfs sv = {0};
 
 	op_count(fs, SFS_OP_STATFS);
-	struct sfs_origin_req r = {.op = SFS_ORIGIN_FSSTAT, .fh = sfs_inode_root(fs->inodes)->fh};
+	struct sfs_origin_req r = {.op = SFS_ORIGIN_FSSTAT,
+				   .fh = sfs_inode_fh(sfs_inode_root(fs->inodes))};
 	/* Immutable: the first answer serves the whole mount, and a mount with
 	 * no answer yet reports no sizes rather than wait for a node. */
 	bool cached = false;
@@ -524,7 +529,8 @@ static int open_fetch_state(struct sfs_fs *fs, struct sfs_inode *i,
 		pf = i->pf = NULL;
 	}
 	if (!pf) {
-		int rc = sfs_pf_file_open_version(fs->prefetch, &i->fh, v, &pf);
+		struct sfs_fh fh = sfs_inode_fh(i);
+		int rc = sfs_pf_file_open_version(fs->prefetch, &fh, v, &pf);
 		if (rc < 0) {
 			sfs_inode_unlock(i);
 			return rc;
@@ -799,7 +805,7 @@ static bool readdir_from_ns(struct sfs_fs *fs, struct sfs_inode *i, struct dir_h
 	if (h->src == DIR_SRC_NFS)
 		return false;
 	sfs_inode_lock(i);
-	self = i->attr;
+	sfs_inode_attr_get(i, &self);
 	sfs_inode_unlock(i);
 	struct sfs_attr parent = {.type = S_IFDIR, .mode = 0555};
 	for (off_t k = off; k < 2; k++)
@@ -852,8 +858,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		static const char *const names[] = {".", "..", "stats"};
 		for (off_t k = off; k < 3; k++) {
 			struct sfs_attr a = {.type = k == 2 ? S_IFREG : S_IFDIR,
-					     .fileid = k == 2 ? fs->stats_file.fileid
-							      : fs->ctl_dir.fileid};
+					     .fileid = k == 2 ? fs->stats_file->fileid
+							      : fs->ctl_dir->fileid};
 			if (dir_add(&d, names[k], (uint64_t)k + 1, &a, NULL))
 				break;
 		}
@@ -872,7 +878,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			d.ns_dir = ns_key(fs, i);
 		}
 		struct sfs_origin_req r = {.op = SFS_ORIGIN_READDIRPLUS,
-					   .fh = i->fh,
+					   .fh = sfs_inode_fh(i),
 					   .cookie = (uint64_t)off,
 					   .dir_max_bytes =
 					       size * 2 < 8192 ? 8192 : (uint32_t)size * 2,

@@ -415,7 +415,7 @@ static void render_memory(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_
 	    {"read_scratch", ps->direct_scratch_bytes},
 	    {"cache_index", cs->index_bytes},
 	    {"namespace", nss->mem_bytes},
-	    {"inodes", sfs_inode_count(fs->inodes) * sizeof(struct sfs_inode)},
+	    {"inodes", sfs_inode_bytes(fs->inodes)},
 	    {"staging_pinned", fs->staging ? sfs_staging_pinned_bytes(fs->staging) : 0},
 	};
 	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)

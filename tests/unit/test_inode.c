@@ -64,9 +64,10 @@ static struct sfs_attr mkattr(uint64_t fsid, uint64_t fileid, uint64_t size)
 	return a;
 }
 
-static bool same_fh(const struct sfs_fh *a, const struct sfs_fh *b)
+static bool same_fh(const struct sfs_inode *ino, const struct sfs_fh *b)
 {
-	return a->len == b->len && !memcmp(a->data, b->data, a->len);
+	struct sfs_fh a = sfs_inode_fh(ino);
+	return a.len == b->len && !memcmp(a.data, b->data, a.len);
 }
 
 /* --- tests ----------------------------------------------------------------- */
@@ -78,7 +79,7 @@ static void test_basic(void)
 
 	ok(sfs_inode_table_open(&root_fh, &t) == 0, "table opens");
 	struct sfs_inode *root = sfs_inode_root(t);
-	ok(root && same_fh(&root->fh, &root_fh) && root->kind == SFS_INODE_NFS,
+	ok(root && same_fh(root, &root_fh) && root->kind == SFS_INODE_NFS,
 	   "root inode holds the root handle");
 	ok(sfs_inode_count(t) == 0, "empty table counts 0");
 
@@ -86,7 +87,7 @@ static void test_basic(void)
 	struct sfs_attr aa = mkattr(1, 100, 10);
 	struct sfs_inode *a = sfs_inode_get(t, &fa, &aa, 1000);
 	ok(a && a != root && a->kind == SFS_INODE_NFS && a->fsid == 1 && a->fileid == 100 &&
-	       same_fh(&a->fh, &fa) && a->nlookup == 1,
+	       same_fh(a, &fa) && a->nlookup == 1,
 	   "get creates an inode with key, handle and one lookup");
 	ok(a && a->attr.size == 10 && a->attr_time_ms == 1000, "get stores attributes and time");
 	ok(sfs_inode_count(t) == 1, "count 1");
@@ -128,8 +129,7 @@ static void test_basic(void)
 	   "get with the root handle returns the root, refreshing its attributes");
 	ok(sfs_inode_count(t) == 1, "root lookups do not count");
 	sfs_inode_forget(t, root, 5);
-	ok(sfs_inode_root(t) == root && same_fh(&root->fh, &root_fh),
-	   "forget of the root is ignored");
+	ok(sfs_inode_root(t) == root && same_fh(root, &root_fh), "forget of the root is ignored");
 
 	/* close frees what is left and drops every fetch state */
 	b->pf = token(2);
@@ -150,10 +150,9 @@ static void test_reuse(void)
 	struct sfs_inode *old = sfs_inode_get(t, &f1, &a1, 1);
 	old->pf = token(10);
 	struct sfs_inode *cur = sfs_inode_get(t, &f2, &a2, 2);
-	ok(cur && cur != old && same_fh(&cur->fh, &f2) && cur->nlookup == 1 &&
-	       cur->attr.size == 222,
+	ok(cur && cur != old && same_fh(cur, &f2) && cur->nlookup == 1 && cur->attr.size == 222,
 	   "fileid reused with a new handle: a new inode");
-	ok(same_fh(&old->fh, &f1) && old->nlookup == 1 && old->attr.size == 111 &&
+	ok(same_fh(old, &f1) && old->nlookup == 1 && old->attr.size == 111 &&
 	       old->pf == token(10) && unrefs(10) == 0,
 	   "the old inode stays valid until forgotten");
 	ok(sfs_inode_get(t, &f2, &a2, 3) == cur && cur->nlookup == 2,
@@ -306,9 +305,71 @@ static void test_concurrent(void)
 	free(w);
 }
 
+static bool same_time(struct timespec a, struct timespec b)
+{
+	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+/* An inode keeps its handle at its own length and its attributes packed:
+ * both come back exactly, and the table counts the bytes it holds. */
+static void test_compact(void)
+{
+	struct sfs_fh root_fh = mkfh(0, 1);
+	sfs_inode_table *t;
+
+	sfs_inode_table_open(&root_fh, &t);
+	struct sfs_fh big = {.len = SFS_FH_MAX}, tiny = {.len = 1, .data = {0x5a}};
+	for (unsigned k = 0; k < SFS_FH_MAX; k++)
+		big.data[k] = (uint8_t)(k * 7 + 1);
+	struct sfs_attr ab = {.type = 0100000,
+			      .mode = 04755,
+			      .nlink = 3,
+			      .uid = 1001,
+			      .gid = 2002,
+			      .size = (1ull << 40) + 5,
+			      .used = (1ull << 40) + 4096,
+			      .fsid = 9,
+			      .fileid = 0xfedcba9876543210ull,
+			      .rdev_major = 8,
+			      .rdev_minor = 17,
+			      .atime = {.tv_sec = -5, .tv_nsec = 999999999},
+			      .mtime = {.tv_sec = 4102444800, .tv_nsec = 1},
+			      .ctime = {.tv_sec = 1700000000, .tv_nsec = 123456789}};
+	struct sfs_attr at = mkattr(9, 77, 1);
+	uint64_t b0 = sfs_inode_bytes(t);
+	struct sfs_inode *ib = sfs_inode_get(t, &big, &ab, 1),
+			 *it = sfs_inode_get(t, &tiny, &at, 1);
+	ok(ib && it && same_fh(ib, &big) && same_fh(it, &tiny),
+	   "handles of 64 and 1 bytes come back exactly");
+	struct sfs_attr got;
+	sfs_inode_lock(ib);
+	sfs_inode_attr_get(ib, &got);
+	sfs_inode_unlock(ib);
+	ok(got.type == ab.type && got.mode == ab.mode && got.nlink == ab.nlink &&
+	       got.uid == ab.uid && got.gid == ab.gid && got.size == ab.size &&
+	       got.used == ab.used && got.fsid == ab.fsid && got.fileid == ab.fileid &&
+	       got.rdev_major == ab.rdev_major && got.rdev_minor == ab.rdev_minor &&
+	       same_time(got.atime, ab.atime) && same_time(got.mtime, ab.mtime) &&
+	       same_time(got.ctime, ab.ctime),
+	   "attributes come back exactly (every field)");
+	uint64_t b1 = sfs_inode_bytes(t);
+	ok(b0 == 0 && b1 > 0 && b1 < 2 * 176 + SFS_FH_MAX + 1,
+	   "the table counts the inodes' bytes: %llu for handles of 64 and 1 bytes",
+	   (unsigned long long)b1);
+	sfs_inode_forget(t, ib, 1);
+	sfs_inode_forget(t, it, 1);
+	ok(sfs_inode_bytes(t) == 0, "forgotten inodes are uncounted");
+	struct sfs_inode *v = sfs_inode_virtual(SFS_INODE_STATS, 42);
+	ok(v && v->kind == SFS_INODE_STATS && v->fileid == 42 && v->fh_len == 0,
+	   "a virtual inode has a kind, a fileid and no handle");
+	free(v);
+	sfs_inode_table_close(t);
+}
+
 int main(void)
 {
 	test_basic();
+	test_compact();
 	test_reuse();
 	test_growth();
 	test_concurrent();
