@@ -847,7 +847,8 @@ struct batch {
 	bool io_failed[WRITE_BATCH];	    /* err came from I/O, not admission */
 	bool in_flush[WRITE_BATCH];	    /* packed: appended, awaiting a flush */
 	struct chunk_rec recs[WRITE_BATCH]; /* per-file jobs: their records */
-	size_t op[WRITE_BATCH];		    /* per-file jobs: their data op */
+	size_t op[WRITE_BATCH];		    /* per-file jobs: their run's data op */
+	struct iovec iov[WRITE_BATCH];	    /* per-file jobs: their run's pieces */
 	struct sfs_uring_op ops[WRITE_BATCH * 3];
 	size_t n_ops, n_writes;
 	sfs_store_obj *victims; /* evicted to make room */
@@ -963,25 +964,76 @@ static void batch_packed(sfs_store *s, struct batch *b)
 		batch_flush(sg, b);
 }
 
-/* Step 4: per-file jobs as io_uring ops (fds read under the lock): data
- * and record, then one fdatasync per object (its record fd: syncing any fd
- * of a file syncs the file's data, O_DIRECT writes included); run without
- * the lock. */
+/* Whether job i is written by batch_per_file. */
+static bool per_file_job(const struct batch *b, size_t i)
+{
+	return b->reserved[i] && !b->jobs[i]->obj->packed && !b->err[i];
+}
+
+/* Whether job j's data goes through the object's O_DIRECT fd. */
+static bool job_direct(const struct write_job *j)
+{
+	return j->obj->dfd >= 0 && j->len % 4096 == 0 && ((uintptr_t)j->buf & 4095) == 0;
+}
+
+/* The jobs from i that one run writes: per-file jobs of one object, chunk
+ * after chunk, all direct or none (write_batch sorted them by object and
+ * chunk). Returns the count. Caller holds lock. */
+static size_t run_length(const struct batch *b, size_t i)
+{
+	const struct write_job *j = b->jobs[i];
+	size_t k = 1;
+
+	while (i + k < b->n && per_file_job(b, i + k)) {
+		const struct write_job *n = b->jobs[i + k];
+		if (n->obj != j->obj || n->index != j->index + k || job_direct(n) != job_direct(j))
+			break;
+		k++;
+	}
+	return k;
+}
+
+/* Step 4: per-file jobs as io_uring ops (fds read under the lock): each run
+ * of consecutive chunks of one object is one gathered data write and one
+ * write of their records (adjacent on disk too), then one fdatasync per
+ * object (its record fd: syncing any fd of a file syncs the file's data,
+ * O_DIRECT writes included); run without the lock. A run, not a chunk, per
+ * write: extending O_DIRECT writes take the inode's lock exclusively and
+ * go through io_uring's worker threads, one punt and one lock round each.
+ * Sets b->n_writes and b->op[] of every per-file job. */
 static void batch_per_file(sfs_store *s, struct batch *b)
 {
 	pthread_mutex_lock(&s->lock);
-	for (size_t i = 0; i < b->n; i++) {
+	for (size_t i = 0; i < b->n;) {
+		if (!per_file_job(b, i)) {
+			i++;
+			continue;
+		}
+		size_t k = run_length(b, i);
 		struct write_job *j = b->jobs[i];
 		sfs_store_obj *o = j->obj;
-		if (!b->reserved[i] || o->packed || b->err[i])
-			continue;
-		bool direct = o->dfd >= 0 && j->len % 4096 == 0 && ((uintptr_t)j->buf & 4095) == 0;
+		bool direct = job_direct(j);
+		size_t bytes = 0;
+		for (size_t m = 0; m < k; m++) {
+			b->iov[i + m] =
+			    (struct iovec){(void *)b->jobs[i + m]->buf, b->jobs[i + m]->len};
+			bytes += b->jobs[i + m]->len;
+			b->op[i + m] = b->n_ops;
+		}
 		off_t at = (off_t)(o->data_off + ((uint64_t)j->index << s->chunk_shift));
-		b->op[i] = b->n_ops;
-		b->ops[b->n_ops++] = (struct sfs_uring_op){
-		    SFS_URING_WRITE, direct ? o->dfd : o->fd, (void *)j->buf, j->len, at, 0};
-		b->ops[b->n_ops++] = (struct sfs_uring_op){
-		    SFS_URING_WRITE, o->fd, &b->recs[i], sizeof(b->recs[i]), rec_off(j->index), 0};
+		b->ops[b->n_ops++] = (struct sfs_uring_op){.kind = SFS_URING_WRITE,
+							   .fd = direct ? o->dfd : o->fd,
+							   .buf = (void *)j->buf,
+							   .len = bytes,
+							   .off = at,
+							   .iov = k > 1 ? &b->iov[i] : NULL,
+							   .n_iov = (int)k};
+		b->ops[b->n_ops++] = (struct sfs_uring_op){.kind = SFS_URING_WRITE,
+							   .fd = o->fd,
+							   .buf = &b->recs[i],
+							   .len = k * sizeof(b->recs[i]),
+							   .off = rec_off(j->index)};
+		i += k;
 	}
 	b->n_writes = b->n_ops;
 	for (size_t i = 1; i < b->n_writes; i += 2) {
@@ -990,18 +1042,19 @@ static void batch_per_file(sfs_store *s, struct batch *b)
 			seen |= b->ops[k].fd == b->ops[i].fd;
 		if (!seen)
 			b->ops[b->n_ops++] =
-			    (struct sfs_uring_op){SFS_URING_FDATASYNC, b->ops[i].fd, NULL, 0, 0, 0};
+			    (struct sfs_uring_op){.kind = SFS_URING_FDATASYNC, .fd = b->ops[i].fd};
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (b->n_ops)
 		sfs_uring_run(s->ring, b->ops, b->n_ops);
 	for (size_t i = 0; i < b->n; i++) {
-		if (!b->reserved[i] || b->jobs[i]->obj->packed || b->err[i])
+		if (!per_file_job(b, i))
 			continue;
+		/* A short or failed write fails every chunk of its run. */
 		struct sfs_uring_op *d = &b->ops[b->op[i]], *r = d + 1;
-		int rc = d->result != (int)d->len		? (d->result < 0 ? d->result : -EIO)
-			 : r->result != (int)sizeof(b->recs[i]) ? -EIO
-								: 0;
+		int rc = d->result != (int)d->len   ? (d->result < 0 ? d->result : -EIO)
+			 : r->result != (int)r->len ? (r->result < 0 ? r->result : -EIO)
+						    : 0;
 		for (size_t k = b->n_writes; k < b->n_ops && !rc; k++)
 			if (b->ops[k].fd == r->fd && b->ops[k].result < 0)
 				rc = b->ops[k].result;
@@ -1056,6 +1109,17 @@ static void batch_outcomes(sfs_store *s, struct batch *b)
 /* Write one batch: records hashed, admission, files, packed versions (one
  * segment flush), per-file chunks (one fdatasync per object), outcomes,
  * then the done callbacks without the lock. */
+static int job_order(const void *pa, const void *pb)
+{
+	const struct write_job *a = *(const struct write_job *const *)pa,
+			       *b = *(const struct write_job *const *)pb;
+	uintptr_t oa = (uintptr_t)a->obj, ob = (uintptr_t)b->obj;
+
+	if (oa != ob)
+		return oa < ob ? -1 : 1;
+	return a->index < b->index ? -1 : a->index > b->index;
+}
+
 static void write_batch(sfs_store *s, struct write_job **jobs, size_t n)
 {
 	struct batch *b = calloc(1, sizeof(*b));
@@ -1073,6 +1137,8 @@ static void write_batch(sfs_store *s, struct write_job **jobs, size_t n)
 		}
 		return;
 	}
+	/* By object and chunk: batch_per_file writes runs of consecutive chunks. */
+	qsort(jobs, n, sizeof(*jobs), job_order);
 	b->jobs = jobs;
 	b->n = n;
 	for (size_t i = 0; i < n; i++)

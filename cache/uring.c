@@ -52,7 +52,8 @@ static void run_sync(struct sfs_uring_op *op)
 
 	switch (op->kind) {
 	case SFS_URING_WRITE:
-		n = pwrite(op->fd, op->buf, op->len, op->off);
+		n = op->iov ? pwritev(op->fd, op->iov, op->n_iov, op->off)
+			    : pwrite(op->fd, op->buf, op->len, op->off);
 		break;
 	default:
 		n = fdatasync(op->fd);
@@ -76,7 +77,10 @@ static void run_phase(sfs_uring *r, struct sfs_uring_op *ops, size_t n, bool syn
 				next--;
 				break;
 			}
-			if (op->kind == SFS_URING_WRITE)
+			if (op->kind == SFS_URING_WRITE && op->iov)
+				io_uring_prep_writev(sqe, op->fd, op->iov, (unsigned)op->n_iov,
+						     (__u64)op->off);
+			else if (op->kind == SFS_URING_WRITE)
 				io_uring_prep_write(sqe, op->fd, op->buf, (unsigned)op->len,
 						    (__u64)op->off);
 			else

@@ -12,16 +12,19 @@
 
 #include <stddef.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 enum sfs_uring_kind { SFS_URING_WRITE, SFS_URING_FDATASYNC };
 
 struct sfs_uring_op {
 	enum sfs_uring_kind kind;
 	int fd;
-	void *buf;
-	size_t len;
+	void *buf;  /* a write of len bytes from buf, unless iov is set */
+	size_t len; /* bytes to write (with iov: their sum) */
 	off_t off;
-	int result; /* out: bytes moved, 0 for fdatasync, or -errno */
+	int result;		 /* out: bytes moved, 0 for fdatasync, or -errno */
+	const struct iovec *iov; /* a gathered write: n_iov pieces, len bytes in all */
+	int n_iov;
 };
 
 typedef struct sfs_uring sfs_uring;
