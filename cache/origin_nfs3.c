@@ -187,6 +187,8 @@ static int lookup_decode(void *res, const struct sfs_xport_args *args, struct sf
 	LOOKUP3resok *ok = &((LOOKUP3res *)res)->LOOKUP3res_u.resok;
 
 	(void)args;
+	if (ok->object.data.data_len == 0)
+		return -EIO; /* no file has an empty handle (the daemon's virtual files do) */
 	fh_from_nfs(&req->out_fh, ok->object.data.data_val, ok->object.data.data_len);
 	req->have_attr = ok->obj_attributes.attributes_follow;
 	if (req->have_attr)
@@ -221,7 +223,8 @@ static int readdirplus_decode(void *res, const struct sfs_xport_args *args,
 			fattr_to_attr(&e->name_attributes.post_op_attr_u.attributes, &attr);
 			ap = &attr;
 		}
-		if (e->name_handle.handle_follows) {
+		if (e->name_handle.handle_follows &&
+		    e->name_handle.post_op_fh3_u.handle.data.data_len > 0) {
 			fh_from_nfs(&fh, e->name_handle.post_op_fh3_u.handle.data.data_val,
 				    e->name_handle.post_op_fh3_u.handle.data.data_len);
 			fp = &fh;

@@ -19,7 +19,7 @@ struct sfs_inode_table {
 	struct sfs_inode *root;	    /* freed at close; nlookup is not counted */
 };
 
-_Static_assert(sizeof(void *) != 8 || offsetof(struct sfs_inode, fh) <= 173,
+_Static_assert(sizeof(void *) != 8 || offsetof(struct sfs_inode, fh) <= 172,
 	       "an inode is paid for every file the kernel holds: keep it small");
 _Static_assert(SFS_FH_MAX <= UINT8_MAX, "fh_len holds a handle's length");
 
@@ -36,7 +36,6 @@ static struct sfs_inode *inode_new(const struct sfs_fh *fh)
 	struct sfs_inode *ino = calloc(1, inode_size(fh->len));
 
 	if (ino) {
-		ino->kind = SFS_INODE_NFS;
 		ino->fh_len = (uint8_t)fh->len;
 		memcpy(ino->fh, fh->data, fh->len);
 	}
@@ -56,14 +55,13 @@ struct sfs_fh sfs_inode_fh(const struct sfs_inode *ino)
 	return fh;
 }
 
-struct sfs_inode *sfs_inode_virtual(enum sfs_inode_kind kind, uint64_t fileid)
+struct sfs_inode *sfs_inode_virtual(enum sfs_inode_kind kind)
 {
 	struct sfs_inode *ino = calloc(1, inode_size(0));
 
-	if (ino) {
-		ino->kind = (uint8_t)kind;
-		ino->fileid = fileid;
-	}
+	if (ino)
+		ino->fileid =
+		    kind == SFS_INODE_STATS ? SFS_INODE_STATS_FILEID : SFS_INODE_CTL_DIR_FILEID;
 	return ino;
 }
 
@@ -237,7 +235,7 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 
 void sfs_inode_forget(sfs_inode_table *t, struct sfs_inode *ino, uint64_t n)
 {
-	if (ino == t->root || ino->kind != SFS_INODE_NFS)
+	if (ino == t->root || sfs_inode_kind(ino) != SFS_INODE_NFS)
 		return;
 	pthread_mutex_lock(&t->lock);
 	ino->nlookup = ino->nlookup > n ? ino->nlookup - n : 0;

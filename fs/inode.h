@@ -28,6 +28,8 @@ enum sfs_inode_kind {
 	SFS_INODE_CTL_DIR, /* MOUNTPOINT/.shardfs */
 	SFS_INODE_STATS,   /* MOUNTPOINT/.shardfs/stats */
 };
+#define SFS_INODE_CTL_DIR_FILEID (UINT64_MAX - 1) /* the virtual inodes' st_ino */
+#define SFS_INODE_STATS_FILEID	 (UINT64_MAX - 2)
 
 /* What tells two versions of one file apart besides its fsid and fileid
  * (the inode's own): the rest of its sfs_file_version identity. */
@@ -47,8 +49,8 @@ struct sfs_inode_attr {
 	uint32_t type, mode, nlink, uid, gid, rdev_major, rdev_minor;
 };
 
-/* 173 bytes and the file handle at its own length (fh_len, e.g. 28 for
- * nfs-ganesha's), one malloc chunk of 208-224 bytes: the kernel may hold
+/* 172 bytes and the file handle at its own length (fh_len, e.g. 28 for
+ * nfs-ganesha's), one malloc chunk of 208 bytes (up to 36-byte handles): the kernel may hold
  * millions of these, so fields are ordered to leave no padding, the lock is
  * not in the struct, and the handle is not kept at NFSv3's 64-byte maximum.
  * Allocated by the table only (the handle follows the struct). */
@@ -69,7 +71,6 @@ struct sfs_inode {
 	struct sfs_inode_version opened;
 	uint32_t dataset; /* atomic: set once, at the first lookup (cache/store.h) */
 	unsigned n_open;  /* open file handles on pf */
-	uint8_t kind;	  /* enum sfs_inode_kind, set at creation */
 	bool orphaned;	  /* protected by the table lock: fileid reused */
 	bool have_opened; /* opened is set */
 	/* The opens of opened's version so far overlap its first one (its
@@ -80,15 +81,26 @@ struct sfs_inode {
 	uint8_t fh[];	/* set at creation: its bytes (fh_len) */
 };
 
+/* What an inode is: an NFS file or directory (it has a handle; no file has
+ * an empty one, origin_nfs3.c refuses them), else one of the two virtual
+ * inodes, told apart by their fileid. */
+static inline enum sfs_inode_kind sfs_inode_kind(const struct sfs_inode *ino)
+{
+	return ino->fh_len			       ? SFS_INODE_NFS
+	       : ino->fileid == SFS_INODE_STATS_FILEID ? SFS_INODE_STATS
+						       : SFS_INODE_CTL_DIR;
+}
+
 /* The inode's NFS file handle. */
 struct sfs_fh sfs_inode_fh(const struct sfs_inode *ino);
 
 /* The inode's attributes as an sfs_attr. Caller holds sfs_inode_lock(). */
 void sfs_inode_attr_get(const struct sfs_inode *ino, struct sfs_attr *out);
 
-/* A virtual inode (the .shardfs tree): no handle, no attributes, never in
- * a table; free() it. Returns NULL on ENOMEM. */
-struct sfs_inode *sfs_inode_virtual(enum sfs_inode_kind kind, uint64_t fileid);
+/* A virtual inode (the .shardfs tree, kind SFS_INODE_CTL_DIR or
+ * SFS_INODE_STATS): no handle, no attributes, never in a table; free() it.
+ * Returns NULL on ENOMEM. */
+struct sfs_inode *sfs_inode_virtual(enum sfs_inode_kind kind);
 
 /*
  * The lock of an inode's attr and open state: one of a fixed set of mutexes

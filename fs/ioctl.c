@@ -567,7 +567,7 @@ void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		cache_ioctl(req, fs, cmd, in_buf, in_bufsz, out_bufsz);
 		return;
 	}
-	if (i->kind != SFS_INODE_NFS || !of || flags & FUSE_IOCTL_DIR) {
+	if (sfs_inode_kind(i) != SFS_INODE_NFS || !of || flags & FUSE_IOCTL_DIR) {
 		fuse_reply_err(req, ENOTTY);
 		return;
 	}

@@ -271,8 +271,8 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 	fs->page_cache.mode = o->page_cache;
 	fs->attr_timeout_s = o->immutable ? SFS_IMMUTABLE_TIMEOUT_S : o->actimeo_s;
 	fs->start_ns = sfs_now_ns();
-	fs->ctl_dir = sfs_inode_virtual(SFS_INODE_CTL_DIR, UINT64_MAX - 1);
-	fs->stats_file = sfs_inode_virtual(SFS_INODE_STATS, UINT64_MAX - 2);
+	fs->ctl_dir = sfs_inode_virtual(SFS_INODE_CTL_DIR);
+	fs->stats_file = sfs_inode_virtual(SFS_INODE_STATS);
 	if (!fs->ctl_dir || !fs->stats_file)
 		rc = -ENOMEM;
 	if (rc < 0 || (rc = sfs_inode_table_open(sfs_origin_root(fs->origin), &fs->inodes)) < 0 ||

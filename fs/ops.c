@@ -74,12 +74,12 @@ static void virtual_stat(struct sfs_fs *fs, struct sfs_inode *i, struct stat *st
 	st->st_ino = i->fileid;
 	st->st_uid = getuid();
 	st->st_gid = getgid();
-	st->st_mode = i->kind == SFS_INODE_CTL_DIR ? S_IFDIR | 0555 : S_IFREG | 0444;
-	st->st_nlink = i->kind == SFS_INODE_CTL_DIR ? 2 : 1;
+	st->st_mode = sfs_inode_kind(i) == SFS_INODE_CTL_DIR ? S_IFDIR | 0555 : S_IFREG | 0444;
+	st->st_nlink = sfs_inode_kind(i) == SFS_INODE_CTL_DIR ? 2 : 1;
 	st->st_blksize = 4096;
 	clock_gettime(CLOCK_REALTIME, &st->st_mtim);
 	st->st_atim = st->st_ctim = st->st_mtim;
-	if (i->kind == SFS_INODE_STATS) {
+	if (sfs_inode_kind(i) == SFS_INODE_STATS) {
 		/* An upper bound of the text's size: twice its size now, in 4 KiB
 		 * pages. Tools that check st_size (test -s) see a non-empty file;
 		 * copiers that stop at st_size (cp with copy_file_range) never cut
@@ -138,7 +138,7 @@ static void fill_entry(struct sfs_fs *fs, struct fuse_entry_param *e, struct sfs
 {
 	memset(e, 0, sizeof(*e));
 	e->ino = INO(fs, i);
-	if (i->kind == SFS_INODE_NFS)
+	if (sfs_inode_kind(i) == SFS_INODE_NFS)
 		attr_to_stat(a, &e->attr);
 	else
 		virtual_stat(fs, i, &e->attr);
@@ -304,14 +304,14 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	op_count(fs, SFS_OP_LOOKUP);
 	if (p == sfs_inode_root(fs->inodes) && !strcmp(name, ".shardfs"))
 		child = fs->ctl_dir;
-	else if (p->kind == SFS_INODE_CTL_DIR && !strcmp(name, "stats"))
+	else if (sfs_inode_kind(p) == SFS_INODE_CTL_DIR && !strcmp(name, "stats"))
 		child = fs->stats_file;
 	if (child) {
 		fill_entry(fs, &e, child, NULL);
 		fuse_reply_entry(req, &e);
 		return;
 	}
-	if (p->kind != SFS_INODE_NFS) {
+	if (sfs_inode_kind(p) != SFS_INODE_NFS) {
 		reply_err(req, -ENOENT);
 		return;
 	}
@@ -349,7 +349,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct stat st;
 
 	op_count(fs, SFS_OP_GETATTR);
-	if (i->kind != SFS_INODE_NFS) {
+	if (sfs_inode_kind(i) != SFS_INODE_NFS) {
 		virtual_stat(fs, i, &st);
 		fuse_reply_attr(req, &st, 0);
 		return;
@@ -369,7 +369,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	struct sfs_inode *i = I(fs, ino);
 
 	op_count(fs, SFS_OP_READLINK);
-	if (i->kind != SFS_INODE_NFS) {
+	if (sfs_inode_kind(i) != SFS_INODE_NFS) {
 		reply_err(req, -EINVAL);
 		return;
 	}
@@ -559,11 +559,11 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		reply_err(req, -EROFS);
 		return;
 	}
-	if (i->kind == SFS_INODE_STATS) {
+	if (sfs_inode_kind(i) == SFS_INODE_STATS) {
 		open_stats_file(req, fs, fi);
 		return;
 	}
-	if (i->kind != SFS_INODE_NFS) {
+	if (sfs_inode_kind(i) != SFS_INODE_NFS) {
 		reply_err(req, -EISDIR);
 		return;
 	}
@@ -653,7 +653,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct sfs_inode *i = I(fs, ino);
 
 	op_count(fs, SFS_OP_READ);
-	if (i->kind == SFS_INODE_STATS) {
+	if (sfs_inode_kind(i) == SFS_INODE_STATS) {
 		struct stats_snapshot *s = (struct stats_snapshot *)(uintptr_t)fi->fh;
 		size_t from = (size_t)off < s->len ? (size_t)off : s->len;
 		size_t n = s->len - from < size ? s->len - from : size;
@@ -694,7 +694,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct sfs_inode *i = I(fs, ino);
 
 	op_count(fs, SFS_OP_RELEASE);
-	if (i->kind == SFS_INODE_STATS) {
+	if (sfs_inode_kind(i) == SFS_INODE_STATS) {
 		struct stats_snapshot *s = (struct stats_snapshot *)(uintptr_t)fi->fh;
 		free(s->text);
 		free(s);
@@ -853,7 +853,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_err(req, -ENOMEM);
 		return;
 	}
-	if (i->kind == SFS_INODE_CTL_DIR) {
+	if (sfs_inode_kind(i) == SFS_INODE_CTL_DIR) {
 		/* ".", "..", "stats" at offsets 1, 2, 3. */
 		static const char *const names[] = {".", "..", "stats"};
 		for (off_t k = off; k < 3; k++) {
@@ -967,7 +967,8 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 
 	op_count(fs, SFS_OP_GETXATTR);
 	bool key = !strcmp(name, SHARDFS_XATTR_KEY);
-	if ((strcmp(name, SHARDFS_XATTR_CACHED) != 0 && !key) || i->kind != SFS_INODE_NFS) {
+	if ((strcmp(name, SHARDFS_XATTR_CACHED) != 0 && !key) ||
+	    sfs_inode_kind(i) != SFS_INODE_NFS) {
 		reply_err(req, -ENODATA);
 		return;
 	}
@@ -993,7 +994,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	static const char names[] = SHARDFS_XATTR_CACHED; /* one name, NUL included */
 
 	op_count(fs, SFS_OP_GETXATTR);
-	size_t n = i->kind == SFS_INODE_NFS ? sizeof(names) : 0;
+	size_t n = sfs_inode_kind(i) == SFS_INODE_NFS ? sizeof(names) : 0;
 	if (size == 0)
 		fuse_reply_xattr(req, n);
 	else if (size < n)
