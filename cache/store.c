@@ -1027,7 +1027,7 @@ static void batch_per_file(sfs_store *s, struct batch *b)
 							   .len = bytes,
 							   .off = at,
 							   .iov = k > 1 ? &b->iov[i] : NULL,
-							   .n_iov = (int)k};
+							   .n_iov = k > 1 ? (int)k : 0};
 		b->ops[b->n_ops++] = (struct sfs_uring_op){.kind = SFS_URING_WRITE,
 							   .fd = o->fd,
 							   .buf = &b->recs[i],
@@ -1106,9 +1106,7 @@ static void batch_outcomes(sfs_store *s, struct batch *b)
 	pthread_mutex_unlock(&s->lock);
 }
 
-/* Write one batch: records hashed, admission, files, packed versions (one
- * segment flush), per-file chunks (one fdatasync per object), outcomes,
- * then the done callbacks without the lock. */
+/* qsort order of a batch: by object, then chunk (batch_per_file's runs). */
 static int job_order(const void *pa, const void *pb)
 {
 	const struct write_job *a = *(const struct write_job *const *)pa,
@@ -1120,6 +1118,9 @@ static int job_order(const void *pa, const void *pb)
 	return a->index < b->index ? -1 : a->index > b->index;
 }
 
+/* Write one batch: records hashed, admission, files, packed versions (one
+ * segment flush), per-file chunks (one fdatasync per object), outcomes,
+ * then the done callbacks without the lock. */
 static void write_batch(sfs_store *s, struct write_job **jobs, size_t n)
 {
 	struct batch *b = calloc(1, sizeof(*b));

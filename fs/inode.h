@@ -50,10 +50,11 @@ struct sfs_inode_attr {
 };
 
 /* 172 bytes and the file handle at its own length (fh_len, e.g. 28 for
- * nfs-ganesha's), one malloc chunk of 208 bytes (up to 36-byte handles): the kernel may hold
- * millions of these, so fields are ordered to leave no padding, the lock is
- * not in the struct, and the handle is not kept at NFSv3's 64-byte maximum.
- * Allocated by the table only (the handle follows the struct). */
+ * nfs-ganesha's): one malloc chunk of 208 bytes for handles up to 36 bytes.
+ * The kernel may hold millions of these, so fields are ordered to leave no
+ * padding, the lock is not in the struct, and the handle is not kept at
+ * NFSv3's 64-byte maximum. Allocated by the table only (the handle follows
+ * the struct). */
 struct sfs_inode {
 	uint64_t fsid, fileid;	     /* set at creation: the index key */
 	struct sfs_inode *hash_next; /* protected by the table lock */
