@@ -21,6 +21,9 @@ declare -A OURS=(
 	[test_staging_cuda_asan]=$ROOT/build-asan/tests/unit/test_staging_cuda
 	[shardfs-stage-bench]=$ROOT/build/tools/shardfs-stage-bench
 )
+# An older daemon beside it, for an A/B in one device call (run.sh's
+# SFS_GPU_DAEMONS="shardfs shardfs-old").
+if [[ -n ${SFS_GPU_OLD_DAEMON:-} ]]; then OURS[shardfs-old]=$SFS_GPU_OLD_DAEMON; fi
 # Always ours, first on PATH (LD_LIBRARY_PATH wrappers): not on the target.
 ALWAYS=(ganesha.nfsd rpcbind rpcinfo fusermount3)
 # Only used where the target lacks them (ld.so --library-path wrappers, so
@@ -49,7 +52,7 @@ done | sort -u | while read -r soname path; do
 done
 
 # Wrappers.
-for n in "${ALWAYS[@]}" shardfs; do
+for n in "${ALWAYS[@]}" shardfs ${SFS_GPU_OLD_DAEMON:+shardfs-old}; do
 	cat >"$G/bin/$n" <<W
 #!/bin/bash
 # bundle wrapper: runs .gpu/libexec/$n with the bundle's libraries

@@ -21,6 +21,9 @@
 # nfs-ganesha, rpcbind, fusermount3 and their libraries, from Debian 12; the
 # target's glibc must be >= 2.36). Knobs: SFS_GPU_FILE_MB (256), SFS_GPU_NFILES
 # (2), SFS_GPU_NODES (2), SFS_GPU_WORK (/var/tmp/shardfs-gpu.PID),
+# SFS_GPU_DAEMONS ("shardfs": the daemons to bench on the tmpfs cache, in
+# turn; "shardfs shardfs-old" for an A/B with a bundle made with
+# SFS_GPU_OLD_DAEMON), SFS_GPU_ROUNDS (1: how many times each runs),
 # SFS_GPU_DROP_CACHES (1: drop the page cache before the disk-cache bench),
 # SFS_GPU_FORCE_NONETNS (1: skip the netns cluster, use one host-netns node).
 set -u
@@ -310,14 +313,14 @@ cluster_up() {
 	return 1
 }
 
-# mount_fs CACHE_DIR TAG: shardfs at $MNT (foreground daemon in the
-# background, its log in $W/daemon-TAG.log)
+# mount_fs CACHE_DIR TAG [DAEMON]: shardfs (or .gpu/bin/DAEMON) at $MNT
+# (foreground daemon in the background, its log in $W/daemon-TAG.log)
 mount_fs() {
-	local cache=$1 tag=$2 i pre=()
+	local cache=$1 tag=$2 daemon=${3:-shardfs} i pre=()
 	[[ $MODE == cluster ]] && pre=("$CL" exec "$ID" --)
 	mkdir -p "$MNT" "$cache"
-	log "== mount ($tag): shardfs -f $ADDRS:/ifs $MNT -o cache_dir=$cache"
-	"${pre[@]}" "$G/bin/shardfs" -f "$ADDRS:/ifs" "$MNT" -o "cache_dir=$cache" \
+	log "== mount ($tag): $daemon -f $ADDRS:/ifs $MNT -o cache_dir=$cache"
+	"${pre[@]}" "$G/bin/$daemon" -f "$ADDRS:/ifs" "$MNT" -o "cache_dir=$cache" \
 		</dev/null >"$W/daemon-$tag.log" 2>&1 &
 	DPID=$!
 	for ((i = 0; i < 200; i++)); do
@@ -373,8 +376,9 @@ warm() {
 
 # bench TAG: stage-bench with the default range and 16 MiB ranges
 bench() {
-	local tag=$1 m=() f args
+	local tag=$1 m=() f args from
 	for f in "${FILES[@]}"; do m+=("$MNT/${f##*/}"); done
+	from=$(wc -l <"$BENCH" 2>/dev/null || echo 0) # this call's lines are echoed below
 	for args in "--passes 3" "--passes 3 --range 16777216"; do
 		# shellcheck disable=SC2086
 		{
@@ -384,8 +388,8 @@ bench() {
 			echo
 		} >>"$BENCH"
 	done
-	sed -n '/^=== \['"$tag"'\]/,$p' "$BENCH" | sed 's/^/   | /' >&2
-	cp "$MNT/.shardfs/stats" "$OUT/stats_$tag.txt" 2>&1 || log "no stats file at $MNT/.shardfs/stats"
+	tail -n +$((from + 1)) "$BENCH" | sed 's/^/   | /' >&2
+	cp "$MNT/.shardfs/stats" "$OUT/stats_${tag%%-*}.txt" 2>&1 || log "no stats file at $MNT/.shardfs/stats"
 }
 
 stage_part() {
@@ -411,11 +415,18 @@ stage_part() {
 	mb=$((NFILES * FILE_MB * 11 / 10 + 256))
 	mkdir -p "$W/cache-tmpfs"
 	if mount -t tmpfs -o size=${mb}m shardfs-gpu-cache "$W/cache-tmpfs"; then
-		if mount_fs "$W/cache-tmpfs/c" tmpfs; then
-			warm tmpfs
-			bench tmpfs
-			umount_fs tmpfs
-		fi
+		local round d tag
+		for ((round = 1; round <= ${SFS_GPU_ROUNDS:-1}; round++)); do
+			for d in ${SFS_GPU_DAEMONS:-shardfs}; do
+				tag=tmpfs
+				[[ $d == shardfs ]] || tag=tmpfs-$d
+				if mount_fs "$W/cache-tmpfs/c" "$tag" "$d"; then
+					warm "$tag"
+					bench "$tag"
+					umount_fs "$tag"
+				fi
+			done
+		done
 	else
 		log "tmpfs mount failed: cache on /dev/shm instead"
 		if mount_fs "/dev/shm/shardfs-gpu-cache.$$" tmpfs; then
