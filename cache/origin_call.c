@@ -6,6 +6,7 @@
  * origin. See origin.h for the contract.
  */
 #include "origin.h"
+#include "blocking.h"
 
 #include <pthread.h>
 
@@ -40,10 +41,12 @@ void sfs_origin_call_batch(sfs_origin *pool, struct sfs_origin_req **reqs, size_
 		reqs[i]->call_wait = &w;
 	}
 	sfs_origin_submit_batch(pool, reqs, n);
+	sfs_blocking_begin();
 	pthread_mutex_lock(&w.lock);
 	while (w.pending)
 		pthread_cond_wait(&w.cond, &w.lock);
 	pthread_mutex_unlock(&w.lock);
+	sfs_blocking_end();
 	pthread_cond_destroy(&w.cond);
 	pthread_mutex_destroy(&w.lock);
 }

@@ -33,6 +33,7 @@
  * calls); buf_lock is a leaf.
  */
 #include "prefetch.h"
+#include "blocking.h"
 #include "log.h"
 
 #include <assert.h>
@@ -1421,6 +1422,15 @@ static bool fetch_start(struct sfs_pf_file *f, uint64_t off, uint64_t end, sfs_p
 	return true;
 }
 
+/* Wait on f->cond (a chunk landed, a pin was dropped), saying so
+ * (blocking.h). Caller holds f->lock. */
+static void pf_wait(struct sfs_pf_file *f)
+{
+	sfs_blocking_begin();
+	pthread_cond_wait(&f->cond, &f->lock);
+	sfs_blocking_end();
+}
+
 /*
  * Step 1 of a chunk-path read: find or start every chunk of [c0, c1),
  * pinned for the reader, as want[]. Chunks to fetch go to started[], cached
@@ -1454,7 +1464,7 @@ static int claim_chunks(struct sfs_pf_file *f, uint64_t off, uint64_t end, bool 
 				break;
 			}
 			/* Out of memory or room: wait for a pin or fetch to end. */
-			pthread_cond_wait(&f->cond, &f->lock);
+			pf_wait(f);
 		}
 		c->refs++;
 		c->used = true;
@@ -1526,7 +1536,7 @@ static ssize_t fill_view(struct sfs_pf_file *f, uint64_t off, uint64_t end, stru
 
 	for (int i = 0; i < n_want; i++)
 		while (!chunk_range_ready(want[i], off, end))
-			pthread_cond_wait(&f->cond, &f->lock);
+			pf_wait(f);
 	for (int i = 0; i < n_want; i++) {
 		struct pf_chunk *c = want[i];
 		uint64_t cstart = c->index << SFS_CHUNK_SHIFT;

@@ -6,12 +6,8 @@
 #ifndef SFS_FS_H
 #define SFS_FS_H
 
-/* 3.12 or later: fuse_session_loop_mt() then takes the fuse_loop_config
- * that fuse_loop_cfg_create() makes. Below 3.12 it expects the old public
- * struct and read ours as {clone_fd = version id, max_idle_threads = 0}: a
- * new thread for every request and max_threads ignored (measured: thread
- * creation and page faults on fresh stacks and buffers dominated the daemon
- * on small reads). */
+/* The libfuse 3.12 API (libfuse 3.14 on Debian 12). The workers are our
+ * own (workers.h), on fuse_session_receive_buf/process_buf. */
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 

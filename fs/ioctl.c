@@ -22,6 +22,7 @@
  */
 #include "fs.h"
 #include "shardfs_ioctl.h"
+#include "../cache/blocking.h"
 #include "../cache/log.h"
 
 #include <errno.h>
@@ -468,7 +469,9 @@ static int stage_call(fuse_req_t req, struct sfs_fs *fs, struct sfs_inode *i,
 	struct sfs_job_read jr = sfs_fs_job_begin(fs, req);
 
 	pthread_mutex_lock(&of->lock);
+	sfs_blocking_begin(); /* reads and GPU copies: another worker serves meanwhile */
 	int rc = do_stage(fs, of, fuse_req_ctx(req)->uid, s, &cache_bytes);
+	sfs_blocking_end();
 	pthread_mutex_unlock(&of->lock);
 	sfs_jobs_read_end(fs->jobs, &jr, rc < 0 ? rc : (ssize_t)s->bytes_placed, cache_bytes);
 	if (fs->store && rc == 0 && s->bytes_placed >= cache_bytes)

@@ -10,6 +10,7 @@
 #include "fs.h"
 #include "fusedev.h"
 #include "memtrim.h"
+#include "workers.h"
 #include "../cache/log.h"
 
 /* Kernel readahead for the mount: deep enough for 1 MiB requests to reach
@@ -343,22 +344,12 @@ static int start_daemon(struct sfs_fs *fs, struct sfs_options *o, int n_addrs)
 /* libfuse's loop until unmounted. Returns the exit status. */
 static int run_loop(struct fuse_session *se, const struct sfs_options *o)
 {
-	struct fuse_loop_config *lc = fuse_loop_cfg_create();
-	if (!lc)
-		return 1;
-	fuse_loop_cfg_set_max_threads(lc, o->max_threads);
-	/* Workers never exit once started: with fewer idle threads kept than
-	 * readers in flight, libfuse created and destroyed a thread (clone,
-	 * stack mmap/munmap, and our per-thread read scratch) every few
-	 * requests: 8% of the daemon's CPU on a small-file epoch. An idle
-	 * worker costs its touched stack and scratch pages. */
-	fuse_loop_cfg_set_idle_threads(lc, o->max_threads);
-	/* One /dev/fuse fd per worker, as the daemon ran before the config was
-	 * read right (the misread struct set it); measured no difference either
-	 * way on small files or shards on the 2-core VM. */
-	fuse_loop_cfg_set_clone_fd(lc, 1);
-	int rc = fuse_session_loop_mt(se, lc);
-	fuse_loop_cfg_destroy(lc);
+	/* Our pool, not fuse_session_loop_mt, which kept every worker it ever
+	 * started reading /dev/fuse (see workers.h). */
+	unsigned active = o->active_threads < o->max_threads ? o->active_threads : o->max_threads;
+	int rc = sfs_workers_run(se, o->max_threads, active);
+	if (rc < 0)
+		sfs_log(SFS_LOG_ERR, "main", "FUSE workers: %s", strerror(-rc));
 	sfs_log(SFS_LOG_INFO, "main", "unmounting %s", o->mountpoint);
 	return rc == 0 ? 0 : 1;
 }
