@@ -2,13 +2,14 @@
 /*
  * workers — see workers.h.
  *
- * State (all under pool->lock): n_threads started (never exit before the
- * session ends), `working` = workers neither parked nor inside a wait,
- * `parked` = workers sleeping on pool->park. Invariant while running:
- * working + parked + waiting == n_threads - exited. A worker parks at the
- * top of its loop while working > active; a worker entering a wait
- * (depth 0 -> 1) lowers working and, if it drops below active, wakes a
- * parked worker or starts a new one.
+ * State (under pool->lock but `reading`, an atomic): n_threads started
+ * (none exits before the session ends), `working` = workers neither parked
+ * nor inside a wait, `parked` = workers sleeping on pool->park, `reading`
+ * = workers inside fuse_session_receive_buf. While running, working +
+ * parked + waiting == n_threads. A worker parks at the top of its loop
+ * while working > active and another worker is reading; a worker entering
+ * a wait (depth 0 -> 1) lowers working and, if that leaves fewer than
+ * active and none is reading, wakes a parked worker or starts a new one.
  */
 #include "workers.h"
 #include "../cache/blocking.h"
