@@ -10,6 +10,7 @@
 #include "fs.h"
 #include "fusedev.h"
 #include "memtrim.h"
+#include "workers.h"
 #include "../cache/log.h"
 
 #include <errno.h>
@@ -222,6 +223,22 @@ static void render_fuse(FILE *f, struct sfs_fs *fs)
 	metric(f, "shardfs_fuse_direct_io_mmap", "gauge",
 	       "1: the kernel maps direct_io files shared (FUSE_DIRECT_IO_ALLOW_MMAP).",
 	       sfs_fusedev_direct_io_mmap());
+
+	struct sfs_workers_stats ws;
+	sfs_workers_get_stats(&ws);
+	help(f, "shardfs_fuse_workers", "gauge",
+	     "FUSE worker threads by state: working (taking requests), waiting (for NFS or a "
+	     "chunk), parked (spare).");
+	fprintf(f, "shardfs_fuse_workers{state=\"working\"} %u\n", ws.working);
+	fprintf(f, "shardfs_fuse_workers{state=\"waiting\"} %u\n", ws.waiting);
+	fprintf(f, "shardfs_fuse_workers{state=\"parked\"} %u\n", ws.parked);
+	metric(f, "shardfs_fuse_worker_handoffs_total", "counter",
+	       "Waits that woke or started a spare worker to take requests meanwhile.",
+	       ws.handoffs);
+	metric(f, "shardfs_fuse_worker_limit_total", "counter",
+	       "Waits that wanted a spare worker with max_threads already started: requests "
+	       "queued in the kernel meanwhile.",
+	       ws.at_limit);
 }
 
 /* Fetching: buffers, cache writes waiting or skipped, readahead, waste. */

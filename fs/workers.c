@@ -35,8 +35,13 @@ struct pool {
 	unsigned n_threads, exited, working, parked;
 	bool ending;
 	int error;
+	uint64_t handoffs, at_limit;
 	pthread_t *threads; /* [max_threads] */
 };
+
+/* The running pool, for sfs_workers_get_stats (set and cleared by
+ * sfs_workers_run while no worker runs). */
+static struct pool *live_pool;
 
 /* The pool of this thread (NULL: not a worker) and its wait depth. */
 static __thread struct pool *my_pool;
@@ -73,10 +78,14 @@ static void hook_begin(void)
 	 * one is back) cost two switches per wait for nothing. */
 	if (!p->ending && p->working < p->active &&
 	    !__atomic_load_n(&p->reading, __ATOMIC_RELAXED)) {
-		if (p->parked)
+		if (p->parked) {
 			pthread_cond_signal(&p->park);
-		else
-			start_worker(p); /* at max_threads: the rest wait in the kernel */
+			p->handoffs++;
+		} else if (start_worker(p) == 0) {
+			p->handoffs++;
+		} else {
+			p->at_limit++; /* the next requests wait in the kernel */
+		}
 	}
 	pthread_mutex_unlock(&p->lock);
 }
@@ -171,6 +180,7 @@ int sfs_workers_run(struct fuse_session *se, unsigned max_threads, unsigned acti
 	pthread_cond_init(&p.park, NULL);
 	pthread_cond_init(&p.done, NULL);
 	sfs_blocking_set_hooks(&hooks);
+	__atomic_store_n(&live_pool, &p, __ATOMIC_RELEASE);
 
 	pthread_mutex_lock(&p.lock);
 	for (unsigned i = 0; i < active && (rc = start_worker(&p)) == 0; i++)
@@ -205,10 +215,28 @@ int sfs_workers_run(struct fuse_session *se, unsigned max_threads, unsigned acti
 	for (unsigned i = 0; i < n; i++)
 		pthread_join(p.threads[i], NULL);
 	sfs_blocking_set_hooks(NULL);
+	__atomic_store_n(&live_pool, NULL, __ATOMIC_RELEASE);
 	rc = p.error;
 	pthread_cond_destroy(&p.done);
 	pthread_cond_destroy(&p.park);
 	pthread_mutex_destroy(&p.lock);
 	free(p.threads);
 	return rc;
+}
+
+void sfs_workers_get_stats(struct sfs_workers_stats *out)
+{
+	struct pool *p = __atomic_load_n(&live_pool, __ATOMIC_ACQUIRE);
+
+	memset(out, 0, sizeof(*out));
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	out->threads = p->n_threads;
+	out->working = p->working;
+	out->parked = p->parked;
+	out->waiting = p->n_threads - p->exited - p->working - p->parked;
+	out->handoffs = p->handoffs;
+	out->at_limit = p->at_limit;
+	pthread_mutex_unlock(&p->lock);
 }

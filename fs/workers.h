@@ -27,11 +27,22 @@
 #define FUSE_USE_VERSION 312
 #endif
 #include <fuse_lowlevel.h>
+#include <stdint.h>
 
 /* Serve se with at most max_threads workers, `active` of them taking
  * requests while none waits (1 <= active <= max_threads). Installs the
  * blocking hooks while it runs. Returns 0 when the session ended normally,
  * or -errno (a worker could not be started, or /dev/fuse failed). */
 int sfs_workers_run(struct fuse_session *se, unsigned max_threads, unsigned active);
+
+struct sfs_workers_stats {
+	unsigned threads, working, parked, waiting; /* now */
+	uint64_t handoffs;			    /* waits that woke or started a spare */
+	uint64_t at_limit;			    /* waits that wanted a spare at max_threads */
+};
+
+/* The running pool's figures (all 0 when none runs). Called from a worker
+ * (the stats file), or any thread while sfs_workers_run runs. */
+void sfs_workers_get_stats(struct sfs_workers_stats *out);
 
 #endif

@@ -26,7 +26,10 @@ dd if="$MNT/big.bin" of="$WORK/head" bs=1M count=2 status=none &
 DD=$!
 sleep 1
 check "the read waits for the frozen nodes" kill -0 "$DD"
-check "the stats file is served while it waits" timeout 5 grep -q '^shardfs_node_up' "$MNT/.shardfs/stats"
+check "the stats file is served while it waits" timeout 5 cp "$MNT/.shardfs/stats" "$WORK/stats"
+check "it counts the worker waiting and the spare that took its place" bash -c "
+	grep -qx 'shardfs_fuse_workers{state=\"waiting\"} 1' '$WORK/stats' &&
+	awk '/^shardfs_fuse_worker_handoffs_total / {exit !(\$2 >= 1)}' '$WORK/stats'"
 check "a file in the cache is read while it waits" \
 	timeout 5 bash -c "echo 1 >/proc/sys/vm/drop_caches; grep -q 'file 1' '$MNT/dir/f1'"
 "$CLUSTER" thaw "$CID" all >/dev/null
