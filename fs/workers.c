@@ -178,7 +178,11 @@ int sfs_workers_run(struct fuse_session *se, unsigned max_threads, unsigned acti
 		return -ENOMEM;
 	pthread_mutex_init(&p.lock, NULL);
 	pthread_cond_init(&p.park, NULL);
-	pthread_cond_init(&p.done, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the poll below ignores clock jumps */
+	pthread_cond_init(&p.done, &ca);
+	pthread_condattr_destroy(&ca);
 	sfs_blocking_set_hooks(&hooks);
 	__atomic_store_n(&live_pool, &p, __ATOMIC_RELEASE);
 
@@ -197,7 +201,7 @@ int sfs_workers_run(struct fuse_session *se, unsigned max_threads, unsigned acti
 			break;
 		}
 		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ts.tv_nsec += SIGNAL_POLL_MS * 1000000L;
 		if (ts.tv_nsec >= 1000000000L) {
 			ts.tv_sec++;
