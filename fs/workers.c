@@ -13,7 +13,6 @@
  */
 #include "workers.h"
 #include "../cache/blocking.h"
-#include "../cache/log.h"
 
 #include <errno.h>
 #include <pthread.h>

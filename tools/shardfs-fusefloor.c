@@ -2,12 +2,13 @@
 /*
  * shardfs-fusefloor: the floor under the small-file benchmark. A read-only
  * FUSE filesystem with the tree of a list of files, answered from memory
- * (every file reads as zeros), run by libfuse 3.14's multi-threaded loop
- * configured as shardfs configures it (64 workers, all kept, one /dev/fuse
- * fd each, 1 MiB requests, the same init flags and timeouts). What it costs
- * per file (lookup, open, read, release) is what any libfuse 3.14 daemon
- * pays on this kernel before it does any work of its own:
- * tools/shardfs-bench --small-files prints it beside the mount's rows.
+ * (every file reads as zeros), run by the daemon's worker pool
+ * (fs/workers.c) configured as shardfs's defaults (8 active workers, 64 at
+ * most; 1 MiB requests, the same init flags and timeouts). What it costs
+ * per file (lookup, open, read, release) is what the daemon pays on this
+ * kernel before it does any work of its own: tools/shardfs-bench
+ * --small-files prints it beside the mount's rows. (Until 2026-11-25 it ran
+ * libfuse 3.14's multi-threaded loop with 64 workers, as the daemon did.)
  *
  *   shardfs-fusefloor LIST MOUNTPOINT
  *
@@ -19,6 +20,8 @@
  */
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
+
+#include "../fs/workers.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -227,12 +230,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "shardfs-fusefloor: cannot mount on '%s'\n", argv[2]);
 		return 1;
 	}
-	struct fuse_loop_config *lc = fuse_loop_cfg_create();
-	fuse_loop_cfg_set_max_threads(lc, 64);
-	fuse_loop_cfg_set_idle_threads(lc, 64);
-	fuse_loop_cfg_set_clone_fd(lc, 1);
-	int rc = fuse_session_loop_mt(se, lc);
-	fuse_loop_cfg_destroy(lc);
+	int rc = sfs_workers_run(se, 64, 8);
 	fuse_session_unmount(se);
 	fuse_remove_signal_handlers(se);
 	fuse_session_destroy(se);
