@@ -57,6 +57,19 @@ uint64_t sfs_now_ns(void)
 
 uint64_t sfs_now_ms(void) { return sfs_now_ns() / 1000000u; }
 
+struct timespec sfs_deadline(clockid_t clock, uint64_t us)
+{
+	struct timespec ts;
+	clock_gettime(clock, &ts);
+	ts.tv_sec += (time_t)(us / 1000000u);
+	ts.tv_nsec += (long)(us % 1000000u) * 1000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
+
 bool sfs_log_ratelimit(struct sfs_log_ratelimit *rl, uint64_t interval_ms)
 {
 	uint64_t now = sfs_now_ms();

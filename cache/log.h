@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 enum sfs_log_level {
 	SFS_LOG_ERR = 3,
@@ -54,5 +55,9 @@ bool sfs_log_ratelimit(struct sfs_log_ratelimit *rl, uint64_t interval_ms);
 /* CLOCK_MONOTONIC in milliseconds / nanoseconds. */
 uint64_t sfs_now_ms(void);
 uint64_t sfs_now_ns(void);
+
+/* The time `us` microseconds from now on `clock`: a deadline for
+ * pthread_cond_timedwait (on a condvar of that clock). */
+struct timespec sfs_deadline(clockid_t clock, uint64_t us);
 
 #endif

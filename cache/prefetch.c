@@ -844,13 +844,7 @@ static void *pump_main(void *arg)
 
 	pthread_mutex_lock(&pf->files_lock);
 	while (!pf->stopping) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100 * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
+		struct timespec ts = sfs_deadline(CLOCK_REALTIME, 100 * 1000u);
 		pthread_cond_timedwait(&pf->pump_cond, &pf->files_lock, &ts);
 		for (struct sfs_pf_file *f = pf->files; f && !pf->stopping; f = f->next) {
 			struct pf_chunk *started[SFS_PF_MAX_WINDOW];

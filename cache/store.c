@@ -1176,15 +1176,6 @@ static void writer_retry(sfs_store *s)
 	}
 }
 
-static void ts_add_us(struct timespec *ts, long us)
-{
-	ts->tv_nsec += us * 1000L;
-	while (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
-}
-
 /*
  * Take up to WRITE_BATCH jobs. A few packed ones wait for company while
  * more keep coming (GATHER_IDLE_US apart, GATHER_MS at most): one segment
@@ -1198,15 +1189,12 @@ static void ts_add_us(struct timespec *ts, long us)
  */
 static void writer_gather(sfs_store *s)
 {
-	struct timespec end, slice;
+	struct timespec end = sfs_deadline(CLOCK_REALTIME, GATHER_MS * 1000u);
 
-	clock_gettime(CLOCK_REALTIME, &end);
-	ts_add_us(&end, GATHER_MS * 1000L);
 	for (;;) {
 		size_t had = s->n_jobs;
 		int rc = 0;
-		clock_gettime(CLOCK_REALTIME, &slice);
-		ts_add_us(&slice, GATHER_IDLE_US);
+		struct timespec slice = sfs_deadline(CLOCK_REALTIME, GATHER_IDLE_US);
 		if (slice.tv_sec > end.tv_sec ||
 		    (slice.tv_sec == end.tv_sec && slice.tv_nsec > end.tv_nsec))
 			slice = end;

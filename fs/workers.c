@@ -13,6 +13,7 @@
  */
 #include "workers.h"
 #include "../cache/blocking.h"
+#include "../cache/log.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -199,13 +200,7 @@ int sfs_workers_run(struct fuse_session *se, unsigned max_threads, unsigned acti
 			end_locked(&p, 0);
 			break;
 		}
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_nsec += SIGNAL_POLL_MS * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		struct timespec ts = sfs_deadline(CLOCK_MONOTONIC, SIGNAL_POLL_MS * 1000u);
 		pthread_cond_timedwait(&p.done, &p.lock, &ts);
 	}
 	unsigned n = p.n_threads;
