@@ -341,7 +341,7 @@ static int start_daemon(struct sfs_fs *fs, struct sfs_options *o, int n_addrs)
 	return 0;
 }
 
-/* libfuse's loop until unmounted. Returns the exit status. */
+/* The FUSE workers until unmounted or signalled. Returns the exit status. */
 static int run_loop(struct fuse_session *se, const struct sfs_options *o)
 {
 	/* Our pool, not fuse_session_loop_mt, which kept every worker it ever

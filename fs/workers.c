@@ -32,7 +32,7 @@ struct pool {
 	pthread_cond_t done; /* the runner sleeps here until the session ends */
 	unsigned reading;    /* atomic: workers inside fuse_session_receive_buf */
 	/* protected by lock */
-	unsigned n_threads, exited, working, parked;
+	unsigned n_threads, working, parked;
 	bool ending;
 	int error;
 	uint64_t handoffs, at_limit;
@@ -159,10 +159,7 @@ static void *worker_main(void *arg)
 		end_locked(p, res);
 		break;
 	}
-	p->working--;
-	p->exited++;
-	pthread_cond_signal(&p->done);
-	pthread_mutex_unlock(&p->lock);
+	pthread_mutex_unlock(&p->lock); /* the counts matter no more: the pool ends */
 	pthread_cleanup_pop(1);
 	return NULL;
 }
@@ -230,10 +227,9 @@ void sfs_workers_get_stats(struct sfs_workers_stats *out)
 	if (!p)
 		return;
 	pthread_mutex_lock(&p->lock);
-	out->threads = p->n_threads;
 	out->working = p->working;
 	out->parked = p->parked;
-	out->waiting = p->n_threads - p->exited - p->working - p->parked;
+	out->waiting = p->n_threads - p->working - p->parked;
 	out->handoffs = p->handoffs;
 	out->at_limit = p->at_limit;
 	pthread_mutex_unlock(&p->lock);

@@ -36,9 +36,9 @@
 int sfs_workers_run(struct fuse_session *se, unsigned max_threads, unsigned active);
 
 struct sfs_workers_stats {
-	unsigned threads, working, parked, waiting; /* now */
-	uint64_t handoffs;			    /* waits that woke or started a spare */
-	uint64_t at_limit;			    /* waits that wanted a spare at max_threads */
+	unsigned working, parked, waiting; /* now */
+	uint64_t handoffs;		   /* waits that woke or started a spare */
+	uint64_t at_limit;		   /* waits that wanted a spare at max_threads */
 };
 
 /* The running pool's figures (all 0 when none runs). Called from a worker
