@@ -6,8 +6,8 @@
 #ifndef SFS_FS_H
 #define SFS_FS_H
 
-/* The libfuse 3.12 API (libfuse 3.14 on Debian 12). The workers are our
- * own (workers.h), on fuse_session_receive_buf/process_buf. */
+/* The libfuse 3.12 API (libfuse 3.14 on Debian 12). The workers are
+ * libfuse's loop, or with active_threads our own pool (workers.h). */
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 

@@ -3,12 +3,12 @@
  * shardfs-fusefloor: the floor under the small-file benchmark. A read-only
  * FUSE filesystem with the tree of a list of files, answered from memory
  * (every file reads as zeros), run by the daemon's worker pool
- * (fs/workers.c) configured as shardfs's defaults (8 active workers, 64 at
+ * (fs/workers.c) as shardfs runs it with active_threads=8 (64 workers at
  * most; 1 MiB requests, the same init flags and timeouts). What it costs
  * per file (lookup, open, read, release) is what the daemon pays on this
  * kernel before it does any work of its own: tools/shardfs-bench
  * --small-files prints it beside the mount's rows. (Until 2026-11-25 it ran
- * libfuse 3.14's multi-threaded loop with 64 workers, as the daemon did.)
+ * libfuse 3.14's multi-threaded loop with 64 workers, the daemon's default.)
  *
  *   shardfs-fusefloor LIST MOUNTPOINT
  *
