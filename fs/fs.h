@@ -6,8 +6,8 @@
 #ifndef SFS_FS_H
 #define SFS_FS_H
 
-/* The libfuse 3.12 API (libfuse 3.14 on Debian 12). The workers are
- * libfuse's loop, or with active_threads our own pool (workers.h). */
+/* The libfuse 3.12 API (libfuse 3.14 on Debian 12). The workers are our
+ * own pool (workers.h), or with active_threads=0 libfuse's loop. */
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 

@@ -49,14 +49,16 @@ static int check_mountpoint(const char *path)
 
 /*
  * The type of the top-most mount whose mount point is path (absolute, no
- * symlinks), from /proc/self/mountinfo, into type; false if none is. A
+ * symlinks), from /proc/self/mountinfo, into type, and its device into
+ * *dev unless dev is NULL; false if none is. A
  * second daemon started on a live mount (a re-run prolog, a restarted unit)
  * would otherwise stack on top of it.
  */
-static bool mounted_at(const char *path, char *type, size_t type_len)
+static bool mounted_at(const char *path, char *type, size_t type_len, dev_t *dev)
 {
 	FILE *f = fopen("/proc/self/mountinfo", "re");
 	char *line = NULL, mnt[4096], fstype[256];
+	unsigned maj, min;
 	size_t cap = 0;
 	bool found = false;
 
@@ -65,7 +67,7 @@ static bool mounted_at(const char *path, char *type, size_t type_len)
 	while (getline(&line, &cap, f) > 0) {
 		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - TYPE SRC SUPER */
 		char *sep = strstr(line, " - ");
-		if (!sep || sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1 ||
+		if (!sep || sscanf(line, "%*s %*s %u:%u %*s %4095s", &maj, &min, mnt) != 3 ||
 		    sscanf(sep + 3, "%255s", fstype) != 1)
 			continue;
 		/* Octal escapes (\040 for a space) as the kernel writes them. */
@@ -80,6 +82,8 @@ static bool mounted_at(const char *path, char *type, size_t type_len)
 		*w = 0;
 		if (strcmp(mnt, path) == 0) {
 			snprintf(type, type_len, "%s", fstype);
+			if (dev)
+				*dev = makedev(maj, min);
 			found = true; /* later lines are mounted on top of earlier ones */
 		}
 	}
@@ -112,26 +116,26 @@ static int build_fuse_args(const struct sfs_options *o, struct fuse_args *args, 
 /*
  * The kernel caps a FUSE mount's readahead at its bdi's read_ahead_kb
  * (128 KiB by default), whatever max_readahead we ask for in init, and then
- * sends 128 KiB reads. Raise it once the mount answers. Needs root; without
- * it reads still work, in smaller requests.
+ * sends 128 KiB reads. Raise it right after mounting. Needs root; without
+ * it reads still work, in smaller requests. The mount's device comes from
+ * /proc/self/mountinfo, not from a stat of the mountpoint: a stat would be
+ * a FUSE request to ourselves, and while it is in flight the mount is busy
+ * (an umount right after the mount command returned failed with EBUSY).
  */
-static void *tune_readahead(void *arg)
+static void tune_readahead(const char *mnt)
 {
-	const char *mnt = arg;
-	struct stat st;
-	char path[64];
+	char fstype[256], path[64];
+	dev_t dev;
 
-	if (stat(mnt, &st) != 0)
-		return NULL;
-	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", major(st.st_dev),
-		 minor(st.st_dev));
-	FILE *f = fopen(path, "w");
+	if (!mounted_at(mnt, fstype, sizeof(fstype), &dev) || strncmp(fstype, "fuse", 4) != 0)
+		return;
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", major(dev), minor(dev));
+	FILE *f = fopen(path, "we");
 	if (!f || fprintf(f, "%u\n", SFS_READ_AHEAD_KB) < 0 || fclose(f) != 0)
 		sfs_log(SFS_LOG_DEBUG, "main", "cannot raise %s: %s", path, strerror(errno));
 	else
 		sfs_log(SFS_LOG_DEBUG, "main", "readahead of %s set to %u KiB", mnt,
 			SFS_READ_AHEAD_KB);
-	return NULL;
 }
 
 /*
@@ -213,7 +217,7 @@ static int check_target(struct sfs_options *o)
 	free(o->mountpoint);
 	o->mountpoint = abs_mnt;
 	char fstype[256];
-	if (!o->overmount && mounted_at(o->mountpoint, fstype, sizeof(fstype)) &&
+	if (!o->overmount && mounted_at(o->mountpoint, fstype, sizeof(fstype), NULL) &&
 	    strcmp(fstype, "autofs") != 0) {
 		die("mountpoint '%s': already a %s mount (unmount it first, or -o overmount)",
 		    o->mountpoint, fstype);
@@ -333,9 +337,7 @@ static int start_daemon(struct sfs_fs *fs, struct sfs_options *o, int n_addrs)
 	}
 	sfs_log(SFS_LOG_INFO, "main", "mounted %s on %s (%d node addresses, %u connections each%s)",
 		o->source, o->mountpoint, n_addrs, o->nconnect, o->immutable ? ", immutable" : "");
-	pthread_t tuner;
-	if (pthread_create(&tuner, NULL, tune_readahead, o->mountpoint) == 0)
-		pthread_detach(tuner);
+	tune_readahead(o->mountpoint);
 	if ((rc = sfs_memtrim_start(release_idle, fs)) < 0) /* not fatal: freed memory stays */
 		sfs_log(SFS_LOG_WARN, "main", "cannot start the memory trimmer: %s", strerror(-rc));
 	return 0;
@@ -346,9 +348,7 @@ static int run_loop(struct fuse_session *se, const struct sfs_options *o)
 {
 	int rc;
 	if (o->active_threads) {
-		/* Our pool (see workers.h): opt-in until a stacked mount's
-		 * teardown, where the lower mount was sometimes still busy
-		 * (test_badinput under MALLOC_PERTURB_), is understood. */
+		/* Our pool (see workers.h); 0 keeps libfuse's loop. */
 		unsigned active =
 		    o->active_threads < o->max_threads ? o->active_threads : o->max_threads;
 		rc = sfs_workers_run(se, o->max_threads, active);

@@ -101,9 +101,9 @@ static const struct sfs_opt_def opt_table[] = {
      .help = "NFS I/O threads, 0 = one per CPU"},
     {UINT("max_threads", max_threads, 1, 1024), .def = 64, .meta = "N",
      .help = "FUSE worker threads"},
-    {UINT("active_threads", active_threads, 0, 1024), .def = 0, .meta = "N",
-     .help = "N > 0: the daemon's worker pool, N workers taking requests while none waits "
-	     "for NFS or a chunk (at most max_threads; try 8); 0: libfuse's loop"},
+    {UINT("active_threads", active_threads, 0, 1024), .def = 8, .meta = "N",
+     .help = "FUSE workers taking requests while none waits for NFS or a chunk "
+	     "(at most max_threads; the rest are parked); 0: libfuse's loop instead"},
     {SIZE("prefetch_mem", prefetch_mem, 4u << 20, 1ull << 40), .def = 256ull << 20, .meta = "SIZE",
      .help = "memory for fetch buffers in flight, K/M/G/T suffixes"},
     {SIZE("prefetch_max", prefetch_max, 0, 1ull << 50), .def = 2ull << 30, .meta = "SIZE",
