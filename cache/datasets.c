@@ -9,6 +9,7 @@
  * with acquire and may then read the name. Counters are relaxed atomics.
  */
 #include "datasets.h"
+#include "hash.h"
 #include "log.h"
 
 #include <errno.h>
@@ -20,7 +21,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #define FILE_HEAD "shardfs-datasets 1"
 #define MASK	  (SFS_DSETS_MAX - 1)
@@ -89,7 +89,7 @@ uint32_t sfs_dsets_intern(sfs_dsets *d, const char *name)
 
 	if (!len || len > SFS_DSETS_NAME_MAX)
 		return 0;
-	uint32_t id = (uint32_t)XXH3_64bits(name, len);
+	uint32_t id = (uint32_t)sfs_xxh3_64(name, len);
 	for (;; id++) {
 		if (!id)
 			continue;

@@ -33,6 +33,7 @@
  * rename() when compacted).
  */
 #include "namespace.h"
+#include "hash.h"
 #include "log.h"
 
 #include <errno.h>
@@ -174,7 +175,7 @@ static void attr_decode(const uint8_t *p, struct sfs_attr *a)
 
 static void seal(uint8_t *rec, size_t len)
 {
-	uint64_t sum = XXH3_64bits(rec, len - 8);
+	uint64_t sum = sfs_xxh3_64(rec, len - 8);
 	memcpy(rec + len - 8, &sum, 8);
 }
 
@@ -255,7 +256,7 @@ static size_t rec_check(const uint8_t *p, size_t avail)
 	if (len < DIRDONE_BYTES || len > avail || len > SFS_NS_RECORD_MAX)
 		return 0;
 	memcpy(&sum, p + len - 8, 8);
-	if (sum != XXH3_64bits(p, len - 8U))
+	if (sum != sfs_xxh3_64(p, len - 8U))
 		return 0;
 	if (p[2] == KIND_DIRDONE)
 		return len == DIRDONE_BYTES ? len : 0;
@@ -529,7 +530,7 @@ static size_t header_check(sfs_ns *ns, const uint8_t *map, size_t size)
 	uint8_t fl = p[4];
 	memcpy(&sum, map + len - 8, 8);
 	if ((size_t)20 + el + hl + fl + 8 != len || fl > SFS_FH_MAX ||
-	    sum != XXH3_64bits(map, len - 8U))
+	    sum != sfs_xxh3_64(map, len - 8U))
 		return 0;
 	p += 8;
 	if (el != strlen(ns->conf.export_path) || memcmp(p, ns->conf.export_path, el) ||
@@ -749,7 +750,7 @@ static int open_files(sfs_ns *ns, char *err, size_t err_len)
 	}
 	snprintf(
 	    name, sizeof(name), "%016llx",
-	    (unsigned long long)XXH3_64bits(ns->conf.export_path, strlen(ns->conf.export_path)));
+	    (unsigned long long)sfs_xxh3_64(ns->conf.export_path, strlen(ns->conf.export_path)));
 	if (asprintf(&ns->path, "%s/%s.log", ns->conf.dir, name) < 0 ||
 	    asprintf(&ns->tmp_path, "%s/%s.log.tmp", ns->conf.dir, name) < 0 ||
 	    asprintf(&lock_path, "%s/%s.lock", ns->conf.dir, name) < 0) {

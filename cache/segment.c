@@ -50,6 +50,7 @@
  * evicted segment (dead) is freed and its fd closed by the last unref.
  */
 #include "segment.h"
+#include "hash.h"
 #include "log.h"
 
 #include <dirent.h>
@@ -61,7 +62,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #define REC_MAGIC	  0x3252474553534653ull /* "SFSSEGR2": with the dataset id */
 #define IDX_MAGIC	  0x3249474553534653ull /* "SFSSEGI2": with the dataset id */
@@ -447,7 +447,7 @@ static uint64_t hdr_sum(const struct rec_hdr *h)
 {
 	struct rec_hdr c = *h;
 	c.hdr_xxh = 0;
-	return XXH3_64bits(&c, sizeof(c));
+	return sfs_xxh3_64(&c, sizeof(c));
 }
 
 /* Whether the record at buf (n bytes read) is key's with length len and
@@ -461,7 +461,7 @@ static bool rec_check(const uint8_t *buf, ssize_t n, const uint8_t key[16], uint
 	if (h->magic != REC_MAGIC || h->len != len || memcmp(h->key, key, 16) ||
 	    h->xxh64 != xxh64 || h->hdr_xxh != hdr_sum(h))
 		return false;
-	return XXH3_64bits(buf + HDR_BYTES, len) == xxh64;
+	return sfs_xxh3_64(buf + HDR_BYTES, len) == xxh64;
 }
 
 /* Drops key's entry if it still is the one read (segment slot and offset).
@@ -561,7 +561,7 @@ static int write_idx(sfs_seg *sg, uint32_t seq, const struct idx_ent *ents, uint
 	struct idx_head h = {.magic = IDX_MAGIC, .seq = seq, .n = n, .end_bytes = end_bytes};
 	memcpy(buf, &h, sizeof(h));
 	memcpy(buf + sizeof(h), ents, (size_t)n * sizeof(*ents));
-	uint64_t sum = XXH3_64bits(buf, size - 8);
+	uint64_t sum = sfs_xxh3_64(buf, size - 8);
 	memcpy(buf + size - 8, &sum, 8);
 	seg_name(name, seq, "idx");
 	seg_name(tmp, seq, "idx.tmp");
@@ -643,7 +643,7 @@ int sfs_seg_append(sfs_seg *sg, const uint8_t key[16], const void *bytes, uint32
 	memcpy(p->key, key, 16);
 	p->len = len;
 	p->dataset = dataset;
-	p->xxh64 = XXH3_64bits(bytes, len);
+	p->xxh64 = sfs_xxh3_64(bytes, len);
 	p->rel = sg->tgt_rel;
 	p->file_off = sg->tgt_pos;
 	p->buf_off = sg->wlen;
@@ -1171,7 +1171,7 @@ static int load_idx(sfs_seg *sg, uint32_t seq, uint64_t seg_size, struct seg_sum
 		goto out_free;
 	memcpy(&h, buf, sizeof(h));
 	memcpy(&sum64, buf + size - 8, 8);
-	if (h.magic != IDX_MAGIC || h.seq != seq || XXH3_64bits(buf, size - 8) != sum64 ||
+	if (h.magic != IDX_MAGIC || h.seq != seq || sfs_xxh3_64(buf, size - 8) != sum64 ||
 	    h.n != (size - sizeof(h) - 8) / sizeof(struct idx_ent) || h.end_bytes > seg_size)
 		goto out_free;
 	struct idx_ent *ents = (struct idx_ent *)(buf + sizeof(h));
@@ -1210,7 +1210,7 @@ static uint64_t scan_one(int fd, uint8_t *buf, uint64_t off, uint64_t size)
 		return 0;
 	if (rb > BLK && pread(fd, buf + BLK, rb - BLK, (off_t)(off + BLK)) != (ssize_t)(rb - BLK))
 		return 0;
-	return XXH3_64bits(buf + HDR_BYTES, h->len) == h->xxh64 ? rb : 0;
+	return sfs_xxh3_64(buf + HDR_BYTES, h->len) == h->xxh64 ? rb : 0;
 }
 
 /* Scans a segment without a valid .idx record by record; stops at the first

@@ -77,6 +77,7 @@
  * without it, and never calls out with it held.
  */
 #include "store.h"
+#include "hash.h"
 #include "datasets.h"
 #include "log.h"
 #include "segment.h"
@@ -294,7 +295,7 @@ static void rec_fill(struct chunk_rec *r, const void *buf, uint32_t len)
 	for (uint32_t k = 0; (uint64_t)k << SUB_SHIFT < len; k++) {
 		uint32_t at = k << SUB_SHIFT;
 		uint32_t n = len - at < SUB_BYTES ? len - at : SUB_BYTES;
-		r->sub_xxh64[k] = XXH3_64bits((const char *)buf + at, n);
+		r->sub_xxh64[k] = sfs_xxh3_64((const char *)buf + at, n);
 	}
 	r->len = len;
 	r->valid = REC_VALID;
@@ -1722,7 +1723,7 @@ static int span_pread(sfs_store *s, sfs_store_obj *o, struct span *sp, void *buf
 		size_t sub_len = sp->end - at < SUB_BYTES ? sp->end - at : SUB_BYTES;
 		const char *p = (const char *)buf + (at - sp->start);
 		if (at + sub_len > sp->start + (uint64_t)n ||
-		    XXH3_64bits(p, sub_len) != sp->rec[c - sp->c0].sub_xxh64[sub]) {
+		    sfs_xxh3_64(p, sub_len) != sp->rec[c - sp->c0].sub_xxh64[sub]) {
 			sp->bad = c;
 			return -EBADMSG;
 		}

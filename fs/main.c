@@ -9,6 +9,7 @@
  */
 #include "fs.h"
 #include "fusedev.h"
+#include "../cache/hash.h"
 #include "memtrim.h"
 #include "workers.h"
 #include "../cache/log.h"
@@ -337,6 +338,8 @@ static int start_daemon(struct sfs_fs *fs, struct sfs_options *o, int n_addrs)
 	}
 	sfs_log(SFS_LOG_INFO, "main", "mounted %s on %s (%d node addresses, %u connections each%s)",
 		o->source, o->mountpoint, n_addrs, o->nconnect, o->immutable ? ", immutable" : "");
+	if (o->cache_dir)
+		sfs_log(SFS_LOG_INFO, "main", "cache checksums: XXH3-64, %s code", sfs_xxh3_impl());
 	tune_readahead(o->mountpoint);
 	if ((rc = sfs_memtrim_start(release_idle, fs)) < 0) /* not fatal: freed memory stays */
 		sfs_log(SFS_LOG_WARN, "main", "cannot start the memory trimmer: %s", strerror(-rc));
