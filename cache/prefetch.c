@@ -33,6 +33,7 @@
  * calls); buf_lock is a leaf.
  */
 #include "prefetch.h"
+#include "iobuf.h"
 #include "blocking.h"
 #include "log.h"
 
@@ -40,6 +41,7 @@
 #include <stddef.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -206,7 +208,7 @@ static size_t pool_take_free(sfs_prefetch *pf, void **out, size_t max)
 static void bufs_free(sfs_prefetch *pf, void **b, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
-		free(b[i]);
+		sfs_iobuf_put(b[i]);
 	if (n)
 		count(&pf->stats.buffer_bytes, -(int64_t)(n * SFS_CHUNK_BYTES));
 }
@@ -267,7 +269,7 @@ static void *buf_get(sfs_prefetch *pf, uint32_t bytes, bool demand)
 	} else if (demand || buf_held(pf) + SFS_CHUNK_BYTES <= buf_budget(pf)) {
 		pf->n_buffers++;
 		pthread_mutex_unlock(&pf->buf_lock);
-		b = aligned_alloc(4096, SFS_CHUNK_BYTES);
+		b = sfs_iobuf_get();
 		if (!b) {
 			pthread_mutex_lock(&pf->buf_lock);
 			pf->n_buffers--;
@@ -947,6 +949,13 @@ int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin, 
 	pf->max_buffers = conf->mem_bytes / SFS_CHUNK_BYTES;
 	if (pf->max_buffers < 2)
 		pf->max_buffers = 2;
+	/* Huge-page room for the budget, the buffers kept past it and a
+	 * reader's own chunk per FUSE worker beyond it; more are plain pages. */
+	int rc =
+	    sfs_iobuf_init(((uint64_t)pf->max_buffers + SFS_PF_OVER_BUFS + 64) * SFS_CHUNK_BYTES);
+	if (rc < 0)
+		sfs_log(SFS_LOG_WARN, "prefetch", "no huge-page range for chunk buffers: %s",
+			strerror(-rc));
 	pf->free_bufs = calloc(pf->max_buffers, sizeof(void *));
 	if (!pf->free_bufs) {
 		free(pf);
@@ -961,7 +970,7 @@ int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin, 
 	 * loaders and stalled pumps wait for the pump thread: without them a
 	 * reader would wait forever, so a thread that cannot start fails the
 	 * open (the mount says why) rather than leave a trap. */
-	int rc = 0;
+	rc = 0;
 	if (pf->conf.store) {
 		rc = -pthread_create(&pf->pump, NULL, pump_main, pf);
 		pf->pump_started = rc == 0;
@@ -1007,9 +1016,9 @@ void sfs_prefetch_close(sfs_prefetch *pf)
 	pthread_mutex_destroy(&pf->load_lock);
 	pthread_cond_destroy(&pf->load_cond);
 	for (size_t i = 0; i < pf->n_free; i++)
-		free(pf->free_bufs[i]);
+		sfs_iobuf_put(pf->free_bufs[i]);
 	for (size_t i = 0; i < pf->n_over; i++)
-		free(pf->over_bufs[i]);
+		sfs_iobuf_put(pf->over_bufs[i]);
 	free(pf->free_bufs);
 	pthread_mutex_destroy(&pf->buf_lock);
 	pthread_mutex_destroy(&pf->files_lock);
@@ -1192,9 +1201,15 @@ static void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c)
 
 /* --- the direct path: cached bytes for small files and random readers ---- */
 
-/* Per-thread scratch of the direct path (4096-aligned, made on a thread's
- * first direct read, freed when the thread exits). A view that points into
- * it is valid until the same thread's next sfs_pf_read(). */
+/* Per-thread scratch of the direct path (made on a thread's first direct
+ * read, freed when the thread exits): SFS_STORE_RANGE_BUF_BYTES used, in a
+ * 2 MiB transparent huge page, so that its O_DIRECT reads pin one page and
+ * hand the disk one segment (iobuf.h: 110 KB records from the cache at
+ * 8,100-11,800 against 6,000-7,300 records/s from 4 KiB pages). A view that
+ * points into it is valid until the same thread's next sfs_pf_read(). */
+#define SCRATCH_BYTES (2u << 20)
+_Static_assert(SFS_STORE_RANGE_BUF_BYTES <= SCRATCH_BYTES, "the scratch holds a range read");
+_Static_assert(SFS_CHUNK_BYTES == SFS_IOBUF_BYTES, "a chunk buffer is an iobuf");
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 static bool scratch_ok;
@@ -1207,12 +1222,13 @@ static void *scratch_get(sfs_prefetch *pf)
 	if (!scratch_ok)
 		return NULL;
 	void *b = pthread_getspecific(scratch_key);
-	if (!b && (b = aligned_alloc(4096, SFS_STORE_RANGE_BUF_BYTES))) {
+	if (!b && (b = aligned_alloc(SCRATCH_BYTES, SCRATCH_BYTES))) {
+		madvise(b, SCRATCH_BYTES, MADV_HUGEPAGE); /* see iobuf.h; not fatal */
 		if (pthread_setspecific(scratch_key, b) != 0) {
 			free(b);
 			return NULL;
 		}
-		count(&pf->stats.direct_scratch_bytes, SFS_STORE_RANGE_BUF_BYTES);
+		count(&pf->stats.direct_scratch_bytes, SCRATCH_BYTES);
 	}
 	return b;
 }

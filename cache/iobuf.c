@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * iobuf — see iobuf.h.
+ *
+ * Region r is arena + r * REGION; its buffers are halves 0 and 1. used[r]
+ * has bit h set while half h is handed out. Regions below n_made have been
+ * handed out at least once; of those, `partial` lists (with O(1) removal
+ * through part_pos) the ones with exactly one half in use, `empty` the ones
+ * with none (their pages dropped). All under lock.
+ */
+#include "iobuf.h"
+#include "log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#define REGION	   (2u * SFS_IOBUF_BYTES)
+#define NOT_LISTED UINT32_MAX
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static char *arena;	   /* NULL: not reserved (every buffer a plain allocation) */
+static uint32_t n_max;	   /* regions in the range */
+static uint32_t n_made;	   /* regions handed out at least once: [0, n_made) */
+static uint8_t *used;	   /* [n_max] halves in use, bits 0 and 1 */
+static uint32_t *partial;  /* [n_max] regions with one half in use */
+static uint32_t *part_pos; /* [n_max] index in partial, or NOT_LISTED */
+static uint32_t n_partial;
+static uint32_t *empty; /* [n_max] regions made, no half in use, pages dropped */
+static uint32_t n_empty;
+static uint64_t in_use, fallbacks;
+
+int sfs_iobuf_init(uint64_t max_bytes)
+{
+	pthread_mutex_lock(&lock);
+	if (arena) {
+		pthread_mutex_unlock(&lock);
+		return 0;
+	}
+	uint64_t n = (max_bytes + REGION - 1) / REGION;
+	if (n == 0 || n > UINT32_MAX / 2) {
+		pthread_mutex_unlock(&lock);
+		return -EINVAL;
+	}
+	used = calloc(n, 1);
+	partial = calloc(n, sizeof(*partial));
+	part_pos = malloc(n * sizeof(*part_pos));
+	empty = calloc(n, sizeof(*empty));
+	/* One region more than needed, so that a REGION-aligned range fits. */
+	size_t len = (size_t)n * REGION;
+	char *map = used && partial && part_pos && empty
+			? mmap(NULL, len + REGION, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+			: MAP_FAILED;
+	if (map == MAP_FAILED) {
+		int rc = used && partial && part_pos && empty ? -errno : -ENOMEM;
+		free(used), free(partial), free(part_pos), free(empty);
+		used = NULL, partial = part_pos = empty = NULL;
+		pthread_mutex_unlock(&lock);
+		return rc;
+	}
+	char *start = (char *)(((uintptr_t)map + REGION - 1) & ~(uintptr_t)(REGION - 1));
+	if (start > map)
+		munmap(map, (size_t)(start - map));
+	if (start + len < map + len + REGION)
+		munmap(start + len, (size_t)(map + len + REGION - (start + len)));
+	if (madvise(start, len, MADV_HUGEPAGE) != 0) /* THP off in this kernel: 4 KiB pages */
+		sfs_log(SFS_LOG_INFO, "iobuf", "no transparent huge pages for I/O buffers: %m");
+	for (uint64_t r = 0; r < n; r++)
+		part_pos[r] = NOT_LISTED;
+	arena = start;
+	n_max = (uint32_t)n;
+	pthread_mutex_unlock(&lock);
+	return 0;
+}
+
+static void partial_add(uint32_t r)
+{
+	part_pos[r] = n_partial;
+	partial[n_partial++] = r;
+}
+
+static void partial_remove(uint32_t r)
+{
+	uint32_t at = part_pos[r], last = partial[--n_partial];
+	partial[at] = last;
+	part_pos[last] = at;
+	part_pos[r] = NOT_LISTED;
+}
+
+void *sfs_iobuf_get(void)
+{
+	uint32_t r;
+	unsigned half;
+
+	pthread_mutex_lock(&lock);
+	if (n_partial) { /* fill half-used regions first: no new memory */
+		r = partial[n_partial - 1];
+		partial_remove(r);
+		half = used[r] & 1u ? 1 : 0;
+	} else if (n_empty || n_made < n_max) {
+		r = n_empty ? empty[--n_empty] : n_made++;
+		half = 0;
+		partial_add(r);
+	} else {
+		fallbacks++;
+		pthread_mutex_unlock(&lock);
+		return aligned_alloc(4096, SFS_IOBUF_BYTES);
+	}
+	used[r] |= (uint8_t)(1u << half);
+	in_use++;
+	pthread_mutex_unlock(&lock);
+	return arena + (size_t)r * REGION + (size_t)half * SFS_IOBUF_BYTES;
+}
+
+void sfs_iobuf_put(void *buf)
+{
+	char *b = buf;
+
+	if (!b)
+		return;
+	/* arena and n_max are set once, before any buffer of the range exists. */
+	if (!arena || b < arena || b >= arena + (size_t)n_max * REGION) {
+		pthread_mutex_lock(&lock);
+		fallbacks--;
+		pthread_mutex_unlock(&lock);
+		free(b);
+		return;
+	}
+	size_t off = (size_t)(b - arena);
+	uint32_t r = (uint32_t)(off / REGION);
+	unsigned half = (unsigned)(off % REGION) / SFS_IOBUF_BYTES;
+
+	pthread_mutex_lock(&lock);
+	used[r] &= (uint8_t) ~(1u << half);
+	in_use--;
+	if (used[r]) {
+		partial_add(r);
+	} else {
+		partial_remove(r);
+		/* Both free: the memory goes back now (pooling is the caller's). */
+		madvise(arena + (size_t)r * REGION, REGION, MADV_DONTNEED);
+		empty[n_empty++] = r;
+	}
+	pthread_mutex_unlock(&lock);
+}
+
+void sfs_iobuf_get_stats(struct sfs_iobuf_stats *out)
+{
+	pthread_mutex_lock(&lock);
+	out->regions = n_made - n_empty;
+	out->in_use = in_use;
+	out->fallbacks = fallbacks;
+	pthread_mutex_unlock(&lock);
+}

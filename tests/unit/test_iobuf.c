@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * iobuf.c alone: buffers are 1 MiB, 4096-aligned, distinct and writable;
+ * two fill one 2 MiB region before another is started; a region whose two
+ * buffers are back is released and reused; past the reserved range buffers
+ * are plain allocations and go back as such; a put of NULL is nothing; and,
+ * where the kernel has transparent huge pages, a touched region is one.
+ */
+#include "../../cache/iobuf.h"
+#include "tap.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#define N 6 /* range: 3 regions */
+
+/* AnonHugePages of the region holding p, in KiB, from /proc/self/smaps; -1
+ * when smaps cannot be read. */
+static long huge_kib(const void *p)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[256];
+	long kib = -1;
+	bool in = false;
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
+			in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+		else if (in && sscanf(line, "AnonHugePages: %ld kB", &kib) == 1)
+			break;
+	}
+	fclose(f);
+	return kib;
+}
+
+int main(void)
+{
+	struct sfs_iobuf_stats st;
+	void *b[N + 2];
+
+	ok(sfs_iobuf_init((uint64_t)N * SFS_IOBUF_BYTES) == 0, "reserve 3 regions");
+	ok(sfs_iobuf_init(1ull << 40) == 0, "a second init changes nothing");
+	bool aligned = true, apart = true;
+	for (int i = 0; i < N + 2; i++) {
+		b[i] = sfs_iobuf_get();
+		aligned &= b[i] && ((uintptr_t)b[i] & 4095) == 0;
+		if (b[i])
+			memset(b[i], i + 1, SFS_IOBUF_BYTES);
+	}
+	for (int i = 0; i < N + 2; i++)
+		apart &= b[i] && ((unsigned char *)b[i])[0] == i + 1 &&
+			 ((unsigned char *)b[i])[SFS_IOBUF_BYTES - 1] == i + 1;
+	ok(aligned, "8 buffers, each 4096-aligned");
+	ok(apart, "each keeps its own bytes (no two overlap)");
+	ok((char *)b[1] - (char *)b[0] == SFS_IOBUF_BYTES &&
+	       ((uintptr_t)b[0] & ((2u << 20) - 1)) == 0,
+	   "the first two are the halves of one 2 MiB-aligned region");
+	sfs_iobuf_get_stats(&st);
+	ok(st.regions == 3 && st.in_use == 6 && st.fallbacks == 2,
+	   "6 from 3 regions, 2 past the range as plain allocations (%llu, %llu, %llu)",
+	   (unsigned long long)st.regions, (unsigned long long)st.in_use,
+	   (unsigned long long)st.fallbacks);
+	long kib = huge_kib(b[0]);
+	if (kib < 0)
+		diag("no /proc/self/smaps: huge pages not checked");
+	else if (kib == 0)
+		diag(
+		    "the region is not a huge page (THP off, or no free huge page): not a failure");
+	else
+		ok(kib >= 2048, "a touched region is a huge page (%ld KiB)", kib);
+
+	sfs_iobuf_put(b[N]);
+	sfs_iobuf_put(b[N + 1]);
+	sfs_iobuf_put(NULL);
+	sfs_iobuf_put(b[2]); /* region 1 now half used */
+	sfs_iobuf_get_stats(&st);
+	ok(st.regions == 3 && st.in_use == 5 && st.fallbacks == 0, "plain ones go back as such");
+	void *again = sfs_iobuf_get();
+	ok(again == b[2], "the free half of a half-used region is handed out first");
+	sfs_iobuf_put(again);
+	sfs_iobuf_put(b[3]);
+	sfs_iobuf_get_stats(&st);
+	ok(st.regions == 2 && st.in_use == 4, "a region with both halves back is released");
+	void *r = sfs_iobuf_get();
+	ok(r == b[2] || r == b[3], "a released region is reused");
+	((char *)r)[0] = 7;
+	sfs_iobuf_put(r);
+	for (int i = 0; i < N; i++)
+		if (i != 2 && i != 3)
+			sfs_iobuf_put(b[i]);
+	sfs_iobuf_get_stats(&st);
+	ok(st.regions == 0 && st.in_use == 0 && st.fallbacks == 0, "all back: nothing held");
+	return tap_done();
+}
