@@ -5,8 +5,9 @@
  * Region r is arena + r * REGION; its buffers are halves 0 and 1. used[r]
  * has bit h set while half h is handed out. Regions below n_made have been
  * handed out at least once; of those, `partial` lists (with O(1) removal
- * through part_pos) the ones with exactly one half in use, `empty` the ones
- * with none (their pages dropped). All under lock.
+ * through part_pos) the ones with exactly one half in use, `kept` the ones
+ * with none whose memory is still there, `dropped` the ones with none whose
+ * pages were given back (sfs_iobuf_trim). All under lock.
  */
 #include "iobuf.h"
 #include "log.h"
@@ -28,8 +29,9 @@ static uint8_t *used;	   /* [n_max] halves in use, bits 0 and 1 */
 static uint32_t *partial;  /* [n_max] regions with one half in use */
 static uint32_t *part_pos; /* [n_max] index in partial, or NOT_LISTED */
 static uint32_t n_partial;
-static uint32_t *empty; /* [n_max] regions made, no half in use, pages dropped */
-static uint32_t n_empty;
+static uint32_t *kept;	  /* [n_max] no half in use, memory kept */
+static uint32_t *dropped; /* [n_max] no half in use, pages given back */
+static uint32_t n_kept, n_dropped;
 static uint64_t in_use, fallbacks;
 
 int sfs_iobuf_init(uint64_t max_bytes)
@@ -47,17 +49,18 @@ int sfs_iobuf_init(uint64_t max_bytes)
 	used = calloc(n, 1);
 	partial = calloc(n, sizeof(*partial));
 	part_pos = malloc(n * sizeof(*part_pos));
-	empty = calloc(n, sizeof(*empty));
+	kept = calloc(n, sizeof(*kept));
+	dropped = calloc(n, sizeof(*dropped));
 	/* One region more than needed, so that a REGION-aligned range fits. */
 	size_t len = (size_t)n * REGION;
-	char *map = used && partial && part_pos && empty
+	char *map = used && partial && part_pos && kept && dropped
 			? mmap(NULL, len + REGION, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
 			: MAP_FAILED;
 	if (map == MAP_FAILED) {
-		int rc = used && partial && part_pos && empty ? -errno : -ENOMEM;
-		free(used), free(partial), free(part_pos), free(empty);
-		used = NULL, partial = part_pos = empty = NULL;
+		int rc = used && partial && part_pos && kept && dropped ? -errno : -ENOMEM;
+		free(used), free(partial), free(part_pos), free(kept), free(dropped);
+		used = NULL, partial = part_pos = kept = dropped = NULL;
 		pthread_mutex_unlock(&lock);
 		return rc;
 	}
@@ -100,8 +103,8 @@ void *sfs_iobuf_get(void)
 		r = partial[n_partial - 1];
 		partial_remove(r);
 		half = used[r] & 1u ? 1 : 0;
-	} else if (n_empty || n_made < n_max) {
-		r = n_empty ? empty[--n_empty] : n_made++;
+	} else if (n_kept || n_dropped || n_made < n_max) {
+		r = n_kept ? kept[--n_kept] : n_dropped ? dropped[--n_dropped] : n_made++;
 		half = 0;
 		partial_add(r);
 	} else {
@@ -139,18 +142,34 @@ void sfs_iobuf_put(void *buf)
 	if (used[r]) {
 		partial_add(r);
 	} else {
+		/* Both free: kept for the next get until sfs_iobuf_trim. Given
+		 * back at once, every buffer the prefetch pool frees and gets
+		 * again would be a fresh huge page, zeroed on its first touch. */
 		partial_remove(r);
-		/* Both free: the memory goes back now (pooling is the caller's). */
-		madvise(arena + (size_t)r * REGION, REGION, MADV_DONTNEED);
-		empty[n_empty++] = r;
+		kept[n_kept++] = r;
 	}
 	pthread_mutex_unlock(&lock);
+}
+
+uint64_t sfs_iobuf_trim(void)
+{
+	uint64_t freed = 0;
+
+	pthread_mutex_lock(&lock);
+	while (n_kept) {
+		uint32_t r = kept[--n_kept];
+		madvise(arena + (size_t)r * REGION, REGION, MADV_DONTNEED);
+		dropped[n_dropped++] = r;
+		freed += REGION;
+	}
+	pthread_mutex_unlock(&lock);
+	return freed;
 }
 
 void sfs_iobuf_get_stats(struct sfs_iobuf_stats *out)
 {
 	pthread_mutex_lock(&lock);
-	out->regions = n_made - n_empty;
+	out->regions = n_made - n_dropped;
 	out->in_use = in_use;
 	out->fallbacks = fallbacks;
 	pthread_mutex_unlock(&lock);

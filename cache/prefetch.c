@@ -330,14 +330,15 @@ uint64_t sfs_prefetch_release_idle(sfs_prefetch *pf, uint64_t idle_ms)
 		void *batch[64];
 		size_t n = 0;
 		pthread_mutex_lock(&pf->buf_lock);
-		if (sfs_now_ms() - pf->buf_used_ms >= idle_ms) {
+		bool idle = sfs_now_ms() - pf->buf_used_ms >= idle_ms;
+		if (idle) {
 			while (pf->n_over && n < 64)
 				batch[n++] = pf->over_bufs[--pf->n_over];
 			n += pool_take_free(pf, batch + n, 64 - n);
 		}
 		pthread_mutex_unlock(&pf->buf_lock);
-		if (!n)
-			return freed;
+		if (!n) /* what bufs_free gave iobuf, iobuf kept until now */
+			return idle ? freed + sfs_iobuf_trim() : freed;
 		bufs_free(pf, batch, n);
 		freed += n * SFS_CHUNK_BYTES;
 	}

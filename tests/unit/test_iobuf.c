@@ -2,7 +2,7 @@
 /*
  * iobuf.c alone: buffers are 1 MiB, 4096-aligned, distinct and writable;
  * two fill one 2 MiB region before another is started; a region whose two
- * buffers are back is released and reused; past the reserved range buffers
+ * buffers are back keeps its memory until a trim, and is reused; past the reserved range buffers
  * are plain allocations and go back as such; a put of NULL is nothing; and,
  * where the kernel has transparent huge pages, a touched region is one.
  */
@@ -83,7 +83,10 @@ int main(void)
 	sfs_iobuf_put(again);
 	sfs_iobuf_put(b[3]);
 	sfs_iobuf_get_stats(&st);
-	ok(st.regions == 2 && st.in_use == 4, "a region with both halves back is released");
+	ok(st.regions == 3 && st.in_use == 4, "a region with both halves back keeps its memory");
+	ok(sfs_iobuf_trim() == (2u << 20), "until a trim gives its 2 MiB back");
+	sfs_iobuf_get_stats(&st);
+	ok(st.regions == 2 && st.in_use == 4, "then it holds none");
 	void *r = sfs_iobuf_get();
 	ok(r == b[2] || r == b[3], "a released region is reused");
 	((char *)r)[0] = 7;
@@ -91,7 +94,8 @@ int main(void)
 	for (int i = 0; i < N; i++)
 		if (i != 2 && i != 3)
 			sfs_iobuf_put(b[i]);
+	ok(sfs_iobuf_trim() == (6u << 20), "all back, a trim gives back all three regions");
 	sfs_iobuf_get_stats(&st);
-	ok(st.regions == 0 && st.in_use == 0 && st.fallbacks == 0, "all back: nothing held");
+	ok(st.regions == 0 && st.in_use == 0 && st.fallbacks == 0, "nothing held");
 	return tap_done();
 }
