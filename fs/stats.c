@@ -11,6 +11,7 @@
 #include "fusedev.h"
 #include "memtrim.h"
 #include "workers.h"
+#include "../cache/iobuf.h"
 #include "../cache/log.h"
 
 #include <errno.h>
@@ -421,14 +422,18 @@ static void render_memory(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_
 	       rss_pages * (unsigned long long)page);
 	help(f, "shardfs_memory_bytes", "gauge",
 	     "Memory the daemon accounts for, by kind: chunk buffers (fetches, cache loads and "
-	     "writes waiting; prefetch_mem), the per-thread direct-read scratch, the cache index, "
+	     "writes waiting; prefetch_mem), free halves of their huge pages kept for reuse, "
+	     "the per-thread direct-read scratch, the cache index, "
 	     "the immutable namespace, the inodes the kernel holds, the pinned GPU staging "
 	     "buffers.");
+	struct sfs_iobuf_stats io;
+	sfs_iobuf_get_stats(&io);
 	const struct {
 		const char *kind;
 		uint64_t bytes;
 	} kinds[] = {
 	    {"chunk_buffers", ps->buffer_bytes},
+	    {"chunk_buffers_kept", (io.regions * 2 - io.in_use) * SFS_IOBUF_BYTES},
 	    {"read_scratch", ps->direct_scratch_bytes},
 	    {"cache_index", cs->index_bytes},
 	    {"namespace", nss->mem_bytes},
