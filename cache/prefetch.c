@@ -135,6 +135,11 @@ struct pf_waiter {
 	struct pf_answer answer;
 };
 
+#define SCRATCH_BYTES (2u << 20) /* a direct read's buffer: one huge page */
+#define SCRATCH_KEEP  16	 /* of them kept for reuse */
+_Static_assert(SFS_STORE_RANGE_BUF_BYTES <= SCRATCH_BYTES, "the scratch holds a range read");
+_Static_assert(SFS_CHUNK_BYTES == SFS_IOBUF_BYTES, "a chunk buffer is an iobuf");
+
 struct sfs_prefetch {
 	sfs_origin *origin;	       /* set at open */
 	struct sfs_prefetch_conf conf; /* set at open */
@@ -148,6 +153,8 @@ struct sfs_prefetch {
 	size_t n_over;			   /* not in n_buffers; for demand only */
 	uint64_t sized_bytes;		   /* protected by buf_lock: buffers made to size */
 	uint64_t buf_used_ms;		   /* protected by buf_lock: last get or put */
+	void *scratch_free[SCRATCH_KEEP];  /* protected by buf_lock: direct-read scratch */
+	unsigned n_scratch_free;	   /* kept for the next direct read */
 	pthread_t pump;			   /* restarts shard pumps stalled on the budget */
 	pthread_t loaders[SFS_PF_LOADERS]; /* read cached chunks ahead of readers */
 	unsigned n_loaders;
@@ -331,12 +338,20 @@ uint64_t sfs_prefetch_release_idle(sfs_prefetch *pf, uint64_t idle_ms)
 		size_t n = 0;
 		pthread_mutex_lock(&pf->buf_lock);
 		bool idle = sfs_now_ms() - pf->buf_used_ms >= idle_ms;
+		void *scratch[SCRATCH_KEEP];
+		unsigned n_scratch = 0;
+		while (idle && pf->n_scratch_free)
+			scratch[n_scratch++] = pf->scratch_free[--pf->n_scratch_free];
 		if (idle) {
 			while (pf->n_over && n < 64)
 				batch[n++] = pf->over_bufs[--pf->n_over];
 			n += pool_take_free(pf, batch + n, 64 - n);
 		}
 		pthread_mutex_unlock(&pf->buf_lock);
+		for (unsigned i = 0; i < n_scratch; i++)
+			free(scratch[i]);
+		count(&pf->stats.direct_scratch_bytes, -(int64_t)n_scratch * SCRATCH_BYTES);
+		freed += (uint64_t)n_scratch * SCRATCH_BYTES;
 		if (!n) /* what bufs_free gave iobuf, iobuf kept until now */
 			return idle ? freed + sfs_iobuf_trim() : freed;
 		bufs_free(pf, batch, n);
@@ -1020,6 +1035,8 @@ void sfs_prefetch_close(sfs_prefetch *pf)
 		sfs_iobuf_put(pf->free_bufs[i]);
 	for (size_t i = 0; i < pf->n_over; i++)
 		sfs_iobuf_put(pf->over_bufs[i]);
+	for (unsigned i = 0; i < pf->n_scratch_free; i++)
+		free(pf->scratch_free[i]);
 	free(pf->free_bufs);
 	pthread_mutex_destroy(&pf->buf_lock);
 	pthread_mutex_destroy(&pf->files_lock);
@@ -1202,36 +1219,42 @@ static void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c)
 
 /* --- the direct path: cached bytes for small files and random readers ---- */
 
-/* Per-thread scratch of the direct path (made on a thread's first direct
- * read, freed when the thread exits): SFS_STORE_RANGE_BUF_BYTES used, in a
- * 2 MiB transparent huge page, so that its O_DIRECT reads pin one page and
- * hand the disk one segment (iobuf.h: 110 KB records from the cache at
- * 8,100-11,800 against 6,000-7,300 records/s from 4 KiB pages). A view that
- * points into it is valid until the same thread's next sfs_pf_read(). */
-#define SCRATCH_BYTES (2u << 20)
-_Static_assert(SFS_STORE_RANGE_BUF_BYTES <= SCRATCH_BYTES, "the scratch holds a range read");
-_Static_assert(SFS_CHUNK_BYTES == SFS_IOBUF_BYTES, "a chunk buffer is an iobuf");
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static bool scratch_ok;
-
-static void scratch_init(void) { scratch_ok = pthread_key_create(&scratch_key, free) == 0; }
-
-static void *scratch_get(sfs_prefetch *pf)
+/* Scratch of the direct path: a direct read takes one for its view and
+ * sfs_pf_view_release gives it back, so there are as many as direct reads
+ * in flight, not one per thread that ever read (a worker pool of 64 kept
+ * 64). SFS_STORE_RANGE_BUF_BYTES used, in a 2 MiB transparent huge page, so
+ * that its O_DIRECT reads pin one page and hand the disk one segment
+ * (iobuf.h: 110 KB records from the cache at 8,100-11,800 against
+ * 6,000-7,300 records/s from 4 KiB pages). Up to SCRATCH_KEEP are kept for
+ * reuse while reads come; sfs_prefetch_release_idle frees them. */
+static void *scratch_take(sfs_prefetch *pf)
 {
-	pthread_once(&scratch_once, scratch_init);
-	if (!scratch_ok)
-		return NULL;
-	void *b = pthread_getspecific(scratch_key);
+	void *b = NULL;
+
+	pthread_mutex_lock(&pf->buf_lock);
+	if (pf->n_scratch_free)
+		b = pf->scratch_free[--pf->n_scratch_free];
+	pthread_mutex_unlock(&pf->buf_lock);
 	if (!b && (b = aligned_alloc(SCRATCH_BYTES, SCRATCH_BYTES))) {
 		madvise(b, SCRATCH_BYTES, MADV_HUGEPAGE); /* see iobuf.h; not fatal */
-		if (pthread_setspecific(scratch_key, b) != 0) {
-			free(b);
-			return NULL;
-		}
 		count(&pf->stats.direct_scratch_bytes, SCRATCH_BYTES);
 	}
 	return b;
+}
+
+static void scratch_give(sfs_prefetch *pf, void *b)
+{
+	pthread_mutex_lock(&pf->buf_lock);
+	pf->buf_used_ms = sfs_now_ms();
+	if (pf->n_scratch_free < SCRATCH_KEEP) {
+		pf->scratch_free[pf->n_scratch_free++] = b;
+		b = NULL;
+	}
+	pthread_mutex_unlock(&pf->buf_lock);
+	if (b) {
+		free(b);
+		count(&pf->stats.direct_scratch_bytes, -(int64_t)SCRATCH_BYTES);
+	}
 }
 
 /*
@@ -1267,13 +1290,17 @@ static bool track_sequential(struct sfs_pf_file *f, uint64_t c0, uint64_t c1)
 static ssize_t direct_read(struct sfs_pf_file *f, sfs_store_obj *obj, uint64_t off, uint64_t end,
 			   struct sfs_pf_view *v)
 {
-	void *buf = scratch_get(f->pf);
+	void *buf = scratch_take(f->pf);
 	const char *data;
 	ssize_t n = buf ? sfs_store_read_range(obj, off, (size_t)(end - off), buf,
 					       SFS_STORE_RANGE_BUF_BYTES, &data)
 			: -ENOMEM;
-	if (n <= 0)
+	if (n <= 0) {
+		if (buf)
+			scratch_give(f->pf, buf);
 		return -1;
+	}
+	v->scratch = buf;
 	v->iov[0].iov_base = (void *)data;
 	v->iov[0].iov_len = (size_t)n;
 	v->n_iov = 1;
@@ -1352,17 +1379,24 @@ static ssize_t direct_fetch(struct sfs_pf_file *f, uint64_t off, uint64_t end,
 			    struct sfs_pf_view *v)
 {
 	sfs_prefetch *pf = f->pf;
-	char *buf = scratch_get(pf);
 	struct sfs_origin_req reqs[DIRECT_FETCH_REQS], *batch[DIRECT_FETCH_REQS];
 	struct fetch_span sp;
 
-	if (!buf || !fetch_span(f, off, end, &sp))
+	if (!fetch_span(f, off, end, &sp))
+		return -1;
+	char *buf = scratch_take(pf);
+	if (!buf)
 		return -1;
 	read_parts(reqs, &f->fh, sp.a0, sp.a1, sp.max_read, buf);
 	for (unsigned i = 0; i < sp.n; i++)
 		batch[i] = &reqs[i];
 	sfs_origin_call_batch(pf->origin, batch, sp.n);
-	return fetch_result(f, reqs, sp.n, buf, sp.a0, off, end, v);
+	ssize_t n = fetch_result(f, reqs, sp.n, buf, sp.a0, off, end, v);
+	if (n > 0)
+		v->scratch = buf;
+	else
+		scratch_give(pf, buf);
+	return n;
 }
 
 /* --- the direct fetch, answered from the I/O thread ------------------------ */
@@ -1739,6 +1773,7 @@ ssize_t sfs_pf_read_async(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_p
 {
 	v->n_iov = 0;
 	v->n_pins = 0;
+	v->scratch = NULL;
 	v->bytes = 0;
 	v->cache_bytes = 0;
 	if (off >= f->size || len == 0)
@@ -1775,6 +1810,10 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 
 void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v)
 {
+	if (v->scratch) {
+		scratch_give(f->pf, v->scratch);
+		v->scratch = NULL;
+	}
 	if (!v->n_pins)
 		return;
 	pthread_mutex_lock(&f->lock);

@@ -64,7 +64,7 @@ struct sfs_prefetch_stats {
 	uint64_t stale_errors;	       /* reads refused: the file changed under an open */
 	uint64_t direct_reads;	       /* reads served straight from the store (small files,
 					  random readers), no chunk buffer */
-	uint64_t direct_scratch_bytes; /* per-thread scratch of those reads */
+	uint64_t direct_scratch_bytes; /* scratch of those reads: in flight, and kept */
 	uint64_t direct_fetches;       /* reads of random readers without a store served
 					  straight from the origin (their bytes only) */
 	uint64_t write_pinned_bytes;   /* chunk buffers waiting for their cache write */
@@ -126,7 +126,7 @@ void sfs_pf_file_unref(sfs_pf_file *f);
 void sfs_pf_file_drop_idle(sfs_pf_file *f);
 
 /* Bytes of a read, as up to three pieces of pinned chunk buffers, or one
- * piece of the calling thread's scratch (the direct path: no pins). */
+ * piece of a scratch buffer the view holds (the direct path: no pins). */
 struct sfs_pf_view {
 	struct iovec iov[3];
 	int n_iov;
@@ -134,15 +134,16 @@ struct sfs_pf_view {
 	size_t cache_bytes; /* of bytes: served from the local cache (per-job accounting) */
 	void *pins[3];	    /* private: chunks (and their file) held until sfs_pf_view_release() */
 	int n_pins;
+	void *scratch; /* private: a direct read's buffer, given back by sfs_pf_view_release() */
 };
 
 /*
  * Make [off, off + len) available (len <= 2 MiB), fetching what is missing
  * and starting readahead. Fills v with pointers into chunk buffers, pinned
  * until sfs_pf_view_release(), or, for a file of one chunk or less and for
- * a reader that jumps around, into this thread's scratch with bytes read
- * and verified from the store for this call: valid until the same thread's
- * next sfs_pf_read(). Returns bytes available (short only at end of file)
+ * a reader that jumps around, into a scratch buffer with bytes read and
+ * verified from the store for this call, also held until
+ * sfs_pf_view_release(). Returns bytes available (short only at end of file)
  * or -errno (-EIO when no node could serve). Blocks.
  */
 ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v);

@@ -423,7 +423,7 @@ static void render_memory(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_
 	help(f, "shardfs_memory_bytes", "gauge",
 	     "Memory the daemon accounts for, by kind: chunk buffers (fetches, cache loads and "
 	     "writes waiting; prefetch_mem), free halves of their huge pages kept for reuse, "
-	     "the per-thread direct-read scratch, the cache index, "
+	     "the direct-read scratch (in flight and kept), the cache index, "
 	     "the immutable namespace, the inodes the kernel holds, the pinned GPU staging "
 	     "buffers.");
 	struct sfs_iobuf_stats io;
