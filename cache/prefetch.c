@@ -153,8 +153,6 @@ struct sfs_prefetch {
 	size_t n_over;			   /* not in n_buffers; for demand only */
 	uint64_t sized_bytes;		   /* protected by buf_lock: buffers made to size */
 	uint64_t buf_used_ms;		   /* protected by buf_lock: last get or put */
-	void *scratch_free[SCRATCH_KEEP];  /* protected by buf_lock: direct-read scratch */
-	unsigned n_scratch_free;	   /* kept for the next direct read */
 	pthread_t pump;			   /* restarts shard pumps stalled on the budget */
 	pthread_t loaders[SFS_PF_LOADERS]; /* read cached chunks ahead of readers */
 	unsigned n_loaders;
@@ -196,6 +194,71 @@ static uint64_t buf_held(const sfs_prefetch *pf)
 static uint64_t buf_budget(const sfs_prefetch *pf)
 {
 	return (uint64_t)pf->max_buffers * SFS_CHUNK_BYTES;
+}
+
+/* Scratch of the direct path: a direct read takes one for its view and
+ * sfs_pf_view_release gives it back, so there are as many as direct reads
+ * in flight, not one per thread that ever read (a worker pool of 64 kept
+ * 64). SFS_STORE_RANGE_BUF_BYTES used, in a 2 MiB transparent huge page, so
+ * that its O_DIRECT reads pin one page and hand the disk one segment
+ * (iobuf.h: 110 KB records from the cache at 8,100-11,800 against
+ * 6,000-7,300 records/s from 4 KiB pages). Up to SCRATCH_KEEP are kept for
+ * reuse while reads come; sfs_prefetch_release_idle frees them. The pool
+ * is the process's, not a prefetch's: a view holds no reference on its file
+ * (its reply may let the file go before the view is released). */
+static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *scratch_free[SCRATCH_KEEP]; /* protected by scratch_lock */
+static unsigned n_scratch_free;		 /* protected by scratch_lock */
+static uint64_t scratch_used_ms;	 /* protected by scratch_lock: last take or give */
+static uint64_t scratch_bytes;		 /* atomic: scratch made and not freed */
+
+static void *scratch_take(void)
+{
+	void *b = NULL;
+
+	pthread_mutex_lock(&scratch_lock);
+	scratch_used_ms = sfs_now_ms();
+	if (n_scratch_free)
+		b = scratch_free[--n_scratch_free];
+	pthread_mutex_unlock(&scratch_lock);
+	if (!b && (b = aligned_alloc(SCRATCH_BYTES, SCRATCH_BYTES))) {
+		madvise(b, SCRATCH_BYTES, MADV_HUGEPAGE); /* see iobuf.h; not fatal */
+		__atomic_fetch_add(&scratch_bytes, SCRATCH_BYTES, __ATOMIC_RELAXED);
+	}
+	return b;
+}
+
+static void scratch_give(void *b)
+{
+	pthread_mutex_lock(&scratch_lock);
+	scratch_used_ms = sfs_now_ms();
+	if (n_scratch_free < SCRATCH_KEEP) {
+		scratch_free[n_scratch_free++] = b;
+		b = NULL;
+	}
+	pthread_mutex_unlock(&scratch_lock);
+	if (b) {
+		free(b);
+		__atomic_fetch_sub(&scratch_bytes, SCRATCH_BYTES, __ATOMIC_RELAXED);
+	}
+}
+
+/* Free the kept scratch if none was taken or given for idle_ms. Returns
+ * the bytes freed. */
+static uint64_t scratch_release_idle(uint64_t idle_ms)
+{
+	void *b[SCRATCH_KEEP];
+	unsigned n = 0;
+
+	pthread_mutex_lock(&scratch_lock);
+	if (sfs_now_ms() - scratch_used_ms >= idle_ms)
+		while (n_scratch_free)
+			b[n++] = scratch_free[--n_scratch_free];
+	pthread_mutex_unlock(&scratch_lock);
+	for (unsigned i = 0; i < n; i++)
+		free(b[i]);
+	__atomic_fetch_sub(&scratch_bytes, (uint64_t)n * SCRATCH_BYTES, __ATOMIC_RELAXED);
+	return (uint64_t)n * SCRATCH_BYTES;
 }
 
 /* Moves up to max idle pooled buffers into out (they leave the pool and
@@ -331,27 +394,19 @@ static void buf_put(sfs_prefetch *pf, void *b, uint32_t bytes)
 
 uint64_t sfs_prefetch_release_idle(sfs_prefetch *pf, uint64_t idle_ms)
 {
-	uint64_t freed = 0;
+	uint64_t freed = scratch_release_idle(idle_ms);
 
 	for (;;) {
 		void *batch[64];
 		size_t n = 0;
 		pthread_mutex_lock(&pf->buf_lock);
 		bool idle = sfs_now_ms() - pf->buf_used_ms >= idle_ms;
-		void *scratch[SCRATCH_KEEP];
-		unsigned n_scratch = 0;
-		while (idle && pf->n_scratch_free)
-			scratch[n_scratch++] = pf->scratch_free[--pf->n_scratch_free];
 		if (idle) {
 			while (pf->n_over && n < 64)
 				batch[n++] = pf->over_bufs[--pf->n_over];
 			n += pool_take_free(pf, batch + n, 64 - n);
 		}
 		pthread_mutex_unlock(&pf->buf_lock);
-		for (unsigned i = 0; i < n_scratch; i++)
-			free(scratch[i]);
-		count(&pf->stats.direct_scratch_bytes, -(int64_t)n_scratch * SCRATCH_BYTES);
-		freed += (uint64_t)n_scratch * SCRATCH_BYTES;
 		if (!n) /* what bufs_free gave iobuf, iobuf kept until now */
 			return idle ? freed + sfs_iobuf_trim() : freed;
 		bufs_free(pf, batch, n);
@@ -1035,8 +1090,6 @@ void sfs_prefetch_close(sfs_prefetch *pf)
 		sfs_iobuf_put(pf->free_bufs[i]);
 	for (size_t i = 0; i < pf->n_over; i++)
 		sfs_iobuf_put(pf->over_bufs[i]);
-	for (unsigned i = 0; i < pf->n_scratch_free; i++)
-		free(pf->scratch_free[i]);
 	free(pf->free_bufs);
 	pthread_mutex_destroy(&pf->buf_lock);
 	pthread_mutex_destroy(&pf->files_lock);
@@ -1058,7 +1111,7 @@ void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out)
 	LOAD(miss_bytes);
 	LOAD(stale_errors);
 	LOAD(direct_reads);
-	LOAD(direct_scratch_bytes);
+	out->direct_scratch_bytes = __atomic_load_n(&scratch_bytes, __ATOMIC_RELAXED);
 	LOAD(direct_fetches);
 	LOAD(write_pinned_bytes);
 	LOAD(undelivered_unread_bytes);
@@ -1219,44 +1272,6 @@ static void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c)
 
 /* --- the direct path: cached bytes for small files and random readers ---- */
 
-/* Scratch of the direct path: a direct read takes one for its view and
- * sfs_pf_view_release gives it back, so there are as many as direct reads
- * in flight, not one per thread that ever read (a worker pool of 64 kept
- * 64). SFS_STORE_RANGE_BUF_BYTES used, in a 2 MiB transparent huge page, so
- * that its O_DIRECT reads pin one page and hand the disk one segment
- * (iobuf.h: 110 KB records from the cache at 8,100-11,800 against
- * 6,000-7,300 records/s from 4 KiB pages). Up to SCRATCH_KEEP are kept for
- * reuse while reads come; sfs_prefetch_release_idle frees them. */
-static void *scratch_take(sfs_prefetch *pf)
-{
-	void *b = NULL;
-
-	pthread_mutex_lock(&pf->buf_lock);
-	if (pf->n_scratch_free)
-		b = pf->scratch_free[--pf->n_scratch_free];
-	pthread_mutex_unlock(&pf->buf_lock);
-	if (!b && (b = aligned_alloc(SCRATCH_BYTES, SCRATCH_BYTES))) {
-		madvise(b, SCRATCH_BYTES, MADV_HUGEPAGE); /* see iobuf.h; not fatal */
-		count(&pf->stats.direct_scratch_bytes, SCRATCH_BYTES);
-	}
-	return b;
-}
-
-static void scratch_give(sfs_prefetch *pf, void *b)
-{
-	pthread_mutex_lock(&pf->buf_lock);
-	pf->buf_used_ms = sfs_now_ms();
-	if (pf->n_scratch_free < SCRATCH_KEEP) {
-		pf->scratch_free[pf->n_scratch_free++] = b;
-		b = NULL;
-	}
-	pthread_mutex_unlock(&pf->buf_lock);
-	if (b) {
-		free(b);
-		count(&pf->stats.direct_scratch_bytes, -(int64_t)SCRATCH_BYTES);
-	}
-}
-
 /*
  * Whether the reader of f reads sequentially: this read starts within two
  * chunks of where the last one ended (the kernel's readahead requests are
@@ -1290,14 +1305,14 @@ static bool track_sequential(struct sfs_pf_file *f, uint64_t c0, uint64_t c1)
 static ssize_t direct_read(struct sfs_pf_file *f, sfs_store_obj *obj, uint64_t off, uint64_t end,
 			   struct sfs_pf_view *v)
 {
-	void *buf = scratch_take(f->pf);
+	void *buf = scratch_take();
 	const char *data;
 	ssize_t n = buf ? sfs_store_read_range(obj, off, (size_t)(end - off), buf,
 					       SFS_STORE_RANGE_BUF_BYTES, &data)
 			: -ENOMEM;
 	if (n <= 0) {
 		if (buf)
-			scratch_give(f->pf, buf);
+			scratch_give(buf);
 		return -1;
 	}
 	v->scratch = buf;
@@ -1384,7 +1399,7 @@ static ssize_t direct_fetch(struct sfs_pf_file *f, uint64_t off, uint64_t end,
 
 	if (!fetch_span(f, off, end, &sp))
 		return -1;
-	char *buf = scratch_take(pf);
+	char *buf = scratch_take();
 	if (!buf)
 		return -1;
 	read_parts(reqs, &f->fh, sp.a0, sp.a1, sp.max_read, buf);
@@ -1395,7 +1410,7 @@ static ssize_t direct_fetch(struct sfs_pf_file *f, uint64_t off, uint64_t end,
 	if (n > 0)
 		v->scratch = buf;
 	else
-		scratch_give(pf, buf);
+		scratch_give(buf);
 	return n;
 }
 
@@ -1810,8 +1825,8 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 
 void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v)
 {
-	if (v->scratch) {
-		scratch_give(f->pf, v->scratch);
+	if (v->scratch) { /* before f: the reply may have let f go */
+		scratch_give(v->scratch);
 		v->scratch = NULL;
 	}
 	if (!v->n_pins)

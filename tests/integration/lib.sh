@@ -58,7 +58,7 @@ sfs_cleanup() {
 	# The daemon exits when unmounted; make sure no process of ours stays.
 	pkill -f "shardfs .* $MNT( |\$)" 2>/dev/null
 	"$CLUSTER" stop "$CID" >/dev/null 2>&1
-	rm -rf "$WORK"
+	[ -n "${SFS_KEEP_WORK:-}" ] || rm -rf "$WORK" # SFS_KEEP_WORK=1: keep logs for a look
 }
 
 sfs_finish() {

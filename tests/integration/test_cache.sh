@@ -293,7 +293,7 @@ wait_for 60 bash -c "! kill -0 $warm_pid 2>/dev/null" || kill $warm_pid
 wait $warm_pid
 rc=$?
 secs=$(python3 -c "import time; print(round(time.time() - $t0, 1))")
-check "shardfs-warm, every node frozen: exit 1 after the stall timeout (rc=$rc, ${secs}s: $(head -c 160 "$WORK/warm.err"))" \
+check "shardfs-warm, every node frozen: exit 1 after the stall timeout (rc=$rc, ${secs}s: $(head -c 160 "$WORK/warm.err" | tr "\n" " "))" \
 	bash -c "[ $rc = 1 ] && grep -q 's4: no progress in 2 s' '$WORK/warm.err' && grep -q 's5: not started: no progress in 2 s' '$WORK/warm.err'"
 "$CLUSTER" thaw "$CID" all >/dev/null
 "$CLUSTER" cap "$CID" all off >/dev/null
