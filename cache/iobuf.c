@@ -151,6 +151,15 @@ void sfs_iobuf_put(void *buf)
 	pthread_mutex_unlock(&lock);
 }
 
+void *sfs_iobuf_alloc_huge(size_t bytes)
+{
+	size_t len = (bytes + REGION - 1) / REGION * REGION;
+	void *b = aligned_alloc(REGION, len);
+	if (b)
+		madvise(b, len, MADV_HUGEPAGE); /* not fatal: 4 KiB pages */
+	return b;
+}
+
 uint64_t sfs_iobuf_trim(void)
 {
 	uint64_t freed = 0;
@@ -172,5 +181,6 @@ void sfs_iobuf_get_stats(struct sfs_iobuf_stats *out)
 	out->regions = n_made - n_dropped;
 	out->in_use = in_use;
 	out->fallbacks = fallbacks;
+	out->kept_bytes = (out->regions * 2 - in_use) * SFS_IOBUF_BYTES;
 	pthread_mutex_unlock(&lock);
 }

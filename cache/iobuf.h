@@ -49,14 +49,21 @@ void *sfs_iobuf_get(void);
 /* Give back a buffer from sfs_iobuf_get (NULL: nothing). */
 void sfs_iobuf_put(void *buf);
 
+/* A long-lived buffer on huge pages outside the range (the direct-read
+ * scratch, the packed writer's batch): bytes rounded up to whole 2 MiB
+ * pages, 2 MiB-aligned, advised MADV_HUGEPAGE (plain pages where THP is
+ * off). free() it. NULL on ENOMEM. */
+void *sfs_iobuf_alloc_huge(size_t bytes);
+
 /* Give back the memory of every region with no buffer in use (a region
  * with one in use keeps both halves). Returns the bytes given back. */
 uint64_t sfs_iobuf_trim(void);
 
 struct sfs_iobuf_stats {
-	uint64_t regions;   /* 2 MiB regions whose memory is held (in use, or kept) */
-	uint64_t in_use;    /* buffers handed out from the huge-page range */
-	uint64_t fallbacks; /* buffers handed out as plain allocations (range full or none) */
+	uint64_t regions;    /* 2 MiB regions whose memory is held (in use, or kept) */
+	uint64_t in_use;     /* buffers handed out from the huge-page range */
+	uint64_t fallbacks;  /* buffers handed out as plain allocations (range full or none) */
+	uint64_t kept_bytes; /* memory of the held regions not handed out (free halves) */
 };
 void sfs_iobuf_get_stats(struct sfs_iobuf_stats *out);
 

@@ -41,7 +41,6 @@
 #include <stddef.h>
 #include <errno.h>
 #include <pthread.h>
-#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -221,10 +220,8 @@ static void *scratch_take(void)
 	if (n_scratch_free)
 		b = scratch_free[--n_scratch_free];
 	pthread_mutex_unlock(&scratch_lock);
-	if (!b && (b = aligned_alloc(SCRATCH_BYTES, SCRATCH_BYTES))) {
-		madvise(b, SCRATCH_BYTES, MADV_HUGEPAGE); /* see iobuf.h; not fatal */
+	if (!b && (b = sfs_iobuf_alloc_huge(SCRATCH_BYTES)))
 		__atomic_fetch_add(&scratch_bytes, SCRATCH_BYTES, __ATOMIC_RELAXED);
-	}
 	return b;
 }
 

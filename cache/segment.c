@@ -51,6 +51,7 @@
  */
 #include "segment.h"
 #include "hash.h"
+#include "iobuf.h"
 #include "log.h"
 
 #include <dirent.h>
@@ -60,7 +61,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -71,7 +71,6 @@
 #define MAX_OPEN_FDS	  256u
 #define DEFAULT_SEG_BYTES (256ull << 20)
 #define DEFAULT_WBUF	  (8u << 20)
-#define HUGE_BYTES	  (2u << 20) /* a transparent huge page */
 #define MIN_TAB_CAP	  1024u
 #define SEG_NAME_LEN	  12 /* "NNNNNNNN.seg" */
 
@@ -1415,12 +1414,9 @@ int sfs_seg_open(const struct sfs_seg_conf *conf, sfs_seg **out)
 		wb = rec_bytes(SFS_SEG_MAX_OBJECT); /* room for the largest record */
 	sg->wbuf_cap = (uint32_t)wb;
 	sg->dir = strdup(conf->dir);
-	/* On transparent huge pages (see iobuf.h): the batch's O_DIRECT write
-	 * pins a few pages and is a few segments, not one per 4 KiB. */
-	size_t wbuf_alloc = round_up(sg->wbuf_cap, HUGE_BYTES);
-	sg->wbuf = aligned_alloc(HUGE_BYTES, wbuf_alloc);
-	if (sg->wbuf)
-		madvise(sg->wbuf, wbuf_alloc, MADV_HUGEPAGE); /* not fatal: 4 KiB pages */
+	/* On huge pages (iobuf.h): the batch's O_DIRECT write pins a few
+	 * pages and is a few segments, not one per 4 KiB. */
+	sg->wbuf = sfs_iobuf_alloc_huge(sg->wbuf_cap);
 	sg->tab = calloc(MIN_TAB_CAP, sizeof(*sg->tab));
 	sg->tab_cap = MIN_TAB_CAP;
 	if (!sg->dir || !sg->wbuf || !sg->tab)

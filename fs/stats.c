@@ -433,7 +433,7 @@ static void render_memory(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_
 		uint64_t bytes;
 	} kinds[] = {
 	    {"chunk_buffers", ps->buffer_bytes},
-	    {"chunk_buffers_kept", (io.regions * 2 - io.in_use) * SFS_IOBUF_BYTES},
+	    {"chunk_buffers_kept", io.kept_bytes},
 	    {"read_scratch", ps->direct_scratch_bytes},
 	    {"cache_index", cs->index_bytes},
 	    {"namespace", nss->mem_bytes},

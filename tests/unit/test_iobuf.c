@@ -83,7 +83,8 @@ int main(void)
 	sfs_iobuf_put(again);
 	sfs_iobuf_put(b[3]);
 	sfs_iobuf_get_stats(&st);
-	ok(st.regions == 3 && st.in_use == 4, "a region with both halves back keeps its memory");
+	ok(st.regions == 3 && st.in_use == 4 && st.kept_bytes == (2u << 20),
+	   "a region with both halves back keeps its memory");
 	ok(sfs_iobuf_trim() == (2u << 20), "until a trim gives its 2 MiB back");
 	sfs_iobuf_get_stats(&st);
 	ok(st.regions == 2 && st.in_use == 4, "then it holds none");
@@ -96,6 +97,13 @@ int main(void)
 			sfs_iobuf_put(b[i]);
 	ok(sfs_iobuf_trim() == (6u << 20), "all back, a trim gives back all three regions");
 	sfs_iobuf_get_stats(&st);
-	ok(st.regions == 0 && st.in_use == 0 && st.fallbacks == 0, "nothing held");
+	ok(st.regions == 0 && st.in_use == 0 && st.fallbacks == 0 && st.kept_bytes == 0,
+	   "nothing held");
+	void *h = sfs_iobuf_alloc_huge((3u << 20) + 1);
+	ok(h && ((uintptr_t)h & ((2u << 20) - 1)) == 0,
+	   "a long-lived huge buffer is 2 MiB-aligned");
+	if (h)
+		memset(h, 1, 4u << 20); /* rounded up to two huge pages */
+	free(h);
 	return tap_done();
 }
