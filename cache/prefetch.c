@@ -208,7 +208,7 @@ static uint64_t buf_budget(const sfs_prefetch *pf)
 static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *scratch_free[SCRATCH_KEEP]; /* protected by scratch_lock */
 static unsigned n_scratch_free;		 /* protected by scratch_lock */
-static uint64_t scratch_used_ms;	 /* protected by scratch_lock: last take or give */
+static uint64_t scratch_used_ms;	 /* protected by scratch_lock: last give (a read's end) */
 static uint64_t scratch_bytes;		 /* atomic: scratch made and not freed */
 
 static void *scratch_take(void)
@@ -216,7 +216,6 @@ static void *scratch_take(void)
 	void *b = NULL;
 
 	pthread_mutex_lock(&scratch_lock);
-	scratch_used_ms = sfs_now_ms();
 	if (n_scratch_free)
 		b = scratch_free[--n_scratch_free];
 	pthread_mutex_unlock(&scratch_lock);
@@ -240,8 +239,8 @@ static void scratch_give(void *b)
 	}
 }
 
-/* Free the kept scratch if none was taken or given for idle_ms. Returns
- * the bytes freed. */
+/* Free the kept scratch if no read gave one back for idle_ms (scratch in
+ * use is not kept, so a long read keeps its own). Returns the bytes freed. */
 static uint64_t scratch_release_idle(uint64_t idle_ms)
 {
 	void *b[SCRATCH_KEEP];
