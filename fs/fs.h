@@ -77,6 +77,7 @@ struct sfs_fs {
 	uint64_t read_errors;			/* atomic */
 	uint64_t invalidations;		 /* atomic: kernel caches dropped for changed files */
 	uint64_t direct_opens;		 /* atomic: opens answered FOPEN_DIRECT_IO */
+	uint64_t inodes_pruned;		 /* atomic: inodes handed back past inode_max */
 	struct sfs_pc_policy page_cache; /* which opens are direct_io */
 	uint64_t stage_bytes[SFS_STAGE_KIND_COUNT];    /* atomic */
 	uint64_t stage_requests[SFS_STAGE_KIND_COUNT]; /* atomic */

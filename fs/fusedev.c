@@ -15,6 +15,15 @@
 
 /* Linux 6.6 (protocol 7.39); Debian 12's uapi headers are 7.38. */
 #define SFS_FUSE_DIRECT_IO_ALLOW_MMAP (1ull << 36)
+/* Protocol 7.45: the server asks the kernel to drop the unused dentries of
+ * the inodes named (struct fuse_notify_prune_out, then count node ids). */
+#define SFS_FUSE_NOTIFY_PRUNE 9
+#define SFS_FUSE_PRUNE_MINOR  45
+struct sfs_fuse_notify_prune_out {
+	uint32_t count;
+	uint32_t padding;
+	uint64_t spare;
+};
 
 /* The largest INIT reply we rewrite: the header and a fuse_init_out, which
  * has grown by using its reserved words, never in size since 7.23. */
@@ -25,6 +34,7 @@ static uint64_t init_unique;   /* atomic: the INIT request's id, 0 before it */
 static uint32_t flags2_wanted; /* atomic: the flags2 bits to add to the reply */
 static bool direct_io_mmap;    /* atomic: the reply carried ALLOW_MMAP */
 static bool mount_direct_io;   /* set before the loop */
+static uint32_t kernel_minor;  /* atomic: the INIT request's protocol minor */
 
 /* The INIT request: what the kernel offers in flags2 that we want. */
 static void init_seen(const void *buf, size_t n)
@@ -44,6 +54,8 @@ static void init_seen(const void *buf, size_t n)
 			 (want & (uint32_t)(SFS_FUSE_DIRECT_IO_ALLOW_MMAP >> 32)) != 0,
 			 __ATOMIC_RELAXED);
 	__atomic_store_n(&flags2_wanted, want, __ATOMIC_RELAXED);
+	__atomic_store_n(&kernel_minor, in->major == FUSE_KERNEL_VERSION ? in->minor : 0,
+			 __ATOMIC_RELAXED);
 	__atomic_store_n(&init_unique, h->unique, __ATOMIC_RELEASE);
 }
 
@@ -110,3 +122,29 @@ int sfs_fusedev_attach(struct fuse_session *se, bool direct_io)
 }
 
 bool sfs_fusedev_direct_io_mmap(void) { return __atomic_load_n(&direct_io_mmap, __ATOMIC_RELAXED); }
+
+uint32_t sfs_fusedev_kernel_minor(void) { return __atomic_load_n(&kernel_minor, __ATOMIC_RELAXED); }
+
+bool sfs_fusedev_can_prune(void) { return sfs_fusedev_kernel_minor() >= SFS_FUSE_PRUNE_MINOR; }
+
+int sfs_fusedev_prune(struct fuse_session *se, const uint64_t *ids, size_t n)
+{
+	if (!sfs_fusedev_can_prune())
+		return -EOPNOTSUPP;
+	/* The kernel reads the ids in batches of 512 itself; a message of a
+	 * few KiB keeps each write short. */
+	for (size_t done = 0; done < n;) {
+		size_t k = n - done < 512 ? n - done : 512;
+		struct sfs_fuse_notify_prune_out arg = {.count = (uint32_t)k};
+		struct fuse_out_header h = {
+		    .len = (uint32_t)(sizeof(h) + sizeof(arg) + k * sizeof(*ids)),
+		    .error = SFS_FUSE_NOTIFY_PRUNE};
+		struct iovec iov[3] = {
+		    {&h, sizeof(h)}, {&arg, sizeof(arg)}, {(void *)(ids + done), k * sizeof(*ids)}};
+		ssize_t w = writev(fuse_session_fd(se), iov, 3);
+		if (w < 0)
+			return -errno;
+		done += k;
+	}
+	return 0;
+}

@@ -22,6 +22,8 @@
 #define SFS_FUSEDEV_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 struct fuse_session;
 
@@ -36,5 +38,20 @@ int sfs_fusedev_attach(struct fuse_session *se, bool direct_io);
  * INIT request was read, before libfuse calls the filesystem's init (false
  * before that). */
 bool sfs_fusedev_direct_io_mmap(void);
+
+/* The kernel's FUSE protocol minor version from its INIT request (0
+ * before it, or for another major). */
+uint32_t sfs_fusedev_kernel_minor(void);
+
+/* Whether the kernel takes FUSE_NOTIFY_PRUNE (protocol 7.45). */
+bool sfs_fusedev_can_prune(void);
+
+/* Ask the kernel to drop the unused dentries of the n inodes with these
+ * node ids, so that it forgets those inodes (FORGET follows, from the
+ * kernel, for each it let go). Ids the kernel does not know, and inodes in
+ * use (open, a cwd, a directory with cached children), are skipped by the
+ * kernel. Any thread, after INIT. Returns 0 or -errno (-EOPNOTSUPP: an
+ * older kernel). */
+int sfs_fusedev_prune(struct fuse_session *se, const uint64_t *ids, size_t n);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 struct sfs_inode_table {
 	pthread_mutex_t lock;
@@ -17,6 +18,7 @@ struct sfs_inode_table {
 	struct sfs_inode *orphans;  /* protected by lock: replaced inodes the kernel
 				       still holds (fileid reused), via hash_next */
 	struct sfs_inode *root;	    /* freed at close; nlookup is not counted */
+	size_t hand;		    /* protected by lock: the prune scan's next bucket */
 };
 
 _Static_assert(sizeof(void *) != 8 || offsetof(struct sfs_inode, fh) <= 172,
@@ -228,9 +230,54 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 		maybe_grow(t);
 	}
 	ino->nlookup++;
+	ino->referenced = 1;
 	pthread_mutex_unlock(&t->lock);
 	sfs_inode_set_attr(ino, attr, now_ms);
 	return ino;
+}
+
+/* Whether the kernel may be asked to let ino go: a file or symlink with no
+ * open handle here (a directory's dentry stays while it has children, and
+ * an open file's is in use: the kernel would keep both anyway). */
+static bool prunable(const struct sfs_inode *ino)
+{
+	sfs_inode_lock(ino);
+	bool ok = ino->n_open == 0 && ino->attr.type != S_IFDIR;
+	sfs_inode_unlock(ino);
+	return ok;
+}
+
+/* Buckets scanned per hold of the table lock: lookups wait at most this. */
+#define PRUNE_SCAN_BUCKETS 1024
+
+size_t sfs_inode_prune_pick(sfs_inode_table *t, uint64_t target, uint64_t *ids, size_t max)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&t->lock);
+	uint64_t excess = t->n_inodes > target ? t->n_inodes - target : 0;
+	if (excess < max)
+		max = (size_t)excess;
+	/* Two turns of the hand at most: the first clears what was looked up
+	 * since the last pass, the second takes it if it was not again. */
+	size_t left = t->n_buckets * 2;
+	while (n < max && left) {
+		for (size_t k = 0; k < PRUNE_SCAN_BUCKETS && n < max && left; k++, left--) {
+			size_t b = t->hand++ & (t->n_buckets - 1);
+			for (struct sfs_inode *i = t->buckets[b]; i && n < max; i = i->hash_next) {
+				if (i->referenced) {
+					i->referenced = 0;
+				} else if (prunable(i)) {
+					ids[n++] = (uint64_t)(uintptr_t)i;
+					i->referenced = 1; /* not twice in one call */
+				}
+			}
+		}
+		pthread_mutex_unlock(&t->lock); /* let lookups in between */
+		pthread_mutex_lock(&t->lock);
+	}
+	pthread_mutex_unlock(&t->lock);
+	return n;
 }
 
 void sfs_inode_forget(sfs_inode_table *t, struct sfs_inode *ino, uint64_t n)

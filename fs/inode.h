@@ -72,7 +72,9 @@ struct sfs_inode {
 	struct sfs_inode_version opened;
 	uint32_t dataset; /* atomic: set once, at the first lookup (cache/store.h) */
 	unsigned n_open;  /* open file handles on pf */
-	bool orphaned;	  /* protected by the table lock: fileid reused */
+	/* Protected by the table lock: orphaned, the fileid was reused;
+	 * referenced, looked up since the prune hand last passed. */
+	uint8_t orphaned : 1, referenced : 1;
 	bool have_opened; /* opened is set */
 	/* The opens of opened's version so far overlap its first one (its
 	 * first read since the kernel took the inode in); false once they all
@@ -133,6 +135,19 @@ void sfs_inode_forget(sfs_inode_table *t, struct sfs_inode *ino, uint64_t n);
 
 /* Store fresh attributes (GETATTR result). */
 void sfs_inode_set_attr(struct sfs_inode *ino, const struct sfs_attr *attr, uint64_t now_ms);
+
+/*
+ * Up to max node ids of inodes to hand back to the kernel so that the table
+ * shrinks to target: regular files and symlinks nobody has open, looked up
+ * least recently (CLOCK: an inode looked up since the hand last passed gets
+ * a second chance). Returns how many were written to ids (0 when the table
+ * holds target or fewer). The ids are numbers only: an inode may be forgotten
+ * and freed by the time the kernel reads them, which the kernel tolerates
+ * (an unknown node id is skipped), and nothing here dereferences them.
+ * The caller sends them (FUSE_NOTIFY_PRUNE); the kernel's FORGETs then free
+ * what it let go.
+ */
+size_t sfs_inode_prune_pick(sfs_inode_table *t, uint64_t target, uint64_t *ids, size_t max);
 
 /* Inodes the kernel currently knows (for stats). */
 uint64_t sfs_inode_count(sfs_inode_table *t);

@@ -184,11 +184,59 @@ static bool no_node_up(sfs_origin *origin)
 	return true;
 }
 
-/* memtrim's hook: chunk buffers pooled for reuse go back to the system
- * after 5 s without a fetch or a load (a busy reader never pays for it). */
+/* Inodes handed back per second at most: one pass of the picker, 512 KiB
+ * of ids. What is left is handed back a second later, once the FORGETs of
+ * this pass have shrunk the table (picking twice before them would hand
+ * back twice the excess). */
+#define PRUNE_MAX 65536
+
+/* Past inode_max, ask the kernel to forget the inodes looked up least
+ * recently, down to 90% of it (inode.h: sfs_inode_prune_pick); the kernel's
+ * FORGETs free them (and memtrim gives the memory back). */
+static void prune_inodes(struct sfs_fs *fs)
+{
+	uint64_t max = fs->opts->inode_max;
+	uint64_t n_inodes = sfs_inode_count(fs->inodes);
+	static bool warned;
+
+	if (!max || n_inodes <= max || !sfs_fusedev_kernel_minor())
+		return; /* within the limit, or before INIT */
+	if (!sfs_fusedev_can_prune()) {
+		if (!warned)
+			sfs_log(SFS_LOG_WARN, "main",
+				"the kernel holds %llu inodes, over inode_max=%llu, and cannot be "
+				"asked to forget some (FUSE 7.%u; that needs 7.45): memory grows "
+				"with the files it holds",
+				(unsigned long long)n_inodes, (unsigned long long)max,
+				sfs_fusedev_kernel_minor());
+		warned = true;
+		return;
+	}
+	uint64_t target = max - max / 10;
+	size_t want = n_inodes - target < PRUNE_MAX ? (size_t)(n_inodes - target) : PRUNE_MAX;
+	uint64_t *ids = malloc(want * sizeof(*ids));
+	if (!ids)
+		return;
+	size_t n = sfs_inode_prune_pick(fs->inodes, target, ids, want);
+	int rc = n ? sfs_fusedev_prune(fs->se, ids, n) : 0;
+	free(ids);
+	if (rc < 0) {
+		if (!warned)
+			sfs_log(SFS_LOG_WARN, "main", "cannot hand inodes back to the kernel: %s",
+				strerror(-rc));
+		warned = true;
+		return;
+	}
+	__atomic_fetch_add(&fs->inodes_pruned, n, __ATOMIC_RELAXED);
+}
+
+/* memtrim's hook, once a second: inodes past inode_max are handed back to
+ * the kernel; chunk buffers pooled for reuse go back to the system after
+ * 5 s without a fetch or a load (a busy reader never pays for it). */
 static uint64_t release_idle(void *arg)
 {
 	struct sfs_fs *fs = arg;
+	prune_inodes(fs);
 	return sfs_prefetch_release_idle(fs->prefetch, 5000);
 }
 

@@ -45,6 +45,7 @@ struct sfs_options {
 	unsigned io_threads;		    /* 0 = one per CPU */
 	unsigned max_threads;		    /* FUSE worker threads */
 	unsigned active_threads;	    /* of those, taking requests while none waits */
+	unsigned inode_max;		    /* inodes the kernel may hold; 0: no limit */
 	uint64_t prefetch_mem;		    /* budget for fetch buffers in memory */
 	char *cache_dir;		    /* NULL: no local cache */
 	uint64_t cache_size;		    /* 0: 90% of cache_dir's filesystem */

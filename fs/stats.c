@@ -213,6 +213,9 @@ static void render_fuse(FILE *f, struct sfs_fs *fs)
 	       __atomic_load_n(&fs->read_errors, __ATOMIC_RELAXED));
 	metric(f, "shardfs_inodes", "gauge", "Inodes the kernel holds references to.",
 	       sfs_inode_count(fs->inodes));
+	metric(f, "shardfs_inodes_pruned_total", "counter",
+	       "Inodes the kernel was asked to forget because it held more than inode_max.",
+	       __atomic_load_n(&fs->inodes_pruned, __ATOMIC_RELAXED));
 	metric(f, "shardfs_fuse_direct_opens_total", "counter",
 	       "Opens answered direct_io (page_cache=, never or auto's first epochs).",
 	       __atomic_load_n(&fs->direct_opens, __ATOMIC_RELAXED));
@@ -224,6 +227,9 @@ static void render_fuse(FILE *f, struct sfs_fs *fs)
 	metric(f, "shardfs_fuse_direct_io_mmap", "gauge",
 	       "1: the kernel maps direct_io files shared (FUSE_DIRECT_IO_ALLOW_MMAP).",
 	       sfs_fusedev_direct_io_mmap());
+	metric(f, "shardfs_fuse_kernel_protocol_minor", "gauge",
+	       "The FUSE protocol 7.N the kernel speaks (7.45: inodes can be handed back).",
+	       sfs_fusedev_kernel_minor());
 
 	struct sfs_workers_stats ws;
 	sfs_workers_get_stats(&ws);

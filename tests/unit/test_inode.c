@@ -371,6 +371,86 @@ static void test_compact(void)
 	sfs_inode_table_close(t);
 }
 
+/* The prune picker: CLOCK over the table, only closed files and symlinks,
+ * the excess over the target at most, no id twice. */
+static bool has_id(const uint64_t *ids, size_t n, const struct sfs_inode *ino)
+{
+	for (size_t k = 0; k < n; k++)
+		if (ids[k] == (uint64_t)(uintptr_t)ino)
+			return true;
+	return false;
+}
+
+static void test_prune_pick(void)
+{
+	enum { N = 300 };
+	struct sfs_fh root_fh = mkfh(0, 1);
+	sfs_inode_table *t;
+	struct sfs_inode *ino[N];
+	uint64_t ids[2 * N];
+
+	ok(sfs_inode_table_open(&root_fh, &t) == 0, "table opens");
+	for (int k = 0; k < N; k++) {
+		struct sfs_fh fh = mkfh(1, 1000 + (uint64_t)k);
+		struct sfs_attr a = mkattr(1, 1000 + (uint64_t)k, 1);
+		if (k < 10)
+			a.type = 0040000; /* directories: never picked */
+		ino[k] = sfs_inode_get(t, &fh, &a, 1);
+	}
+	for (int k = 10; k < 20; k++)
+		ino[k]->n_open = 1; /* open files: never picked */
+	ok(sfs_inode_prune_pick(t, N, ids, 2 * N) == 0, "at the target: nothing picked");
+
+	/* Every inode was just looked up: the hand's first turn clears that,
+	 * the second picks. */
+	size_t n = sfs_inode_prune_pick(t, N - 100, ids, 2 * N);
+	ok(n == 100, "100 over the target: 100 picked (%zu)", n);
+	bool fine = true;
+	for (size_t k = 0; k < n; k++)
+		for (size_t j = k + 1; j < n; j++)
+			fine = fine && ids[k] != ids[j];
+	ok(fine, "no inode picked twice");
+	fine = true;
+	for (int k = 0; k < 20; k++)
+		fine = fine && !has_id(ids, n, ino[k]);
+	ok(fine, "directories and open files are never picked");
+	ok(sfs_inode_count(t) == N, "picking frees nothing (the kernel's FORGETs do)");
+
+	/* The kernel forgets what it was asked to (none is in use). Of the
+	 * rest, the even ones are looked up again: a second chance. */
+	for (size_t k = 0; k < n; k++)
+		for (int j = 20; j < N; j++)
+			if (ids[k] == (uint64_t)(uintptr_t)ino[j]) {
+				sfs_inode_forget(t, ino[j], 1);
+				ino[j] = NULL;
+			}
+	ok(sfs_inode_count(t) == N - 100, "the kernel's FORGETs free the picked");
+	for (int k = 20; k < N; k += 2)
+		if (ino[k]) {
+			struct sfs_fh fh = mkfh(1, 1000 + (uint64_t)k);
+			struct sfs_attr a = mkattr(1, 1000 + (uint64_t)k, 1);
+			sfs_inode_get(t, &fh, &a, 2);
+		}
+	n = sfs_inode_prune_pick(t, N - 100 - 50, ids, 2 * N);
+	fine = n == 50;
+	for (int k = 20; k < N; k += 2)
+		fine = fine && !(ino[k] && has_id(ids, n, ino[k]));
+	ok(fine,
+	   "inodes looked up since the hand passed are passed over: 50 picked (%zu), none "
+	   "of them looked up again",
+	   n);
+
+	/* All open: nothing to give, and the scan ends. */
+	for (int k = 0; k < N; k++)
+		if (ino[k])
+			ino[k]->n_open = 1;
+	ok(sfs_inode_prune_pick(t, 0, ids, 2 * N) == 0, "nothing prunable: none picked");
+	for (int k = 0; k < N; k++)
+		if (ino[k])
+			ino[k]->n_open = 0;
+	sfs_inode_table_close(t);
+}
+
 int main(void)
 {
 	test_basic();
@@ -378,5 +458,6 @@ int main(void)
 	test_reuse();
 	test_growth();
 	test_concurrent();
+	test_prune_pick();
 	return tap_done();
 }
