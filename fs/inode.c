@@ -230,21 +230,27 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 		maybe_grow(t);
 	}
 	ino->nlookup++;
-	ino->referenced = 1;
 	pthread_mutex_unlock(&t->lock);
 	sfs_inode_set_attr(ino, attr, now_ms);
 	return ino;
 }
 
-/* Whether the kernel may be asked to let ino go: a file or symlink with no
- * open handle here (a directory's dentry stays while it has children, and
- * an open file's is in use: the kernel would keep both anyway). */
-static bool prunable(const struct sfs_inode *ino)
+/* Whether the kernel may be asked to let ino go now: a file or symlink with
+ * no open handle here (a directory's dentry stays while it has children,
+ * and an open file's is in use: the kernel would keep both anyway) and
+ * referenced clear. The CLOCK step: a set referenced is cleared instead, and
+ * a picked inode gets it set, so that one call never picks it twice. */
+static bool prune_candidate(struct sfs_inode *ino)
 {
+	bool pick = false;
+
 	sfs_inode_lock(ino);
-	bool ok = ino->n_open == 0 && ino->attr.type != S_IFDIR;
+	if (ino->n_open == 0 && ino->attr.type != S_IFDIR) {
+		pick = !ino->referenced;
+		ino->referenced = 1 - ino->referenced;
+	}
 	sfs_inode_unlock(ino);
-	return ok;
+	return pick;
 }
 
 /* Buckets scanned per hold of the table lock: lookups wait at most this. */
@@ -264,14 +270,9 @@ size_t sfs_inode_prune_pick(sfs_inode_table *t, uint64_t target, uint64_t *ids, 
 	while (n < max && left) {
 		for (size_t k = 0; k < PRUNE_SCAN_BUCKETS && n < max && left; k++, left--) {
 			size_t b = t->hand++ & (t->n_buckets - 1);
-			for (struct sfs_inode *i = t->buckets[b]; i && n < max; i = i->hash_next) {
-				if (i->referenced) {
-					i->referenced = 0;
-				} else if (prunable(i)) {
+			for (struct sfs_inode *i = t->buckets[b]; i && n < max; i = i->hash_next)
+				if (prune_candidate(i))
 					ids[n++] = (uint64_t)(uintptr_t)i;
-					i->referenced = 1; /* not twice in one call */
-				}
-			}
 		}
 		pthread_mutex_unlock(&t->lock); /* let lookups in between */
 		pthread_mutex_lock(&t->lock);
@@ -324,6 +325,7 @@ void sfs_inode_set_attr(struct sfs_inode *ino, const struct sfs_attr *attr, uint
 	sfs_inode_lock(ino);
 	ino->attr = a;
 	ino->attr_time_ms = now_ms;
+	ino->referenced = 1;
 	sfs_inode_unlock(ino);
 }
 

@@ -70,16 +70,19 @@ struct sfs_inode {
 	/* The version the kernel's page cache holds (the last one opened),
 	 * kept across closes to decide keep_cache. */
 	struct sfs_inode_version opened;
-	uint32_t dataset; /* atomic: set once, at the first lookup (cache/store.h) */
-	unsigned n_open;  /* open file handles on pf */
-	/* Protected by the table lock: orphaned, the fileid was reused;
-	 * referenced, looked up since the prune hand last passed. */
-	uint8_t orphaned : 1, referenced : 1;
-	bool have_opened; /* opened is set */
+	uint32_t dataset;	 /* atomic: set once, at the first lookup (cache/store.h) */
+	unsigned n_open;	 /* open file handles on pf */
+	bool orphaned;		 /* protected by the table lock: fileid reused */
+	uint8_t have_opened : 1; /* opened is set */
 	/* The opens of opened's version so far overlap its first one (its
-	 * first read since the kernel took the inode in); false once they all
+	 * first read since the kernel took the inode in); 0 once they all
 	 * closed. page_cache=auto reads a big file's first epoch direct_io. */
-	bool first_epoch;
+	uint8_t first_epoch : 1;
+	/* Looked up or its attributes fetched since the prune hand last
+	 * passed (sfs_inode_prune_pick), and not closed since: the last close
+	 * takes its second chance away, since a file read and closed is done
+	 * with for now (an epoch reads each file once). */
+	uint8_t referenced : 1;
 	uint8_t fh_len; /* set at creation: the NFS file handle's length */
 	uint8_t fh[];	/* set at creation: its bytes (fh_len) */
 };
@@ -139,8 +142,8 @@ void sfs_inode_set_attr(struct sfs_inode *ino, const struct sfs_attr *attr, uint
 /*
  * Up to max node ids of inodes to hand back to the kernel so that the table
  * shrinks to target: regular files and symlinks nobody has open, looked up
- * least recently (CLOCK: an inode looked up since the hand last passed gets
- * a second chance). Returns how many were written to ids (0 when the table
+ * least recently (CLOCK: an inode with referenced set gets a second chance;
+ * one read and closed since has none). Returns how many were written to ids (0 when the table
  * holds target or fewer). The ids are numbers only: an inode may be forgotten
  * and freed by the time the kernel reads them, which the kernel tolerates
  * (an unknown node id is skipped), and nothing here dereferences them.

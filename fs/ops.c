@@ -462,7 +462,7 @@ static void opened_set(struct sfs_inode *i, const struct sfs_file_version *v)
 					       .ctime_s = v->ctime_s,
 					       .mtime_ns = v->mtime_ns,
 					       .ctime_ns = v->ctime_ns};
-	i->have_opened = true;
+	i->have_opened = 1;
 }
 
 /* The end of one open of i (its handle holds a reference on pf). When the
@@ -477,7 +477,8 @@ static void file_closed(struct sfs_inode *i, sfs_pf_file *pf)
 	if (--i->n_open == 0) {
 		last = i->pf;
 		i->pf = NULL;
-		i->first_epoch = false;
+		i->first_epoch = 0;
+		i->referenced = 0; /* read and done with: the first to prune */
 	}
 	sfs_inode_unlock(i);
 	sfs_pf_file_drop_idle(pf); /* pairs with sfs_pf_file_opened() */
@@ -521,7 +522,7 @@ static int open_fetch_state(struct sfs_fs *fs, struct sfs_inode *i,
 	*unchanged = opened_is(i, v);
 	*changed = i->have_opened && !*unchanged;
 	if (!*unchanged)
-		i->first_epoch = true; /* ends when every open of it closed */
+		i->first_epoch = 1; /* ends when every open of it closed */
 	*first_epoch = i->first_epoch;
 	sfs_pf_file *pf = i->pf;
 	if (pf && !*unchanged) {

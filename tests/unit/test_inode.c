@@ -440,6 +440,31 @@ static void test_prune_pick(void)
 	   "of them looked up again",
 	   n);
 
+	/* A file read and closed (ops.c clears referenced at the last close)
+	 * goes before one only looked up, however recently, when the hand
+	 * passes both. */
+	int closed = 0;
+	for (int k = 20; k < N; k++)
+		if (ino[k]) {
+			struct sfs_fh fh = mkfh(1, 1000 + (uint64_t)k);
+			struct sfs_attr a = mkattr(1, 1000 + (uint64_t)k, 1);
+			sfs_inode_get(t, &fh, &a, 3);
+			if (k % 5 == 0 && closed < 20) {
+				ino[k]->referenced = 0;
+				closed++;
+			}
+		}
+	n = sfs_inode_prune_pick(t, sfs_inode_count(t) - (uint64_t)closed, ids, 2 * N);
+	fine = n == (size_t)closed;
+	for (size_t k = 0; k < n; k++) {
+		const struct sfs_inode *p = (const struct sfs_inode *)(uintptr_t)ids[k];
+		fine = fine && p->fileid % 5 == 0;
+	}
+	ok(fine,
+	   "files read and closed since their lookup are picked first: %zu of %d, all of them "
+	   "closed ones",
+	   n, closed);
+
 	/* All open: nothing to give, and the scan ends. */
 	for (int k = 0; k < N; k++)
 		if (ino[k])
