@@ -19,6 +19,14 @@ struct sfs_inode_table {
 				       still holds (fileid reused), via hash_next */
 	struct sfs_inode *root;	    /* freed at close; nlookup is not counted */
 	size_t hand;		    /* protected by lock: the prune scan's next bucket */
+	/* Files whose last open closed, oldest first (sfs_inode_closed): a
+	 * ring of closed_cap keys, closed_n of them from closed_head. */
+	pthread_mutex_t closed_lock; /* leaf: never held with lock */
+	struct inode_key {
+		uint64_t fsid, fileid;
+	} * closed;		      /* set before the FUSE loop, then read-only */
+	size_t closed_cap;	      /* set before the FUSE loop, then read-only */
+	size_t closed_head, closed_n; /* protected by closed_lock */
 };
 
 _Static_assert(sizeof(void *) != 8 || offsetof(struct sfs_inode, fh) <= 172,
@@ -132,6 +140,7 @@ int sfs_inode_table_open(const struct sfs_fh *root_fh, sfs_inode_table **out)
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&t->lock, NULL);
+	pthread_mutex_init(&t->closed_lock, NULL);
 	*out = t;
 	return 0;
 }
@@ -158,7 +167,9 @@ void sfs_inode_table_close(sfs_inode_table *t)
 	}
 	inode_free(t->root);
 	free(t->buckets);
+	free(t->closed);
 	pthread_mutex_destroy(&t->lock);
+	pthread_mutex_destroy(&t->closed_lock);
 	free(t);
 }
 
@@ -238,19 +249,88 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 /* Whether the kernel may be asked to let ino go now: a file or symlink with
  * no open handle here (a directory's dentry stays while it has children,
  * and an open file's is in use: the kernel would keep both anyway) and
- * referenced clear. The CLOCK step: a set referenced is cleared instead, and
- * a picked inode gets it set, so that one call never picks it twice. */
-static bool prune_candidate(struct sfs_inode *ino)
+ * referenced clear. A picked inode gets referenced set, so that one call
+ * never picks it twice. clock: the CLOCK step, where a set referenced is
+ * cleared instead (its second chance). */
+static bool prune_candidate(struct sfs_inode *ino, bool clock)
 {
 	bool pick = false;
 
 	sfs_inode_lock(ino);
 	if (ino->n_open == 0 && ino->attr.type != S_IFDIR) {
 		pick = !ino->referenced;
-		ino->referenced = 1 - ino->referenced;
+		if (pick || clock)
+			ino->referenced = !ino->referenced;
 	}
 	sfs_inode_unlock(ino);
 	return pick;
+}
+
+int sfs_inode_prune_enable(sfs_inode_table *t, size_t ring)
+{
+	t->closed = calloc(ring, sizeof(*t->closed));
+	if (!t->closed)
+		return -ENOMEM;
+	t->closed_cap = ring;
+	return 0;
+}
+
+void sfs_inode_closed(sfs_inode_table *t, const struct sfs_inode *ino)
+{
+	if (!t->closed_cap)
+		return;
+	pthread_mutex_lock(&t->closed_lock);
+	size_t at = (t->closed_head + t->closed_n) % t->closed_cap;
+	t->closed[at] = (struct inode_key){ino->fsid, ino->fileid};
+	if (t->closed_n < t->closed_cap)
+		t->closed_n++;
+	else
+		t->closed_head = (t->closed_head + 1) % t->closed_cap; /* dropped the oldest */
+	pthread_mutex_unlock(&t->closed_lock);
+}
+
+/* Up to max keys off the front of the closed queue, into keys. */
+static size_t closed_take(sfs_inode_table *t, struct inode_key *keys, size_t max)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&t->closed_lock);
+	for (; n < max && t->closed_n; n++, t->closed_n--) {
+		keys[n] = t->closed[t->closed_head];
+		t->closed_head = (t->closed_head + 1) % t->closed_cap;
+	}
+	pthread_mutex_unlock(&t->closed_lock);
+	return n;
+}
+
+/* The inode of a key, if the table still has it. Caller holds lock. */
+static struct sfs_inode *find_locked(sfs_inode_table *t, const struct inode_key *k)
+{
+	struct sfs_inode *ino = t->buckets[bucket_of(t, k->fsid, k->fileid)];
+
+	while (ino && (ino->fileid != k->fileid || ino->fsid != k->fsid))
+		ino = ino->hash_next;
+	return ino;
+}
+
+/* Victims from the closed queue, added to ids from *n up to max: each one
+ * still in the table, still closed and not looked up since (referenced
+ * clear). Caller holds lock. */
+static void pick_closed(sfs_inode_table *t, uint64_t *ids, size_t *n, size_t max)
+{
+	struct inode_key keys[256];
+
+	while (*n < max) {
+		size_t want = max - *n < 256 ? max - *n : 256;
+		size_t got = closed_take(t, keys, want);
+		for (size_t k = 0; k < got; k++) {
+			struct sfs_inode *ino = find_locked(t, &keys[k]);
+			if (ino && prune_candidate(ino, false))
+				ids[(*n)++] = (uint64_t)(uintptr_t)ino;
+		}
+		if (got < want)
+			break; /* the queue is empty */
+	}
 }
 
 /* Buckets scanned per hold of the table lock: lookups wait at most this. */
@@ -264,6 +344,7 @@ size_t sfs_inode_prune_pick(sfs_inode_table *t, uint64_t target, uint64_t *ids, 
 	uint64_t excess = t->n_inodes > target ? t->n_inodes - target : 0;
 	if (excess < max)
 		max = (size_t)excess;
+	pick_closed(t, ids, &n, max);
 	/* Two turns of the hand at most: the first clears what was looked up
 	 * since the last pass, the second takes it if it was not again. */
 	size_t left = t->n_buckets * 2;
@@ -271,7 +352,7 @@ size_t sfs_inode_prune_pick(sfs_inode_table *t, uint64_t target, uint64_t *ids, 
 		for (size_t k = 0; k < PRUNE_SCAN_BUCKETS && n < max && left; k++, left--) {
 			size_t b = t->hand++ & (t->n_buckets - 1);
 			for (struct sfs_inode *i = t->buckets[b]; i && n < max; i = i->hash_next)
-				if (prune_candidate(i))
+				if (prune_candidate(i, true))
 					ids[n++] = (uint64_t)(uintptr_t)i;
 		}
 		pthread_mutex_unlock(&t->lock); /* let lookups in between */

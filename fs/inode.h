@@ -139,16 +139,27 @@ void sfs_inode_forget(sfs_inode_table *t, struct sfs_inode *ino, uint64_t n);
 /* Store fresh attributes (GETATTR result). */
 void sfs_inode_set_attr(struct sfs_inode *ino, const struct sfs_attr *attr, uint64_t now_ms);
 
+/* Keep a queue of the files whose last open closed (at most ring of them;
+ * the oldest is dropped past it) for sfs_inode_prune_pick, which takes
+ * victims from it first. Call once, before the FUSE loop; without it the
+ * picker uses its CLOCK hand alone. Returns 0 or -ENOMEM. */
+int sfs_inode_prune_enable(sfs_inode_table *t, size_t ring);
+
+/* The last open of ino closed (its referenced bit was cleared under its
+ * lock): queue it for pruning. Any thread; ino must be alive (RELEASE: the
+ * kernel holds the inode until it is answered). */
+void sfs_inode_closed(sfs_inode_table *t, const struct sfs_inode *ino);
+
 /*
  * Up to max node ids of inodes to hand back to the kernel so that the table
- * shrinks to target: regular files and symlinks nobody has open, looked up
- * least recently (CLOCK: an inode with referenced set gets a second chance;
- * one read and closed since has none). Returns how many were written to ids (0 when the table
- * holds target or fewer). The ids are numbers only: an inode may be forgotten
- * and freed by the time the kernel reads them, which the kernel tolerates
- * (an unknown node id is skipped), and nothing here dereferences them.
- * The caller sends them (FUSE_NOTIFY_PRUNE); the kernel's FORGETs then free
- * what it let go.
+ * shrinks to target: regular files and symlinks nobody has open. First the
+ * files closed longest ago and not looked up since (the queue of
+ * sfs_inode_closed, oldest first), then the rest looked up least recently
+ * (CLOCK: an inode with referenced set gets a second chance). Returns how many were written to ids
+ * (0 when the table holds target or fewer). The ids are numbers only: an inode may be forgotten and
+ * freed by the time the kernel reads them, which the kernel tolerates (an unknown node id is
+ * skipped), and nothing here dereferences them. The caller sends them (FUSE_NOTIFY_PRUNE); the
+ * kernel's FORGETs then free what it let go.
  */
 size_t sfs_inode_prune_pick(sfs_inode_table *t, uint64_t target, uint64_t *ids, size_t max);
 

@@ -189,6 +189,9 @@ static bool no_node_up(sfs_origin *origin)
  * this pass have shrunk the table (picking twice before them would hand
  * back twice the excess). */
 #define PRUNE_MAX 65536
+/* The files closed that the picker remembers, oldest dropped first: about
+ * what closes between two passes, 16 bytes each (1 MiB at most). */
+#define PRUNE_RING(max) ((max) < PRUNE_MAX ? (size_t)(max) : (size_t)PRUNE_MAX)
 
 /* Past inode_max, ask the kernel to forget the inodes looked up least
  * recently, down to 90% of it (inode.h: sfs_inode_prune_pick); the kernel's
@@ -330,6 +333,8 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 	if (!fs->ctl_dir || !fs->stats_file)
 		rc = -ENOMEM;
 	if (rc < 0 || (rc = sfs_inode_table_open(sfs_origin_root(fs->origin), &fs->inodes)) < 0 ||
+	    (o->inode_max &&
+	     (rc = sfs_inode_prune_enable(fs->inodes, PRUNE_RING(o->inode_max))) < 0) ||
 	    (rc = sfs_jobs_open(NULL, &fs->jobs)) < 0) {
 		fprintf(stderr, "shardfs: %s\n", strerror(-rc));
 		return -1;

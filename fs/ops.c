@@ -468,13 +468,16 @@ static void opened_set(struct sfs_inode *i, const struct sfs_file_version *v)
 /* The end of one open of i (its handle holds a reference on pf). When the
  * last one closes, the inode lets go of its fetch state too: chunks kept for
  * it go back to the memory budget, and a file the kernel remembers but
- * nobody reads holds no prefetch or store state. */
-static void file_closed(struct sfs_inode *i, sfs_pf_file *pf)
+ * nobody reads holds no prefetch or store state. Returns whether it was the
+ * last. */
+static bool file_closed(struct sfs_inode *i, sfs_pf_file *pf)
 {
 	sfs_pf_file *last = NULL;
+	bool was_last;
 
 	sfs_inode_lock(i);
-	if (--i->n_open == 0) {
+	was_last = --i->n_open == 0;
+	if (was_last) {
 		last = i->pf;
 		i->pf = NULL;
 		i->first_epoch = 0;
@@ -485,6 +488,7 @@ static void file_closed(struct sfs_inode *i, sfs_pf_file *pf)
 	sfs_pf_file_unref(pf);
 	if (last)
 		sfs_pf_file_unref(last); /* the inode's reference */
+	return was_last;
 }
 
 /* open() of the stats file: a snapshot of the text, served direct_io. */
@@ -705,7 +709,8 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		if (of->direct)
 			sfs_pc_direct_closed(&fs->page_cache, of->direct_reads,
 					     of->direct_read_bytes);
-		file_closed(i, of->pf);
+		if (file_closed(i, of->pf)) /* the kernel holds i until this reply */
+			sfs_inode_closed(fs->inodes, i);
 		pthread_mutex_destroy(&of->lock);
 		free(of);
 	}

@@ -476,6 +476,54 @@ static void test_prune_pick(void)
 	sfs_inode_table_close(t);
 }
 
+/* The closed queue: files closed go first, oldest close first; one looked
+ * up again since its close is passed over; past the ring, the oldest
+ * closes are dropped. */
+static void test_prune_closed(void)
+{
+	enum { N = 100, RING = 8 };
+	struct sfs_fh root_fh = mkfh(0, 1);
+	sfs_inode_table *t;
+	struct sfs_inode *ino[N];
+	uint64_t ids[N];
+
+	ok(sfs_inode_table_open(&root_fh, &t) == 0 && sfs_inode_prune_enable(t, RING) == 0,
+	   "table opens with a closed queue of %d", RING);
+	for (int k = 0; k < N; k++) {
+		struct sfs_fh fh = mkfh(1, 5000 + (uint64_t)k);
+		struct sfs_attr a = mkattr(1, 5000 + (uint64_t)k, 1);
+		ino[k] = sfs_inode_get(t, &fh, &a, 1);
+	}
+	/* Closed, in this order: 40, 41, ..., 47 (what ops.c does at the last
+	 * close: referenced cleared, then queued). */
+	for (int k = 40; k < 48; k++) {
+		ino[k]->referenced = 0;
+		sfs_inode_closed(t, ino[k]);
+	}
+	size_t n = sfs_inode_prune_pick(t, N - 3, ids, N);
+	ok(n == 3 && ids[0] == (uint64_t)(uintptr_t)ino[40] &&
+	       ids[1] == (uint64_t)(uintptr_t)ino[41] && ids[2] == (uint64_t)(uintptr_t)ino[42],
+	   "the files closed longest ago go first (%zu picked)", n);
+	/* 43 is looked up again after its close; 44 is forgotten by the kernel. */
+	struct sfs_fh fh43 = mkfh(1, 5043);
+	struct sfs_attr a43 = mkattr(1, 5043, 1);
+	sfs_inode_get(t, &fh43, &a43, 2);
+	sfs_inode_forget(t, ino[44], 1);
+	n = sfs_inode_prune_pick(t, sfs_inode_count(t) - 3, ids, N);
+	ok(n == 3 && ids[0] == (uint64_t)(uintptr_t)ino[45] &&
+	       ids[1] == (uint64_t)(uintptr_t)ino[46] && ids[2] == (uint64_t)(uintptr_t)ino[47],
+	   "a file looked up again since its close and one forgotten are passed over");
+	/* Ring of 8: 12 closes keep the last 8. */
+	for (int k = 60; k < 72; k++) {
+		ino[k]->referenced = 0;
+		sfs_inode_closed(t, ino[k]);
+	}
+	n = sfs_inode_prune_pick(t, sfs_inode_count(t) - 1, ids, N);
+	ok(n == 1 && ids[0] == (uint64_t)(uintptr_t)ino[64],
+	   "past the ring the oldest closes are dropped: the first picked is the 5th of 12");
+	sfs_inode_table_close(t);
+}
+
 int main(void)
 {
 	test_basic();
@@ -484,5 +532,6 @@ int main(void)
 	test_growth();
 	test_concurrent();
 	test_prune_pick();
+	test_prune_closed();
 	return tap_done();
 }
