@@ -106,8 +106,8 @@ static const struct sfs_opt_def opt_table[] = {
 	     "(at most max_threads; the rest are parked); 0: libfuse's loop instead"},
     {UINT("inode_max", inode_max, 0, 1u << 30), .def = 2000000, .meta = "N",
      .help = "inodes the kernel may hold (~460 B of daemon memory each): past it, the "
-	     "least recently looked up are handed back (needs a kernel of FUSE protocol "
-	     "7.45); 0: no limit"},
+	     "kernel is asked to forget files closed longest ago, then those looked up "
+	     "least recently (needs FUSE protocol 7.45); 0: no limit"},
     {SIZE("prefetch_mem", prefetch_mem, 4u << 20, 1ull << 40), .def = 256ull << 20, .meta = "SIZE",
      .help = "memory for fetch buffers in flight, K/M/G/T suffixes"},
     {SIZE("prefetch_max", prefetch_max, 0, 1ull << 50), .def = 2ull << 30, .meta = "SIZE",
