@@ -21,7 +21,7 @@ struct sfs_inode_table {
 	size_t hand;		    /* protected by lock: the prune scan's next bucket */
 	/* Files whose last open closed, oldest first (sfs_inode_closed): a
 	 * ring of closed_cap keys, closed_n of them from closed_head. */
-	pthread_mutex_t closed_lock; /* leaf: never held with lock */
+	pthread_mutex_t closed_lock; /* leaf: taken alone or under lock */
 	struct inode_key {
 		uint64_t fsid, fileid;
 	} * closed;		      /* set before the FUSE loop, then read-only */

@@ -193,9 +193,10 @@ static bool no_node_up(sfs_origin *origin)
  * what closes between two passes, 16 bytes each (1 MiB at most). */
 #define PRUNE_RING(max) ((max) < PRUNE_MAX ? (size_t)(max) : (size_t)PRUNE_MAX)
 
-/* Past inode_max, ask the kernel to forget the inodes looked up least
- * recently, down to 90% of it (inode.h: sfs_inode_prune_pick); the kernel's
- * FORGETs free them (and memtrim gives the memory back). */
+/* Past inode_max, ask the kernel to forget files closed longest ago, then
+ * inodes looked up least recently, down to 90% of it (inode.h:
+ * sfs_inode_prune_pick); the kernel's FORGETs free them (and memtrim gives
+ * the memory back). */
 static void prune_inodes(struct sfs_fs *fs)
 {
 	uint64_t max = fs->opts->inode_max;
