@@ -27,6 +27,11 @@ struct sfs_inode_table {
 	} * closed;		      /* set before the FUSE loop, then read-only */
 	size_t closed_cap;	      /* set before the FUSE loop, then read-only */
 	size_t closed_head, closed_n; /* protected by closed_lock */
+	/* Closes are queued only while the table holds closed_from inodes or
+	 * more (closing_queued: atomic, written under lock), so that a mount
+	 * far below its limit pays one load per close, not a lock. */
+	uint64_t closed_from; /* set before the FUSE loop, then read-only */
+	bool closing_queued;
 };
 
 _Static_assert(sizeof(void *) != 8 || offsetof(struct sfs_inode, fh) <= 172,
@@ -175,6 +180,16 @@ void sfs_inode_table_close(sfs_inode_table *t)
 
 struct sfs_inode *sfs_inode_root(sfs_inode_table *t) { return t->root; }
 
+/* After n_inodes changed: whether closes are queued now. Caller holds lock
+ * (or the FUSE loop has not started). */
+static void count_changed(sfs_inode_table *t)
+{
+	bool queued = t->closed_cap && t->n_inodes >= t->closed_from;
+
+	if (queued != __atomic_load_n(&t->closing_queued, __ATOMIC_RELAXED))
+		__atomic_store_n(&t->closing_queued, queued, __ATOMIC_RELAXED);
+}
+
 /* Double the bucket array once the table is twice as full. Caller holds lock. */
 static void maybe_grow(sfs_inode_table *t)
 {
@@ -238,6 +253,7 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 		t->buckets[b] = ino;
 		t->n_inodes++;
 		t->bytes += inode_size(ino->fh_len);
+		count_changed(t);
 		maybe_grow(t);
 	}
 	ino->nlookup++;
@@ -266,18 +282,20 @@ static bool prune_candidate(struct sfs_inode *ino, bool clock)
 	return pick;
 }
 
-int sfs_inode_prune_enable(sfs_inode_table *t, size_t ring)
+int sfs_inode_prune_enable(sfs_inode_table *t, size_t ring, uint64_t from)
 {
 	t->closed = calloc(ring, sizeof(*t->closed));
 	if (!t->closed)
 		return -ENOMEM;
 	t->closed_cap = ring;
+	t->closed_from = from;
+	count_changed(t);
 	return 0;
 }
 
 void sfs_inode_closed(sfs_inode_table *t, const struct sfs_inode *ino)
 {
-	if (!t->closed_cap)
+	if (!__atomic_load_n(&t->closing_queued, __ATOMIC_RELAXED))
 		return;
 	pthread_mutex_lock(&t->closed_lock);
 	size_t at = (t->closed_head + t->closed_n) % t->closed_cap;
@@ -380,6 +398,7 @@ void sfs_inode_forget(sfs_inode_table *t, struct sfs_inode *ino, uint64_t n)
 		*p = ino->hash_next;
 		t->n_inodes--;
 		t->bytes -= inode_size(ino->fh_len);
+		count_changed(t);
 	}
 	pthread_mutex_unlock(&t->lock);
 	inode_free(ino);

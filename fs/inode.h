@@ -140,10 +140,11 @@ void sfs_inode_forget(sfs_inode_table *t, struct sfs_inode *ino, uint64_t n);
 void sfs_inode_set_attr(struct sfs_inode *ino, const struct sfs_attr *attr, uint64_t now_ms);
 
 /* Keep a queue of the files whose last open closed (at most ring of them;
- * the oldest is dropped past it) for sfs_inode_prune_pick, which takes
- * victims from it first. Call once, before the FUSE loop; without it the
- * picker uses its CLOCK hand alone. Returns 0 or -ENOMEM. */
-int sfs_inode_prune_enable(sfs_inode_table *t, size_t ring);
+ * the oldest is dropped past it) while the table holds from inodes or more,
+ * for sfs_inode_prune_pick, which takes victims from it first. Call once,
+ * before the FUSE loop; without it the picker uses its CLOCK hand alone.
+ * Returns 0 or -ENOMEM. */
+int sfs_inode_prune_enable(sfs_inode_table *t, size_t ring, uint64_t from);
 
 /* The last open of ino closed (its referenced bit was cleared under its
  * lock): queue it for pruning. Any thread; ino must be alive (RELEASE: the

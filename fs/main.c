@@ -190,7 +190,8 @@ static bool no_node_up(sfs_origin *origin)
  * back twice the excess). */
 #define PRUNE_MAX 65536
 /* The files closed that the picker remembers, oldest dropped first: about
- * what closes between two passes, 16 bytes each (1 MiB at most). */
+ * what closes between two passes, 16 bytes each (1 MiB at most); queued
+ * only from half of inode_max on. */
 #define PRUNE_RING(max) ((max) < PRUNE_MAX ? (size_t)(max) : (size_t)PRUNE_MAX)
 
 /* Past inode_max, ask the kernel to forget files closed longest ago, then
@@ -334,8 +335,8 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 	if (!fs->ctl_dir || !fs->stats_file)
 		rc = -ENOMEM;
 	if (rc < 0 || (rc = sfs_inode_table_open(sfs_origin_root(fs->origin), &fs->inodes)) < 0 ||
-	    (o->inode_max &&
-	     (rc = sfs_inode_prune_enable(fs->inodes, PRUNE_RING(o->inode_max))) < 0) ||
+	    (o->inode_max && (rc = sfs_inode_prune_enable(fs->inodes, PRUNE_RING(o->inode_max),
+							  o->inode_max / 2)) < 0) ||
 	    (rc = sfs_jobs_open(NULL, &fs->jobs)) < 0) {
 		fprintf(stderr, "shardfs: %s\n", strerror(-rc));
 		return -1;

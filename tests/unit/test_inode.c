@@ -487,7 +487,7 @@ static void test_prune_closed(void)
 	struct sfs_inode *ino[N];
 	uint64_t ids[N];
 
-	ok(sfs_inode_table_open(&root_fh, &t) == 0 && sfs_inode_prune_enable(t, RING) == 0,
+	ok(sfs_inode_table_open(&root_fh, &t) == 0 && sfs_inode_prune_enable(t, RING, 0) == 0,
 	   "table opens with a closed queue of %d", RING);
 	for (int k = 0; k < N; k++) {
 		struct sfs_fh fh = mkfh(1, 5000 + (uint64_t)k);
@@ -521,6 +521,26 @@ static void test_prune_closed(void)
 	n = sfs_inode_prune_pick(t, sfs_inode_count(t) - 1, ids, N);
 	ok(n == 1 && ids[0] == (uint64_t)(uintptr_t)ino[64],
 	   "past the ring the oldest closes are dropped: the first picked is the 5th of 12");
+	sfs_inode_table_close(t);
+
+	/* Below `from` inodes closes are not queued (a lock per close saved). */
+	ok(sfs_inode_table_open(&root_fh, &t) == 0 && sfs_inode_prune_enable(t, RING, N + 1) == 0,
+	   "table opens, queueing closes from %d inodes", N + 1);
+	for (int k = 0; k <= N; k++) {
+		struct sfs_fh fh = mkfh(1, 7000 + (uint64_t)k);
+		struct sfs_attr a = mkattr(1, 7000 + (uint64_t)k, 1);
+		ino[k < N ? k : 0] = sfs_inode_get(t, &fh, &a, 1);
+		if (k == N - 1) /* N inodes: below from */
+			for (int j = 40; j < 48; j++) {
+				ino[j]->referenced = 0;
+				sfs_inode_closed(t, ino[j]);
+			}
+	}
+	ino[50]->referenced = 0;
+	sfs_inode_closed(t, ino[50]); /* N + 1 inodes: queued */
+	n = sfs_inode_prune_pick(t, sfs_inode_count(t) - 1, ids, N);
+	ok(n == 1 && ids[0] == (uint64_t)(uintptr_t)ino[50],
+	   "closes below the threshold were not queued, the one at it was");
 	sfs_inode_table_close(t);
 }
 
