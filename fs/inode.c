@@ -32,6 +32,9 @@ struct sfs_inode_table {
 	 * far below its limit pays one load per close, not a lock. */
 	uint64_t closed_from; /* set before the FUSE loop, then read-only */
 	bool closing_queued;
+	uint64_t kick_at;   /* set before the FUSE loop, then read-only */
+	void (*kick)(void); /* set before the FUSE loop, then read-only */
+	bool kicked;	    /* protected by lock: kick called, not below kick_at since */
 };
 
 _Static_assert(sizeof(void *) != 8 || offsetof(struct sfs_inode, fh) <= 172,
@@ -188,6 +191,18 @@ static void count_changed(sfs_inode_table *t)
 
 	if (queued != __atomic_load_n(&t->closing_queued, __ATOMIC_RELAXED))
 		__atomic_store_n(&t->closing_queued, queued, __ATOMIC_RELAXED);
+	if (t->n_inodes < t->kick_at)
+		t->kicked = false;
+}
+
+/* Whether the caller, after dropping lock, must call t->kick (once per
+ * crossing of kick_at). Caller holds lock. */
+static bool kick_due(sfs_inode_table *t)
+{
+	if (!t->kick || t->kicked || t->n_inodes < t->kick_at)
+		return false;
+	t->kicked = true;
+	return true;
 }
 
 /* Double the bucket array once the table is twice as full. Caller holds lock. */
@@ -257,8 +272,11 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 		maybe_grow(t);
 	}
 	ino->nlookup++;
+	bool kick = kick_due(t);
 	pthread_mutex_unlock(&t->lock);
 	sfs_inode_set_attr(ino, attr, now_ms);
+	if (kick)
+		t->kick();
 	return ino;
 }
 
@@ -282,13 +300,17 @@ static bool prune_candidate(struct sfs_inode *ino, bool clock)
 	return pick;
 }
 
-int sfs_inode_prune_enable(sfs_inode_table *t, size_t ring, uint64_t from)
+int sfs_inode_prune_enable(sfs_inode_table *t, const struct sfs_inode_prune_conf *conf)
 {
-	t->closed = calloc(ring, sizeof(*t->closed));
-	if (!t->closed)
-		return -ENOMEM;
-	t->closed_cap = ring;
-	t->closed_from = from;
+	if (conf->ring) {
+		t->closed = calloc(conf->ring, sizeof(*t->closed));
+		if (!t->closed)
+			return -ENOMEM;
+		t->closed_cap = conf->ring;
+	}
+	t->closed_from = conf->from;
+	t->kick_at = conf->kick_at;
+	t->kick = conf->kick;
 	count_changed(t);
 	return 0;
 }

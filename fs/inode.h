@@ -139,12 +139,24 @@ void sfs_inode_forget(sfs_inode_table *t, struct sfs_inode *ino, uint64_t n);
 /* Store fresh attributes (GETATTR result). */
 void sfs_inode_set_attr(struct sfs_inode *ino, const struct sfs_attr *attr, uint64_t now_ms);
 
-/* Keep a queue of the files whose last open closed (at most ring of them;
- * the oldest is dropped past it) while the table holds from inodes or more,
- * for sfs_inode_prune_pick, which takes victims from it first. Call once,
- * before the FUSE loop; without it the picker uses its CLOCK hand alone.
- * Returns 0 or -ENOMEM. */
-int sfs_inode_prune_enable(sfs_inode_table *t, size_t ring, uint64_t from);
+/* How the table helps its pruner (sfs_inode_prune_enable). */
+struct sfs_inode_prune_conf {
+	/* Keep a queue of the files whose last open closed (at most ring of
+	 * them; the oldest is dropped past it) while the table holds from
+	 * inodes or more: sfs_inode_prune_pick takes victims from it first. */
+	size_t ring;
+	uint64_t from;
+	/* When a lookup brings the table to kick_at inodes, call kick() (after
+	 * dropping the table lock), once until the table is below kick_at
+	 * again: a burst of lookups (a listing) gets a pass at once instead
+	 * of at the next tick. NULL: none. */
+	uint64_t kick_at;
+	void (*kick)(void);
+};
+
+/* Call once, before the FUSE loop; without it the picker uses its CLOCK
+ * hand alone. Returns 0 or -ENOMEM. */
+int sfs_inode_prune_enable(sfs_inode_table *t, const struct sfs_inode_prune_conf *conf);
 
 /* The last open of ino closed (its referenced bit was cleared under its
  * lock): queue it for pruning. Any thread; ino must be alive (RELEASE: the

@@ -235,9 +235,23 @@ static void prune_inodes(struct sfs_fs *fs)
 	__atomic_fetch_add(&fs->inodes_pruned, n, __ATOMIC_RELAXED);
 }
 
-/* memtrim's hook, once a second: inodes past inode_max are handed back to
- * the kernel; chunk buffers pooled for reuse go back to the system after
- * 5 s without a fetch or a load (a busy reader never pays for it). */
+/* The inode table's help for prune_inodes: the queue of closed files from
+ * half of inode_max on, and a pass at once when a burst of lookups (a
+ * listing) goes 1/16 past it, instead of up to a second later. */
+static int prune_setup(struct sfs_fs *fs, uint64_t max)
+{
+	struct sfs_inode_prune_conf c = {.ring = PRUNE_RING(max),
+					 .from = max / 2,
+					 .kick_at = max + max / 16,
+					 .kick = sfs_memtrim_kick};
+
+	return max ? sfs_inode_prune_enable(fs->inodes, &c) : 0;
+}
+
+/* memtrim's hook, once a second (or at once when the inode table kicks):
+ * inodes past inode_max are handed back to the kernel; chunk buffers pooled
+ * for reuse go back to the system after 5 s without a fetch or a load (a
+ * busy reader never pays for it). */
 static uint64_t release_idle(void *arg)
 {
 	struct sfs_fs *fs = arg;
@@ -335,9 +349,7 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 	if (!fs->ctl_dir || !fs->stats_file)
 		rc = -ENOMEM;
 	if (rc < 0 || (rc = sfs_inode_table_open(sfs_origin_root(fs->origin), &fs->inodes)) < 0 ||
-	    (o->inode_max && (rc = sfs_inode_prune_enable(fs->inodes, PRUNE_RING(o->inode_max),
-							  o->inode_max / 2)) < 0) ||
-	    (rc = sfs_jobs_open(NULL, &fs->jobs)) < 0) {
+	    (rc = prune_setup(fs, o->inode_max)) < 0 || (rc = sfs_jobs_open(NULL, &fs->jobs)) < 0) {
 		fprintf(stderr, "shardfs: %s\n", strerror(-rc));
 		return -1;
 	}

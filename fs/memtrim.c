@@ -62,6 +62,13 @@ int sfs_memtrim_start(uint64_t (*release)(void *arg), void *arg)
 	return rc;
 }
 
+void sfs_memtrim_kick(void)
+{
+	pthread_mutex_lock(&lock);
+	pthread_cond_signal(&wake);
+	pthread_mutex_unlock(&lock);
+}
+
 void sfs_memtrim_stop(void)
 {
 	pthread_mutex_lock(&lock);

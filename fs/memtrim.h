@@ -9,8 +9,9 @@
  * at 82 MiB, and one malloc_trim(0) afterwards brought it to 22 MiB. So the
  * FORGET path only counts, and a thread trims once a second while at least
  * SFS_MEMTRIM_MIN blocks were freed since the last trim: within a second
- * of a burst's end, off every request's path. Each second it also calls
- * the owner's release hook (idle buffer pools), and trims after it freed.
+ * of a burst's end, off every request's path. Each second (or at once,
+ * sfs_memtrim_kick) it also calls the owner's release hook (idle buffer
+ * pools, inodes past inode_max), and trims after it freed.
  *
  * Threading: sfs_memtrim_freed() from any thread; start/stop from main.
  */
@@ -26,6 +27,9 @@
  * and returns the bytes it freed. Returns 0 or -errno (then nothing is
  * trimmed). */
 int sfs_memtrim_start(uint64_t (*release)(void *arg), void *arg);
+/* Run the thread's pass (the release hook, then a trim if due) now instead
+ * of at the next second. Any thread; no-op if not started. */
+void sfs_memtrim_kick(void);
 /* Stop and join it (no-op if not started). */
 void sfs_memtrim_stop(void);
 /* n blocks were freed (inodes forgotten). */

@@ -487,7 +487,8 @@ static void test_prune_closed(void)
 	struct sfs_inode *ino[N];
 	uint64_t ids[N];
 
-	ok(sfs_inode_table_open(&root_fh, &t) == 0 && sfs_inode_prune_enable(t, RING, 0) == 0,
+	ok(sfs_inode_table_open(&root_fh, &t) == 0 &&
+	       sfs_inode_prune_enable(t, &(struct sfs_inode_prune_conf){.ring = RING}) == 0,
 	   "table opens with a closed queue of %d", RING);
 	for (int k = 0; k < N; k++) {
 		struct sfs_fh fh = mkfh(1, 5000 + (uint64_t)k);
@@ -524,7 +525,9 @@ static void test_prune_closed(void)
 	sfs_inode_table_close(t);
 
 	/* Below `from` inodes closes are not queued (a lock per close saved). */
-	ok(sfs_inode_table_open(&root_fh, &t) == 0 && sfs_inode_prune_enable(t, RING, N + 1) == 0,
+	ok(sfs_inode_table_open(&root_fh, &t) == 0 &&
+	       sfs_inode_prune_enable(
+		   t, &(struct sfs_inode_prune_conf){.ring = RING, .from = N + 1}) == 0,
 	   "table opens, queueing closes from %d inodes", N + 1);
 	for (int k = 0; k <= N; k++) {
 		struct sfs_fh fh = mkfh(1, 7000 + (uint64_t)k);
@@ -544,6 +547,44 @@ static void test_prune_closed(void)
 	sfs_inode_table_close(t);
 }
 
+/* The kick: once when a lookup brings the table to kick_at, again only after
+ * it went below. */
+static int kicks;
+static void count_kick(void) { kicks++; }
+
+static void test_prune_kick(void)
+{
+	struct sfs_fh root_fh = mkfh(0, 1);
+	sfs_inode_table *t;
+	struct sfs_inode *ino[12];
+
+	ok(sfs_inode_table_open(&root_fh, &t) == 0 &&
+	       sfs_inode_prune_enable(
+		   t, &(struct sfs_inode_prune_conf){.kick_at = 10, .kick = count_kick}) == 0,
+	   "table opens with a kick at 10 inodes");
+	for (int k = 0; k < 12; k++) {
+		struct sfs_fh fh = mkfh(1, 9000 + (uint64_t)k);
+		struct sfs_attr a = mkattr(1, 9000 + (uint64_t)k, 1);
+		ino[k] = sfs_inode_get(t, &fh, &a, 1);
+		if (k == 8)
+			ok(kicks == 0, "9 inodes: no kick");
+	}
+	ok(kicks == 1, "10, 11, 12 inodes: one kick (%d)", kicks);
+	sfs_inode_forget(t, ino[11], 1);
+	sfs_inode_forget(t, ino[10], 1);
+	struct sfs_fh fh = mkfh(1, 9010);
+	struct sfs_attr a = mkattr(1, 9010, 1);
+	sfs_inode_get(t, &fh, &a, 2);
+	ok(kicks == 1, "down to 11 and up again: still one");
+	sfs_inode_forget(t, ino[9], 1);
+	sfs_inode_forget(t, ino[8], 1);
+	fh = mkfh(1, 9008);
+	a = mkattr(1, 9008, 1);
+	sfs_inode_get(t, &fh, &a, 3);
+	ok(kicks == 2, "below 10 and back to it: a second kick (%d)", kicks);
+	sfs_inode_table_close(t);
+}
+
 int main(void)
 {
 	test_basic();
@@ -553,5 +594,6 @@ int main(void)
 	test_concurrent();
 	test_prune_pick();
 	test_prune_closed();
+	test_prune_kick();
 	return tap_done();
 }
