@@ -184,10 +184,10 @@ static bool no_node_up(sfs_origin *origin)
 	return true;
 }
 
-/* Inodes handed back per second at most: one pass of the picker, 512 KiB
- * of ids. What is left is handed back a second later, once the FORGETs of
- * this pass have shrunk the table (picking twice before them would hand
- * back twice the excess). */
+/* Inodes handed back per pass at most, 512 KiB of ids. What is left goes
+ * at the next pass (a second later, or a kick), once the FORGETs of this
+ * one have shrunk the table (picking twice before them would hand back
+ * twice the excess). */
 #define PRUNE_MAX 65536
 /* The files closed that the picker remembers, oldest dropped first: about
  * what closes between two passes, 16 bytes each (1 MiB at most); queued
