@@ -292,9 +292,12 @@ static bool prune_candidate(struct sfs_inode *ino, bool clock)
 
 	sfs_inode_lock(ino);
 	if (ino->n_open == 0 && ino->attr.type != S_IFDIR) {
-		pick = !ino->referenced;
-		if (pick || clock)
-			ino->referenced = !ino->referenced;
+		if (!ino->referenced) {
+			pick = true;
+			ino->referenced = 1; /* not picked again in this call */
+		} else if (clock) {
+			ino->referenced = 0; /* its second chance */
+		}
 	}
 	sfs_inode_unlock(ino);
 	return pick;

@@ -201,10 +201,12 @@ static bool no_node_up(sfs_origin *origin)
 static void prune_inodes(struct sfs_fs *fs)
 {
 	uint64_t max = fs->opts->inode_max;
-	uint64_t n_inodes = sfs_inode_count(fs->inodes);
 	static bool warned;
 
-	if (!max || n_inodes <= max || !sfs_fusedev_kernel_minor())
+	if (!max)
+		return;
+	uint64_t n_inodes = sfs_inode_count(fs->inodes);
+	if (n_inodes <= max || !sfs_fusedev_kernel_minor())
 		return; /* within the limit, or before INIT */
 	if (!sfs_fusedev_can_prune()) {
 		if (!warned)
