@@ -71,6 +71,11 @@ struct ns_dir {
 	bool complete;
 	uint32_t n, cap;
 	struct ns_ent **ents;
+	/* listings mode: when its listing started (or failed, or its window of
+	 * counted misses began); a listing in flight; a failed one. */
+	uint64_t since_ms;
+	uint16_t misses;
+	bool listing, failed;
 };
 
 struct sfs_ns {
@@ -96,6 +101,7 @@ struct sfs_ns {
 	size_t pend_len, pend_cap;
 	uint64_t file_bytes, mem_bytes, dead_bytes;
 	uint64_t hits, misses, not_recorded, discarded_bytes;
+	uint64_t listings, listings_failed;
 };
 
 /* --- records ------------------------------------------------------------ */
@@ -266,6 +272,8 @@ static size_t rec_check(const uint8_t *p, size_t avail)
 }
 
 /* --- the index (caller holds ns->lock) ---------------------------------- */
+
+static void listing_fail_locked(sfs_ns *ns, struct ns_dir *d);
 
 static size_t ebucket(const sfs_ns *ns, uint64_t parent, const char *name, size_t len)
 {
@@ -788,15 +796,16 @@ int sfs_ns_open(const struct sfs_ns_conf *conf, sfs_ns **out, char *err, size_t 
 		return -ENOMEM;
 	ns->fd = ns->lock_fd = -1;
 	ns->conf.max_entries = conf->max_entries ? conf->max_entries : SFS_NS_DEFAULT_MAX;
+	ns->conf.ttl_ms = conf->ttl_ms;
 	ns->conf.export_path = strdup(conf->export_path ? conf->export_path : "");
 	ns->conf.hosts = strdup(conf->hosts ? conf->hosts : "");
-	ns->conf.dir = conf->dir ? strdup(conf->dir) : NULL;
+	ns->conf.dir = conf->dir && !conf->ttl_ms ? strdup(conf->dir) : NULL;
 	ns->n_ebuckets = ns->n_dbuckets = 1024;
 	ns->ebuckets = calloc(ns->n_ebuckets, sizeof(*ns->ebuckets));
 	ns->dbuckets = calloc(ns->n_dbuckets, sizeof(*ns->dbuckets));
-	if (!ns->conf.export_path || !ns->conf.hosts || (conf->dir && !ns->conf.dir) ||
-	    !ns->ebuckets || !ns->dbuckets || strlen(ns->conf.export_path) > 1024 ||
-	    strlen(ns->conf.hosts) > 1024)
+	if (!ns->conf.export_path || !ns->conf.hosts ||
+	    (conf->dir && !conf->ttl_ms && !ns->conf.dir) || !ns->ebuckets || !ns->dbuckets ||
+	    strlen(ns->conf.export_path) > 1024 || strlen(ns->conf.hosts) > 1024)
 		goto err_free;
 	ns->mem_bytes = sizeof(*ns) + 2048 * sizeof(void *);
 	pthread_mutex_init(&ns->lock, NULL);
@@ -986,7 +995,12 @@ int sfs_ns_dir_complete(sfs_ns *ns, uint64_t dir, uint64_t n_entries)
 	struct ns_dir *d = dir_find(ns, dir);
 	bool was = d && d->complete;
 	int rc = mark_complete(ns, dir, n_entries);
-	if (rc == 0 && !was) {
+	if (ns->conf.ttl_ms) {
+		if ((d = dir_find(ns, dir)) && rc < 0 && d->listing)
+			listing_fail_locked(ns, d);
+		else if (d)
+			d->listing = false;
+	} else if (rc == 0 && !was) {
 		pend_append(ns, rec, DIRDONE_BYTES);
 		ns->urgent = true; /* a listing is worth making durable now */
 		pthread_cond_signal(&ns->wake);
@@ -1032,6 +1046,134 @@ void sfs_ns_get_stats(sfs_ns *ns, struct sfs_ns_stats *out)
 				     .misses = ns->misses,
 				     .not_recorded = ns->not_recorded,
 				     .discarded_bytes = ns->discarded_bytes,
+				     .listings = ns->listings,
+				     .listings_failed = ns->listings_failed,
 				     .loaded = ns->loaded};
 	pthread_mutex_unlock(&ns->lock);
+}
+
+/* --- listings mode ------------------------------------------------------ */
+
+/* Drop every name of d from the index (d stays). Caller holds lock. */
+static void dir_drop_names(sfs_ns *ns, struct ns_dir *d)
+{
+	for (uint32_t i = 0; i < d->n; i++) {
+		struct ns_ent *e = d->ents[i];
+		size_t nl;
+		const char *name = ent_name(e, &nl);
+		struct ns_ent **slot = ent_slot(ns, d->fileid, name, nl);
+		if (*slot == e) /* (parent, name) is unique in the index */
+			*slot = e->hnext;
+		ns->mem_bytes -= sizeof(*e) + e->len;
+		ns->n_entries--;
+		free(e);
+	}
+	ns->mem_bytes -= d->cap * sizeof(*d->ents);
+	free(d->ents);
+	d->ents = NULL;
+	d->n = d->cap = 0;
+	if (d->complete) {
+		d->complete = false;
+		ns->n_complete--;
+	}
+}
+
+/* Whether d's listing answers at now. Caller holds lock. */
+static bool listing_fresh(const sfs_ns *ns, const struct ns_dir *d, uint64_t now)
+{
+	return d && d->complete && now - d->since_ms < ns->conf.ttl_ms;
+}
+
+int sfs_ns_lookup_listed(sfs_ns *ns, uint64_t parent, const char *name, struct sfs_fh *fh,
+			 struct sfs_attr *attr, uint64_t *listed_ms)
+{
+	size_t len = strlen(name);
+	uint64_t now = sfs_now_ms();
+	int rc = -ENODATA;
+
+	pthread_mutex_lock(&ns->lock);
+	struct ns_dir *d = dir_find(ns, parent);
+	if (len && len <= 255 && listing_fresh(ns, d, now)) {
+		struct ns_ent *e = *ent_slot(ns, parent, name, len);
+		if (e)
+			ent_decode(e, fh, attr, NULL);
+		rc = e ? 0 : -ENOENT;
+		*listed_ms = d->since_ms;
+		ns->hits++;
+	} else {
+		ns->misses++;
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+bool sfs_ns_listing_wanted(sfs_ns *ns, uint64_t dir)
+{
+	uint64_t now = sfs_now_ms();
+	bool go = false;
+
+	pthread_mutex_lock(&ns->lock);
+	struct ns_dir *d = dir_get(ns, dir);
+	if (d && !d->listing) {
+		bool was_listed = d->complete;
+		if (now - d->since_ms >= ns->conf.ttl_ms) { /* a new window */
+			dir_drop_names(ns, d);
+			d->failed = false;
+			d->misses = 0;
+			d->since_ms = now;
+		}
+		if (!d->failed && !d->complete &&
+		    (was_listed || ++d->misses >= SFS_NS_LIST_AFTER)) {
+			dir_drop_names(ns, d); /* names a racing listing left */
+			d->listing = true;
+			d->since_ms = now; /* answers are at most ttl_ms older than this */
+			ns->listings++;
+			go = true;
+		}
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return go;
+}
+
+/* Caller holds lock. */
+static void listing_fail_locked(sfs_ns *ns, struct ns_dir *d)
+{
+	dir_drop_names(ns, d);
+	d->listing = false;
+	d->failed = true;
+	d->since_ms = sfs_now_ms();
+	ns->listings_failed++;
+}
+
+void sfs_ns_listing_failed(sfs_ns *ns, uint64_t dir)
+{
+	pthread_mutex_lock(&ns->lock);
+	struct ns_dir *d = dir_find(ns, dir);
+	if (d && d->listing)
+		listing_fail_locked(ns, d);
+	pthread_mutex_unlock(&ns->lock);
+}
+
+uint64_t sfs_ns_expire(sfs_ns *ns)
+{
+	uint64_t now = sfs_now_ms(), dropped = 0;
+
+	if (!ns->conf.ttl_ms)
+		return 0;
+	pthread_mutex_lock(&ns->lock);
+	for (size_t b = 0; b < ns->n_dbuckets; b++)
+		for (struct ns_dir **p = &ns->dbuckets[b], *d; (d = *p);) {
+			if (d->listing || now - d->since_ms < ns->conf.ttl_ms) {
+				p = &d->hnext;
+				continue;
+			}
+			*p = d->hnext;
+			dropped += d->n;
+			dir_drop_names(ns, d);
+			ns->n_dirs--;
+			ns->mem_bytes -= sizeof(*d);
+			free(d);
+		}
+	pthread_mutex_unlock(&ns->lock);
+	return dropped;
 }

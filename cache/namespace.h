@@ -18,6 +18,14 @@
  * Bounds: at most max_entries entries are held (memory and disk); beyond
  * that, new names are not recorded and the caller falls back to NFS.
  *
+ * Listings mode (conf.ttl_ms > 0, memory only; for mounts that are not
+ * immutable): names come only from whole directory listings the caller
+ * makes when sfs_ns_listing_wanted() says so, and a listing answers lookups
+ * for ttl_ms from the moment it was started (so an answer is never older
+ * than ttl_ms, as the kernel's own caching of names for actimeo). Expired
+ * listings are dropped by sfs_ns_expire(); memory is held only for
+ * directories listed within the last ttl_ms.
+ *
  * Threading: every function may be called from any thread once open;
  * one mutex protects the index, a second serialises writes to the file
  * (order: io lock, then index lock). sfs_ns_add and sfs_ns_dir_complete
@@ -46,7 +54,12 @@ struct sfs_ns_conf {
 	const char *export_path; /* identity of the export: part of the header */
 	const char *hosts;	 /* the host list as given: part of the header */
 	uint64_t max_entries;	 /* 0: SFS_NS_DEFAULT_MAX */
+	uint64_t ttl_ms;	 /* 0: names stay; else listings mode (dir ignored) */
 };
+
+/* Listings mode: lookups a directory misses within ttl_ms before it is
+ * listed (a directory listed before is listed again at its first miss). */
+#define SFS_NS_LIST_AFTER 2
 
 struct sfs_ns_stats {
 	uint64_t entries;	  /* names held */
@@ -56,6 +69,8 @@ struct sfs_ns_stats {
 	uint64_t hits, misses;	  /* lookups and readdirs answered / not answered */
 	uint64_t not_recorded;	  /* names not kept: max_entries reached */
 	uint64_t discarded_bytes; /* bytes of damaged log cut off at open */
+	uint64_t listings;	  /* listings mode: listings started */
+	uint64_t listings_failed; /* ... of those, failed or over max_entries */
 	bool loaded;		  /* a namespace for this export was read at open */
 };
 
@@ -98,6 +113,32 @@ int sfs_ns_lookup(sfs_ns *ns, uint64_t parent, const char *name, struct sfs_fh *
 		  struct sfs_attr *attr);
 
 /*
+ * Listings mode: look name up in parent's listing if one younger than ttl_ms
+ * is held. Returns 0 (fh/attr filled) or -ENOENT (not in the listing), with
+ * *listed_ms the sfs_now_ms() at which the listing started; -ENODATA when
+ * no such listing is held.
+ */
+int sfs_ns_lookup_listed(sfs_ns *ns, uint64_t parent, const char *name, struct sfs_fh *fh,
+			 struct sfs_attr *attr, uint64_t *listed_ms);
+
+/*
+ * Listings mode: a lookup in dir was not answered (-ENODATA above). Counts it
+ * and returns true when the caller should list dir now: its names from an
+ * expired listing are dropped and it is marked as being listed (no second
+ * listing starts meanwhile). The caller then records every name with
+ * sfs_ns_add() and ends with sfs_ns_dir_complete(), or with
+ * sfs_ns_listing_failed() (no listing of dir is tried again within ttl_ms).
+ * A directory whose listing failed or did not fit max_entries, or one a
+ * listing is running for, returns false.
+ */
+bool sfs_ns_listing_wanted(sfs_ns *ns, uint64_t dir);
+void sfs_ns_listing_failed(sfs_ns *ns, uint64_t dir);
+
+/* Listings mode: drop the listings (and miss counts) older than ttl_ms.
+ * Returns the names dropped. */
+uint64_t sfs_ns_expire(sfs_ns *ns);
+
+/*
  * Record name in parent -> (fh, attr). A name already held with the same
  * handle and attributes (atime aside) is not written again; a changed one
  * replaces it. Returns 0, -ENOSPC (max_entries reached: not recorded),
@@ -112,7 +153,8 @@ int sfs_ns_add(sfs_ns *ns, uint64_t parent, const char *name, const struct sfs_f
  * The whole listing of dir has been seen: n_entries names (without "." and
  * ".."), each recorded with sfs_ns_add. Marks it complete when the index
  * holds exactly that many names under dir. Returns 0, or -ESTALE when the
- * counts differ (then nothing is marked).
+ * counts differ (then nothing is marked; in listings mode the listing
+ * failed, as with sfs_ns_listing_failed).
  */
 int sfs_ns_dir_complete(sfs_ns *ns, uint64_t dir, uint64_t n_entries);
 

@@ -2,10 +2,12 @@
 /*
  * test_namespace — cache/namespace.c against a real temp directory: records,
  * replay after close, a torn tail, a flipped byte, another export or root,
- * the entry bound, replacement and compaction.
+ * the entry bound, replacement and compaction; listings mode (lookups
+ * answered from whole listings for a time: when to list, expiry, failures).
  *
  * Linked against the namespace module only (and log.c).
  */
+#include "log.h"
 #include "namespace.h"
 #include "tap.h"
 
@@ -364,6 +366,103 @@ static void test_bounds(void)
 	sfs_ns_close(a);
 }
 
+/* Listings mode: names from whole listings, valid for ttl_ms. */
+static void test_listings(void)
+{
+	const uint64_t ttl = 400;
+	struct sfs_ns_conf c = {.dir = dir, .export_path = "/ifs", .max_entries = 5, .ttl_ms = ttl};
+	char err[256] = "";
+	sfs_ns *ns = NULL;
+	struct sfs_fh fh;
+	struct sfs_attr a;
+	struct sfs_ns_stats st;
+	uint64_t listed = 0;
+
+	ok(sfs_ns_open(&c, &ns, err, sizeof(err)) == 0 && ns, "listings mode opens (%s)", err);
+	if (!ns)
+		return;
+	sfs_ns_get_stats(ns, &st);
+	uint64_t base_mem = st.mem_bytes;
+	ok(st.file_bytes == 0 && sfs_ns_flush(ns) == 0, "no log is written");
+
+	ok(sfs_ns_lookup_listed(ns, 10, "a", &fh, &a, &listed) == -ENODATA,
+	   "no listing: not known");
+	ok(!sfs_ns_listing_wanted(ns, 10), "first miss in a directory: no listing yet");
+	ok(sfs_ns_listing_wanted(ns, 10), "second miss: list it");
+	ok(!sfs_ns_listing_wanted(ns, 10), "not twice while it runs");
+	uint64_t t0 = sfs_now_ms();
+	ok(sfs_ns_add(ns, 10, "a", &(struct sfs_fh){.len = 4, .data = {1}},
+		      &(struct sfs_attr){.fileid = 1, .size = 11}) == 0 &&
+	       sfs_ns_add(ns, 10, "b", &(struct sfs_fh){.len = 4, .data = {2}},
+			  &(struct sfs_attr){.fileid = 2, .size = 22}) == 0,
+	   "names recorded while listing");
+	ok(sfs_ns_lookup_listed(ns, 10, "a", &fh, &a, &listed) == -ENODATA,
+	   "a listing in flight answers nothing");
+	ok(sfs_ns_dir_complete(ns, 10, 2) == 0, "listing complete");
+	ok(sfs_ns_lookup_listed(ns, 10, "b", &fh, &a, &listed) == 0 && a.size == 22 &&
+	       a.fileid == 2 && fh.len == 4 && fh.data[0] == 2,
+	   "a name of the listing answers with its handle and attributes");
+	ok(listed >= t0 - 1 && listed <= sfs_now_ms(), "dated from when the listing started");
+	ok(sfs_ns_lookup_listed(ns, 10, "zz", &fh, &a, &listed) == -ENOENT,
+	   "a name not in it: ENOENT");
+	ok(sfs_ns_lookup_listed(ns, 11, "a", &fh, &a, &listed) == -ENODATA,
+	   "another directory: not known");
+	ok(sfs_ns_lookup(ns, 10, "a", &fh, &a) == 0, "sfs_ns_lookup sees it too");
+
+	/* an empty directory */
+	sfs_ns_listing_wanted(ns, 12);
+	ok(sfs_ns_listing_wanted(ns, 12) && sfs_ns_dir_complete(ns, 12, 0) == 0 &&
+	       sfs_ns_lookup_listed(ns, 12, "x", &fh, &a, &listed) == -ENOENT,
+	   "an empty listing answers ENOENT");
+
+	/* a count that does not match fails the listing */
+	sfs_ns_listing_wanted(ns, 13);
+	sfs_ns_listing_wanted(ns, 13);
+	sfs_ns_add(ns, 13, "x", &fh, &a);
+	ok(sfs_ns_dir_complete(ns, 13, 5) == -ESTALE &&
+	       sfs_ns_lookup_listed(ns, 13, "x", &fh, &a, &listed) == -ENODATA,
+	   "a listing whose count differs fails and answers nothing");
+	ok(!sfs_ns_listing_wanted(ns, 13) && !sfs_ns_listing_wanted(ns, 13),
+	   "a failed directory is not listed again within the ttl");
+
+	/* over max_entries: 2 names held, room for 3 more */
+	sfs_ns_listing_wanted(ns, 14);
+	sfs_ns_listing_wanted(ns, 14);
+	int rc = 0;
+	char name[8];
+	for (int k = 0; k < 4 && rc == 0; k++) {
+		snprintf(name, sizeof(name), "n%d", k);
+		rc = sfs_ns_add(ns, 14, name, &fh, &a);
+	}
+	ok(rc == -ENOSPC, "a listing past max_entries is refused (%d)", rc);
+	sfs_ns_listing_failed(ns, 14);
+	sfs_ns_get_stats(ns, &st);
+	ok(st.entries == 2 && st.listings == 4 && st.listings_failed == 2,
+	   "a failed listing's names are dropped: %llu names, %llu listings, %llu failed",
+	   (unsigned long long)st.entries, (unsigned long long)st.listings,
+	   (unsigned long long)st.listings_failed);
+
+	usleep((useconds_t)(ttl + 50) * 1000);
+	ok(sfs_ns_lookup_listed(ns, 10, "a", &fh, &a, &listed) == -ENODATA,
+	   "after the ttl the listing answers nothing");
+	ok(sfs_ns_listing_wanted(ns, 10), "a directory listed before is listed again at once");
+	sfs_ns_get_stats(ns, &st);
+	ok(st.entries == 0, "its old names are gone (%llu held)", (unsigned long long)st.entries);
+	ok(!sfs_ns_listing_wanted(ns, 13) && sfs_ns_listing_wanted(ns, 13),
+	   "after the ttl a failed directory counts misses again");
+	sfs_ns_add(ns, 10, "c", &fh, &a);
+	sfs_ns_dir_complete(ns, 10, 1);
+	sfs_ns_listing_failed(ns, 13);
+	ok(sfs_ns_expire(ns) == 0, "expire keeps what is younger than the ttl");
+	usleep((useconds_t)(ttl + 50) * 1000);
+	ok(sfs_ns_expire(ns) == 1, "and drops what is older");
+	sfs_ns_get_stats(ns, &st);
+	ok(st.entries == 0 && st.dirs_complete == 0 && st.mem_bytes == base_mem,
+	   "and its memory: %llu bytes, %llu at open", (unsigned long long)st.mem_bytes,
+	   (unsigned long long)base_mem);
+	sfs_ns_close(ns);
+}
+
 int main(void)
 {
 	snprintf(dir, sizeof(dir), "/tmp/test_namespace.XXXXXX");
@@ -373,6 +472,7 @@ int main(void)
 	test_persist();
 	test_damage();
 	test_bounds();
+	test_listings();
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	if (system(cmd)) {
