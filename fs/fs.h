@@ -56,16 +56,17 @@ const char *sfs_stage_target_name(enum sfs_stage_kind t);
 const char *sfs_stage_reason_name(enum sfs_stage_reason r);
 
 struct sfs_fs {
-	struct sfs_options *opts;		/* set at start, then read-only */
-	sfs_origin *origin;			/* set at start, then read-only */
-	sfs_prefetch *prefetch;			/* set at start, then read-only */
-	sfs_store *store;			/* set at start, then read-only; NULL: no cache */
-	uint32_t root_dataset;			/* set at start: the export's own dataset */
-	sfs_staging *staging;			/* set at start, then read-only */
-	struct fuse_session *se;		/* set at start: for kernel cache invalidation */
-	sfs_inode_table *inodes;		/* set at start, then read-only */
-	sfs_jobs *jobs;				/* set at start, then read-only: per-job reads */
-	sfs_ns *ns;				/* set at start; non-NULL iff immutable */
+	struct sfs_options *opts; /* set at start, then read-only */
+	sfs_origin *origin;	  /* set at start, then read-only */
+	sfs_prefetch *prefetch;	  /* set at start, then read-only */
+	sfs_store *store;	  /* set at start, then read-only; NULL: no cache */
+	uint32_t root_dataset;	  /* set at start: the export's own dataset */
+	sfs_staging *staging;	  /* set at start, then read-only */
+	struct fuse_session *se;  /* set at start: for kernel cache invalidation */
+	sfs_inode_table *inodes;  /* set at start, then read-only */
+	sfs_jobs *jobs;		  /* set at start, then read-only: per-job reads */
+	sfs_ns *ns;		  /* set at start; non-NULL iff immutable */
+	sfs_ns *listings;	  /* set at start: not immutable, directory listings (NULL: none) */
 	pthread_mutex_t statfs_lock;		/* immutable: guards the two below */
 	bool have_fsstat;			/* protected by statfs_lock */
 	struct sfs_fsstat fsstat;		/* protected by statfs_lock: first answer */

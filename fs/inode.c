@@ -448,8 +448,10 @@ void sfs_inode_set_attr(struct sfs_inode *ino, const struct sfs_attr *attr, uint
 				   .rdev_minor = attr->rdev_minor};
 
 	sfs_inode_lock(ino);
-	ino->attr = a;
-	ino->attr_time_ms = now_ms;
+	if (now_ms >= ino->attr_time_ms) { /* never back to older news (a listing's) */
+		ino->attr = a;
+		ino->attr_time_ms = now_ms;
+	}
 	ino->referenced = 1;
 	sfs_inode_unlock(ino);
 }

@@ -136,7 +136,9 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 /* Drop n lookup references (FUSE forget); frees the inode at zero. */
 void sfs_inode_forget(sfs_inode_table *t, struct sfs_inode *ino, uint64_t n);
 
-/* Store fresh attributes (GETATTR result). */
+/* Store attributes NFS gave at now_ms (a GETATTR's, or a listing's from
+ * earlier); older than those held, they are ignored (but the inode is
+ * still marked referenced). */
 void sfs_inode_set_attr(struct sfs_inode *ino, const struct sfs_attr *attr, uint64_t now_ms);
 
 /* How the table helps its pruner (sfs_inode_prune_enable). */

@@ -251,13 +251,16 @@ static int prune_setup(struct sfs_fs *fs, uint64_t max)
 }
 
 /* memtrim's hook, once a second (or at once when the inode table kicks):
- * inodes past inode_max are handed back to the kernel; chunk buffers pooled
+ * inodes past inode_max are handed back to the kernel; directory listings
+ * older than actimeo are dropped; chunk buffers pooled
  * for reuse go back to the system after 5 s without a fetch or a load (a
  * busy reader never pays for it). */
 static uint64_t release_idle(void *arg)
 {
 	struct sfs_fs *fs = arg;
 	prune_inodes(fs);
+	if (fs->listings)
+		sfs_memtrim_freed(sfs_ns_expire(fs->listings));
 	return sfs_prefetch_release_idle(fs->prefetch, 5000);
 }
 
@@ -329,6 +332,11 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 		fprintf(stderr, "shardfs: %s\n", err[0] ? err : strerror(-rc));
 		return -1;
 	}
+	if (!o->immutable && o->listing_max && o->actimeo_s &&
+	    sfs_ns_open(&(struct sfs_ns_conf){.max_entries = o->listing_max,
+					      .ttl_ms = o->actimeo_s * 1000ull},
+			&fs->listings, err, sizeof(err)) < 0)
+		fs->listings = NULL; /* only out of memory: lookups go to NFS */
 	if (fs->ns) {
 		/* A namespace saved for another root (cluster) is dropped here. */
 		sfs_ns_bind(fs->ns, sfs_origin_root(fs->origin));
@@ -543,6 +551,7 @@ out_modules:
 	sfs_staging_close(fs.staging);
 	sfs_jobs_close(fs.jobs);
 	sfs_ns_close(fs.ns); /* after the origin: its threads record listings */
+	sfs_ns_close(fs.listings);
 	sfs_addrs_free(addrs, (size_t)n_addrs);
 out_opts:
 	sfs_options_free(&o);

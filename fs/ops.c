@@ -148,13 +148,26 @@ static void fill_entry(struct sfs_fs *fs, struct fuse_entry_param *e, struct sfs
 
 /* --- namespace ------------------------------------------------------------ */
 
-/* Reply a negative entry (cached by the kernel for the attribute timeout). */
-static void reply_noent(struct sfs_fs *fs, fuse_req_t req)
+/* How long the kernel may keep what NFS said at seen_ms (0: now): what is
+ * left of actimeo, so that no answer is older than actimeo; immutable:
+ * the attribute timeout (a year). */
+static double timeout_left(struct sfs_fs *fs, uint64_t seen_ms)
+{
+	uint64_t ttl = fs->opts->actimeo_s * 1000ull, now = sfs_now_ms();
+
+	if (fs->ns || !seen_ms)
+		return fs->attr_timeout_s;
+	return now - seen_ms >= ttl ? 0 : (double)(ttl - (now - seen_ms)) / 1000.0;
+}
+
+/* Reply a negative entry for what NFS said at seen_ms (0: now), cached by
+ * the kernel for the rest of the attribute timeout. */
+static void reply_noent(struct sfs_fs *fs, fuse_req_t req, uint64_t seen_ms)
 {
 	struct fuse_entry_param e;
 
 	memset(&e, 0, sizeof(e));
-	e.entry_timeout = fs->attr_timeout_s;
+	e.entry_timeout = timeout_left(fs, seen_ms);
 	fuse_reply_entry(req, &e);
 }
 
@@ -190,20 +203,33 @@ static void inode_set_dataset(struct sfs_inode *i, uint32_t ds)
 					    __ATOMIC_RELAXED);
 }
 
-/* Reply an entry for (fh, attr), `name` in directory p: the inode gains one
- * lookup reference. */
+/* Reply an entry for (fh, attr), `name` in directory p, as NFS said it at
+ * seen_ms (0: now; older only from a listing): the inode gains one lookup
+ * reference. Attributes the inode got since seen_ms win. */
 static void reply_child(struct sfs_fs *fs, fuse_req_t req, struct sfs_inode *p, const char *name,
-			const struct sfs_fh *fh, const struct sfs_attr *a)
+			const struct sfs_fh *fh, const struct sfs_attr *a, uint64_t seen_ms)
 {
 	struct fuse_entry_param e;
-	struct sfs_inode *child = sfs_inode_get(fs->inodes, fh, a, sfs_now_ms());
+	struct sfs_attr cur;
+	struct sfs_inode *child =
+	    sfs_inode_get(fs->inodes, fh, a, seen_ms ? seen_ms : sfs_now_ms());
 
 	if (!child) {
 		reply_err(req, -ENOMEM);
 		return;
 	}
 	inode_set_dataset(child, child_dataset(fs, p, name, a));
-	fill_entry(fs, &e, child, a);
+	if (!seen_ms) {
+		fill_entry(fs, &e, child, a);
+	} else {
+		sfs_inode_lock(child);
+		sfs_inode_attr_get(child, &cur);
+		uint64_t attr_ms = child->attr_time_ms;
+		sfs_inode_unlock(child);
+		fill_entry(fs, &e, child, &cur);
+		e.entry_timeout = timeout_left(fs, seen_ms);
+		e.attr_timeout = timeout_left(fs, attr_ms);
+	}
 	if (fuse_reply_entry(req, &e) != 0)
 		sfs_inode_forget(fs->inodes, child, 1);
 }
@@ -218,9 +244,9 @@ static bool lookup_from_ns(struct sfs_fs *fs, fuse_req_t req, struct sfs_inode *
 	if (rc == -ENODATA)
 		return false;
 	if (rc == -ENOENT)
-		reply_noent(fs, req);
+		reply_noent(fs, req, 0);
 	else
-		reply_child(fs, req, p, name, &fh, &a);
+		reply_child(fs, req, p, name, &fh, &a, 0);
 	return true;
 }
 
@@ -251,7 +277,7 @@ static void lookup_done(struct sfs_origin_req *r)
 	int rc = r->result;
 
 	if (rc == -ENOENT && !c->getattr) {
-		reply_noent(fs, c->req); /* cached by the kernel for actimeo */
+		reply_noent(fs, c->req, 0); /* cached by the kernel for actimeo */
 	} else if (rc < 0) {
 		reply_err(c->req, rc);
 	} else if (!c->getattr && !r->have_attr) {
@@ -266,7 +292,7 @@ static void lookup_done(struct sfs_origin_req *r)
 			c->fh = r->out_fh;
 		if (fs->ns) /* ".." and "." are refused: they are not names of the tree */
 			sfs_ns_add(fs->ns, c->ns_dir, c->name, &c->fh, &r->attr);
-		reply_child(fs, c->req, c->parent, c->name, &c->fh, &r->attr);
+		reply_child(fs, c->req, c->parent, c->name, &c->fh, &r->attr, 0);
 	}
 	free(c);
 }
@@ -295,6 +321,121 @@ static void lookup_from_nfs(struct sfs_fs *fs, fuse_req_t req, struct sfs_inode 
 	sfs_origin_submit(fs->origin, &c->r);
 }
 
+/*
+ * Not immutable, the kernel asks again for every name whose entry is older
+ * than actimeo (and for every name after drop_caches or memory pressure):
+ * an NFS LOOKUP per file per epoch, a metadata call on the cluster for
+ * every image. A directory whose names miss SFS_NS_LIST_AFTER times within
+ * actimeo is listed whole instead (READDIRPLUS: the names, handles and
+ * attributes of a few hundred entries a call), and that listing answers its
+ * lookups until actimeo after the listing started; the kernel is told the
+ * time left, so no answer is older than actimeo, as with LOOKUPs
+ * (fs->listings, the listings mode of cache/namespace.h). The listing runs
+ * on the I/O threads; lookups meanwhile go to NFS.
+ */
+#define LISTING_REPLY_BYTES 65536 /* READDIRPLUS maxcount */
+
+struct listing_call {
+	struct sfs_origin_req r;
+	struct sfs_fs *fs;
+	struct sfs_fh fh;     /* the directory */
+	uint64_t dir;	      /* its listings key */
+	uint64_t names;	      /* recorded so far */
+	uint64_t last_cookie; /* where the next READDIRPLUS resumes */
+	unsigned in_reply;    /* entries in the current reply */
+	bool bad;	      /* a name could not be recorded: the listing fails */
+};
+
+static void listing_done(struct sfs_origin_req *r);
+
+/* Runs on the origin I/O thread (sfs_origin_dirent_fn); never blocks. */
+static int listing_dirent(struct sfs_origin_req *r, const char *name, uint64_t cookie,
+			  const struct sfs_attr *attr, const struct sfs_fh *fh)
+{
+	struct listing_call *c = r->arg;
+
+	c->last_cookie = cookie;
+	c->in_reply++;
+	if (!strcmp(name, ".") || !strcmp(name, ".."))
+		return 0;
+	if (!attr || !fh || sfs_ns_add(c->fs->listings, c->dir, name, fh, attr) < 0) {
+		c->bad = true; /* no handle or attributes, or over listing_max */
+		return 1;
+	}
+	c->names++;
+	return 0;
+}
+
+static void listing_send(struct listing_call *c, const uint8_t *verf)
+{
+	c->in_reply = 0;
+	c->r = (struct sfs_origin_req){.op = SFS_ORIGIN_READDIRPLUS,
+				       .fh = c->fh,
+				       .cookie = c->last_cookie,
+				       .dir_max_bytes = LISTING_REPLY_BYTES,
+				       .dirent = listing_dirent,
+				       .done = listing_done,
+				       .arg = c};
+	if (verf)
+		memcpy(c->r.dir_verf, verf, sizeof(c->r.dir_verf));
+	sfs_origin_submit(c->fs->origin, &c->r);
+}
+
+/* Runs on an I/O thread; owns c. */
+static void listing_done(struct sfs_origin_req *r)
+{
+	struct listing_call *c = r->arg;
+	sfs_ns *ls = c->fs->listings;
+
+	if (r->result < 0 || c->bad || (!r->eof && !c->in_reply)) {
+		sfs_ns_listing_failed(ls, c->dir);
+	} else if (!r->eof) {
+		uint8_t verf[SFS_DIR_VERF_BYTES];
+		memcpy(verf, r->dir_verf, sizeof(verf));
+		listing_send(c, verf);
+		return;
+	} else {
+		sfs_ns_dir_complete(ls, c->dir, c->names); /* a miscount fails it */
+	}
+	free(c);
+}
+
+static void listing_start(struct sfs_fs *fs, struct sfs_inode *dir, uint64_t key)
+{
+	struct listing_call *c = calloc(1, sizeof(*c));
+
+	if (!c) {
+		sfs_ns_listing_failed(fs->listings, key);
+		return;
+	}
+	c->fs = fs;
+	c->fh = sfs_inode_fh(dir);
+	c->dir = key;
+	listing_send(c, NULL);
+}
+
+/* Not immutable: answer a lookup from p's listing, or count the miss (and
+ * start the listing). Returns true if it replied. */
+static bool lookup_from_listing(struct sfs_fs *fs, fuse_req_t req, struct sfs_inode *p,
+				const char *name)
+{
+	uint64_t key = ns_key(fs, p), listed_ms = 0;
+	struct sfs_fh fh;
+	struct sfs_attr a;
+	int rc = sfs_ns_lookup_listed(fs->listings, key, name, &fh, &a, &listed_ms);
+
+	if (rc == -ENODATA) {
+		if (sfs_ns_listing_wanted(fs->listings, key))
+			listing_start(fs, p, key);
+		return false;
+	}
+	if (rc == -ENOENT)
+		reply_noent(fs, req, listed_ms);
+	else
+		reply_child(fs, req, p, name, &fh, &a, listed_ms);
+	return true;
+}
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct sfs_fs *fs = FS(req);
@@ -316,6 +457,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	if (fs->ns && lookup_from_ns(fs, req, p, name))
+		return;
+	if (fs->listings && lookup_from_listing(fs, req, p, name))
 		return;
 	lookup_from_nfs(fs, req, p, name);
 }

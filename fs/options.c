@@ -135,6 +135,10 @@ static const struct sfs_opt_def opt_table[] = {
     {UINT("namespace_max", namespace_max, 1000, 1000000000), .def = 2000000, .meta = "N",
      .help = "immutable: names kept at most, ~200 bytes each in memory and on disk; beyond it, "
 	     "NFS answers"},
+    {UINT("listing_max", listing_max, 0, 1000000000), .def = 262144, .meta = "N",
+     .help = "not immutable: names held from directory listings (~220 bytes each, for "
+	     "actimeo) to answer lookups of a directory whose names miss twice, instead of an "
+	     "NFS LOOKUP per file; 0: none"},
     {CHOICE("cache_policy", cache_policy, policy_choices), .def = SFS_STORE_LRU,
      .given = offsetof(struct sfs_options, cache_policy_given),
      .help = "lru: evict least recently used files (dataset fits); pin: once full keep what is "

@@ -55,6 +55,7 @@ struct sfs_options {
 	bool immutable;		/* files never change: no revalidation, namespace kept */
 	bool noimmutable;	/* refuse the immutable implied by a .snapshot/ path */
 	uint64_t namespace_max; /* immutable: names held at most (memory and cache_dir) */
+	uint64_t listing_max;	/* not immutable: names held from listings; 0: none */
 };
 
 /*

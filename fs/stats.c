@@ -383,6 +383,28 @@ static void render_namespace(FILE *f, struct sfs_fs *fs, const struct sfs_ns_sta
 	       fs->ns && !any_up);
 }
 
+/* Not immutable: lookups answered from directory listings (fs->listings). */
+static void render_listings(FILE *f, const struct sfs_ns_stats *ls)
+{
+	metric(f, "shardfs_listing_names", "gauge",
+	       "Names held from directory listings made to answer lookups (not immutable; each "
+	       "for actimeo; listing_max).",
+	       ls->entries);
+	metric(f, "shardfs_listing_dirs", "gauge", "Directories whose listing answers lookups now.",
+	       ls->dirs_complete);
+	metric(f, "shardfs_listings_total", "counter",
+	       "Directories listed whole because their names missed (READDIRPLUS instead of a "
+	       "LOOKUP per file).",
+	       ls->listings);
+	metric(f, "shardfs_listings_failed_total", "counter",
+	       "Of those, listings that failed or did not fit listing_max (lookups went to NFS).",
+	       ls->listings_failed);
+	metric(f, "shardfs_listing_hits_total", "counter",
+	       "Lookups answered from a listing without an NFS call.", ls->hits);
+	metric(f, "shardfs_listing_misses_total", "counter",
+	       "Lookups no listing could answer (asked NFS).", ls->misses);
+}
+
 /* Staging into GPU or shared memory. */
 static void render_staging(FILE *f, struct sfs_fs *fs)
 {
@@ -413,7 +435,8 @@ static void render_staging(FILE *f, struct sfs_fs *fs)
 /* The process's resident memory, and the bytes the daemon accounts for, by
  * kind, so that an operator sees where memory goes. */
 static void render_memory(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_stats *ps,
-			  const struct sfs_store_stats *cs, const struct sfs_ns_stats *nss)
+			  const struct sfs_store_stats *cs, const struct sfs_ns_stats *nss,
+			  const struct sfs_ns_stats *ls)
 {
 	long page = sysconf(_SC_PAGESIZE);
 	unsigned long long size_pages = 0, rss_pages = 0;
@@ -430,8 +453,8 @@ static void render_memory(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_
 	     "Memory the daemon accounts for, by kind: chunk buffers (fetches, cache loads and "
 	     "writes waiting; prefetch_mem), free halves of their huge pages kept for reuse, "
 	     "the direct-read scratch (in flight and kept), the cache index, "
-	     "the immutable namespace, the inodes the kernel holds, the pinned GPU staging "
-	     "buffers.");
+	     "the immutable namespace, the directory listings, the inodes the kernel holds, the "
+	     "pinned GPU staging buffers.");
 	struct sfs_iobuf_stats io;
 	sfs_iobuf_get_stats(&io);
 	const struct {
@@ -443,6 +466,7 @@ static void render_memory(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_
 	    {"read_scratch", ps->direct_scratch_bytes},
 	    {"cache_index", cs->index_bytes},
 	    {"namespace", nss->mem_bytes},
+	    {"listings", ls->mem_bytes},
 	    {"inodes", sfs_inode_bytes(fs->inodes)},
 	    {"staging_pinned", fs->staging ? sfs_staging_pinned_bytes(fs->staging) : 0},
 	};
@@ -462,7 +486,7 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	FILE *f = open_memstream(&buf, &len);
 	struct sfs_prefetch_stats ps;
 	struct sfs_store_stats cs = {0};
-	struct sfs_ns_stats nss = {0};
+	struct sfs_ns_stats nss = {0}, ls = {0};
 
 	if (!f)
 		return -ENOMEM;
@@ -471,6 +495,8 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 		sfs_store_get_stats(fs->store, &cs);
 	if (fs->ns)
 		sfs_ns_get_stats(fs->ns, &nss);
+	if (fs->listings)
+		sfs_ns_get_stats(fs->listings, &ls);
 	help(f, "shardfs_build_info", "gauge", "Version of the running daemon.");
 	fprintf(f, "shardfs_build_info{version=\"%s\"} 1\n", SFS_VERSION);
 	help(f, "shardfs_uptime_seconds", "gauge", "Seconds since the daemon mounted.");
@@ -480,8 +506,9 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	render_prefetch(f, fs, &ps);
 	render_cache(f, fs, &ps, &cs);
 	render_namespace(f, fs, &nss);
+	render_listings(f, &ls);
 	render_staging(f, fs);
-	render_memory(f, fs, &ps, &cs, &nss);
+	render_memory(f, fs, &ps, &cs, &nss, &ls);
 	int rc = fs->jobs ? render_jobs(f, fs->jobs) : 0;
 	if (fclose(f) != 0 || rc < 0) {
 		free(buf);

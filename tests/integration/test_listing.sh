@@ -1,0 +1,107 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Lookups answered from directory listings (not immutable) against a real
+# 2-node cluster: a directory whose names miss twice is listed whole
+# (READDIRPLUS over several replies) and answers its lookups for actimeo
+# from the listing's start: byte-exact epochs without a LOOKUP per file,
+# names created, renamed and rewritten on the server seen once actimeo has
+# passed (a negative answer from a listing is cached by the kernel only for
+# what is left of it), a listing over listing_max falls back to LOOKUPs,
+# expired listings leave memory.
+. "$(dirname "$0")/lib.sh"
+sfs_require
+
+TTL=6 N_FILES=600
+python3 - "$EXPORT" "$N_FILES" <<'PY'
+import os, random, sys
+root, n = sys.argv[1], int(sys.argv[2])
+r = random.Random(7)
+for d, count in (("big", n), ("small", 3)):
+    os.makedirs(f"{root}/{d}", exist_ok=True)
+    for f in range(count):
+        with open(f"{root}/{d}/image-with-a-longer-name-{f:05}.jpg", "wb") as fh:
+            fh.write(r.randbytes(r.randint(100, 9000)))
+PY
+sfs_cluster_up 2
+
+# NFS LOOKUPs so far, over all nodes
+lookups() { awk '/^shardfs_node_metadata_calls_total\{.*kind="lookup"/ { s += $2 } END { print s + 0 }' "$MNT/.shardfs/stats"; }
+# read every file of DIR through the mount in a shuffled order; 0 if all exact
+read_exact() {
+	local f bad=0
+	for f in $(cd "$EXPORT/$1" && ls | shuf); do
+		same_bytes "$MNT/$1/$f" "$EXPORT/$1/$f" || { bad=1; diag "differs: $1/$f"; }
+	done
+	return $bad
+}
+
+sfs_mount "actimeo=$TTL"
+drop_caches
+t_before=$(date +%s.%N)
+l0=$(lookups)
+check "epoch 1: every file byte-exact" read_exact big
+t_after=$(date +%s.%N)
+l1=$(lookups)
+diag "epoch 1: $((l1 - l0)) NFS LOOKUPs for $N_FILES files, $(counter shardfs_listings_total) listing(s), $(awk "BEGIN { printf \"%.2f\", $t_after - $t_before }") s"
+check "epoch 1: the directory was listed, not looked up file by file" \
+	[ "$(counter shardfs_listings_total)" -ge 1 -a $((l1 - l0)) -lt $((N_FILES / 4)) ]
+check "its listing holds every name" [ "$(counter shardfs_listing_names)" -ge "$N_FILES" ]
+check "the listings' memory is accounted" \
+	[ "$(stat_value 'shardfs_memory_bytes{kind="listings"}')" -gt $((N_FILES * 100)) ]
+
+drop_caches
+h0=$(counter shardfs_listing_hits_total)
+check "epoch 2 (within actimeo, kernel caches dropped): byte-exact" read_exact big
+l2=$(lookups)
+diag "epoch 2: $((l2 - l1)) NFS LOOKUPs, $(($(counter shardfs_listing_hits_total) - h0)) lookups from listings"
+# (one LOOKUP may be the directory's own, in the root: its second miss there)
+check "epoch 2: every name from the listing, no NFS LOOKUP for a file" \
+	[ $((l2 - l1)) -le 1 -a $(($(counter shardfs_listing_hits_total) - h0)) -ge "$N_FILES" ]
+check "a name not in the listing: ENOENT" bash -c "! stat '$MNT/big/nothing-here' 2>/dev/null"
+
+# Changes on the server, 3 s after epoch 1 (the listing is still valid).
+NEW=$MNT/big/new-file.bin
+head -c 5000 /dev/urandom >"$EXPORT/big/new-file.bin"
+mv "$EXPORT/big/image-with-a-longer-name-00001.jpg" "$EXPORT/big/renamed.jpg"
+head -c 12345 /dev/urandom >"$EXPORT/big/image-with-a-longer-name-00002.jpg"
+sleep "$(awk "BEGIN { d = $t_after + 3 - $(date +%s.%N); print (d > 0 ? d : 0) }")"
+check "a name created within actimeo of the listing is not seen yet (answered from it)" \
+	bash -c "! stat '$NEW' 2>/dev/null"
+# The kernel may cache that negative answer only for what is left of
+# actimeo since the listing started (before t_after): at t_after + TTL + 1.5
+# it must ask again, though its own answer is younger than actimeo.
+sleep "$(awk "BEGIN { d = $t_after + $TTL + 1.5 - $(date +%s.%N); print (d > 0 ? d : 0) }")"
+check "after actimeo since the listing, the new name is seen without dropping caches" \
+	same_bytes "$NEW" "$EXPORT/big/new-file.bin"
+drop_caches
+check "after actimeo: a renamed file under its new name, byte-exact" \
+	same_bytes "$MNT/big/renamed.jpg" "$EXPORT/big/renamed.jpg"
+check "and not under its old name" bash -c "! stat '$MNT/big/image-with-a-longer-name-00001.jpg' 2>/dev/null"
+check "after actimeo: a rewritten file reads its new bytes" \
+	same_bytes "$MNT/big/image-with-a-longer-name-00002.jpg" "$EXPORT/big/image-with-a-longer-name-00002.jpg"
+check "epoch 3 (after actimeo): every file byte-exact" read_exact big
+check "epoch 3 listed the directory again" [ "$(counter shardfs_listings_total)" -ge 2 ]
+wait_for $((TTL + 3)) [ "$(counter shardfs_listing_names)" = 0 ]
+check "listings older than actimeo leave memory" [ "$(counter shardfs_listing_names)" = 0 -a \
+	"$(stat_value 'shardfs_memory_bytes{kind="listings"}')" -lt 100000 ]
+sfs_umount
+
+# A directory over listing_max: its listing fails, LOOKUPs answer.
+sfs_mount "actimeo=$TTL,listing_max=100"
+drop_caches
+l0=$(lookups)
+check "listing_max below the directory: every file byte-exact" read_exact big
+check "its listing failed and NFS answered the lookups" \
+	[ "$(counter shardfs_listings_failed_total)" -ge 1 -a $(($(lookups) - l0)) -ge "$N_FILES" ]
+check "and no name is held" [ "$(counter shardfs_listing_names)" = 0 ]
+sfs_umount
+
+# listing_max=0: lookups as before, one NFS LOOKUP per file.
+sfs_mount "actimeo=$TTL,listing_max=0"
+drop_caches
+l0=$(lookups)
+check "listing_max=0: every file byte-exact" read_exact big
+check "listing_max=0: no listing, a LOOKUP per file" \
+	[ "$(counter shardfs_listings_total)" = 0 -a $(($(lookups) - l0)) -ge "$N_FILES" ]
+sfs_umount
+sfs_finish
