@@ -136,7 +136,7 @@ static const struct sfs_opt_def opt_table[] = {
      .help = "immutable: names kept at most, ~200 bytes each in memory and on disk; beyond it, "
 	     "NFS answers"},
     {UINT("listing_max", listing_max, 0, 1000000000), .def = 262144, .meta = "N",
-     .help = "not immutable: names held from directory listings (~220 bytes each, for "
+     .help = "not immutable: names held from directory listings (~200 bytes each, for "
 	     "actimeo) to answer lookups of a directory whose names miss twice, instead of an "
 	     "NFS LOOKUP per file; 0: none"},
     {CHOICE("cache_policy", cache_policy, policy_choices), .def = SFS_STORE_LRU,
