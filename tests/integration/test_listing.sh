@@ -86,6 +86,18 @@ check "listings older than actimeo leave memory" [ "$(counter shardfs_listing_na
 	"$(stat_value 'shardfs_memory_bytes{kind="listings"}')" -lt 100000 ]
 sfs_umount
 
+# 16 readers at once on a fresh mount: lookups race the listing they start.
+sfs_mount "actimeo=$TTL"
+drop_caches
+par_exact() {
+	(cd "$EXPORT/big" && ls | shuf) | xargs -P 16 -I{} cmp -s "$MNT/big/{}" "$EXPORT/big/{}"
+}
+check "16 parallel readers, a fresh mount: every file byte-exact" par_exact
+drop_caches
+check "again from the listing: every file byte-exact" par_exact
+diag "$(counter shardfs_listing_hits_total) lookups from listings, $(counter shardfs_listings_total) listing(s)"
+sfs_umount
+
 # A directory over listing_max: its listing fails, LOOKUPs answer.
 sfs_mount "actimeo=$TTL,listing_max=100"
 drop_caches
