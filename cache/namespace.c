@@ -1123,8 +1123,9 @@ bool sfs_ns_listing_wanted(sfs_ns *ns, uint64_t dir)
 			d->since_ms = now;
 		}
 		if (!d->failed && !d->complete &&
-		    (was_listed || ++d->misses >= SFS_NS_LIST_AFTER)) {
-			dir_drop_names(ns, d); /* names a racing listing left */
+		    (was_listed || ++d->misses >= SFS_NS_LIST_AFTER) &&
+		    ns->n_entries < ns->conf.max_entries) { /* full: it would fail */
+			dir_drop_names(ns, d);		    /* names a racing listing left */
 			d->listing = true;
 			d->since_ms = now; /* answers are at most ttl_ms older than this */
 			ns->listings++;

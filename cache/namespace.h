@@ -129,7 +129,8 @@ int sfs_ns_lookup_listed(sfs_ns *ns, uint64_t parent, const char *name, struct s
  * sfs_ns_add() and ends with sfs_ns_dir_complete(), or with
  * sfs_ns_listing_failed() (no listing of dir is tried again within ttl_ms).
  * A directory whose listing failed or did not fit max_entries, or one a
- * listing is running for, returns false.
+ * listing is running for, returns false, as does any while max_entries
+ * names are held (a listing would fail at its first name).
  */
 bool sfs_ns_listing_wanted(sfs_ns *ns, uint64_t dir);
 void sfs_ns_listing_failed(sfs_ns *ns, uint64_t dir);

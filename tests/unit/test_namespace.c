@@ -435,6 +435,8 @@ static void test_listings(void)
 		rc = sfs_ns_add(ns, 14, name, &fh, &a);
 	}
 	ok(rc == -ENOSPC, "a listing past max_entries is refused (%d)", rc);
+	sfs_ns_listing_wanted(ns, 15);
+	ok(!sfs_ns_listing_wanted(ns, 15), "no listing starts while max_entries names are held");
 	sfs_ns_listing_failed(ns, 14);
 	sfs_ns_get_stats(ns, &st);
 	ok(st.entries == 2 && st.listings == 4 && st.listings_failed == 2,
