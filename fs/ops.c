@@ -980,9 +980,12 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		return;
 	}
 	fi->fh = (uintptr_t)h;
-	/* Immutable: the kernel may keep listings until memory pressure. */
-	fi->cache_readdir = fs->ns != NULL;
-	fi->keep_cache = fs->ns != NULL;
+	/* The kernel may keep listings until memory pressure: immutable, for
+	 * good; else (AUTO_INVAL_DATA) a listing read again from its start is
+	 * reused only while the directory's mtime, as of attributes at most
+	 * actimeo old (GETATTR when older), is the one it was read at. */
+	fi->cache_readdir = 1;
+	fi->keep_cache = 1;
 	if (fuse_reply_open(req, fi) != 0)
 		free(h);
 }

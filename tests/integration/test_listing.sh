@@ -86,6 +86,23 @@ check "listings older than actimeo leave memory" [ "$(counter shardfs_listing_na
 	"$(stat_value 'shardfs_memory_bytes{kind="listings"}')" -lt 100000 ]
 sfs_umount
 
+# The kernel keeps a directory's listing (cache_readdir) while its mtime, as
+# of attributes at most actimeo old, is unchanged: a second scan costs no
+# READDIRPLUS, and a name made on the server shows once actimeo has passed.
+readdirs() { awk '/^shardfs_node_metadata_calls_total\{.*kind="readdir"/ { s += $2 } END { print s + 0 }' "$MNT/.shardfs/stats"; }
+same_names() { diff <(cd "$EXPORT/$1" && ls) <(ls "$MNT/$1") >/dev/null; }
+sfs_mount "actimeo=$TTL"
+check "a scan lists the directory exactly" same_names big
+r1=$(readdirs)
+check "a second scan lists it exactly" same_names big
+r2=$(readdirs)
+check "and comes from the kernel's copy: no READDIRPLUS ($r1 then $r2)" [ "$r2" = "$r1" ]
+head -c 100 /dev/urandom >"$EXPORT/big/made-after-the-scan"
+sleep $((TTL + 1))
+check "after actimeo, a name made on the server is listed" same_names big
+rm "$EXPORT/big/made-after-the-scan"
+sfs_umount
+
 # 16 readers at once on a fresh mount: lookups race the listing they start.
 sfs_mount "actimeo=$TTL"
 drop_caches
