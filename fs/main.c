@@ -299,6 +299,21 @@ static int check_target(struct sfs_options *o)
 	return 0;
 }
 
+/* Not immutable: the directory listings that answer lookups for actimeo
+ * (listing_max; none with actimeo=0, where nothing may be kept). A failure
+ * (out of memory) leaves fs->listings NULL: lookups go to NFS. */
+static void open_listings(struct sfs_fs *fs, const struct sfs_options *o)
+{
+	char err[128];
+
+	if (o->immutable || !o->listing_max || !o->actimeo_s)
+		return;
+	if (sfs_ns_open(&(struct sfs_ns_conf){.max_entries = o->listing_max,
+					      .ttl_ms = o->actimeo_s * 1000ull},
+			&fs->listings, err, sizeof(err)) < 0)
+		fs->listings = NULL;
+}
+
 /* Open into fs (nothing started: no thread before the fork) the namespace
  * (immutable), the origin, the inode table, the job table and the store.
  * Returns 0, or -1 after saying why; what was opened stays in fs for
@@ -332,11 +347,7 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 		fprintf(stderr, "shardfs: %s\n", err[0] ? err : strerror(-rc));
 		return -1;
 	}
-	if (!o->immutable && o->listing_max && o->actimeo_s &&
-	    sfs_ns_open(&(struct sfs_ns_conf){.max_entries = o->listing_max,
-					      .ttl_ms = o->actimeo_s * 1000ull},
-			&fs->listings, err, sizeof(err)) < 0)
-		fs->listings = NULL; /* only out of memory: lookups go to NFS */
+	open_listings(fs, o);
 	if (fs->ns) {
 		/* A namespace saved for another root (cluster) is dropped here. */
 		sfs_ns_bind(fs->ns, sfs_origin_root(fs->origin));
