@@ -45,6 +45,8 @@ check "text: the first report is since the mount" grep -q "since mount" "$WORK/t
 check "text: header and prefetch lines" bash -c "grep -q 'MB/s.*req/s.*lat ms' '$WORK/text' && grep -q '^prefetch ' '$WORK/text'"
 check "text: a workers line" \
 	grep -qE '^workers +working [0-9]+ +waiting [0-9]+ +parked [0-9]+ +hand-offs [0-9.]+/s +at limit [0-9]+$' "$WORK/text"
+check "text: a names line (lookups from directory listings)" \
+	grep -qE '^names +listings [0-9]+ dirs \([0-9]+ names\) +lookups from them [0-9]+/s +to NFS [0-9]+/s$' "$WORK/text"
 check "text: fits in 80 columns" bash -c "! awk 'length(\$0) > 80' '$WORK/text' | grep -q ."
 check "a path inside the mount finds the mount" bash -c "'$STAT' '$MNT/shards' | head -1 | grep -q '^$MNT '"
 
@@ -57,6 +59,7 @@ check "--json: one object that parses, since the mount, 3 nodes up" \
 	'R[0]["total"]["nodes_up"] == 3' 'R[0]["uptime_s"] > 0' \
 	'all(k in R[0] for k in ("fuse", "prefetch", "cache", "stage", "total"))' \
 	'set(R[0]["fuse"]["workers"]) == {"working", "waiting", "parked", "handoffs_s", "at_limit"}' \
+	'set(R[0]["names"]) == {"listing_dirs", "listing_names", "listings", "from_listings_s", "to_nfs_s"}' \
 	'all(v is None or isinstance(v, (int, float, bool)) for v in R[0]["cache"].values())'
 # All four shards at once (64 chunks queued together): one shard's 16 chunks
 # fit the READ slots of two nodes (2 connections x 4 each), so the first two
