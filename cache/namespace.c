@@ -72,10 +72,12 @@ struct ns_dir {
 	uint32_t n, cap;
 	struct ns_ent **ents;
 	/* listings mode: when its listing started (or failed, or its window of
-	 * counted misses began); a listing in flight; a failed one. */
+	 * counted misses began); a listing in flight; a failed one, and how
+	 * many of its listings failed in a row (the backoff, dir_hold_ms). */
 	uint64_t since_ms;
 	uint16_t misses;
 	bool listing, failed;
+	uint8_t fails;
 };
 
 struct sfs_ns {
@@ -996,10 +998,12 @@ int sfs_ns_dir_complete(sfs_ns *ns, uint64_t dir, uint64_t n_entries)
 	bool was = d && d->complete;
 	int rc = mark_complete(ns, dir, n_entries);
 	if (ns->conf.ttl_ms) {
-		if ((d = dir_find(ns, dir)) && rc < 0 && d->listing)
+		if ((d = dir_find(ns, dir)) && rc < 0 && d->listing) {
 			listing_fail_locked(ns, d);
-		else if (d)
+		} else if (d) {
 			d->listing = false;
+			d->fails = 0;
+		}
 	} else if (rc == 0 && !was) {
 		pend_append(ns, rec, DIRDONE_BYTES);
 		ns->urgent = true; /* a listing is worth making durable now */
@@ -1078,6 +1082,16 @@ static void dir_drop_names(sfs_ns *ns, struct ns_dir *d)
 	}
 }
 
+/* How long d's state holds from since_ms: a listing answers for ttl_ms; a
+ * directory whose listings failed k times in a row is not listed again for
+ * ttl_ms << k (k <= LISTING_BACKOFF_MAX), so a directory larger than
+ * max_entries is not read whole every ttl_ms for nothing. */
+#define LISTING_BACKOFF_MAX 6
+static uint64_t dir_hold_ms(const sfs_ns *ns, const struct ns_dir *d)
+{
+	return d->failed ? ns->conf.ttl_ms << d->fails : ns->conf.ttl_ms;
+}
+
 /* Whether d's listing answers at now. Caller holds lock. */
 static bool listing_fresh(const sfs_ns *ns, const struct ns_dir *d, uint64_t now)
 {
@@ -1116,9 +1130,9 @@ bool sfs_ns_listing_wanted(sfs_ns *ns, uint64_t dir)
 	struct ns_dir *d = dir_get(ns, dir);
 	if (d && !d->listing) {
 		bool was_listed = d->complete;
-		if (now - d->since_ms >= ns->conf.ttl_ms) { /* a new window */
+		if (now - d->since_ms >= dir_hold_ms(ns, d)) { /* a new window */
 			dir_drop_names(ns, d);
-			d->failed = false;
+			d->failed = false; /* d->fails stays: the next failure backs off longer */
 			d->misses = 0;
 			d->since_ms = now;
 		}
@@ -1142,6 +1156,8 @@ static void listing_fail_locked(sfs_ns *ns, struct ns_dir *d)
 	dir_drop_names(ns, d);
 	d->listing = false;
 	d->failed = true;
+	if (d->fails < LISTING_BACKOFF_MAX)
+		d->fails++;
 	d->since_ms = sfs_now_ms();
 	ns->listings_failed++;
 }
@@ -1164,7 +1180,10 @@ uint64_t sfs_ns_expire(sfs_ns *ns)
 	pthread_mutex_lock(&ns->lock);
 	for (size_t b = 0; b < ns->n_dbuckets; b++)
 		for (struct ns_dir **p = &ns->dbuckets[b], *d; (d = *p);) {
-			if (d->listing || now - d->since_ms < ns->conf.ttl_ms) {
+			/* A failed directory is kept for twice its backoff, so that
+			 * it is still known when it fails again. */
+			uint64_t keep = d->failed ? 2 * dir_hold_ms(ns, d) : ns->conf.ttl_ms;
+			if (d->listing || now - d->since_ms < keep) {
 				p = &d->hnext;
 				continue;
 			}

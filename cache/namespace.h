@@ -127,7 +127,9 @@ int sfs_ns_lookup_listed(sfs_ns *ns, uint64_t parent, const char *name, struct s
  * expired listing are dropped and it is marked as being listed (no second
  * listing starts meanwhile). The caller then records every name with
  * sfs_ns_add() and ends with sfs_ns_dir_complete(), or with
- * sfs_ns_listing_failed() (no listing of dir is tried again within ttl_ms).
+ * sfs_ns_listing_failed(): no listing of dir is tried again for ttl_ms << k
+ * after its k-th failure in a row (k <= 6), so that a directory larger
+ * than max_entries is not read whole every ttl_ms for nothing.
  * A directory whose listing failed or did not fit max_entries, or one a
  * listing is running for, returns false, as does any while max_entries
  * names are held (a listing would fail at its first name).
