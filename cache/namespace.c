@@ -75,8 +75,9 @@ struct ns_dir {
 	 * counted misses began); a listing in flight; a failed one, and how
 	 * many of its listings failed in a row (the backoff, dir_hold_ms). */
 	uint64_t since_ms;
-	uint16_t misses;
+	uint32_t misses;
 	bool listing, failed;
+	bool relisting; /* the listing in flight is of a directory listed before */
 	uint8_t fails;
 };
 
@@ -1128,6 +1129,8 @@ bool sfs_ns_listing_wanted(sfs_ns *ns, uint64_t dir)
 
 	pthread_mutex_lock(&ns->lock);
 	struct ns_dir *d = dir_get(ns, dir);
+	if (d && d->listing && d->misses < UINT32_MAX)
+		d->misses++; /* it may read further (sfs_ns_listing_may_go_on) */
 	if (d && !d->listing) {
 		bool was_listed = d->complete;
 		if (now - d->since_ms >= dir_hold_ms(ns, d)) { /* a new window */
@@ -1141,6 +1144,7 @@ bool sfs_ns_listing_wanted(sfs_ns *ns, uint64_t dir)
 		    ns->n_entries < ns->conf.max_entries) { /* full: it would fail */
 			dir_drop_names(ns, d);		    /* names a racing listing left */
 			d->listing = true;
+			d->relisting = was_listed;
 			d->since_ms = now; /* answers are at most ttl_ms older than this */
 			ns->listings++;
 			go = true;
@@ -1169,6 +1173,16 @@ void sfs_ns_listing_failed(sfs_ns *ns, uint64_t dir)
 	if (d && d->listing)
 		listing_fail_locked(ns, d);
 	pthread_mutex_unlock(&ns->lock);
+}
+
+bool sfs_ns_listing_may_go_on(sfs_ns *ns, uint64_t dir, uint64_t names)
+{
+	pthread_mutex_lock(&ns->lock);
+	struct ns_dir *d = dir_find(ns, dir);
+	bool go = d && d->listing &&
+		  (d->relisting || names < (uint64_t)SFS_NS_NAMES_PER_MISS * d->misses);
+	pthread_mutex_unlock(&ns->lock);
+	return go;
 }
 
 uint64_t sfs_ns_expire(sfs_ns *ns)

@@ -60,6 +60,11 @@ struct sfs_ns_conf {
 /* Listings mode: lookups a directory misses within ttl_ms before it is
  * listed (a directory listed before is listed again at its first miss). */
 #define SFS_NS_LIST_AFTER 2
+/* Listings mode: names a first listing of a directory may read per lookup
+ * missed in it (those that started it, and those that miss while it runs),
+ * so that a huge folder with a few lookups is not read whole: the reads a
+ * listing may cost stay proportional to the lookups that asked for it. */
+#define SFS_NS_NAMES_PER_MISS 8192
 
 struct sfs_ns_stats {
 	uint64_t entries;	  /* names held */
@@ -136,6 +141,11 @@ int sfs_ns_lookup_listed(sfs_ns *ns, uint64_t parent, const char *name, struct s
  */
 bool sfs_ns_listing_wanted(sfs_ns *ns, uint64_t dir);
 void sfs_ns_listing_failed(sfs_ns *ns, uint64_t dir);
+
+/* Listings mode: whether dir's listing, names read so far, may read on
+ * (SFS_NS_NAMES_PER_MISS; no bound for a directory listed before). When
+ * not, the caller ends it with sfs_ns_listing_failed(). */
+bool sfs_ns_listing_may_go_on(sfs_ns *ns, uint64_t dir, uint64_t names);
 
 /* Listings mode: drop the listings (and miss counts) older than ttl_ms.
  * Returns the names dropped. */

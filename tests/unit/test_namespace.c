@@ -409,6 +409,18 @@ static void test_listings(void)
 	   "another directory: not known");
 	ok(sfs_ns_lookup(ns, 10, "a", &fh, &a) == 0, "sfs_ns_lookup sees it too");
 
+	/* how far a first listing may read: SFS_NS_NAMES_PER_MISS per miss */
+	sfs_ns_listing_wanted(ns, 16);
+	sfs_ns_listing_wanted(ns, 16);
+	ok(sfs_ns_listing_may_go_on(ns, 16, 2 * SFS_NS_NAMES_PER_MISS - 1) &&
+	       !sfs_ns_listing_may_go_on(ns, 16, 2 * SFS_NS_NAMES_PER_MISS),
+	   "a first listing started by 2 misses reads at most 2 x %d names", SFS_NS_NAMES_PER_MISS);
+	ok(!sfs_ns_listing_wanted(ns, 16) &&
+	       sfs_ns_listing_may_go_on(ns, 16, 2 * SFS_NS_NAMES_PER_MISS),
+	   "a lookup that misses while it runs lets it read further");
+	ok(!sfs_ns_listing_may_go_on(ns, 17, 0), "a directory not being listed may not go on");
+	sfs_ns_listing_failed(ns, 16);
+
 	/* an empty directory */
 	sfs_ns_listing_wanted(ns, 12);
 	ok(sfs_ns_listing_wanted(ns, 12) && sfs_ns_dir_complete(ns, 12, 0) == 0 &&
@@ -439,7 +451,7 @@ static void test_listings(void)
 	ok(!sfs_ns_listing_wanted(ns, 15), "no listing starts while max_entries names are held");
 	sfs_ns_listing_failed(ns, 14);
 	sfs_ns_get_stats(ns, &st);
-	ok(st.entries == 2 && st.listings == 4 && st.listings_failed == 2,
+	ok(st.entries == 2 && st.listings == 5 && st.listings_failed == 3,
 	   "a failed listing's names are dropped: %llu names, %llu listings, %llu failed",
 	   (unsigned long long)st.entries, (unsigned long long)st.listings,
 	   (unsigned long long)st.listings_failed);
@@ -448,6 +460,8 @@ static void test_listings(void)
 	ok(sfs_ns_lookup_listed(ns, 10, "a", &fh, &a, &listed) == -ENODATA,
 	   "after the ttl the listing answers nothing");
 	ok(sfs_ns_listing_wanted(ns, 10), "a directory listed before is listed again at once");
+	ok(sfs_ns_listing_may_go_on(ns, 10, 100 * SFS_NS_NAMES_PER_MISS),
+	   "and its listing is not held to the names-per-miss bound");
 	sfs_ns_get_stats(ns, &st);
 	ok(st.entries == 0, "its old names are gone (%llu held)", (unsigned long long)st.entries);
 	ok(!sfs_ns_listing_wanted(ns, 13) && !sfs_ns_listing_wanted(ns, 13),
