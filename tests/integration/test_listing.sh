@@ -21,6 +21,9 @@ for d, count in (("big", n), ("small", 3)):
     for f in range(count):
         with open(f"{root}/{d}/image-with-a-longer-name-{f:05}.jpg", "wb") as fh:
             fh.write(r.randbytes(r.randint(100, 9000)))
+os.makedirs(f"{root}/huge", exist_ok=True)
+for f in range(60000):  # empty: a folder of many names
+    open(f"{root}/huge/f{f:05}", "wb").close()
 PY
 sfs_cluster_up 2
 
@@ -113,6 +116,24 @@ check "16 parallel readers, a fresh mount: every file byte-exact" par_exact
 drop_caches
 check "again from the listing: every file byte-exact" par_exact
 diag "$(counter shardfs_listing_hits_total) lookups from listings, $(counter shardfs_listings_total) listing(s)"
+sfs_umount
+
+# A huge folder with two lookups is not read whole (a first listing reads
+# 8192 names per lookup missed); with many lookups it is.
+sfs_mount "actimeo=$TTL"
+cat "$MNT/huge/f00001" "$MNT/huge/f00002"
+wait_for 10 [ "$(counter shardfs_listings_failed_total)" -ge 1 ]
+few=$(readdirs)
+check "two lookups in a folder of 60,000: its listing is abandoned" \
+	[ "$(counter shardfs_listings_failed_total)" = 1 -a "$(counter shardfs_listing_names)" = 0 ]
+sfs_umount
+sfs_mount "actimeo=$TTL"
+(cd "$EXPORT/huge" && ls | head -3000) | xargs -P 16 -I{} cat "$MNT/huge/{}"
+wait_for 20 [ "$(counter shardfs_listing_dirs)" -ge 1 ]
+many=$(readdirs)
+diag "READDIRPLUS calls: $few for two lookups, $many for 3,000"
+check "3,000 lookups in it: the listing completes" [ "$(counter shardfs_listing_names)" -ge 60000 ]
+check "and two lookups read less than half of it ($few against $many READDIRPLUS)" [ $((2 * few)) -lt "$many" ]
 sfs_umount
 
 # A directory over listing_max: its listing fails, LOOKUPs answer.
