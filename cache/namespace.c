@@ -800,15 +800,15 @@ int sfs_ns_open(const struct sfs_ns_conf *conf, sfs_ns **out, char *err, size_t 
 	ns->fd = ns->lock_fd = -1;
 	ns->conf.max_entries = conf->max_entries ? conf->max_entries : SFS_NS_DEFAULT_MAX;
 	ns->conf.ttl_ms = conf->ttl_ms;
+	const char *dir = conf->ttl_ms ? NULL : conf->dir; /* listings: memory only */
 	ns->conf.export_path = strdup(conf->export_path ? conf->export_path : "");
 	ns->conf.hosts = strdup(conf->hosts ? conf->hosts : "");
-	ns->conf.dir = conf->dir && !conf->ttl_ms ? strdup(conf->dir) : NULL;
+	ns->conf.dir = dir ? strdup(dir) : NULL;
 	ns->n_ebuckets = ns->n_dbuckets = 1024;
 	ns->ebuckets = calloc(ns->n_ebuckets, sizeof(*ns->ebuckets));
 	ns->dbuckets = calloc(ns->n_dbuckets, sizeof(*ns->dbuckets));
-	if (!ns->conf.export_path || !ns->conf.hosts ||
-	    (conf->dir && !conf->ttl_ms && !ns->conf.dir) || !ns->ebuckets || !ns->dbuckets ||
-	    strlen(ns->conf.export_path) > 1024 || strlen(ns->conf.hosts) > 1024)
+	if (!ns->conf.export_path || !ns->conf.hosts || (dir && !ns->conf.dir) || !ns->ebuckets ||
+	    !ns->dbuckets || strlen(ns->conf.export_path) > 1024 || strlen(ns->conf.hosts) > 1024)
 		goto err_free;
 	ns->mem_bytes = sizeof(*ns) + 2048 * sizeof(void *);
 	pthread_mutex_init(&ns->lock, NULL);
@@ -999,7 +999,8 @@ int sfs_ns_dir_complete(sfs_ns *ns, uint64_t dir, uint64_t n_entries)
 	bool was = d && d->complete;
 	int rc = mark_complete(ns, dir, n_entries);
 	if (ns->conf.ttl_ms) {
-		if ((d = dir_find(ns, dir)) && rc < 0 && d->listing) {
+		d = dir_find(ns, dir); /* mark_complete may have made it */
+		if (d && rc < 0 && d->listing) {
 			listing_fail_locked(ns, d);
 		} else if (d) {
 			d->listing = false;

@@ -205,6 +205,16 @@ static bool kick_due(sfs_inode_table *t)
 	return true;
 }
 
+/* The inode of a key, if the table still has it. Caller holds lock. */
+static struct sfs_inode *find_locked(sfs_inode_table *t, const struct inode_key *k)
+{
+	struct sfs_inode *ino = t->buckets[bucket_of(t, k->fsid, k->fileid)];
+
+	while (ino && (ino->fileid != k->fileid || ino->fsid != k->fsid))
+		ino = ino->hash_next;
+	return ino;
+}
+
 /* Double the bucket array once the table is twice as full. Caller holds lock. */
 static void maybe_grow(sfs_inode_table *t)
 {
@@ -240,9 +250,7 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 	}
 	pthread_mutex_lock(&t->lock);
 	size_t b = bucket_of(t, attr->fsid, attr->fileid);
-	for (ino = t->buckets[b]; ino; ino = ino->hash_next)
-		if (ino->fileid == attr->fileid && ino->fsid == attr->fsid)
-			break;
+	ino = find_locked(t, &(struct inode_key){attr->fsid, attr->fileid});
 	if (ino && !fh_is(ino, fh)) {
 		/* Same fileid, new handle: the server reused the inode number for
 		 * a new file. Unhook the old one; the kernel's references to it
@@ -344,16 +352,6 @@ static size_t closed_take(sfs_inode_table *t, struct inode_key *keys, size_t max
 	}
 	pthread_mutex_unlock(&t->closed_lock);
 	return n;
-}
-
-/* The inode of a key, if the table still has it. Caller holds lock. */
-static struct sfs_inode *find_locked(sfs_inode_table *t, const struct inode_key *k)
-{
-	struct sfs_inode *ino = t->buckets[bucket_of(t, k->fsid, k->fileid)];
-
-	while (ino && (ino->fileid != k->fileid || ino->fsid != k->fsid))
-		ino = ino->hash_next;
-	return ino;
 }
 
 /* Victims from the closed queue, added to ids from *n up to max: each one
