@@ -386,6 +386,8 @@ static void reply_complete(struct sfs_attempt *a, struct sfs_origin_req *req, vo
 	struct sfs_node *node = conn->node;
 	bool is_read = a->args.op == SFS_ORIGIN_READ;
 	uint32_t before = is_read ? (uint32_t)(a->args.offset - req->offset) : 0;
+	if (is_read)
+		req->data = req->buf; /* unless the transport lends its own */
 	int result = pool->xp->decode(&a->args, req, reply);
 
 	if (!is_read) {

@@ -94,6 +94,7 @@ struct sfs_origin_req {
 	uint64_t offset;		      /* READ: byte offset */
 	uint32_t count;			      /* READ: bytes wanted (<= sfs_origin_max_read) */
 	void *buf;			      /* READ: destination of count bytes */
+	bool lend;			      /* READ: may lend the reply's bytes (data) */
 	const char *name;		      /* LOOKUP: entry name (caller keeps it alive) */
 	uint64_t cookie;		      /* READDIRPLUS: resume cookie, 0 to start */
 	uint8_t dir_verf[SFS_DIR_VERF_BYTES]; /* READDIRPLUS: as the previous reply left it */
@@ -103,8 +104,12 @@ struct sfs_origin_req {
 	void *arg; /* for the caller */
 
 	/* out, valid in done() */
-	int result;	      /* READ: bytes read; others: 0; or -errno */
-	bool eof;	      /* READ: end of file reached; READDIRPLUS: last entry sent */
+	int result; /* READ: bytes read; others: 0; or -errno */
+	bool eof;   /* READ: end of file reached; READDIRPLUS: last entry sent */
+	/* READ: where the bytes are: buf, or with lend, when the reply held
+	 * them all in one piece, the transport's receive buffer, lent for the
+	 * duration of done() only (no copy). */
+	const char *data;
 	bool have_attr;	      /* attr is valid */
 	struct sfs_attr attr; /* GETATTR/LOOKUP: the object; READ: post-op attributes */
 	struct sfs_fh out_fh; /* LOOKUP */

@@ -145,8 +145,14 @@ static int read_decode(void *res, const struct sfs_xport_args *args, struct sfs_
 {
 	READ3resok *ok = &((READ3res *)res)->READ3res_u.resok;
 	uint32_t n = ok->data.data_len < args->count ? ok->data.data_len : args->count;
+	uint32_t at = (uint32_t)(args->offset - req->offset);
 
-	memcpy((char *)req->buf + (args->offset - req->offset), ok->data.data_val, n);
+	/* A whole reply is lent where the caller allows it: libnfs decoded it
+	 * in place, and the PDU lives until this callback returns. */
+	if (req->lend && at == 0 && (n >= req->count || ok->eof || n == 0))
+		req->data = ok->data.data_val;
+	else
+		memcpy((char *)req->buf + at, ok->data.data_val, n);
 	if (ok->file_attributes.attributes_follow) {
 		fattr_to_attr(&ok->file_attributes.post_op_attr_u.attributes, &req->attr);
 		req->have_attr = true;

@@ -1325,7 +1325,8 @@ static ssize_t direct_read(struct sfs_pf_file *f, sfs_store_obj *obj, uint64_t o
 #define DIRECT_FETCH_REQS 4
 
 /* The outcome of a direct fetch's n READs of [a0, ...) into buf, for the
- * reader's [off, end): v points into buf. Returns the bytes served, 0 at
+ * reader's [off, end): v points into buf (or, for one READ, at its data,
+ * which may be lent: then v is valid in its completion only). Returns the bytes served, 0 at
  * end of file, or -errno (-ESTALE: the file changed since open). */
 static ssize_t fetch_result(struct sfs_pf_file *f, const struct sfs_origin_req *reqs, unsigned n,
 			    char *buf, uint64_t a0, uint64_t off, uint64_t end,
@@ -1349,7 +1350,8 @@ static ssize_t fetch_result(struct sfs_pf_file *f, const struct sfs_origin_req *
 	uint64_t to = end < got ? end : got;
 	if (to <= off)
 		return 0;
-	v->iov[0].iov_base = buf + (off - a0);
+	const char *base = n == 1 ? reqs[0].data : buf; /* lent or placed */
+	v->iov[0].iov_base = (void *)(base + (off - a0));
 	v->iov[0].iov_len = (size_t)(to - off);
 	v->n_iov = 1;
 	v->bytes = (size_t)(to - off);
@@ -1469,6 +1471,9 @@ static bool fetch_start(struct sfs_pf_file *f, uint64_t off, uint64_t end, sfs_p
 		return false;
 	}
 	read_parts(x->reqs, &f->fh, sp.a0, sp.a1, sp.max_read, x->buf);
+	/* One READ is answered from the reply itself (fetch_part_done runs in
+	 * its completion): buf only catches a reply that comes in pieces. */
+	x->reqs[0].lend = sp.n == 1;
 	for (unsigned i = 0; i < sp.n; i++) {
 		x->reqs[i].done = fetch_part_done;
 		x->reqs[i].arg = x;
