@@ -100,6 +100,7 @@ static void complete(sfs_origin *o, struct fake_node *n)
 	struct sfs_origin_req *req = n->req;
 	uint32_t seed;
 	uint64_t size, served = 0;
+	char *lent = NULL;
 
 	if (o->conf.delay_us)
 		usleep(o->conf.delay_us);
@@ -119,8 +120,12 @@ static void complete(sfs_origin *o, struct fake_node *n)
 		served = req->offset >= size		   ? 0
 			 : size - req->offset < req->count ? size - req->offset
 							   : req->count;
-		fake_fill(seed, req->offset, req->buf, served);
-		memset((char *)req->buf + served, 0xee, req->count - served);
+		/* A READ that allows it is lent its bytes, as the real origin
+		 * lends a whole reply: they are poisoned once done() returns. */
+		lent = req->lend ? malloc(req->count) : NULL;
+		req->data = lent ? lent : req->buf;
+		fake_fill(seed, req->offset, (char *)req->data, served);
+		memset((char *)req->data + served, 0xee, req->count - served);
 		req->result = (int)served;
 		req->eof = req->offset + served >= size;
 		req->have_attr = true;
@@ -130,13 +135,19 @@ static void complete(sfs_origin *o, struct fake_node *n)
 	}
 	bool wrong = pthread_equal(pthread_self(), n->submitter);
 	int err = n->fail_err;
+	uint32_t lent_len = lent ? req->count : 0;
 	free(n);
 	req->done(req); /* req belongs to the caller from here on */
+	if (lent) {
+		memset(lent, 0xee, lent_len); /* a view kept past done() reads this */
+		free(lent);
+	}
 
 	pthread_mutex_lock(&o->lock);
 	o->st.bytes_served += served;
 	o->st.failed += err != 0;
 	o->st.wrong_thread += wrong;
+	o->st.lent += lent_len != 0;
 	if (--o->st.outstanding == 0)
 		pthread_cond_broadcast(&o->idle);
 	pthread_mutex_unlock(&o->lock);

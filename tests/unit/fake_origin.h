@@ -45,6 +45,7 @@ struct fake_origin_stats {
 	uint64_t held;		  /* waiting for fake_origin_release() */
 	uint64_t max_end;	  /* largest offset + count asked for since reset */
 	uint64_t wrong_thread;	  /* completions run on the submitting thread (must be 0) */
+	uint64_t lent;		  /* READs answered with lent bytes (req->lend) */
 };
 
 sfs_origin *fake_origin_new(const struct fake_origin_conf *conf);

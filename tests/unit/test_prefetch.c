@@ -1055,7 +1055,7 @@ static void test_async(void)
 
 	/* A small file without a store: fetched as asked, answered by done(). */
 	o.t = topen(21, 110000, 110000);
-	uint64_t r0 = ostats().requests;
+	uint64_t r0 = ostats().requests, l0 = ostats().lent;
 	ssize_t rc = async_read(&o, 0, 128 * KiB);
 	async_wait(&o, 1);
 	ok(rc == -EINPROGRESS && o.n == 110000 && !o.bad && o.magic == 42 && o.other,
@@ -1067,6 +1067,10 @@ static void test_async(void)
 	   (unsigned long long)(ostats().requests - r0));
 	ok(pstats().buffer_bytes == 0, "async: the fetch's buffer is freed after done (%llu bytes)",
 	   (unsigned long long)pstats().buffer_bytes);
+	/* The fake poisons lent bytes once done() returns: a view used later
+	 * would have failed the byte check above. */
+	ok(ostats().lent - l0 == 1, "async: its one READ answered from lent bytes (%llu lent)",
+	   (unsigned long long)(ostats().lent - l0));
 	sfs_pf_file_unref(o.t.f);
 
 	/* A failed READ: done() gets the error. */
