@@ -254,6 +254,18 @@ le() { [ "$1" -le "$2" ]; }
 # section NAME: a diag line with the seconds so far (where the time goes)
 section() { diag "--- $1 (at ${SECONDS}s)"; }
 
+# --- no cache: each file fetched as asked and answered from the READ's reply
+# (no copy into a buffer of the daemon's: cache/origin.h, lend) ----------------
+section "no cache"
+sfs_mount ""
+drop_caches
+check "no cache: $N_PACKED small files byte-exact" small_exact
+df=$(counter shardfs_prefetch_direct_fetches_total)
+check "no cache: read as asked, without chunks ($df direct fetches >= $N_PACKED)" le "$N_PACKED" "$df"
+drop_caches
+check "no cache, again: byte-exact" small_exact
+sfs_umount
+
 # --- cold, warm, remount -------------------------------------------------------
 section "cold, warm, remount"
 sfs_mount "cache_dir=$CACHE,$SIZE_OPT"
