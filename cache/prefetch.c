@@ -1326,8 +1326,9 @@ static ssize_t direct_read(struct sfs_pf_file *f, sfs_store_obj *obj, uint64_t o
 
 /* The outcome of a direct fetch's n READs of [a0, ...) into buf, for the
  * reader's [off, end): v points into buf (or, for one READ, at its data,
- * which may be lent: then v is valid in its completion only). Returns the bytes served, 0 at
- * end of file, or -errno (-ESTALE: the file changed since open). */
+ * which may be lent: then v is valid in its completion only). Returns the
+ * bytes served, 0 at end of file, or -errno (-ESTALE: the file changed
+ * since open). */
 static ssize_t fetch_result(struct sfs_pf_file *f, const struct sfs_origin_req *reqs, unsigned n,
 			    char *buf, uint64_t a0, uint64_t off, uint64_t end,
 			    struct sfs_pf_view *v)

@@ -1195,8 +1195,8 @@ static bool gathered(const sfs_store *s)
  * VM, 3 A/B pairs): 2,999 fdatasyncs and 44,900 futex calls with the earlier
  * gather (1 ms, 8 jobs, woken by every job), 354-484 and 4,720-4,739 with
  * this one; the writer's CPU 35-42 -> 21-28 us per file, the daemon's
- * 185-206 -> 161-178 us. A deep queue never waits;
- * prefetch keeps serving the bytes from memory meanwhile. Caller holds lock.
+ * 185-206 -> 161-178 us. A deep queue never waits; prefetch keeps serving
+ * the bytes from memory meanwhile. Caller holds lock.
  */
 static void writer_gather(sfs_store *s)
 {
