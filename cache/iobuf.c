@@ -15,8 +15,13 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define REGION	   (2u * SFS_IOBUF_BYTES)
 #define NOT_LISTED UINT32_MAX
@@ -183,4 +188,36 @@ void sfs_iobuf_get_stats(struct sfs_iobuf_stats *out)
 	out->fallbacks = fallbacks;
 	out->kept_bytes = (out->regions * 2 - in_use) * SFS_IOBUF_BYTES;
 	pthread_mutex_unlock(&lock);
+}
+
+void sfs_copy_stream(void *dst, const void *src, size_t n)
+{
+#if defined(__SSE2__)
+	char *d = dst;
+	const char *s = src;
+	size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+
+	if (n < 4096 || head >= n) {
+		memcpy(d, s, n);
+		return;
+	}
+	memcpy(d, s, head);
+	d += head;
+	s += head;
+	n -= head;
+	for (; n >= 64; n -= 64, d += 64, s += 64) {
+		__m128i a = _mm_loadu_si128((const __m128i *)s);
+		__m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+		__m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+		__m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+		_mm_stream_si128((__m128i *)d, a);
+		_mm_stream_si128((__m128i *)(d + 16), b);
+		_mm_stream_si128((__m128i *)(d + 32), c);
+		_mm_stream_si128((__m128i *)(d + 48), e);
+	}
+	memcpy(d, s, n);
+	_mm_sfence();
+#else
+	memcpy(dst, src, n);
+#endif
 }

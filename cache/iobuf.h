@@ -59,6 +59,12 @@ void *sfs_iobuf_alloc_huge(size_t bytes);
  * with one in use keeps both halves). Returns the bytes given back. */
 uint64_t sfs_iobuf_trim(void);
 
+/* Copy n bytes into memory the CPU will not read again soon (a buffer a
+ * device reads by DMA): non-temporal stores where the CPU has them, so
+ * the copy neither reads each destination line first nor evicts the
+ * caller's hot lines. Any alignment; the stores are fenced on return. */
+void sfs_copy_stream(void *dst, const void *src, size_t n);
+
 struct sfs_iobuf_stats {
 	uint64_t regions;    /* 2 MiB regions whose memory is held (in use, or kept) */
 	uint64_t in_use;     /* buffers handed out from the huge-page range */

@@ -654,7 +654,7 @@ int sfs_seg_append(sfs_seg *sg, const uint8_t key[16], const void *bytes, uint32
 	memcpy(h.key, key, 16);
 	h.hdr_xxh = hdr_sum(&h);
 	memcpy(r, &h, sizeof(h));
-	memcpy(r + HDR_BYTES, bytes, len);
+	sfs_copy_stream(r + HDR_BYTES, bytes, len); /* for the disk's DMA, not for us */
 	memset(r + HDR_BYTES + len, 0, rb - HDR_BYTES - len);
 	sg->wlen += (uint32_t)rb;
 	sg->tgt_pos += rb;
