@@ -249,13 +249,12 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 		return t->root;
 	}
 	pthread_mutex_lock(&t->lock);
-	size_t b = bucket_of(t, attr->fsid, attr->fileid);
 	ino = find_locked(t, &(struct inode_key){attr->fsid, attr->fileid});
 	if (ino && !fh_is(ino, fh)) {
 		/* Same fileid, new handle: the server reused the inode number for
 		 * a new file. Unhook the old one; the kernel's references to it
 		 * stay valid until forgotten, and it is freed then. */
-		struct sfs_inode **p = &t->buckets[b];
+		struct sfs_inode **p = &t->buckets[bucket_of(t, attr->fsid, attr->fileid)];
 		while (*p != ino)
 			p = &(*p)->hash_next;
 		*p = ino->hash_next;
@@ -272,6 +271,7 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 		}
 		ino->fsid = attr->fsid;
 		ino->fileid = attr->fileid;
+		size_t b = bucket_of(t, attr->fsid, attr->fileid);
 		ino->hash_next = t->buckets[b];
 		t->buckets[b] = ino;
 		t->n_inodes++;

@@ -387,8 +387,8 @@ static void listing_done(struct sfs_origin_req *r)
 	struct listing_call *c = r->arg;
 	sfs_ns *ls = c->fs->listings;
 
-	if (r->result < 0 || c->bad || (!r->eof && !c->in_reply) ||
-	    (!r->eof && !sfs_ns_listing_may_go_on(ls, c->dir, c->names))) {
+	if (r->result < 0 || c->bad ||
+	    (!r->eof && (!c->in_reply || !sfs_ns_listing_may_go_on(ls, c->dir, c->names)))) {
 		sfs_ns_listing_failed(ls, c->dir); /* or a huge folder, few lookups */
 	} else if (!r->eof) {
 		uint8_t verf[SFS_DIR_VERF_BYTES];
