@@ -7,7 +7,9 @@
  * most; 1 MiB requests, the same init flags and timeouts). What it costs
  * per file (lookup, open, read, release) is what the daemon pays on this
  * kernel before it does any work of its own: tools/shardfs-bench
- * --small-files prints it beside the mount's rows. (Until 2026-11-25 it ran
+ * --small-files prints it beside the mount's rows, and --random-records
+ * per record of one large file (opened direct_io, as shardfs opens a file
+ * over one chunk in its first epoch). (Until 2026-11-25 it ran
  * libfuse 3.14's multi-threaded loop with 64 workers, the daemon's default.)
  *
  *   shardfs-fusefloor LIST MOUNTPOINT
@@ -31,7 +33,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define TIMEOUT_S 60.0 /* shardfs's default actimeo */
+#define TIMEOUT_S	  60.0	     /* shardfs's default actimeo */
+#define FLOOR_CHUNK_BYTES (1u << 20) /* SFS_CHUNK_BYTES */
 
 struct node {
 	uint64_t parent; /* inode number; the root's is 0 */
@@ -172,6 +175,10 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	fi->keep_cache = 0; /* as shardfs's first open of a file */
+	/* As shardfs's first epoch of a file over one chunk (fs/pagecache.c):
+	 * the reader's requests come straight to the daemon, not through the
+	 * kernel's page cache and readahead. */
+	fi->direct_io = nodes[ino - 1].size > FLOOR_CHUNK_BYTES;
 	fuse_reply_open(req, fi);
 }
 
