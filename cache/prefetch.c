@@ -1362,14 +1362,16 @@ static ssize_t fetch_result(struct sfs_pf_file *f, const struct sfs_origin_req *
 
 /*
  * Without a store, a reader that jumps around gets exactly what it asked
- * for (rounded to pages) straight from the origin into this thread's
+ * for straight from the origin into this thread's
  * scratch: a 1 MiB chunk per record would fetch ~9x the bytes of 110 KB
  * records and nothing would keep the rest. Returns the bytes served, 0 at
  * end of file, -errno (-ESTALE: the file changed since open), or -1 when the
  * chunk path must take it (no scratch, a tiny rsize).
  */
-/* What a direct fetch of [off, end) asks for: whole pages, the file's end
- * the last, in n READs of max_read. */
+/* What a direct fetch of [off, end) asks for: those bytes, up to the file's
+ * end, in n READs of max_read. Not rounded out to pages: nothing else reads
+ * them (no store), and a 110 KB record would cost the origin 4% more bytes
+ * (measured: NFS bytes 1.037 -> 1.000 x the file for shuffled records). */
 struct fetch_span {
 	uint64_t a0, a1;
 	uint32_t max_read;
@@ -1381,9 +1383,8 @@ struct fetch_span {
 static bool fetch_span(const struct sfs_pf_file *f, uint64_t off, uint64_t end,
 		       struct fetch_span *sp)
 {
-	sp->a0 = off & ~(uint64_t)4095;
-	sp->a1 = (end + 4095) & ~(uint64_t)4095;
-	sp->a1 = sp->a1 < f->size ? sp->a1 : f->size;
+	sp->a0 = off;
+	sp->a1 = end < f->size ? end : f->size;
 	sp->max_read = pf_max_read(f->pf);
 	sp->n = parts_for(sp->a0, sp->a1, sp->max_read);
 	return sp->n <= DIRECT_FETCH_REQS && sp->a1 - sp->a0 <= SFS_STORE_RANGE_BUF_BYTES;
