@@ -3,6 +3,7 @@
 #define FUSE_USE_VERSION 312
 #include "fusedev.h"
 #include "../cache/log.h"
+#include "fuse_uring.h"
 
 #include <errno.h>
 #include <fuse_lowlevel.h>
@@ -29,12 +30,15 @@ struct sfs_fuse_notify_prune_out {
  * has grown by using its reserved words, never in size since 7.23. */
 #define INIT_REPLY_MAX (sizeof(struct fuse_out_header) + sizeof(struct fuse_init_out))
 
-static bool init_done;	       /* atomic: INIT answered, pass everything through */
-static uint64_t init_unique;   /* atomic: the INIT request's id, 0 before it */
-static uint32_t flags2_wanted; /* atomic: the flags2 bits to add to the reply */
-static bool direct_io_mmap;    /* atomic: the reply carried ALLOW_MMAP */
-static bool mount_direct_io;   /* set before the loop */
-static uint32_t kernel_minor;  /* atomic: the INIT request's protocol minor */
+static bool init_done;		     /* atomic: INIT answered, pass everything through */
+static uint64_t init_unique;	     /* atomic: the INIT request's id, 0 before it */
+static uint32_t flags2_wanted;	     /* atomic: the flags2 bits to add to the reply */
+static bool direct_io_mmap;	     /* atomic: the reply carried ALLOW_MMAP */
+static bool mount_direct_io;	     /* set before the loop */
+static uint32_t kernel_minor;	     /* atomic: the INIT request's protocol minor */
+static bool uring_wanted;	     /* set before the loop: sfs_fusedev_want_uring */
+static unsigned uring_depth;	     /* set before the loop */
+static struct fuse_session *session; /* set before the loop */
 
 /* The INIT request: what the kernel offers in flags2 that we want. */
 static void init_seen(const void *buf, size_t n)
@@ -45,7 +49,13 @@ static void init_seen(const void *buf, size_t n)
 
 	if (n >= sizeof(*h) + offsetof(struct fuse_init_in, flags2) + sizeof(in->flags2) &&
 	    (in->flags & FUSE_INIT_EXT))
-		want = in->flags2 & (uint32_t)(SFS_FUSE_DIRECT_IO_ALLOW_MMAP >> 32);
+		want = in->flags2 & ((uint32_t)(SFS_FUSE_DIRECT_IO_ALLOW_MMAP >> 32) |
+				     (uring_wanted ? SFS_FUSE_OVER_IO_URING_FLAGS2 : 0));
+	if (uring_wanted && !(want & SFS_FUSE_OVER_IO_URING_FLAGS2))
+		sfs_log(
+		    SFS_LOG_WARN, "fuse",
+		    "this kernel does not offer FUSE over io_uring (Linux 6.14+ with "
+		    "/sys/module/fuse/parameters/enable_uring set): requests stay on /dev/fuse");
 	if (!want && mount_direct_io)
 		sfs_log(SFS_LOG_WARN, "fuse",
 			"this kernel cannot map direct_io files shared (needs Linux 6.6): "
@@ -95,6 +105,15 @@ static ssize_t init_reply(int fd, const struct iovec *iov, int count, uint32_t w
 	ssize_t n = write(fd, msg, len);
 	if (n == (ssize_t)len && (want & (uint32_t)(SFS_FUSE_DIRECT_IO_ALLOW_MMAP >> 32)))
 		sfs_log(SFS_LOG_INFO, "fuse", "direct_io files can be mapped shared");
+	/* The kernel took INIT in the write: the ring may register now. Its
+	 * payloads must hold the largest request and reply (max_write, and
+	 * max_pages pages). */
+	if (n == (ssize_t)len && (want & SFS_FUSE_OVER_IO_URING_FLAGS2)) {
+		size_t payload = out->max_write;
+		if ((size_t)out->max_pages * 4096 > payload)
+			payload = (size_t)out->max_pages * 4096;
+		sfs_fuse_uring_start(session, fd, uring_depth, payload);
+	}
 	return n;
 }
 
@@ -110,7 +129,16 @@ static ssize_t dev_writev(int fd, struct iovec *iov, int count, void *userdata)
 					  __atomic_load_n(&flags2_wanted, __ATOMIC_RELAXED));
 		}
 	}
+	ssize_t n;
+	if (sfs_fuse_uring_reply(iov, count, &n))
+		return n;
 	return writev(fd, iov, count);
+}
+
+void sfs_fusedev_want_uring(unsigned depth)
+{
+	uring_wanted = depth > 0;
+	uring_depth = depth;
 }
 
 int sfs_fusedev_attach(struct fuse_session *se, bool direct_io)
@@ -118,6 +146,7 @@ int sfs_fusedev_attach(struct fuse_session *se, bool direct_io)
 	static const struct fuse_custom_io io = {.read = dev_read, .writev = dev_writev};
 
 	mount_direct_io = direct_io;
+	session = se;
 	return fuse_session_custom_io(se, &io, fuse_session_fd(se));
 }
 

@@ -34,6 +34,11 @@ struct fuse_session;
  * the extended capabilities). */
 int sfs_fusedev_attach(struct fuse_session *se, bool direct_io);
 
+/* EXPERIMENTAL: ask for FUSE over io_uring where the kernel offers it,
+ * with `depth` entries per CPU (fuse_uring.h); 0: do not. Call before
+ * sfs_fusedev_attach. */
+void sfs_fusedev_want_uring(unsigned depth);
+
 /* Whether the INIT reply carries FUSE_DIRECT_IO_ALLOW_MMAP: known once the
  * INIT request was read, before libfuse calls the filesystem's init (false
  * before that). */

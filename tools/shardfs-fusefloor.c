@@ -23,6 +23,8 @@
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
 
+#include "../fs/fusedev.h"
+#include "../fs/fuse_uring.h"
 #include "../fs/workers.h"
 
 #include <errno.h>
@@ -224,8 +226,15 @@ static const struct fuse_lowlevel_ops ops = {.init = ll_init,
 
 int main(int argc, char **argv)
 {
+	/* --uring: FUSE over io_uring where the kernel offers it (EXPERIMENTAL,
+	 * fs/fuse_uring.h), to measure what the transport saves. */
+	bool uring = argc == 4 && strcmp(argv[1], "--uring") == 0;
+	if (uring) {
+		argv[1] = argv[0];
+		argv++, argc--;
+	}
 	if (argc != 3) {
-		fprintf(stderr, "usage: %s LIST MOUNTPOINT\n", argv[0]);
+		fprintf(stderr, "usage: %s [--uring] LIST MOUNTPOINT\n", argv[0]);
 		return 2;
 	}
 	if (load(argv[1]) != 0)
@@ -237,7 +246,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "shardfs-fusefloor: cannot mount on '%s'\n", argv[2]);
 		return 1;
 	}
+	if (uring) {
+		sfs_fusedev_want_uring(16);
+		if (sfs_fusedev_attach(se, false) != 0)
+			fprintf(stderr, "shardfs-fusefloor: no custom I/O: no io_uring\n");
+	}
 	int rc = sfs_workers_run(se, 64, 8);
+	if (uring)
+		fprintf(stderr, "shardfs-fusefloor: %llu requests over io_uring\n",
+			sfs_fuse_uring_requests());
 	fuse_session_unmount(se);
 	fuse_remove_signal_handlers(se);
 	fuse_session_destroy(se);
