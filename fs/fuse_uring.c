@@ -111,9 +111,15 @@ static void handle(struct ent *e)
 	if (in->len >= sizeof(*in) + psz)
 		op = in->len - sizeof(*in) - psz;
 	if (op > URING_OP_IN_OUT_SZ || psz > g_payload) {
+		/* Not a request this layout can hold: answer EIO, never a
+		 * truncated request to libfuse. */
 		sfs_log(SFS_LOG_ERR, "fuse_uring", "bad request: len %u, payload %u", in->len, psz);
-		op = op > URING_OP_IN_OUT_SZ ? URING_OP_IN_OUT_SZ : op;
-		psz = psz > g_payload ? (uint32_t)g_payload : psz;
+		struct fuse_out_header out = {
+		    .len = sizeof(out), .error = -EIO, .unique = in->unique};
+		memcpy(e->hdr->in_out, &out, sizeof(out));
+		e->hdr->ring_ent_in_out.payload_sz = 0;
+		submit(e, URING_CMD_COMMIT_AND_FETCH, in->unique);
+		return;
 	}
 	memcpy(e->req, in, sizeof(*in));
 	memcpy(e->req + sizeof(*in), e->hdr->op_in, op);

@@ -11,6 +11,10 @@
  *   (the `direct_io` option) can be mapped MAP_SHARED (LMDB, numpy.memmap,
  *   Arrow's memory_map); without it that mmap() fails with ENODEV. The
  *   kernel serves such a mapping through the page cache.
+ *   FUSE_OVER_IO_URING (Linux 6.14+, the fuse module's enable_uring), only
+ *   where sfs_fusedev_want_uring asked for it: requests then come through
+ *   io_uring (fuse_uring.h), whose queues start once this reply is written,
+ *   and replies to them are passed to fuse_uring instead of /dev/fuse.
  * Every other request and reply passes through unchanged: one read() or
  * writev() of the device, as libfuse makes them without hooks. Splice is
  * left to libfuse (no splice hooks: it uses plain splice()).

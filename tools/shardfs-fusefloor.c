@@ -2,7 +2,9 @@
 /*
  * shardfs-fusefloor: the floor under the small-file benchmark. A read-only
  * FUSE filesystem with the tree of a list of files, answered from memory
- * (every file reads as zeros), run by the daemon's worker pool
+ * (every file reads as one pattern: byte o is ((o % 4093) * 7 + 3) & 255,
+ * whose period no request offset shares, so a reply of the wrong bytes
+ * shows), run by the daemon's worker pool
  * (fs/workers.c) as shardfs runs it with active_threads=8 (64 workers at
  * most; 1 MiB requests, the same init flags and timeouts). What it costs
  * per file (lookup, open, read, release) is what the daemon pays on this
@@ -12,7 +14,11 @@
  * over one chunk in its first epoch). (Until 2026-11-25 it ran
  * libfuse 3.14's multi-threaded loop with 64 workers, the daemon's default.)
  *
- *   shardfs-fusefloor LIST MOUNTPOINT
+ *   shardfs-fusefloor [--uring] LIST MOUNTPOINT
+ *
+ * --uring: over FUSE over io_uring where the kernel offers it
+ * (fs/fuse_uring.h; the fuse module's enable_uring), else /dev/fuse with a
+ * warning; it prints the requests that went through the ring at the end.
  *
  * LIST has one "RELPATH SIZE" line per file (folders are made from the
  * paths). Runs in the foreground until unmounted or signalled. Exit
@@ -49,7 +55,9 @@ static struct node *nodes; /* nodes[ino - 1]; ino 1 is the root */
 static size_t n_nodes, cap_nodes;
 static uint64_t *slots; /* hash of (parent, name) -> ino; 0 = empty */
 static size_t n_slots;
-static char zeros[1 << 20];
+#define PATTERN_PERIOD 4093
+/* The pattern from byte 0 on, for one request's worth past any phase. */
+static uint8_t pattern[(1 << 20) + PATTERN_PERIOD];
 
 static uint64_t name_hash(uint64_t parent, const char *name)
 {
@@ -195,7 +203,8 @@ static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	size_t n = fsize - (uint64_t)off < size ? (size_t)(fsize - (uint64_t)off) : size;
-	fuse_reply_buf(req, zeros, n < sizeof(zeros) ? n : sizeof(zeros));
+	n = n < (1u << 20) ? n : (1u << 20);
+	fuse_reply_buf(req, (const char *)pattern + (uint64_t)off % PATTERN_PERIOD, n);
 }
 
 static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -239,6 +248,8 @@ int main(int argc, char **argv)
 	}
 	if (load(argv[1]) != 0)
 		return 1;
+	for (size_t i = 0; i < sizeof(pattern); i++)
+		pattern[i] = (uint8_t)((i % PATTERN_PERIOD) * 7 + 3);
 	char *fuse_argv[] = {argv[0], "-o", "ro,fsname=shardfs-fusefloor,subtype=fusefloor", NULL};
 	struct fuse_args args = FUSE_ARGS_INIT(3, fuse_argv);
 	struct fuse_session *se = fuse_session_new(&args, &ops, sizeof(ops), NULL);
