@@ -114,11 +114,11 @@ static void handle(struct ent *e)
 		/* Not a request this layout can hold: answer EIO, never a
 		 * truncated request to libfuse. */
 		sfs_log(SFS_LOG_ERR, "fuse_uring", "bad request: len %u, payload %u", in->len, psz);
-		struct fuse_out_header out = {
-		    .len = sizeof(out), .error = -EIO, .unique = in->unique};
+		uint64_t unique = in->unique; /* in is overwritten by the reply */
+		struct fuse_out_header out = {.len = sizeof(out), .error = -EIO, .unique = unique};
 		memcpy(e->hdr->in_out, &out, sizeof(out));
 		e->hdr->ring_ent_in_out.payload_sz = 0;
-		submit(e, URING_CMD_COMMIT_AND_FETCH, in->unique);
+		submit(e, URING_CMD_COMMIT_AND_FETCH, unique);
 		return;
 	}
 	memcpy(e->req, in, sizeof(*in));
