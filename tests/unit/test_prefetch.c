@@ -1315,6 +1315,97 @@ static void test_exact_100000(void) { test_exact(100000); }
 static void test_short_256k(void) { test_short(256 * KiB); }
 static void test_short_100000(void) { test_short(100000); }
 
+/* The store for test_write_full in dir, and a prefetch of budget mem on a
+ * fresh fake origin. */
+static sfs_store *store_setup(char *dir, uint64_t mem)
+{
+	char err[256] = "";
+	sfs_store *store = NULL;
+
+	if (!mkdtemp(dir)) {
+		printf("Bail out! mkdtemp: %s\n", strerror(errno));
+		exit(1);
+	}
+	int rc = sfs_store_open(&(struct sfs_store_conf){.dir = dir,
+							 .capacity_bytes = 256 * MiB,
+							 .policy = SFS_STORE_LRU,
+							 .chunk_bytes = MiB},
+				&store, err, sizeof(err));
+	if (rc || (rc = sfs_store_start(store))) {
+		printf("Bail out! sfs_store_open(%s): %d %s\n", dir, rc, err);
+		exit(1);
+	}
+	org = fake_origin_new(&(struct fake_origin_conf){.max_read = MiB, .n_threads = 2});
+	rc = sfs_prefetch_open(
+	    &(struct sfs_prefetch_conf){.mem_bytes = mem, .window_chunks = 16, .store = store}, org,
+	    &pf);
+	if (rc) {
+		printf("Bail out! sfs_prefetch_open: %d\n", rc);
+		exit(1);
+	}
+	return store;
+}
+
+static void store_teardown(sfs_store *store, const char *dir)
+{
+	teardown();
+	sfs_store_close(store);
+	char cmd[64];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd) != 0)
+		diag("could not remove %s", dir);
+}
+
+/* 40 random 100 KiB reads of a 64 MiB file opened for the store: the bytes
+ * fetched and the direct fetches they took. */
+static int random_reads(struct tfile *t, uint64_t *fetched, uint64_t *direct, char *why,
+			size_t why_len)
+{
+	uint64_t s = 0xf011, f0 = pstats().fetched_bytes, d0 = pstats().direct_fetches;
+	int bad = 0;
+
+	for (int i = 0; i < 40; i++)
+		bad += read_check(t, rng_next(&s) % (63 * MiB), 100 * KiB, NULL, why, why_len);
+	fake_origin_drain(org);
+	*fetched = pstats().fetched_bytes - f0;
+	*direct = pstats().direct_fetches - d0;
+	return bad;
+}
+
+/* With a store, a random reader's chunk that the store lacks is fetched
+ * whole for the store; while the writes waiting hold the budget (here a
+ * budget under one chunk: write_admitted refuses every reader's chunk) it
+ * would be dropped uncached, so the reader's own bytes are fetched. */
+static void test_write_full(void)
+{
+	char dir[] = "/tmp/test_prefetch.XXXXXX", why[256] = "";
+	uint64_t fetched, direct;
+
+	sfs_store *store = store_setup(dir, 512 * KiB);
+	struct tfile t = topen(51, 64 * MiB, 64 * MiB);
+	sfs_pf_file_opened(t.f);
+	int bad = random_reads(&t, &fetched, &direct, why, sizeof(why));
+	ok(bad == 0 && direct >= 36 && fetched <= 40 * 100 * KiB + 4 * MiB,
+	   "write full: 40 random reads fetched as asked (%llu direct fetches, %llu KiB fetched "
+	   "for 4,000 KiB read, %d wrong) %s",
+	   (unsigned long long)direct, (unsigned long long)(fetched >> 10), bad, why);
+	sfs_pf_file_unref(t.f);
+	store_teardown(store, dir);
+
+	/* The same reads with room for the writes: whole chunks, for the store. */
+	char dir2[] = "/tmp/test_prefetch.XXXXXX";
+	store = store_setup(dir2, 64 * MiB);
+	t = topen(51, 64 * MiB, 64 * MiB);
+	sfs_pf_file_opened(t.f);
+	bad = random_reads(&t, &fetched, &direct, why, sizeof(why));
+	ok(bad == 0 && direct == 0 && fetched >= 30 * MiB,
+	   "write room: the same reads fetch whole chunks (%llu direct fetches, %llu MiB fetched, "
+	   "%d wrong) %s",
+	   (unsigned long long)direct, (unsigned long long)(fetched >> 20), bad, why);
+	sfs_pf_file_unref(t.f);
+	store_teardown(store, dir2);
+}
+
 static const struct tap_test tests[] = {
     {"exact_1m", test_exact_1m},
     {"exact_256k", test_exact_256k},
@@ -1334,6 +1425,7 @@ static const struct tap_test tests[] = {
     {"async_chunks", test_async_chunks},
     {"over_budget", test_over_budget},
     {"pool_tail", test_pool_tail},
+    {"write_full", test_write_full},
 };
 
 /* With no arguments, runs every test; otherwise only the named ones. */
