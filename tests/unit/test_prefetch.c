@@ -1348,8 +1348,16 @@ static sfs_store *store_setup(char *dir, uint64_t mem)
 
 static void store_teardown(sfs_store *store, const char *dir)
 {
-	teardown();
+	/* The daemon's order: the store first, which finishes its queued
+	 * writes and their callbacks (they count in the prefetch's stats and
+	 * hold its files), then the prefetch. */
+	fake_origin_release(org);
+	fake_origin_drain(org);
 	sfs_store_close(store);
+	sfs_prefetch_close(pf);
+	fake_origin_free(org);
+	pf = NULL;
+	org = NULL;
 	char cmd[64];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	if (system(cmd) != 0)
