@@ -42,15 +42,22 @@ static void setup(uint32_t max_read, unsigned delay_us, unsigned n_threads, uint
 	}
 }
 
-static void teardown(void)
+/* With a store: closed first, as the daemon does, which finishes its
+ * queued writes and their callbacks (they count in the prefetch's stats and
+ * hold its files); then the prefetch. */
+static void teardown_with(sfs_store *store)
 {
 	fake_origin_release(org);
 	fake_origin_drain(org);
+	if (store)
+		sfs_store_close(store);
 	sfs_prefetch_close(pf);
 	fake_origin_free(org);
 	pf = NULL;
 	org = NULL;
 }
+
+static void teardown(void) { teardown_with(NULL); }
 
 static struct sfs_prefetch_stats pstats(void)
 {
@@ -1219,10 +1226,11 @@ static void test_over_budget(void)
 	teardown();
 }
 
-static void test_pool_tail(void)
+/* A started store of 256 MiB (lru, 1 MiB chunks) in a new directory made
+ * from the template dir. */
+static sfs_store *store_open(char *dir)
 {
-	char dir[] = "/tmp/test_prefetch.XXXXXX", err[256] = "", why[256] = "";
-	const uint64_t mem = 4 * MiB, tail_size = 2 * MiB + 4321;
+	char err[256] = "";
 	sfs_store *store = NULL;
 
 	if (!mkdtemp(dir)) {
@@ -1238,13 +1246,22 @@ static void test_pool_tail(void)
 		printf("Bail out! sfs_store_open(%s): %d %s\n", dir, rc, err);
 		exit(1);
 	}
+	return store;
+}
+
+static void test_pool_tail(void)
+{
+	char dir[] = "/tmp/test_prefetch.XXXXXX", why[256] = "";
+	const uint64_t mem = 4 * MiB, tail_size = 2 * MiB + 4321;
+	sfs_store *store = store_open(dir);
+
 	org = fake_origin_new(&(struct fake_origin_conf){.max_read = MiB, .n_threads = 2});
-	rc = sfs_prefetch_open(&(struct sfs_prefetch_conf){.mem_bytes = mem,
-							   .window_chunks = 16,
-							   .mode = SFS_PREFETCH_SHARD,
-							   .shard_max_bytes = 64 * MiB,
-							   .store = store},
-			       org, &pf);
+	int rc = sfs_prefetch_open(&(struct sfs_prefetch_conf){.mem_bytes = mem,
+							       .window_chunks = 16,
+							       .mode = SFS_PREFETCH_SHARD,
+							       .shard_max_bytes = 64 * MiB,
+							       .store = store},
+				   org, &pf);
 	if (rc) {
 		printf("Bail out! sfs_prefetch_open: %d\n", rc);
 		exit(1);
@@ -1319,24 +1336,10 @@ static void test_short_100000(void) { test_short(100000); }
  * fresh fake origin. */
 static sfs_store *store_setup(char *dir, uint64_t mem)
 {
-	char err[256] = "";
-	sfs_store *store = NULL;
+	sfs_store *store = store_open(dir);
 
-	if (!mkdtemp(dir)) {
-		printf("Bail out! mkdtemp: %s\n", strerror(errno));
-		exit(1);
-	}
-	int rc = sfs_store_open(&(struct sfs_store_conf){.dir = dir,
-							 .capacity_bytes = 256 * MiB,
-							 .policy = SFS_STORE_LRU,
-							 .chunk_bytes = MiB},
-				&store, err, sizeof(err));
-	if (rc || (rc = sfs_store_start(store))) {
-		printf("Bail out! sfs_store_open(%s): %d %s\n", dir, rc, err);
-		exit(1);
-	}
 	org = fake_origin_new(&(struct fake_origin_conf){.max_read = MiB, .n_threads = 2});
-	rc = sfs_prefetch_open(
+	int rc = sfs_prefetch_open(
 	    &(struct sfs_prefetch_conf){.mem_bytes = mem, .window_chunks = 16, .store = store}, org,
 	    &pf);
 	if (rc) {
@@ -1348,16 +1351,7 @@ static sfs_store *store_setup(char *dir, uint64_t mem)
 
 static void store_teardown(sfs_store *store, const char *dir)
 {
-	/* The daemon's order: the store first, which finishes its queued
-	 * writes and their callbacks (they count in the prefetch's stats and
-	 * hold its files), then the prefetch. */
-	fake_origin_release(org);
-	fake_origin_drain(org);
-	sfs_store_close(store);
-	sfs_prefetch_close(pf);
-	fake_origin_free(org);
-	pf = NULL;
-	org = NULL;
+	teardown_with(store);
 	char cmd[64];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	if (system(cmd) != 0)
