@@ -34,8 +34,14 @@
  * In memory:
  *
  *   sg->tab[cap]  open addressing, linear probing, backward-shift deletion,
- *                 load <= 0.8, doubling; struct ent is 40 bytes, so 40-80
- *                 bytes per object (50 at 0.8 load, 80 just after doubling)
+ *                 load <= 0.8, doubling; struct ent is 24 bytes, so 24-48
+ *                 bytes per object (30 at 0.8 load, 48 just after doubling).
+ *                 An entry keeps the first 8 bytes of its key (the key is a
+ *                 uniform hash) and no checksum: a read checks the whole key
+ *                 and the bytes against the record's own header, whose
+ *                 checksum it checks first; a summary rewritten by an
+ *                 eviction takes the full entries from the segment's old
+ *                 .idx (or, for the segment being filled, act_ents).
  *                 ent.seg -> sg->segs[slot] (struct seg: one per segment file;
  *                 slot reused once an evicted segment is unreferenced)
  *   writer state  wbuf (records being appended), pend[] (their keys and
@@ -104,16 +110,16 @@ struct idx_ent {
 };
 _Static_assert(sizeof(struct idx_ent) == 40, "idx entry layout");
 
-/* One index slot; len == 0: empty. 4-byte aligned on purpose (40 bytes). */
+/* One index slot; len == 0: empty. The index holds one per cached object,
+ * millions of them: 24 bytes, no padding. */
 struct ent {
-	uint8_t key[16];
-	uint32_t xxh_lo, xxh_hi;
-	uint32_t seg; /* slot in sg->segs */
+	uint64_t key8; /* the key's first 8 bytes (memcpy'd: the home slot) */
+	uint32_t seg;  /* slot in sg->segs */
 	uint32_t off4k;
 	uint32_t len;
 	uint32_t dataset;
 };
-_Static_assert(sizeof(struct ent) == 40, "index entry is 40 bytes");
+_Static_assert(sizeof(struct ent) == 24, "index entry is 24 bytes");
 
 struct seg {
 	uint32_t seq;	      /* set at creation, then read-only */
@@ -137,6 +143,13 @@ struct pend {
 	uint32_t rel;	   /* 0: act; k >= 1: the k-th segment this flush creates */
 	uint64_t file_off; /* offset in that segment */
 	uint64_t buf_off;  /* offset in wbuf */
+};
+
+/* What a segment holds, from its .idx or a scan. */
+struct seg_sum {
+	struct idx_ent *ents;
+	uint32_t n, cap;
+	uint64_t end_bytes;
 };
 
 struct sfs_seg {
@@ -177,7 +190,12 @@ static uint64_t rec_bytes(uint32_t len) { return round_up(HDR_BYTES + (uint64_t)
 
 size_t sfs_seg_read_buf_bytes(uint32_t len) { return (size_t)rec_bytes(len); }
 
-static uint64_t ent_xxh(const struct ent *e) { return (uint64_t)e->xxh_hi << 32 | e->xxh_lo; }
+static uint64_t key8_of(const uint8_t key[16])
+{
+	uint64_t h;
+	memcpy(&h, key, 8);
+	return h;
+}
 
 static void seg_name(char *buf, uint32_t seq, const char *ext)
 {
@@ -187,21 +205,22 @@ static void seg_name(char *buf, uint32_t seq, const char *ext)
 /* --- index (caller holds lock) ---------------------------------------------- */
 
 /* The key is already a uniform hash: its first 8 bytes are the home slot. */
-static uint32_t tab_home(const sfs_seg *sg, const uint8_t key[16])
+static uint32_t tab_home(const sfs_seg *sg, uint64_t key8)
 {
-	uint64_t h;
-	memcpy(&h, key, 8);
-	return (uint32_t)(h & (sg->tab_cap - 1));
+	return (uint32_t)(key8 & (sg->tab_cap - 1));
 }
 
-/* Returns the slot holding key, or -1. */
+/* Returns the slot holding key's first 8 bytes, or -1. Two keys alike in
+ * those are one entry (a 2^-64 chance per pair): a read of the other's
+ * record finds a header of another key, a miss (sfs_seg_read). */
 static long tab_find(const sfs_seg *sg, const uint8_t key[16])
 {
 	uint32_t mask = sg->tab_cap - 1;
-	for (uint32_t i = tab_home(sg, key);; i = (i + 1) & mask) {
+	uint64_t key8 = key8_of(key);
+	for (uint32_t i = tab_home(sg, key8);; i = (i + 1) & mask) {
 		if (!sg->tab[i].len)
 			return -1;
-		if (!memcmp(sg->tab[i].key, key, 16))
+		if (sg->tab[i].key8 == key8)
 			return (long)i;
 	}
 }
@@ -217,7 +236,7 @@ static void tab_del_at(sfs_seg *sg, uint32_t i)
 	sg->st.live_bytes -= e->len;
 	sg->tab_n--;
 	for (uint32_t j = (i + 1) & mask; sg->tab[j].len; j = (j + 1) & mask) {
-		uint32_t home = tab_home(sg, sg->tab[j].key);
+		uint32_t home = tab_home(sg, sg->tab[j].key8);
 		if (((j - home) & mask) >= ((j - i) & mask)) {
 			sg->tab[i] = sg->tab[j];
 			i = j;
@@ -229,9 +248,7 @@ static void tab_del_at(sfs_seg *sg, uint32_t i)
 /* Places e in a table known not to hold its key. */
 static void tab_place(struct ent *tab, uint32_t cap, const struct ent *e)
 {
-	uint64_t h;
-	memcpy(&h, e->key, 8);
-	uint32_t i = (uint32_t)(h & (cap - 1));
+	uint32_t i = (uint32_t)(e->key8 & (cap - 1));
 	while (tab[i].len)
 		i = (i + 1) & (cap - 1);
 	tab[i] = *e;
@@ -262,16 +279,13 @@ static int tab_reserve(sfs_seg *sg, uint32_t n)
  * or -ENOMEM. */
 static int tab_put(sfs_seg *sg, const struct idx_ent *ie, struct seg *s)
 {
-	struct ent e = {.xxh_lo = (uint32_t)ie->xxh64,
-			.xxh_hi = (uint32_t)(ie->xxh64 >> 32),
+	struct ent e = {.key8 = key8_of(ie->key),
 			.seg = s->slot,
 			.off4k = ie->off4k,
 			.len = ie->len,
 			.dataset = ie->dataset};
-	const uint8_t *key = ie->key;
 	uint32_t len = ie->len;
-	memcpy(e.key, key, 16);
-	long at = tab_find(sg, key);
+	long at = tab_find(sg, ie->key);
 	if (at >= 0) {
 		tab_del_at(sg, (uint32_t)at);
 	} else {
@@ -451,18 +465,18 @@ static uint64_t hdr_sum(const struct rec_hdr *h)
 	return sfs_xxh3_64(&c, sizeof(c));
 }
 
-/* Whether the record at buf (n bytes read) is key's with length len and
- * bytes hashing to xxh64. */
-static bool rec_check(const uint8_t *buf, ssize_t n, const uint8_t key[16], uint32_t len,
-		      uint64_t xxh64)
+/* Whether the record at buf (n bytes read) is key's with length len: its
+ * header checks (its own checksum), names key and len, and the bytes hash
+ * to the header's XXH3-64. */
+static bool rec_check(const uint8_t *buf, ssize_t n, const uint8_t key[16], uint32_t len)
 {
 	const struct rec_hdr *h = (const struct rec_hdr *)buf;
 	if (n < (ssize_t)(HDR_BYTES + len))
 		return false;
 	if (h->magic != REC_MAGIC || h->len != len || memcmp(h->key, key, 16) ||
-	    h->xxh64 != xxh64 || h->hdr_xxh != hdr_sum(h))
+	    h->hdr_xxh != hdr_sum(h))
 		return false;
-	return sfs_xxh3_64(buf + HDR_BYTES, len) == xxh64;
+	return sfs_xxh3_64(buf + HDR_BYTES, len) == h->xxh64;
 }
 
 /* Drops key's entry if it still is the one read (segment slot and offset).
@@ -514,7 +528,7 @@ ssize_t sfs_seg_read(sfs_seg *sg, const uint8_t key[16], void *buf, size_t buf_l
 			err = -errno;
 	}
 	seg_unref(sg, s);
-	if (!err && rec_check(buf, n, key, e.len, ent_xxh(&e))) {
+	if (!err && rec_check(buf, n, key, e.len)) {
 		*data = (const char *)buf + HDR_BYTES;
 		return e.len;
 	}
@@ -975,7 +989,7 @@ static void drop_matching(sfs_seg *sg, sfs_seg_match_fn *match, void *arg,
 {
 	for (uint32_t i = 0; i < sg->tab_cap;) {
 		struct ent *e = &sg->tab[i];
-		if (e->len && (!match || match(arg, e->dataset, e->key))) {
+		if (e->len && (!match || match(arg, e->dataset, (const uint8_t *)&e->key8))) {
 			sg->segs[e->seg]->touched = true;
 			out->objects++;
 			out->bytes += e->len;
@@ -1001,19 +1015,21 @@ static void retire_act(sfs_seg *sg)
 	pending_reset(sg);
 }
 
+static int load_idx(sfs_seg *sg, uint32_t seq, uint64_t seg_size, struct seg_sum *sum);
+
 /* What an eviction does to one touched segment once the lock is dropped:
- * a new summary of what it still holds, or (ents NULL) its deletion. */
+ * a new summary of what it still holds, or (live NULL) its deletion. */
 struct redo {
-	struct seg *s; /* referenced */
-	struct idx_ent *ents;
-	uint32_t n;
+	struct seg *s;	/* referenced */
+	uint32_t *live; /* the off4k of its records still indexed */
+	uint32_t n;	/* of them */
 	uint64_t end_bytes;
 };
 
 /* Plans the touched segments: empty ones die (as in sfs_seg_evict_coldest),
- * the others get their remaining entries copied for a new summary. Caller
- * holds lock. Returns the plans (malloc'd, *n_out of them) or NULL with
- * *n_out 0 on ENOMEM or when nothing was touched. */
+ * the others get the offsets of their remaining records noted for a new
+ * summary. Caller holds lock. Returns the plans (malloc'd, *n_out of them)
+ * or NULL with *n_out 0 on ENOMEM or when nothing was touched. */
 static struct redo *plan_touched(sfs_seg *sg, uint32_t *n_out, struct sfs_seg_evicted *out)
 {
 	uint32_t n = 0, *at = calloc(sg->segs_cap ? sg->segs_cap : 1, sizeof(*at));
@@ -1038,7 +1054,7 @@ static struct redo *plan_touched(sfs_seg *sg, uint32_t *n_out, struct sfs_seg_ev
 			sg->st.evicted_segments++;
 			sg->st.evicted_bytes += s->bytes;
 			out->disk_bytes += s->bytes;
-		} else if (!(x->ents = malloc(s->n_live * sizeof(*x->ents)))) {
+		} else if (!(x->live = malloc(s->n_live * sizeof(*x->live)))) {
 			s->refs--;
 			continue; /* its old summary stays: a restart brings the records back */
 		}
@@ -1047,15 +1063,8 @@ static struct redo *plan_touched(sfs_seg *sg, uint32_t *n_out, struct sfs_seg_ev
 	for (uint32_t i = 0; at && i < sg->tab_cap; i++) {
 		const struct ent *e = &sg->tab[i];
 		struct redo *x = e->len && at[e->seg] ? &r[at[e->seg] - 1] : NULL;
-		if (!x || !x->ents)
-			continue;
-		struct idx_ent *ie = &x->ents[x->n++];
-		memcpy(ie->key, e->key, 16);
-		ie->xxh64 = ent_xxh(e);
-		ie->off4k = e->off4k;
-		ie->len = e->len;
-		ie->dataset = e->dataset;
-		ie->zero = 0;
+		if (x && x->live)
+			x->live[x->n++] = e->off4k;
 	}
 	free(at);
 	if (!n) {
@@ -1064,6 +1073,49 @@ static struct redo *plan_touched(sfs_seg *sg, uint32_t *n_out, struct sfs_seg_ev
 	}
 	*n_out = n;
 	return r;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Writes x's segment a summary of the records x->live names. Their full
+ * entries (the index keeps 8 bytes of each key and no checksum) come from
+ * retired's (the segment being filled until this eviction, whose summary
+ * was never written) or else from the segment's summary on disk. Returns 0
+ * or -errno; on an error the old summary stays (a restart brings the
+ * evicted records back: a cache that keeps too much, never a wrong byte).
+ * Writer thread.
+ */
+static int rewrite_idx(sfs_seg *sg, const struct redo *x, const struct idx_ent *retired,
+		       uint32_t n_retired)
+{
+	struct seg_sum sum = {0};
+	int err = 0;
+
+	if (retired) {
+		sum.ents = malloc(((size_t)n_retired + 1) * sizeof(*sum.ents));
+		if (!sum.ents)
+			return -ENOMEM;
+		memcpy(sum.ents, retired, (size_t)n_retired * sizeof(*sum.ents));
+		sum.n = n_retired;
+	} else if ((err = load_idx(sg, x->s->seq, UINT64_MAX, &sum))) {
+		sfs_log(SFS_LOG_WARN, "segment",
+			"%s/%08x.idx: %s; its evicted records come back at the next start", sg->dir,
+			x->s->seq, strerror(-err));
+		return err;
+	}
+	qsort(x->live, x->n, sizeof(*x->live), cmp_u32);
+	uint32_t kept = 0;
+	for (uint32_t i = 0; i < sum.n; i++)
+		if (bsearch(&sum.ents[i].off4k, x->live, x->n, sizeof(*x->live), cmp_u32))
+			sum.ents[kept++] = sum.ents[i];
+	err = write_idx(sg, x->s->seq, sum.ents, kept, x->end_bytes);
+	free(sum.ents);
+	return err;
 }
 
 int sfs_seg_evict_where(sfs_seg *sg, sfs_seg_match_fn *match, void *arg,
@@ -1078,6 +1130,10 @@ int sfs_seg_evict_where(sfs_seg *sg, sfs_seg_match_fn *match, void *arg,
 	drop_matching(sg, match, arg, out);
 	bool act_touched = sg->act && sg->act->touched;
 	pthread_mutex_unlock(&sg->lock);
+	/* The retired segment's entries stay in act_ents until the next
+	 * append, which only this (the writer) thread makes, after this. */
+	struct seg *retired = act_touched ? sg->act : NULL;
+	uint32_t n_retired = sg->n_act_ents;
 	if (act_touched)
 		retire_act(sg);
 	pthread_mutex_lock(&sg->lock);
@@ -1085,10 +1141,11 @@ int sfs_seg_evict_where(sfs_seg *sg, sfs_seg_match_fn *match, void *arg,
 	pthread_mutex_unlock(&sg->lock);
 	for (uint32_t k = 0; k < n; k++) {
 		struct redo *x = &r[k];
-		if (x->ents) {
-			int rc = write_idx(sg, x->s->seq, x->ents, x->n, x->end_bytes);
+		if (x->live) {
+			int rc = x->s == retired ? rewrite_idx(sg, x, sg->act_ents, n_retired)
+						 : rewrite_idx(sg, x, NULL, 0);
 			err = err ? err : rc;
-			free(x->ents);
+			free(x->live);
 		} else {
 			seg_name(name, x->s->seq, "idx");
 			unlinkat(sg->dirfd, name, 0);
@@ -1115,13 +1172,6 @@ void sfs_seg_get_stats(sfs_seg *sg, struct sfs_seg_stats *out)
 
 /* --- open and recovery -------------------------------------------------------- */
 
-/* What a segment holds, from its .idx or a scan. */
-struct seg_sum {
-	struct idx_ent *ents;
-	uint32_t n, cap;
-	uint64_t end_bytes;
-};
-
 static int sum_add(struct seg_sum *sum, const struct rec_hdr *h, uint64_t off)
 {
 	if (sum->n == sum->cap) {
@@ -1145,7 +1195,7 @@ static int sum_add(struct seg_sum *sum, const struct rec_hdr *h, uint64_t off)
 /*
  * Reads and checks DIR/NNNNNNNN.idx against a segment file of seg_size
  * bytes. Returns 0 with *sum filled, or -errno (-EBADMSG: it does not
- * check). Open only.
+ * check). Open, and the writer thread (rewrite_idx).
  */
 static int load_idx(sfs_seg *sg, uint32_t seq, uint64_t seg_size, struct seg_sum *sum)
 {

@@ -32,12 +32,13 @@
  *
  * Rules kept from the store: a record is visible (lookup and read find it)
  * only once its header and bytes are durable (written and fdatasync'd);
- * every read verifies the bytes against the XXH3-64 in the index; a
+ * every read verifies the record's header (its own checksum, the key, the
+ * length) and the bytes against the header's XXH3-64; a
  * mismatch, a short read or a vanished segment is a miss: the entry is
  * dropped and the caller fetches from the origin again. Never an error
  * for the reader, never a wrong byte.
  *
- * Memory: one index entry per live object (open addressing, 40-80 bytes),
+ * Memory: one index entry per live object (open addressing, 24-48 bytes),
  * one small descriptor per segment, a bounded number of open segment fds,
  * and the write buffer (write_buffer_bytes, allocated at open).
  *
@@ -158,8 +159,10 @@ struct sfs_seg_evicted {
 	uint64_t disk_bytes; /* segment files deleted because nothing was left in them */
 };
 
-/* Whether an eviction takes the object `key` of dataset `dataset`. */
-typedef bool sfs_seg_match_fn(void *arg, uint32_t dataset, const uint8_t key[16]);
+/* Whether an eviction takes the object of dataset `dataset` whose key
+ * begins with the 8 bytes key8 (the index keeps no more of a key; keys are
+ * uniform hashes, so 8 bytes tell them apart). */
+typedef bool sfs_seg_match_fn(void *arg, uint32_t dataset, const uint8_t key8[8]);
 
 /*
  * Drop every object match() accepts (match NULL: every object). Each segment that lost records gets

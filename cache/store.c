@@ -47,7 +47,7 @@
  *       │                          │   └──── recs[n_chunks]     520 B/chunk, only
  *       └── lru_head ... lru_tail ─┘                            while referenced
  *                                                                (objects <= ~2 GiB)
- *       └── seg ──> segment.c: key -> record index (36-72 B per packed version)
+ *       └── seg ──> segment.c: key -> record index (24-48 B per packed version)
  *
  * A hash of objects by key and an LRU list of the per-file objects (least
  * recently used first, each with its last use in CLOCK_MONOTONIC ms), both
@@ -2067,21 +2067,25 @@ static int cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static bool id_set_has(void *arg, uint32_t id, const uint8_t key[16])
+static bool id_set_has(void *arg, uint32_t id, const uint8_t key8[8])
 {
 	const struct id_set *m = arg;
-	(void)key;
+	(void)key8;
 	return m->n && bsearch(&id, m->ids, m->n, sizeof(id), cmp_u32);
 }
 
 static int cmp_key(const void *a, const void *b) { return memcmp(a, b, 16); }
 
+/* Orders keys by their first 8 bytes: keys sorted by cmp_key are sorted by
+ * it too. */
+static int cmp_key8(const void *a, const void *b) { return memcmp(a, b, 8); }
+
 /* sfs_seg_match_fn of sfs_store_evict_keys: arg is the ctl job. */
-static bool keys_have(void *arg, uint32_t id, const uint8_t key[16])
+static bool keys_have(void *arg, uint32_t id, const uint8_t key8[8])
 {
 	const struct ctl_job *c = arg;
 	(void)id;
-	return c->n_keys && bsearch(key, c->keys, c->n_keys, 16, cmp_key);
+	return c->n_keys && bsearch(key8, c->keys, c->n_keys, 16, cmp_key8);
 }
 
 /* Whether dataset `name` is `prefix` or lies under it (trailing slashes of

@@ -551,6 +551,100 @@ static void test_evict(void)
 	tmp_remove();
 }
 
+/* sfs_seg_match_fn of test_evict_where: objects of dataset 1, or whose
+ * key begins like one of the keys in arg (NULL-terminated list of ids). */
+static bool match_ds1(void *arg, uint32_t dataset, const uint8_t key8[8])
+{
+	(void)arg;
+	(void)key8;
+	return dataset == 1;
+}
+
+static bool match_ids(void *arg, uint32_t dataset, const uint8_t key8[8])
+{
+	(void)dataset;
+	for (const uint32_t *id = arg; *id != UINT32_MAX; id++) {
+		uint8_t key[16];
+		key_of(*id, key);
+		if (!memcmp(key, key8, 8))
+			return true;
+	}
+	return false;
+}
+
+/* Whether objects [0, n) read as want() says: 1 byte-exact, 0 a miss. */
+static bool reads_as(sfs_seg *sg, uint32_t n, int (*want)(uint32_t))
+{
+	static uint8_t exp[MiB];
+	bool good = true;
+	for (uint32_t i = 0; i < n; i++)
+		good &= check_obj(sg, i, len_100k(i), read_buf, exp) == want(i);
+	return good;
+}
+
+static int after_ds1(uint32_t i) { return i % 3 != 1; }
+static int after_ids(uint32_t i) { return i % 3 != 1 && i != 0 && i != 38 && i != 11; }
+/* Segment 1 (objects 9-17) lost its .idx before the third eviction. */
+static int after_restart(uint32_t i) { return after_ids(i) || (i >= 9 && i < 18); }
+
+/* Evictions by dataset and by key: summaries rewritten from the segment's
+ * .idx on disk (the index keeps 8 bytes of each key and no checksum) and,
+ * for the segment being filled, from its entries in memory; a restart keeps
+ * what was evicted gone. A summary that cannot be read is an error and its
+ * records come back at the next start, byte-exact. */
+static void test_evict_where(void)
+{
+	struct sfs_seg_evicted ev;
+	struct sfs_seg_stats st;
+	uint8_t key[16];
+
+	tmp_new();
+	sfs_seg *sg = open_or_bail(MiB, 0);
+	for (uint32_t i = 0; i < 45; i++) {
+		key_of(i, key);
+		fill(i, obj_buf, len_100k(i));
+		int rc = sfs_seg_append(sg, key, obj_buf, len_100k(i), i % 3);
+		if (rc == -ENOBUFS && !(rc = sfs_seg_flush(sg)))
+			rc = sfs_seg_append(sg, key, obj_buf, len_100k(i), i % 3);
+		if (rc)
+			bail("append", rc);
+	}
+	if (sfs_seg_flush(sg))
+		bail("flush", -EIO);
+	sfs_seg_get_stats(sg, &st);
+	ok(st.segments == 5 && count_files(".idx") == 4,
+	   "45 records of 100 KiB: 4 sealed segments and the one being filled");
+	int rc = sfs_seg_evict_where(sg, match_ds1, NULL, &ev);
+	ok(rc == 0 && ev.objects == 15 && ev.disk_bytes == 0 && reads_as(sg, 45, after_ds1),
+	   "dataset 1 evicted from every segment, the open one included: rc %d, %llu objects", rc,
+	   (unsigned long long)ev.objects);
+	ok(count_files(".idx") == 5, "the open segment was sealed: 5 summaries");
+	uint32_t ids[] = {0, 38, 11, 1, UINT32_MAX}; /* 1 is gone already */
+	rc = sfs_seg_evict_where(sg, match_ids, ids, &ev);
+	ok(rc == 0 && ev.objects == 3 && reads_as(sg, 45, after_ids),
+	   "by key (8 bytes): rc %d, %llu objects", rc, (unsigned long long)ev.objects);
+	sfs_seg_close(sg);
+
+	sg = open_or_bail(MiB, 0);
+	ok(reads_as(sg, 45, after_ids), "after a restart the evicted records stay gone, the others "
+					"read byte-exact");
+	ok(unlink(spath("00000001.idx")) == 0, "segment 1's summary deleted");
+	uint32_t ids2[] = {12, UINT32_MAX};
+	rc = sfs_seg_evict_where(sg, match_ids, ids2, &ev);
+	key_of(12, key);
+	ok(rc == -ENOENT && ev.objects == 1 && !sfs_seg_lookup(sg, key, NULL),
+	   "a summary that cannot be read: rc %d, the record gone from memory", rc);
+	sfs_seg_close(sg);
+	sg = open_or_bail(MiB, 0);
+	ok(reads_as(sg, 45, after_restart),
+	   "then its records come back from a scan of the segment at the next start, byte-exact");
+	ok(put(sg, 100, 5000) == 0 && sfs_seg_flush(sg) == 0 &&
+	       check_obj(sg, 100, 5000, read_buf, obj_buf) == 1,
+	   "appends go on");
+	sfs_seg_close(sg);
+	tmp_remove();
+}
+
 /* Hundreds of 64 KiB segments: sealing, more segments than the fd cache
  * holds, reopen. */
 static void test_many_segments(void)
@@ -778,7 +872,7 @@ static void test_scale(void)
 	sfs_seg_get_stats(sg, &st);
 	ok(st.objects == n, "%u entries loaded from an .idx", n);
 	diag("index bytes per object at %u objects: %.1f", n, (double)st.index_bytes / n);
-	ok(st.index_bytes / n <= 64, "a few tens of bytes per object (%.1f)",
+	ok(st.index_bytes <= (uint64_t)n * 48, "at most 2 x 24 bytes per object (%.1f)",
 	   (double)st.index_bytes / n);
 	struct timespec t0, t1;
 	uint64_t seen = 0;
@@ -809,6 +903,7 @@ int main(void)
 	test_bad_idx();
 	test_deleted_seg();
 	test_evict();
+	test_evict_where();
 	test_many_segments();
 	test_concurrent();
 	test_flush_failure();
