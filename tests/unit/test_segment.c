@@ -645,6 +645,44 @@ static void test_evict_where(void)
 	tmp_remove();
 }
 
+/* Two keys alike in their first 8 bytes (the index keeps no more) share
+ * one entry: the later record wins, and a read under the other key finds a
+ * header naming another key, a miss, never the other's bytes; after a
+ * restart likewise. */
+static void test_key8_collision(void)
+{
+	uint8_t a[16], b[16];
+	const char *data;
+	static uint8_t exp[8192];
+
+	tmp_new();
+	sfs_seg *sg = open_or_bail(MiB, 0);
+	key_of(7, a);
+	memcpy(b, a, 8);
+	key_of(8, b); /* another key, then a's first 8 bytes */
+	memcpy(b, a, 8);
+	fill(7, obj_buf, 5000);
+	int ra = sfs_seg_append(sg, a, obj_buf, 5000, 0);
+	fill(8, obj_buf, 6000);
+	int rb = sfs_seg_append(sg, b, obj_buf, 6000, 0);
+	ok(ra == 0 && rb == 0 && sfs_seg_flush(sg) == 0, "two keys alike in 8 bytes appended");
+	ssize_t na = sfs_seg_read(sg, a, read_buf, MiB + 4096, &data);
+	ok(na == -EBADMSG, "the first key's read is a miss (%zd), not the second's bytes", na);
+	ssize_t nb = sfs_seg_read(sg, b, read_buf, MiB + 4096, &data);
+	fill(8, exp, 6000);
+	ok(nb == -ENOENT || (nb == 6000 && !memcmp(data, exp, 6000)),
+	   "the second key: its own bytes or a miss (%zd)", nb);
+	sfs_seg_close(sg);
+	sg = open_or_bail(MiB, 0);
+	nb = sfs_seg_read(sg, b, read_buf, MiB + 4096, &data);
+	ok(nb == 6000 && !memcmp(data, exp, 6000),
+	   "after a restart the later record answers its own key (%zd)", nb);
+	na = sfs_seg_read(sg, a, read_buf, MiB + 4096, &data);
+	ok(na == -EBADMSG, "and the other key's read is a miss (%zd)", na);
+	sfs_seg_close(sg);
+	tmp_remove();
+}
+
 /* Hundreds of 64 KiB segments: sealing, more segments than the fd cache
  * holds, reopen. */
 static void test_many_segments(void)
@@ -904,6 +942,7 @@ int main(void)
 	test_deleted_seg();
 	test_evict();
 	test_evict_where();
+	test_key8_collision();
 	test_many_segments();
 	test_concurrent();
 	test_flush_failure();
