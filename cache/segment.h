@@ -92,7 +92,9 @@ int sfs_seg_open(const struct sfs_seg_conf *conf, sfs_seg **out);
 /* Close; records appended but not flushed are dropped (never visible). */
 void sfs_seg_close(sfs_seg *sg);
 
-/* Whether key is present (durable); sets *len. Any thread. */
+/* Whether key is present (durable); sets *len. The index knows a key by
+ * its first 8 bytes: another key alike in those (a 2^-64 chance per pair)
+ * counts too, and its read is then a miss (sfs_seg_read). Any thread. */
 bool sfs_seg_lookup(sfs_seg *sg, const uint8_t key[16], uint32_t *len);
 
 /* Scratch bytes a read of an object of len bytes needs (4096-aligned). */
