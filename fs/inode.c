@@ -6,11 +6,60 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
+/*
+ * Inodes come from a slab of their own: SLAB_PAGE-aligned pages of
+ * SLAB_SLOT-byte slots, for handles up to SLAB_FH_MAX bytes (a longer one
+ * is calloc'd). The kernel's inodes churn by the hundred thousand (a walk,
+ * inode_max's pruning), and from malloc they lay among the daemon's
+ * short-lived buffers and listings, so what FORGETs freed stayed in pages
+ * that other live chunks pinned. A page left empty is unmapped, one spare
+ * kept. Its own lock (a leaf): inodes are freed outside the table lock.
+ */
+/* Under AddressSanitizer a slot is poisoned while free, so that a use of a
+ * forgotten inode is caught as it would be with malloc. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SFS_INODE_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define SFS_INODE_ASAN 1
+#endif
+#ifdef SFS_INODE_ASAN
+#include <sanitizer/asan_interface.h>
+#define SLOT_POISON(p, n)   ASAN_POISON_MEMORY_REGION((p), (n))
+#define SLOT_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define SLOT_POISON(p, n)   ((void)(p), (void)(n))
+#define SLOT_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+#define SLAB_PAGE   (64u << 10)
+#define SLAB_FH_MAX 36u
+#define SLAB_HEAD   64u
+
+struct slab_page {
+	struct slab_page *prev, *next; /* in the partial list while it has free slots */
+	void *free;		       /* free slots, linked through their first word */
+	uint32_t used;		       /* slots handed out */
+	uint32_t fresh;		       /* slots [0, fresh) were handed out once */
+};
+_Static_assert(sizeof(struct slab_page) <= SLAB_HEAD, "the page header fits before the slots");
+
+struct inode_slab {
+	pthread_mutex_t lock;
+	struct slab_page *partial; /* protected by lock: pages with a free slot */
+	struct slab_page *spare;   /* protected by lock: an empty page kept */
+};
+
 struct sfs_inode_table {
+	struct inode_slab slab;
 	pthread_mutex_t lock;
 	struct sfs_inode **buckets; /* protected by lock */
 	size_t n_buckets, n_inodes; /* protected by lock */
@@ -49,9 +98,114 @@ static size_t inode_size(uint32_t fh_len)
 	return n > sizeof(struct sfs_inode) ? n : sizeof(struct sfs_inode);
 }
 
-static struct sfs_inode *inode_new(const struct sfs_fh *fh)
+#define SLAB_SLOT  ((offsetof(struct sfs_inode, fh) + SLAB_FH_MAX + 7) & ~(size_t)7)
+#define SLAB_SLOTS ((SLAB_PAGE - SLAB_HEAD) / SLAB_SLOT)
+
+static struct slab_page *slab_page_of(const void *slot)
 {
-	struct sfs_inode *ino = calloc(1, inode_size(fh->len));
+	return (struct slab_page *)((uintptr_t)slot & ~(uintptr_t)(SLAB_PAGE - 1));
+}
+
+static void slab_unlink(struct inode_slab *sl, struct slab_page *p)
+{
+	if (p->prev)
+		p->prev->next = p->next;
+	else
+		sl->partial = p->next;
+	if (p->next)
+		p->next->prev = p->prev;
+	p->prev = p->next = NULL;
+}
+
+static void slab_push(struct inode_slab *sl, struct slab_page *p)
+{
+	p->prev = NULL;
+	p->next = sl->partial;
+	if (p->next)
+		p->next->prev = p;
+	sl->partial = p;
+}
+
+/* A SLAB_PAGE-aligned page from mmap, or NULL. */
+static struct slab_page *slab_page_map(void)
+{
+	uint8_t *m =
+	    mmap(NULL, 2 * SLAB_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	uint8_t *a = (uint8_t *)(((uintptr_t)m + SLAB_PAGE - 1) & ~(uintptr_t)(SLAB_PAGE - 1));
+	if (a > m)
+		munmap(m, (size_t)(a - m));
+	munmap(a + SLAB_PAGE, (size_t)(m + 2 * SLAB_PAGE - (a + SLAB_PAGE)));
+	SLOT_POISON(a + SLAB_HEAD, SLAB_PAGE - SLAB_HEAD);
+	return (struct slab_page *)a; /* zero-filled */
+}
+
+/* A zeroed slot, or NULL on ENOMEM. */
+static void *slab_alloc(struct inode_slab *sl)
+{
+	void *slot = NULL;
+
+	pthread_mutex_lock(&sl->lock);
+	struct slab_page *p = sl->partial;
+	if (!p) {
+		p = sl->spare ? sl->spare : slab_page_map();
+		sl->spare = NULL;
+		if (p)
+			slab_push(sl, p);
+	}
+	if (p) {
+		if (p->free) {
+			slot = p->free;
+			SLOT_UNPOISON(slot, SLAB_SLOT);
+			memcpy(&p->free, slot, sizeof(void *));
+		} else {
+			slot = (uint8_t *)p + SLAB_HEAD + (size_t)p->fresh++ * SLAB_SLOT;
+			SLOT_UNPOISON(slot, SLAB_SLOT);
+		}
+		if (++p->used == SLAB_SLOTS)
+			slab_unlink(sl, p);
+	}
+	pthread_mutex_unlock(&sl->lock);
+	if (slot)
+		memset(slot, 0, SLAB_SLOT);
+	return slot;
+}
+
+static void slab_free(struct inode_slab *sl, void *slot)
+{
+	struct slab_page *p = slab_page_of(slot), *unmap = NULL;
+
+	pthread_mutex_lock(&sl->lock);
+	memcpy(slot, &p->free, sizeof(void *));
+	SLOT_POISON(slot, SLAB_SLOT);
+	p->free = slot;
+	if (p->used-- == SLAB_SLOTS)
+		slab_push(sl, p);
+	if (!p->used) {
+		slab_unlink(sl, p);
+		if (sl->spare) {
+			unmap = p;
+		} else {
+			p->free = NULL; /* handed out again from slot 0 */
+			p->fresh = 0;
+			SLOT_POISON((uint8_t *)p + SLAB_HEAD, SLAB_PAGE - SLAB_HEAD);
+			sl->spare = p;
+		}
+	}
+	pthread_mutex_unlock(&sl->lock);
+	if (unmap) {
+		SLOT_UNPOISON((uint8_t *)unmap + SLAB_HEAD, SLAB_PAGE - SLAB_HEAD);
+		munmap(unmap, SLAB_PAGE);
+	}
+}
+
+static bool from_slab(uint32_t fh_len) { return fh_len && fh_len <= SLAB_FH_MAX; }
+
+static struct sfs_inode *inode_new(struct inode_slab *sl, const struct sfs_fh *fh)
+{
+	struct sfs_inode *ino =
+	    from_slab(fh->len) ? slab_alloc(sl) : calloc(1, inode_size(fh->len));
 
 	if (ino) {
 		ino->fh_len = (uint8_t)fh->len;
@@ -141,8 +295,10 @@ int sfs_inode_table_open(const struct sfs_fh *root_fh, sfs_inode_table **out)
 		free(t);
 		return -ENOMEM;
 	}
-	t->root = inode_new(root_fh);
+	pthread_mutex_init(&t->slab.lock, NULL);
+	t->root = inode_new(&t->slab, root_fh);
 	if (!t->root) {
+		pthread_mutex_destroy(&t->slab.lock);
 		free(t->buckets);
 		free(t);
 		return -ENOMEM;
@@ -153,11 +309,14 @@ int sfs_inode_table_open(const struct sfs_fh *root_fh, sfs_inode_table **out)
 	return 0;
 }
 
-static void inode_free(struct sfs_inode *ino)
+static void inode_free(struct inode_slab *sl, struct sfs_inode *ino)
 {
 	if (ino->pf)
 		sfs_pf_file_unref(ino->pf);
-	free(ino);
+	if (from_slab(ino->fh_len))
+		slab_free(sl, ino);
+	else
+		free(ino);
 }
 
 void sfs_inode_table_close(sfs_inode_table *t)
@@ -167,13 +326,18 @@ void sfs_inode_table_close(sfs_inode_table *t)
 	for (size_t b = 0; b < t->n_buckets; b++)
 		for (struct sfs_inode *i = t->buckets[b], *next; i; i = next) {
 			next = i->hash_next;
-			inode_free(i);
+			inode_free(&t->slab, i);
 		}
 	for (struct sfs_inode *i = t->orphans, *next; i; i = next) {
 		next = i->hash_next;
-		inode_free(i);
+		inode_free(&t->slab, i);
 	}
-	inode_free(t->root);
+	inode_free(&t->slab, t->root);
+	if (t->slab.spare) {
+		SLOT_UNPOISON((uint8_t *)t->slab.spare + SLAB_HEAD, SLAB_PAGE - SLAB_HEAD);
+		munmap(t->slab.spare, SLAB_PAGE);
+	}
+	pthread_mutex_destroy(&t->slab.lock);
 	free(t->buckets);
 	free(t->closed);
 	pthread_mutex_destroy(&t->lock);
@@ -264,7 +428,7 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 		ino = NULL;
 	}
 	if (!ino) {
-		ino = inode_new(fh);
+		ino = inode_new(&t->slab, fh);
 		if (!ino) {
 			pthread_mutex_unlock(&t->lock);
 			return NULL;
@@ -424,7 +588,7 @@ void sfs_inode_forget(sfs_inode_table *t, struct sfs_inode *ino, uint64_t n)
 		count_changed(t);
 	}
 	pthread_mutex_unlock(&t->lock);
-	inode_free(ino);
+	inode_free(&t->slab, ino);
 }
 
 void sfs_inode_set_attr(struct sfs_inode *ino, const struct sfs_attr *attr, uint64_t now_ms)

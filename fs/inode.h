@@ -7,8 +7,9 @@
  * kernel's lookup count drops to zero via FORGET), the (fsid, fileid) index
  * that gives one file one node id, cached attributes and their expiry.
  * The FUSE node id of an inode is its address; the root is FUSE_ROOT_ID.
- * Memory is per inode the kernel remembers (struct sfs_inode, its handle,
- * its malloc header and ~2 bucket pointers), never per byte.
+ * Memory is per inode the kernel remembers (struct sfs_inode and its
+ * handle in a 208-byte slab slot, ~2 bucket pointers), never per byte; a
+ * slab page all of whose inodes were forgotten goes back to the system.
  *
  * Threading: the table lock protects the index and every nlookup; each
  * inode's lock (sfs_inode_lock) protects its attr fields and open state.
@@ -50,7 +51,8 @@ struct sfs_inode_attr {
 };
 
 /* 172 bytes and the file handle at its own length (fh_len, e.g. 28 for
- * nfs-ganesha's): one malloc chunk of 208 bytes for handles up to 36 bytes.
+ * nfs-ganesha's): one 208-byte slab slot for handles up to 36 bytes (inode.c;
+ * a longer one is malloc'd at its length).
  * The kernel may hold millions of these, so fields are ordered to leave no
  * padding, the lock is not in the struct, and the handle is not kept at
  * NFSv3's 64-byte maximum. Allocated by the table only (the handle follows

@@ -371,6 +371,62 @@ static void test_compact(void)
 	sfs_inode_table_close(t);
 }
 
+static int cmp_uptr(const void *a, const void *b)
+{
+	uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Inodes come from a slab of 64 KiB pages: slots freed by forgets are handed
+ * out again before a page is added, and come back zeroed. */
+static void test_slab(void)
+{
+	enum { N = 3000 };
+	static struct sfs_inode *ino[N];
+	static uintptr_t pages[N];
+	struct sfs_fh root_fh = mkfh(0, 1);
+	sfs_inode_table *t;
+
+	sfs_inode_table_open(&root_fh, &t);
+	bool made = true;
+	for (unsigned i = 0; i < N; i++) {
+		struct sfs_fh fh = mkfh(i, 7);
+		struct sfs_attr a = mkattr(1, 1000 + i, i);
+		made &= (ino[i] = sfs_inode_get(t, &fh, &a, 1)) != NULL;
+		pages[i] = made ? (uintptr_t)ino[i] & ~(uintptr_t)0xffff : 0;
+	}
+	qsort(pages, N, sizeof(*pages), cmp_uptr);
+	unsigned n_pages = 0;
+	for (unsigned i = 0; i < N; i++)
+		n_pages += !i || pages[i] != pages[i - 1];
+	ok(made && n_pages <= N * 208 / (64 * 1024 - 64) + 2, "%d inodes on %u pages of 64 KiB", N,
+	   n_pages);
+	for (unsigned i = 0; i < N; i += 2)
+		sfs_inode_forget(t, ino[i], 1);
+	bool reused = true, fresh = true;
+	for (unsigned i = 0; i < N; i += 2) {
+		struct sfs_fh fh = mkfh(i, 9);
+		struct sfs_attr a = mkattr(1, 100000 + i, 5);
+		ino[i] = sfs_inode_get(t, &fh, &a, 1);
+		uintptr_t pg = ino[i] ? (uintptr_t)ino[i] & ~(uintptr_t)0xffff : 0;
+		reused &= bsearch(&pg, pages, N, sizeof(*pages), cmp_uptr) != NULL;
+		fresh &= ino[i] && ino[i]->nlookup == 1 && !ino[i]->pf && !ino[i]->n_open &&
+			 !ino[i]->have_opened && same_fh(ino[i], &fh);
+	}
+	ok(reused, "after forgetting every other one, as many new inodes fit the same pages");
+	ok(fresh, "and each comes back as a new inode (its handle, one lookup, nothing open)");
+	bool kept = true;
+	for (unsigned i = 1; i < N; i += 2) {
+		struct sfs_fh fh = mkfh(i, 7);
+		kept &= same_fh(ino[i], &fh) && ino[i]->fileid == 1000 + i && ino[i]->nlookup == 1;
+	}
+	ok(kept, "the inodes kept are untouched (handles, fileids, lookups)");
+	for (unsigned i = 0; i < N; i++)
+		sfs_inode_forget(t, ino[i], 1);
+	ok(sfs_inode_count(t) == 0 && sfs_inode_bytes(t) == 0, "all forgotten");
+	sfs_inode_table_close(t);
+}
+
 /* The prune picker: CLOCK over the table, only closed files and symlinks,
  * the excess over the target at most, no id twice. */
 static bool has_id(const uint64_t *ids, size_t n, const struct sfs_inode *ino)
@@ -589,6 +645,7 @@ int main(void)
 {
 	test_basic();
 	test_compact();
+	test_slab();
 	test_reuse();
 	test_growth();
 	test_concurrent();
