@@ -1084,25 +1084,19 @@ static int cmp_u32(const void *a, const void *b)
 /*
  * Writes x's segment a summary of the records x->live names. Their full
  * entries (the index keeps 8 bytes of each key and no checksum) come from
- * retired's (the segment being filled until this eviction, whose summary
- * was never written) or else from the segment's summary on disk. Returns 0
- * or -errno; on an error the old summary stays (a restart brings the
- * evicted records back: a cache that keeps too much, never a wrong byte).
- * Writer thread.
+ * retired (act_ents of the segment being filled until this eviction, whose
+ * summary was never written; unused once it is retired, so filtered in
+ * place) or else from the segment's summary on disk. Returns 0 or -errno;
+ * on an error the old summary stays (a restart brings the evicted records
+ * back: a cache that keeps too much, never a wrong byte). Writer thread.
  */
-static int rewrite_idx(sfs_seg *sg, const struct redo *x, const struct idx_ent *retired,
+static int rewrite_idx(sfs_seg *sg, const struct redo *x, struct idx_ent *retired,
 		       uint32_t n_retired)
 {
-	struct seg_sum sum = {0};
+	struct seg_sum sum = {.ents = retired, .n = n_retired};
 	int err = 0;
 
-	if (retired) {
-		sum.ents = malloc(((size_t)n_retired + 1) * sizeof(*sum.ents));
-		if (!sum.ents)
-			return -ENOMEM;
-		memcpy(sum.ents, retired, (size_t)n_retired * sizeof(*sum.ents));
-		sum.n = n_retired;
-	} else if ((err = load_idx(sg, x->s->seq, UINT64_MAX, &sum))) {
+	if (!retired && (err = load_idx(sg, x->s->seq, UINT64_MAX, &sum))) {
 		sfs_log(SFS_LOG_WARN, "segment",
 			"%s/%08x.idx: %s; its evicted records come back at the next start", sg->dir,
 			x->s->seq, strerror(-err));
@@ -1114,7 +1108,8 @@ static int rewrite_idx(sfs_seg *sg, const struct redo *x, const struct idx_ent *
 		if (bsearch(&sum.ents[i].off4k, x->live, x->n, sizeof(*x->live), cmp_u32))
 			sum.ents[kept++] = sum.ents[i];
 	err = write_idx(sg, x->s->seq, sum.ents, kept, x->end_bytes);
-	free(sum.ents);
+	if (!retired)
+		free(sum.ents);
 	return err;
 }
 

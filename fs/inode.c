@@ -48,7 +48,6 @@ struct slab_page {
 	struct slab_page *prev, *next; /* in the partial list while it has free slots */
 	void *free;		       /* free slots, linked through their first word */
 	uint32_t used;		       /* slots handed out */
-	uint32_t fresh;		       /* slots [0, fresh) were handed out once */
 };
 _Static_assert(sizeof(struct slab_page) <= SLAB_HEAD, "the page header fits before the slots");
 
@@ -126,7 +125,8 @@ static void slab_push(struct inode_slab *sl, struct slab_page *p)
 	sl->partial = p;
 }
 
-/* A SLAB_PAGE-aligned page from mmap, or NULL. */
+/* A SLAB_PAGE-aligned page from mmap with every slot on its free list, or
+ * NULL. */
 static struct slab_page *slab_page_map(void)
 {
 	uint8_t *m =
@@ -137,8 +137,14 @@ static struct slab_page *slab_page_map(void)
 	if (a > m)
 		munmap(m, (size_t)(a - m));
 	munmap(a + SLAB_PAGE, (size_t)(m + 2 * SLAB_PAGE - (a + SLAB_PAGE)));
+	struct slab_page *p = (struct slab_page *)a; /* zero-filled */
+	for (size_t i = SLAB_SLOTS; i-- > 0;) {
+		void *slot = a + SLAB_HEAD + i * SLAB_SLOT;
+		memcpy(slot, &p->free, sizeof(void *));
+		p->free = slot;
+	}
 	SLOT_POISON(a + SLAB_HEAD, SLAB_PAGE - SLAB_HEAD);
-	return (struct slab_page *)a; /* zero-filled */
+	return p;
 }
 
 /* A zeroed slot, or NULL on ENOMEM. */
@@ -155,14 +161,9 @@ static void *slab_alloc(struct inode_slab *sl)
 			slab_push(sl, p);
 	}
 	if (p) {
-		if (p->free) {
-			slot = p->free;
-			SLOT_UNPOISON(slot, SLAB_SLOT);
-			memcpy(&p->free, slot, sizeof(void *));
-		} else {
-			slot = (uint8_t *)p + SLAB_HEAD + (size_t)p->fresh++ * SLAB_SLOT;
-			SLOT_UNPOISON(slot, SLAB_SLOT);
-		}
+		slot = p->free;
+		SLOT_UNPOISON(slot, SLAB_SLOT);
+		memcpy(&p->free, slot, sizeof(void *));
 		if (++p->used == SLAB_SLOTS)
 			slab_unlink(sl, p);
 	}
@@ -184,14 +185,10 @@ static void slab_free(struct inode_slab *sl, void *slot)
 		slab_push(sl, p);
 	if (!p->used) {
 		slab_unlink(sl, p);
-		if (sl->spare) {
+		if (sl->spare)
 			unmap = p;
-		} else {
-			p->free = NULL; /* handed out again from slot 0 */
-			p->fresh = 0;
-			SLOT_POISON((uint8_t *)p + SLAB_HEAD, SLAB_PAGE - SLAB_HEAD);
-			sl->spare = p;
-		}
+		else
+			sl->spare = p; /* every slot back on its free list */
 	}
 	pthread_mutex_unlock(&sl->lock);
 	if (unmap) {
