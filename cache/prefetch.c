@@ -134,8 +134,12 @@ struct pf_waiter {
 	struct pf_answer answer;
 };
 
-#define SCRATCH_BYTES (2u << 20) /* a direct read's buffer: one huge page */
-#define SCRATCH_KEEP  16	 /* of them kept for reuse */
+#define SCRATCH_BYTES	   (2u << 20)	/* a direct read's buffer: one huge page */
+#define SCRATCH_KEEP	   16		/* of them kept for reuse */
+#define SCRATCH_SLOT_BYTES (256u << 10) /* or a slot of one, for a small read */
+#define SCRATCH_SLOTS	   (SCRATCH_BYTES / SCRATCH_SLOT_BYTES) /* 8: bits of a uint8_t */
+#define SCRATCH_SLOT_PAGES 16 /* pages cut in slots: 128 small reads in flight */
+_Static_assert(SCRATCH_SLOTS == 8, "slot_taken is a byte per page");
 _Static_assert(SFS_STORE_RANGE_BUF_BYTES <= SCRATCH_BYTES, "the scratch holds a range read");
 _Static_assert(SFS_CHUNK_BYTES == SFS_IOBUF_BYTES, "a chunk buffer is an iobuf");
 
@@ -198,62 +202,129 @@ static uint64_t buf_budget(const sfs_prefetch *pf)
 /* Scratch of the direct path: a direct read takes one for its view and
  * sfs_pf_view_release gives it back, so there are as many as direct reads
  * in flight, not one per thread that ever read (a worker pool of 64 kept
- * 64). SFS_STORE_RANGE_BUF_BYTES used, in a 2 MiB transparent huge page, so
- * that its O_DIRECT reads pin one page and hand the disk one segment
- * (iobuf.h: 110 KB records from the cache at 8,100-11,800 against
- * 6,000-7,300 records/s from 4 KiB pages). Up to SCRATCH_KEEP are kept for
- * reuse while reads come; sfs_prefetch_release_idle frees them. The pool
- * is the process's, not a prefetch's: a view holds no reference on its file
- * (its reply may let the file go before the view is released). */
+ * 64). Its bytes lie in a 2 MiB transparent huge page, so that its O_DIRECT
+ * reads pin one page and hand the disk one segment (iobuf.h: 110 KB records
+ * from the cache at 8,100-11,800 against 6,000-7,300 records/s from 4 KiB
+ * pages). A read that needs at most SCRATCH_SLOT_BYTES (a small file's
+ * packed object, a record's 16 KiB blocks: sfs_store_range_bytes, or a
+ * direct fetch's span) takes a slot of a page shared by SCRATCH_SLOTS such
+ * reads; a larger one a page of its own. A huge page is resident whole
+ * from its first touch: 16 small reads in flight held 32 MiB, now 4.
+ * Whole pages, up to SCRATCH_KEEP, and slot pages are kept for reuse while
+ * reads come; sfs_prefetch_release_idle frees them. The pool is the
+ * process's, not a prefetch's: a view holds no reference on its file (its
+ * reply may let the file go before the view is released). */
 static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
-static void *scratch_free[SCRATCH_KEEP]; /* protected by scratch_lock */
-static unsigned n_scratch_free;		 /* protected by scratch_lock */
-static uint64_t scratch_used_ms;	 /* protected by scratch_lock: last give (a read's end) */
-static uint64_t scratch_bytes;		 /* atomic: scratch made and not freed */
+static void *scratch_free[SCRATCH_KEEP];       /* protected by scratch_lock */
+static unsigned n_scratch_free;		       /* protected by scratch_lock */
+static char *slot_pages[SCRATCH_SLOT_PAGES];   /* protected by scratch_lock */
+static uint8_t slot_taken[SCRATCH_SLOT_PAGES]; /* bit i: slot i of that page */
+static unsigned n_slot_pages;		       /* protected by scratch_lock */
+static uint64_t scratch_used_ms; /* protected by scratch_lock: last give (a read's end) */
+static uint64_t scratch_bytes;	 /* atomic: scratch pages made and not freed */
 
-static void *scratch_take(void)
+static char *scratch_page_new(void)
+{
+	char *b = sfs_iobuf_alloc_huge(SCRATCH_BYTES);
+	if (b)
+		__atomic_fetch_add(&scratch_bytes, SCRATCH_BYTES, __ATOMIC_RELAXED);
+	return b;
+}
+
+static void scratch_page_free(void *b)
+{
+	free(b);
+	__atomic_fetch_sub(&scratch_bytes, SCRATCH_BYTES, __ATOMIC_RELAXED);
+}
+
+/* A free slot of the first slot page that has one, or of a new page while
+ * there are fewer than SCRATCH_SLOT_PAGES. NULL: take a whole page. */
+static void *slot_take(void)
+{
+	pthread_mutex_lock(&scratch_lock);
+	for (unsigned p = 0; p < n_slot_pages; p++)
+		if (slot_taken[p] != (uint8_t)((1u << SCRATCH_SLOTS) - 1)) {
+			unsigned i = (unsigned)__builtin_ctz(~(unsigned)slot_taken[p]);
+			slot_taken[p] |= (uint8_t)(1u << i);
+			pthread_mutex_unlock(&scratch_lock);
+			return slot_pages[p] + (size_t)i * SCRATCH_SLOT_BYTES;
+		}
+	bool room = n_slot_pages < SCRATCH_SLOT_PAGES;
+	pthread_mutex_unlock(&scratch_lock);
+	char *page = room ? scratch_page_new() : NULL;
+	if (!page)
+		return NULL;
+	pthread_mutex_lock(&scratch_lock);
+	if (n_slot_pages < SCRATCH_SLOT_PAGES) {
+		slot_pages[n_slot_pages] = page;
+		slot_taken[n_slot_pages++] = 1; /* its slot 0 is ours */
+	}
+	/* else others filled the table meanwhile: the page is ours whole (a
+	 * whole page serves any read, and scratch_give frees or keeps it). */
+	pthread_mutex_unlock(&scratch_lock);
+	return page;
+}
+
+/* A buffer of at least need bytes (<= SCRATCH_BYTES), 4096-aligned, in a
+ * huge page; NULL without memory. */
+static void *scratch_take(size_t need)
 {
 	void *b = NULL;
 
+	if (need <= SCRATCH_SLOT_BYTES && (b = slot_take()))
+		return b;
 	pthread_mutex_lock(&scratch_lock);
 	if (n_scratch_free)
 		b = scratch_free[--n_scratch_free];
 	pthread_mutex_unlock(&scratch_lock);
-	if (!b && (b = sfs_iobuf_alloc_huge(SCRATCH_BYTES)))
-		__atomic_fetch_add(&scratch_bytes, SCRATCH_BYTES, __ATOMIC_RELAXED);
-	return b;
+	return b ? b : scratch_page_new();
 }
 
 static void scratch_give(void *b)
 {
 	pthread_mutex_lock(&scratch_lock);
 	scratch_used_ms = sfs_now_ms();
+	for (unsigned p = 0; p < n_slot_pages; p++)
+		if ((char *)b >= slot_pages[p] && (char *)b < slot_pages[p] + SCRATCH_BYTES) {
+			size_t i = (size_t)((char *)b - slot_pages[p]) / SCRATCH_SLOT_BYTES;
+			slot_taken[p] &= (uint8_t) ~(1u << i);
+			pthread_mutex_unlock(&scratch_lock);
+			return;
+		}
 	if (n_scratch_free < SCRATCH_KEEP) {
 		scratch_free[n_scratch_free++] = b;
 		b = NULL;
 	}
 	pthread_mutex_unlock(&scratch_lock);
-	if (b) {
-		free(b);
-		__atomic_fetch_sub(&scratch_bytes, SCRATCH_BYTES, __ATOMIC_RELAXED);
-	}
+	if (b)
+		scratch_page_free(b);
 }
 
-/* Free the kept scratch if no read gave one back for idle_ms (scratch in
- * use is not kept, so a long read keeps its own). Returns the bytes freed. */
+/* Free the kept scratch, whole pages and slot pages with no slot taken, if
+ * no read gave one back for idle_ms (scratch in use is not kept, so a long
+ * read keeps its own). Returns the bytes freed. */
 static uint64_t scratch_release_idle(uint64_t idle_ms)
 {
-	void *b[SCRATCH_KEEP];
+	void *b[SCRATCH_KEEP + SCRATCH_SLOT_PAGES];
 	unsigned n = 0;
 
 	pthread_mutex_lock(&scratch_lock);
-	if (sfs_now_ms() - scratch_used_ms >= idle_ms)
+	if (sfs_now_ms() - scratch_used_ms >= idle_ms) {
 		while (n_scratch_free)
 			b[n++] = scratch_free[--n_scratch_free];
+		for (unsigned p = 0; p < n_slot_pages;)
+			if (slot_taken[p] == 0) {
+				b[n++] = slot_pages[p];
+				n_slot_pages--; /* the last page takes its place */
+				slot_pages[p] = slot_pages[n_slot_pages];
+				slot_taken[p] = slot_taken[n_slot_pages];
+			} else {
+				p++;
+			}
+	}
 	pthread_mutex_unlock(&scratch_lock);
 	for (unsigned i = 0; i < n; i++)
-		free(b[i]);
-	__atomic_fetch_sub(&scratch_bytes, (uint64_t)n * SCRATCH_BYTES, __ATOMIC_RELAXED);
+		scratch_page_free(b[i]);
 	return (uint64_t)n * SCRATCH_BYTES;
 }
 
@@ -1307,11 +1378,11 @@ static bool track_sequential(struct sfs_pf_file *f, uint64_t c0, uint64_t c1)
 static ssize_t direct_read(struct sfs_pf_file *f, sfs_store_obj *obj, uint64_t off, uint64_t end,
 			   struct sfs_pf_view *v)
 {
-	void *buf = scratch_take();
+	size_t need = sfs_store_range_bytes(obj, off, (size_t)(end - off));
+	void *buf = need <= SCRATCH_BYTES ? scratch_take(need) : NULL;
 	const char *data;
-	ssize_t n = buf ? sfs_store_read_range(obj, off, (size_t)(end - off), buf,
-					       SFS_STORE_RANGE_BUF_BYTES, &data)
-			: -ENOMEM;
+	ssize_t n =
+	    buf ? sfs_store_read_range(obj, off, (size_t)(end - off), buf, need, &data) : -ENOMEM;
 	if (n <= 0) {
 		if (buf)
 			scratch_give(buf);
@@ -1406,7 +1477,7 @@ static ssize_t direct_fetch(struct sfs_pf_file *f, uint64_t off, uint64_t end,
 
 	if (!fetch_span(f, off, end, &sp))
 		return -1;
-	char *buf = scratch_take();
+	char *buf = scratch_take((size_t)(sp.a1 - sp.a0));
 	if (!buf)
 		return -1;
 	read_parts(reqs, &f->fh, sp.a0, sp.a1, sp.max_read, buf);

@@ -1897,6 +1897,20 @@ ssize_t sfs_store_read_range(sfs_store_obj *o, uint64_t off, size_t len, void *b
 	return (ssize_t)len;
 }
 
+size_t sfs_store_range_bytes(const sfs_store_obj *o, uint64_t off, size_t len)
+{
+	/* size and packed are set at creation: no lock. */
+	if (o->packed)
+		return packed_bytes((uint32_t)o->size);
+	if (off >= o->size || len == 0)
+		return 0;
+	uint64_t start = off & ~(uint64_t)(SUB_BYTES - 1);
+	uint64_t end = ((off + len - 1) | (SUB_BYTES - 1)) + 1;
+	if (end > o->size)
+		end = o->size;
+	return (size_t)((end - start + 4095) & ~4095ull);
+}
+
 int sfs_store_chunk_fd(sfs_store_obj *o, uint32_t index, off_t *off, uint32_t *len)
 {
 	sfs_store *s = o->store;

@@ -154,7 +154,8 @@ int sfs_store_write_chunk(sfs_store_obj *obj, uint32_t index, const void *buf, u
  * at a finer grain than a chunk: every 16 KiB sub-block that the range
  * touches (objects of several chunks), or the whole object (objects of one
  * chunk or less, packed in segments). buf is 4096-aligned scratch of buf_len
- * >= SFS_STORE_RANGE_BUF_BYTES. On success *data points at byte `off` inside
+ * >= sfs_store_range_bytes(obj, off, len) (at most SFS_STORE_RANGE_BUF_BYTES;
+ * -EINVAL when shorter). On success *data points at byte `off` inside
  * buf. Returns the bytes available (short only at the end of the version),
  * -ENOENT if a chunk of the range is not in the store (nothing was read),
  * -EBADMSG if a checksum failed (that chunk becomes ABSENT: a miss), or
@@ -165,6 +166,12 @@ int sfs_store_write_chunk(sfs_store_obj *obj, uint32_t index, const void *buf, u
 #define SFS_STORE_RANGE_BUF_BYTES ((1u << 20) + (3u << SFS_STORE_SUB_SHIFT))
 ssize_t sfs_store_read_range(sfs_store_obj *obj, uint64_t off, size_t len, void *buf,
 			     size_t buf_len, const char **data);
+
+/* The scratch bytes sfs_store_read_range(obj, off, len) reads into: the
+ * packed record (header and object, whole 4 KiB blocks), or the 16 KiB
+ * blocks the range touches; never more than SFS_STORE_RANGE_BUF_BYTES for
+ * len <= 1 MiB. A small file's read needs a few blocks, not a huge page. */
+size_t sfs_store_range_bytes(const sfs_store_obj *obj, uint64_t off, size_t len);
 
 /* --- datasets: what an operator lists and evicts --------------------------- */
 

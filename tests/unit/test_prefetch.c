@@ -1408,6 +1408,77 @@ static void test_write_full(void)
 	store_teardown(store, dir2);
 }
 
+/* Waits up to 10 s for t's whole file to be in the store. */
+static bool wait_cached(const struct tfile *t)
+{
+	bool active = true;
+	uint64_t cached = 0;
+
+	for (int i = 0; i < 1000 && (active || cached < t->size); i++) {
+		usleep(10000);
+		if (sfs_pf_file_warm(t->f, &active) < 0)
+			return false;
+		cached = sfs_pf_file_cached_bytes(t->f);
+	}
+	return cached == t->size;
+}
+
+/* Direct reads from the store hold their scratch while their views live:
+ * small ones share huge pages a slot each, a large one takes a page; every
+ * view keeps its bytes while the others are read, and all of it is freed
+ * once idle. */
+static void test_scratch_slots(void)
+{
+	enum { SMALL = 12 };
+	char dir[] = "/tmp/test_prefetch.XXXXXX", why[256] = "";
+	const uint64_t page = 2 * MiB;
+	sfs_store *store = store_setup(dir, 64 * MiB);
+	struct tfile t[SMALL + 1];
+	struct sfs_pf_view v[SMALL + 1];
+	int cached = 0, bad = 0;
+
+	for (int i = 0; i <= SMALL; i++) {
+		t[i] = i < SMALL ? topen(60 + i, 100000 + 1000 * i, 100000 + 1000 * i)
+				 : topen(60 + i, 4 * MiB, 4 * MiB);
+		sfs_pf_file_opened(t[i].f);
+	}
+	for (int i = 0; i <= SMALL; i++)
+		cached += wait_cached(&t[i]);
+	ok(cached == SMALL + 1, "scratch: %d of %d files reached the store", cached, SMALL + 1);
+	sfs_prefetch_release_idle(pf, 0); /* what earlier reads kept */
+	uint64_t d0 = pstats().direct_reads;
+	for (int i = 0; i < SMALL; i++)
+		bad += read_check(&t[i], 0, t[i].size, &v[i], why, sizeof(why));
+	struct sfs_prefetch_stats ps = pstats();
+	ok(bad == 0 && ps.direct_reads - d0 == SMALL && ps.direct_scratch_bytes == 2 * page,
+	   "scratch: %d small direct reads in flight hold %llu MiB (2 shared huge pages; %llu "
+	   "direct, %d wrong) %s",
+	   SMALL, (unsigned long long)(ps.direct_scratch_bytes >> 20),
+	   (unsigned long long)(ps.direct_reads - d0), bad, why);
+	/* 600 KiB of the big file's second MiB: a random reader's direct read. */
+	bad = read_check(&t[SMALL], MiB + 5000, 600 * KiB, &v[SMALL], why, sizeof(why));
+	ps = pstats();
+	ok(bad == 0 && ps.direct_reads - d0 == SMALL + 1 && ps.direct_scratch_bytes == 3 * page,
+	   "scratch: a 600 KiB direct read takes a page of its own (%llu MiB held, %llu direct) %s",
+	   (unsigned long long)(ps.direct_scratch_bytes >> 20),
+	   (unsigned long long)(ps.direct_reads - d0), why);
+	bad = 0;
+	for (int i = 0; i <= SMALL; i++)
+		bad += view_check(&t[i], i < SMALL ? 0 : MiB + 5000, &v[i], v[i].bytes, why,
+				  sizeof(why)) != 0;
+	ok(bad == 0, "scratch: every view still holds its own bytes (%d wrong) %s", bad, why);
+	for (int i = 0; i <= SMALL; i++)
+		sfs_pf_view_release(t[i].f, &v[i]);
+	uint64_t freed = sfs_prefetch_release_idle(pf, 0);
+	ps = pstats();
+	ok(freed >= 3 * page && ps.direct_scratch_bytes == 0,
+	   "scratch: idle release frees every page (%llu MiB freed, %llu bytes left)",
+	   (unsigned long long)(freed >> 20), (unsigned long long)ps.direct_scratch_bytes);
+	for (int i = 0; i <= SMALL; i++)
+		sfs_pf_file_unref(t[i].f);
+	store_teardown(store, dir);
+}
+
 static const struct tap_test tests[] = {
     {"exact_1m", test_exact_1m},
     {"exact_256k", test_exact_256k},
@@ -1428,6 +1499,7 @@ static const struct tap_test tests[] = {
     {"over_budget", test_over_budget},
     {"pool_tail", test_pool_tail},
     {"write_full", test_write_full},
+    {"scratch_slots", test_scratch_slots},
 };
 
 /* With no arguments, runs every test; otherwise only the named ones. */
