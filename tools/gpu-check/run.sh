@@ -23,7 +23,8 @@
 # (2), SFS_GPU_NODES (2), SFS_GPU_WORK (/var/tmp/shardfs-gpu.PID),
 # SFS_GPU_DAEMONS ("shardfs": the daemons to bench on the tmpfs cache, in
 # turn; "shardfs shardfs-old" for an A/B with a bundle made with
-# SFS_GPU_OLD_DAEMON), SFS_GPU_ROUNDS (1: how many times each runs),
+# SFS_GPU_OLD_DAEMON), SFS_GPU_DISK_DAEMONS (the same for the disk cache),
+# SFS_GPU_ROUNDS (1: how many times each runs),
 # SFS_GPU_DROP_CACHES (1: drop the page cache before the disk-cache bench),
 # SFS_GPU_FORCE_NONETNS (1: skip the netns cluster, use one host-netns node).
 set -u
@@ -443,15 +444,24 @@ stage_part() {
 		SUMMARY+=("disk-cache run: skipped (time)")
 		return 0
 	fi
-	if mount_fs "$W/cache-disk" disk; then
-		warm disk
-		if [[ $DROP_CACHES == 1 ]]; then
-			sync
-			echo 3 >/proc/sys/vm/drop_caches && log "page cache dropped (cache files now cold on disk)"
-		fi
-		bench disk
-		umount_fs disk
-	fi
+	# Each daemon of SFS_GPU_DISK_DAEMONS in turn (an A/B on the disk cache,
+	# as SFS_GPU_DAEMONS on tmpfs), on the one cache the first warmed.
+	local round d tag
+	for ((round = 1; round <= ${SFS_GPU_ROUNDS:-1}; round++)); do
+		for d in ${SFS_GPU_DISK_DAEMONS:-shardfs}; do
+			tag=disk
+			[[ $d == shardfs ]] || tag=disk-$d
+			if mount_fs "$W/cache-disk" "$tag" "$d"; then
+				warm "$tag"
+				if [[ $DROP_CACHES == 1 ]]; then
+					sync
+					echo 3 >/proc/sys/vm/drop_caches && log "page cache dropped (cache files now cold on disk)"
+				fi
+				bench "$tag"
+				umount_fs "$tag"
+			fi
+		done
+	done
 }
 stage_part || log "stage part stopped early"
 if [[ -n $ID ]]; then
