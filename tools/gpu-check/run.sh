@@ -393,6 +393,29 @@ bench() {
 	cp "$MNT/.shardfs/stats" "$OUT/stats_${tag%%-*}.txt" 2>&1 || log "no stats file at $MNT/.shardfs/stats"
 }
 
+# each_daemon CACHE TAG DROP DAEMON...: SFS_GPU_ROUNDS rounds of each daemon
+# in turn on the cache dir CACHE (the first warms it, the others find it
+# warm): mount, warm, drop the page cache where DROP is 1, bench, unmount.
+# Runs are tagged TAG, or TAG-DAEMON for a daemon other than shardfs.
+each_daemon() {
+	local cache=$1 base=$2 drop=$3 round d tag
+	shift 3
+	for ((round = 1; round <= ${SFS_GPU_ROUNDS:-1}; round++)); do
+		for d in "$@"; do
+			tag=$base
+			[[ $d == shardfs ]] || tag=$base-$d
+			mount_fs "$cache" "$tag" "$d" || continue
+			warm "$tag"
+			if [[ $drop == 1 ]]; then
+				sync
+				echo 3 >/proc/sys/vm/drop_caches && log "page cache dropped (cache files now cold on disk)"
+			fi
+			bench "$tag"
+			umount_fs "$tag"
+		done
+	done
+}
+
 stage_part() {
 	local i mb
 	mkdir -p "$W/export" "$MNT" || return 1
@@ -416,25 +439,12 @@ stage_part() {
 	mb=$((NFILES * FILE_MB * 11 / 10 + 256))
 	mkdir -p "$W/cache-tmpfs"
 	if mount -t tmpfs -o size=${mb}m shardfs-gpu-cache "$W/cache-tmpfs"; then
-		local round d tag
-		for ((round = 1; round <= ${SFS_GPU_ROUNDS:-1}; round++)); do
-			for d in ${SFS_GPU_DAEMONS:-shardfs}; do
-				tag=tmpfs
-				[[ $d == shardfs ]] || tag=tmpfs-$d
-				if mount_fs "$W/cache-tmpfs/c" "$tag" "$d"; then
-					warm "$tag"
-					bench "$tag"
-					umount_fs "$tag"
-				fi
-			done
-		done
+		# shellcheck disable=SC2086
+		each_daemon "$W/cache-tmpfs/c" tmpfs 0 ${SFS_GPU_DAEMONS:-shardfs}
 	else
 		log "tmpfs mount failed: cache on /dev/shm instead"
-		if mount_fs "/dev/shm/shardfs-gpu-cache.$$" tmpfs; then
-			warm tmpfs
-			bench tmpfs
-			umount_fs tmpfs
-		fi
+		# shellcheck disable=SC2086
+		each_daemon "/dev/shm/shardfs-gpu-cache.$$" tmpfs 0 ${SFS_GPU_DAEMONS:-shardfs}
 		rm -rf "/dev/shm/shardfs-gpu-cache.$$"
 	fi
 
@@ -444,24 +454,9 @@ stage_part() {
 		SUMMARY+=("disk-cache run: skipped (time)")
 		return 0
 	fi
-	# Each daemon of SFS_GPU_DISK_DAEMONS in turn (an A/B on the disk cache,
-	# as SFS_GPU_DAEMONS on tmpfs), on the one cache the first warmed.
-	local round d tag
-	for ((round = 1; round <= ${SFS_GPU_ROUNDS:-1}; round++)); do
-		for d in ${SFS_GPU_DISK_DAEMONS:-shardfs}; do
-			tag=disk
-			[[ $d == shardfs ]] || tag=disk-$d
-			if mount_fs "$W/cache-disk" "$tag" "$d"; then
-				warm "$tag"
-				if [[ $DROP_CACHES == 1 ]]; then
-					sync
-					echo 3 >/proc/sys/vm/drop_caches && log "page cache dropped (cache files now cold on disk)"
-				fi
-				bench "$tag"
-				umount_fs "$tag"
-			fi
-		done
-	done
+	# An A/B on the disk cache as on tmpfs: SFS_GPU_DISK_DAEMONS.
+	# shellcheck disable=SC2086
+	each_daemon "$W/cache-disk" disk "$DROP_CACHES" ${SFS_GPU_DISK_DAEMONS:-shardfs}
 }
 stage_part || log "stage part stopped early"
 if [[ -n $ID ]]; then
