@@ -56,24 +56,17 @@ int sfs_iobuf_init(uint64_t max_bytes)
 	part_pos = malloc(n * sizeof(*part_pos));
 	kept = calloc(n, sizeof(*kept));
 	dropped = calloc(n, sizeof(*dropped));
-	/* One region more than needed, so that a REGION-aligned range fits. */
 	size_t len = (size_t)n * REGION;
-	char *map = used && partial && part_pos && kept && dropped
-			? mmap(NULL, len + REGION, PROT_READ | PROT_WRITE,
-			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-			: MAP_FAILED;
-	if (map == MAP_FAILED) {
+	char *start = used && partial && part_pos && kept && dropped
+			  ? sfs_map_aligned(len, REGION, MAP_NORESERVE)
+			  : MAP_FAILED;
+	if (start == MAP_FAILED) {
 		int rc = used && partial && part_pos && kept && dropped ? -errno : -ENOMEM;
 		free(used), free(partial), free(part_pos), free(kept), free(dropped);
 		used = NULL, partial = part_pos = kept = dropped = NULL;
 		pthread_mutex_unlock(&lock);
 		return rc;
 	}
-	char *start = (char *)(((uintptr_t)map + REGION - 1) & ~(uintptr_t)(REGION - 1));
-	if (start > map)
-		munmap(map, (size_t)(start - map));
-	if (start + len < map + len + REGION)
-		munmap(start + len, (size_t)(map + len + REGION - (start + len)));
 	if (madvise(start, len, MADV_HUGEPAGE) != 0) /* THP off in this kernel: 4 KiB pages */
 		sfs_log(SFS_LOG_INFO, "iobuf", "no transparent huge pages for I/O buffers: %m");
 	for (uint64_t r = 0; r < n; r++)

@@ -35,8 +35,26 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/mman.h>
 
 #define SFS_IOBUF_BYTES (1u << 20)
+
+/* len bytes of private anonymous memory at an address aligned to align (a
+ * power of two; len and align whole pages), mmap'd with extra_flags:
+ * len + align are mapped and the ends unmapped. MAP_FAILED with errno on
+ * failure. Header-only, for users that do not link iobuf.c (fs/inode.c). */
+static inline void *sfs_map_aligned(size_t len, size_t align, int extra_flags)
+{
+	char *m = mmap(NULL, len + align, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | extra_flags, -1, 0);
+	if (m == MAP_FAILED)
+		return MAP_FAILED;
+	char *a = (char *)(((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1));
+	if (a > m)
+		munmap(m, (size_t)(a - m));
+	munmap(a + len, (size_t)(m + align - a)); /* never empty: a < m + align */
+	return a;
+}
 
 /* Reserve room for max_bytes of buffers (rounded up to 2 MiB regions).
  * The first call reserves; later calls change nothing. Returns 0, or -errno

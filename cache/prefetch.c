@@ -139,7 +139,7 @@ struct pf_waiter {
 #define SCRATCH_SLOT_BYTES (256u << 10) /* or a slot of one, for a small read */
 #define SCRATCH_SLOTS	   (SCRATCH_BYTES / SCRATCH_SLOT_BYTES) /* 8: bits of a uint8_t */
 #define SCRATCH_SLOT_PAGES 16 /* pages cut in slots: 128 small reads in flight */
-_Static_assert(SCRATCH_SLOTS == 8, "slot_taken is a byte per page");
+_Static_assert(SCRATCH_SLOTS == 8, "a slot page's taken is a byte");
 _Static_assert(SFS_STORE_RANGE_BUF_BYTES <= SCRATCH_BYTES, "the scratch holds a range read");
 _Static_assert(SFS_CHUNK_BYTES == SFS_IOBUF_BYTES, "a chunk buffer is an iobuf");
 
@@ -215,13 +215,15 @@ static uint64_t buf_budget(const sfs_prefetch *pf)
  * process's, not a prefetch's: a view holds no reference on its file (its
  * reply may let the file go before the view is released). */
 static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
-static void *scratch_free[SCRATCH_KEEP];       /* protected by scratch_lock */
-static unsigned n_scratch_free;		       /* protected by scratch_lock */
-static char *slot_pages[SCRATCH_SLOT_PAGES];   /* protected by scratch_lock */
-static uint8_t slot_taken[SCRATCH_SLOT_PAGES]; /* bit i: slot i of that page */
-static unsigned n_slot_pages;		       /* protected by scratch_lock */
-static uint64_t scratch_used_ms; /* protected by scratch_lock: last give (a read's end) */
-static uint64_t scratch_bytes;	 /* atomic: scratch pages made and not freed */
+static void *scratch_free[SCRATCH_KEEP]; /* protected by scratch_lock */
+static unsigned n_scratch_free;		 /* protected by scratch_lock */
+static struct slot_page {
+	char *base;
+	uint8_t taken;		  /* bit i: slot i */
+} slot_pages[SCRATCH_SLOT_PAGES]; /* protected by scratch_lock */
+static unsigned n_slot_pages;	  /* protected by scratch_lock */
+static uint64_t scratch_used_ms;  /* protected by scratch_lock: last give (a read's end) */
+static uint64_t scratch_bytes;	  /* atomic: scratch pages made and not freed */
 
 static char *scratch_page_new(void)
 {
@@ -242,23 +244,24 @@ static void scratch_page_free(void *b)
 static void *slot_take(void)
 {
 	pthread_mutex_lock(&scratch_lock);
-	for (unsigned p = 0; p < n_slot_pages; p++)
-		if (slot_taken[p] != (uint8_t)((1u << SCRATCH_SLOTS) - 1)) {
-			unsigned i = (unsigned)__builtin_ctz(~(unsigned)slot_taken[p]);
-			slot_taken[p] |= (uint8_t)(1u << i);
+	for (unsigned p = 0; p < n_slot_pages; p++) {
+		struct slot_page *sp = &slot_pages[p];
+		if (sp->taken != (uint8_t)((1u << SCRATCH_SLOTS) - 1)) {
+			unsigned i = (unsigned)__builtin_ctz(~(unsigned)sp->taken);
+			sp->taken |= (uint8_t)(1u << i);
 			pthread_mutex_unlock(&scratch_lock);
-			return slot_pages[p] + (size_t)i * SCRATCH_SLOT_BYTES;
+			return sp->base + (size_t)i * SCRATCH_SLOT_BYTES;
 		}
+	}
 	bool room = n_slot_pages < SCRATCH_SLOT_PAGES;
 	pthread_mutex_unlock(&scratch_lock);
 	char *page = room ? scratch_page_new() : NULL;
 	if (!page)
 		return NULL;
 	pthread_mutex_lock(&scratch_lock);
-	if (n_slot_pages < SCRATCH_SLOT_PAGES) {
-		slot_pages[n_slot_pages] = page;
-		slot_taken[n_slot_pages++] = 1; /* its slot 0 is ours */
-	}
+	if (n_slot_pages < SCRATCH_SLOT_PAGES)
+		slot_pages[n_slot_pages++] =
+		    (struct slot_page){.base = page, .taken = 1}; /* slot 0 */
 	/* else others filled the table meanwhile: the page is ours whole (a
 	 * whole page serves any read, and scratch_give frees or keeps it). */
 	pthread_mutex_unlock(&scratch_lock);
@@ -284,13 +287,15 @@ static void scratch_give(void *b)
 {
 	pthread_mutex_lock(&scratch_lock);
 	scratch_used_ms = sfs_now_ms();
-	for (unsigned p = 0; p < n_slot_pages; p++)
-		if ((char *)b >= slot_pages[p] && (char *)b < slot_pages[p] + SCRATCH_BYTES) {
-			size_t i = (size_t)((char *)b - slot_pages[p]) / SCRATCH_SLOT_BYTES;
-			slot_taken[p] &= (uint8_t) ~(1u << i);
+	for (unsigned p = 0; p < n_slot_pages; p++) {
+		struct slot_page *sp = &slot_pages[p];
+		if ((char *)b >= sp->base && (char *)b < sp->base + SCRATCH_BYTES) {
+			size_t i = (size_t)((char *)b - sp->base) / SCRATCH_SLOT_BYTES;
+			sp->taken &= (uint8_t) ~(1u << i);
 			pthread_mutex_unlock(&scratch_lock);
 			return;
 		}
+	}
 	if (n_scratch_free < SCRATCH_KEEP) {
 		scratch_free[n_scratch_free++] = b;
 		b = NULL;
@@ -313,11 +318,10 @@ static uint64_t scratch_release_idle(uint64_t idle_ms)
 		while (n_scratch_free)
 			b[n++] = scratch_free[--n_scratch_free];
 		for (unsigned p = 0; p < n_slot_pages;)
-			if (slot_taken[p] == 0) {
-				b[n++] = slot_pages[p];
-				n_slot_pages--; /* the last page takes its place */
-				slot_pages[p] = slot_pages[n_slot_pages];
-				slot_taken[p] = slot_taken[n_slot_pages];
+			if (slot_pages[p].taken == 0) {
+				b[n++] = slot_pages[p].base;
+				slot_pages[p] =
+				    slot_pages[--n_slot_pages]; /* the last takes its place */
 			} else {
 				p++;
 			}

@@ -1864,6 +1864,17 @@ ssize_t sfs_store_read_chunk(sfs_store_obj *o, uint32_t index, void *buf)
 	return span_run(s, o, &sp, buf);
 }
 
+/* The sub-blocks [*start, *end) that a range read of [off, off + len)
+ * (off < size, len > 0) reads and verifies, cut at the version's end. */
+static void range_blocks(const sfs_store_obj *o, uint64_t off, size_t len, uint64_t *start,
+			 uint64_t *end)
+{
+	*start = off & ~(uint64_t)(SUB_BYTES - 1);
+	*end = ((off + len - 1) | (SUB_BYTES - 1)) + 1;
+	if (*end > o->size)
+		*end = o->size;
+}
+
 ssize_t sfs_store_read_range(sfs_store_obj *o, uint64_t off, size_t len, void *buf, size_t buf_len,
 			     const char **data)
 {
@@ -1884,10 +1895,8 @@ ssize_t sfs_store_read_range(sfs_store_obj *o, uint64_t off, size_t len, void *b
 		*data = d + off;
 		return (ssize_t)len;
 	}
-	struct span sp = {.start = off & ~(uint64_t)(SUB_BYTES - 1)};
-	sp.end = ((off + len - 1) | (SUB_BYTES - 1)) + 1;
-	if (sp.end > o->size)
-		sp.end = o->size;
+	struct span sp = {0};
+	range_blocks(o, off, len, &sp.start, &sp.end);
 	if (((sp.end - sp.start + 4095) & ~4095ull) > buf_len)
 		return -EINVAL;
 	ssize_t n = span_run(s, o, &sp, buf);
@@ -1904,10 +1913,8 @@ size_t sfs_store_range_bytes(const sfs_store_obj *o, uint64_t off, size_t len)
 		return packed_bytes((uint32_t)o->size);
 	if (off >= o->size || len == 0)
 		return 0;
-	uint64_t start = off & ~(uint64_t)(SUB_BYTES - 1);
-	uint64_t end = ((off + len - 1) | (SUB_BYTES - 1)) + 1;
-	if (end > o->size)
-		end = o->size;
+	uint64_t start, end;
+	range_blocks(o, off, len, &start, &end);
 	return (size_t)((end - start + 4095) & ~4095ull);
 }
 

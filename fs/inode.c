@@ -3,6 +3,7 @@
  * inode — open hash of inodes keyed by (fsid, fileid). See inode.h.
  */
 #include "inode.h"
+#include "../cache/iobuf.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -129,14 +130,9 @@ static void slab_push(struct inode_slab *sl, struct slab_page *p)
  * NULL. */
 static struct slab_page *slab_page_map(void)
 {
-	uint8_t *m =
-	    mmap(NULL, 2 * SLAB_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (m == MAP_FAILED)
+	uint8_t *a = sfs_map_aligned(SLAB_PAGE, SLAB_PAGE, 0);
+	if (a == MAP_FAILED)
 		return NULL;
-	uint8_t *a = (uint8_t *)(((uintptr_t)m + SLAB_PAGE - 1) & ~(uintptr_t)(SLAB_PAGE - 1));
-	if (a > m)
-		munmap(m, (size_t)(a - m));
-	munmap(a + SLAB_PAGE, (size_t)(m + 2 * SLAB_PAGE - (a + SLAB_PAGE)));
 	struct slab_page *p = (struct slab_page *)a; /* zero-filled */
 	for (size_t i = SLAB_SLOTS; i-- > 0;) {
 		void *slot = a + SLAB_HEAD + i * SLAB_SLOT;
@@ -145,6 +141,12 @@ static struct slab_page *slab_page_map(void)
 	}
 	SLOT_POISON(a + SLAB_HEAD, SLAB_PAGE - SLAB_HEAD);
 	return p;
+}
+
+static void slab_page_unmap(struct slab_page *p)
+{
+	SLOT_UNPOISON((uint8_t *)p + SLAB_HEAD, SLAB_PAGE - SLAB_HEAD);
+	munmap(p, SLAB_PAGE);
 }
 
 /* A zeroed slot, or NULL on ENOMEM. */
@@ -191,10 +193,8 @@ static void slab_free(struct inode_slab *sl, void *slot)
 			sl->spare = p; /* every slot back on its free list */
 	}
 	pthread_mutex_unlock(&sl->lock);
-	if (unmap) {
-		SLOT_UNPOISON((uint8_t *)unmap + SLAB_HEAD, SLAB_PAGE - SLAB_HEAD);
-		munmap(unmap, SLAB_PAGE);
-	}
+	if (unmap)
+		slab_page_unmap(unmap);
 }
 
 static bool from_slab(uint32_t fh_len) { return fh_len && fh_len <= SLAB_FH_MAX; }
@@ -330,10 +330,8 @@ void sfs_inode_table_close(sfs_inode_table *t)
 		inode_free(&t->slab, i);
 	}
 	inode_free(&t->slab, t->root);
-	if (t->slab.spare) {
-		SLOT_UNPOISON((uint8_t *)t->slab.spare + SLAB_HEAD, SLAB_PAGE - SLAB_HEAD);
-		munmap(t->slab.spare, SLAB_PAGE);
-	}
+	if (t->slab.spare)
+		slab_page_unmap(t->slab.spare);
 	pthread_mutex_destroy(&t->slab.lock);
 	free(t->buckets);
 	free(t->closed);
