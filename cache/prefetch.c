@@ -138,7 +138,9 @@ struct pf_waiter {
 #define SCRATCH_KEEP	   16		/* of them kept for reuse */
 #define SCRATCH_SLOT_BYTES (256u << 10) /* or a slot of one, for a small read */
 #define SCRATCH_SLOTS	   (SCRATCH_BYTES / SCRATCH_SLOT_BYTES) /* 8: bits of a uint8_t */
-#define SCRATCH_SLOT_PAGES 16 /* pages cut in slots: 128 small reads in flight */
+#define SCRATCH_SLOT_PAGES 16	       /* pages cut in slots: 128 small reads in flight */
+#define SCRATCH_TINY_BYTES (16u << 10) /* or a tiny slot, for a tiny read */
+#define SCRATCH_TINY_SLOTS 128	       /* of them: two uint64_t of bits */
 _Static_assert(SCRATCH_SLOTS == 8, "a slot page's taken is a byte");
 _Static_assert(SFS_STORE_RANGE_BUF_BYTES <= SCRATCH_BYTES, "the scratch holds a range read");
 _Static_assert(SFS_CHUNK_BYTES == SFS_IOBUF_BYTES, "a chunk buffer is an iobuf");
@@ -210,6 +212,11 @@ static uint64_t buf_budget(const sfs_prefetch *pf)
  * direct fetch's span) takes a slot of a page shared by SCRATCH_SLOTS such
  * reads; a larger one a page of its own. A huge page is resident whole
  * from its first touch: 16 small reads in flight held 32 MiB, now 4.
+ * A read that needs at most SCRATCH_TINY_BYTES (a file of up to ~16 KiB, a
+ * record in one 16 KiB block) takes a tiny slot of one 2 MiB mapping of
+ * plain 4 KiB pages: resident as touched, and the lowest free slot is
+ * taken, so 16 reads of 1 KiB files in flight hold 64-256 KiB, not 4 MiB;
+ * a 16 KiB read is 4 pages to the disk, which costs nothing measurable.
  * Whole pages, up to SCRATCH_KEEP, and slot pages are kept for reuse while
  * reads come; sfs_prefetch_release_idle frees them. The pool is the
  * process's, not a prefetch's: a view holds no reference on its file (its
@@ -222,8 +229,11 @@ static struct slot_page {
 	uint8_t taken;		  /* bit i: slot i */
 } slot_pages[SCRATCH_SLOT_PAGES]; /* protected by scratch_lock */
 static unsigned n_slot_pages;	  /* protected by scratch_lock */
-static uint64_t scratch_used_ms;  /* protected by scratch_lock: last give (a read's end) */
-static uint64_t scratch_bytes;	  /* atomic: scratch pages made and not freed */
+static char *tiny_base;		  /* mapped once (first tiny read), never unmapped */
+static uint64_t tiny_taken[SCRATCH_TINY_SLOTS / 64]; /* protected by scratch_lock */
+static unsigned tiny_touched;	 /* protected by scratch_lock: slots [0, it) may be resident */
+static uint64_t scratch_used_ms; /* protected by scratch_lock: last give (a read's end) */
+static uint64_t scratch_bytes;	 /* atomic: scratch pages made and not freed */
 
 static char *scratch_page_new(void)
 {
@@ -268,12 +278,47 @@ static void *slot_take(void)
 	return page;
 }
 
-/* A buffer of at least need bytes (<= SCRATCH_BYTES), 4096-aligned, in a
- * huge page; NULL without memory. */
+/* The lowest free tiny slot; NULL when all are taken or without memory. */
+static void *tiny_take(void)
+{
+	if (!__atomic_load_n(&tiny_base, __ATOMIC_ACQUIRE)) {
+		char *m = sfs_map_aligned(SCRATCH_TINY_SLOTS * SCRATCH_TINY_BYTES, 4096, 0);
+		if (m == MAP_FAILED)
+			return NULL;
+		madvise(m, SCRATCH_TINY_SLOTS * SCRATCH_TINY_BYTES, MADV_NOHUGEPAGE);
+		char *none = NULL;
+		if (!__atomic_compare_exchange_n(&tiny_base, &none, m, false, __ATOMIC_ACQ_REL,
+						 __ATOMIC_ACQUIRE))
+			munmap(m, SCRATCH_TINY_SLOTS * SCRATCH_TINY_BYTES); /* another mapped it */
+	}
+	pthread_mutex_lock(&scratch_lock);
+	for (unsigned w = 0; w < SCRATCH_TINY_SLOTS / 64; w++) {
+		if (tiny_taken[w] == UINT64_MAX)
+			continue;
+		unsigned i = w * 64 + (unsigned)__builtin_ctzll(~tiny_taken[w]);
+		tiny_taken[w] |= 1ull << (i % 64);
+		if (i >= tiny_touched) {
+			__atomic_fetch_add(&scratch_bytes,
+					   (uint64_t)(i + 1 - tiny_touched) * SCRATCH_TINY_BYTES,
+					   __ATOMIC_RELAXED);
+			tiny_touched = i + 1;
+		}
+		pthread_mutex_unlock(&scratch_lock);
+		return __atomic_load_n(&tiny_base, __ATOMIC_RELAXED) +
+		       (size_t)i * SCRATCH_TINY_BYTES;
+	}
+	pthread_mutex_unlock(&scratch_lock);
+	return NULL;
+}
+
+/* A buffer of at least need bytes (<= SCRATCH_BYTES), 4096-aligned: a tiny
+ * slot, a slot of a huge page or a huge page; NULL without memory. */
 static void *scratch_take(size_t need)
 {
 	void *b = NULL;
 
+	if (need <= SCRATCH_TINY_BYTES && (b = tiny_take()))
+		return b;
 	if (need <= SCRATCH_SLOT_BYTES && (b = slot_take()))
 		return b;
 	pthread_mutex_lock(&scratch_lock);
@@ -287,6 +332,14 @@ static void scratch_give(void *b)
 {
 	pthread_mutex_lock(&scratch_lock);
 	scratch_used_ms = sfs_now_ms();
+	char *tiny = __atomic_load_n(&tiny_base, __ATOMIC_ACQUIRE);
+	if (tiny && (char *)b >= tiny &&
+	    (char *)b < tiny + SCRATCH_TINY_SLOTS * SCRATCH_TINY_BYTES) {
+		size_t i = (size_t)((char *)b - tiny) / SCRATCH_TINY_BYTES;
+		tiny_taken[i / 64] &= ~(1ull << (i % 64));
+		pthread_mutex_unlock(&scratch_lock);
+		return;
+	}
 	for (unsigned p = 0; p < n_slot_pages; p++) {
 		struct slot_page *sp = &slot_pages[p];
 		if ((char *)b >= sp->base && (char *)b < sp->base + SCRATCH_BYTES) {
@@ -305,16 +358,30 @@ static void scratch_give(void *b)
 		scratch_page_free(b);
 }
 
-/* Free the kept scratch, whole pages and slot pages with no slot taken, if
- * no read gave one back for idle_ms (scratch in use is not kept, so a long
- * read keeps its own). Returns the bytes freed. */
+/* Free the kept scratch, whole pages and slot pages with no slot taken,
+ * and the tiny slots' pages when none is taken, if no read gave one back
+ * for idle_ms (scratch in use is not kept, so a long read keeps its own).
+ * Returns the bytes freed. */
 static uint64_t scratch_release_idle(uint64_t idle_ms)
 {
 	void *b[SCRATCH_KEEP + SCRATCH_SLOT_PAGES];
 	unsigned n = 0;
+	uint64_t tiny_freed = 0;
 
 	pthread_mutex_lock(&scratch_lock);
 	if (sfs_now_ms() - scratch_used_ms >= idle_ms) {
+		bool tiny_idle = true;
+		for (unsigned w = 0; w < SCRATCH_TINY_SLOTS / 64; w++)
+			tiny_idle &= tiny_taken[w] == 0;
+		if (tiny_idle && tiny_touched) {
+			/* Under the lock, so that no slot is taken meanwhile:
+			 * one madvise, after 5 s without a read. */
+			tiny_freed = (uint64_t)tiny_touched * SCRATCH_TINY_BYTES;
+			madvise(__atomic_load_n(&tiny_base, __ATOMIC_RELAXED), tiny_freed,
+				MADV_DONTNEED);
+			tiny_touched = 0;
+			__atomic_fetch_sub(&scratch_bytes, tiny_freed, __ATOMIC_RELAXED);
+		}
 		while (n_scratch_free)
 			b[n++] = scratch_free[--n_scratch_free];
 		for (unsigned p = 0; p < n_slot_pages;)
@@ -329,7 +396,7 @@ static uint64_t scratch_release_idle(uint64_t idle_ms)
 	pthread_mutex_unlock(&scratch_lock);
 	for (unsigned i = 0; i < n; i++)
 		scratch_page_free(b[i]);
-	return (uint64_t)n * SCRATCH_BYTES;
+	return (uint64_t)n * SCRATCH_BYTES + tiny_freed;
 }
 
 /* Moves up to max idle pooled buffers into out (they leave the pool and

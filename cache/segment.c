@@ -33,7 +33,11 @@
  *
  * In memory:
  *
- *   sg->tab[cap]  open addressing, linear probing, backward-shift deletion,
+ *   sg->parts[N_PARTS]  the index: 64 tables, one per value of the key's
+ *                 top 6 bits, so that a doubling copies a 64th of the index
+ *                 and the memory peak while the index grows is the index
+ *                 plus one part's old table, not twice the index. Each:
+ *                 open addressing, linear probing, backward-shift deletion,
  *                 load <= 0.8, doubling; struct ent is 24 bytes, so 24-48
  *                 bytes per object (30 at 0.8 load, 48 just after doubling).
  *                 An entry keeps the first 8 bytes of its key (the key is a
@@ -77,7 +81,9 @@
 #define MAX_OPEN_FDS	  256u
 #define DEFAULT_SEG_BYTES (256ull << 20)
 #define DEFAULT_WBUF	  (8u << 20)
-#define MIN_TAB_CAP	  1024u
+#define PART_BITS	  6u
+#define N_PARTS		  (1u << PART_BITS)
+#define MIN_PART_CAP	  8u
 #define SEG_NAME_LEN	  12 /* "NNNNNNNN.seg" */
 
 struct rec_hdr {
@@ -121,6 +127,13 @@ struct ent {
 };
 _Static_assert(sizeof(struct ent) == 24, "index entry is 24 bytes");
 
+/* One part of the index: the entries whose key's top PART_BITS bits are
+ * its number. cap is a power of two, at least MIN_PART_CAP. */
+struct part {
+	struct ent *tab;
+	uint32_t cap, n;
+};
+
 struct seg {
 	uint32_t seq;	      /* set at creation, then read-only */
 	uint32_t slot;	      /* set when published, then read-only */
@@ -162,9 +175,10 @@ struct sfs_seg {
 	pthread_mutex_t lock;		 /* a leaf */
 
 	/* protected by lock */
-	struct ent *tab;
-	uint32_t tab_cap, tab_n;
-	struct seg **segs; /* by slot; NULL = free */
+	struct part parts[N_PARTS];
+	uint32_t tab_n;	    /* entries, all parts */
+	uint64_t tab_slots; /* slots, all parts */
+	struct seg **segs;  /* by slot; NULL = free */
 	uint32_t segs_cap;
 	uint32_t segs_used; /* slots taken (dead segments still read included) */
 	uint32_t n_segs;    /* segments not evicted */
@@ -204,45 +218,54 @@ static void seg_name(char *buf, uint32_t seq, const char *ext)
 
 /* --- index (caller holds lock) ---------------------------------------------- */
 
-/* The key is already a uniform hash: its first 8 bytes are the home slot. */
-static uint32_t tab_home(const sfs_seg *sg, uint64_t key8)
+/* The key is already a uniform hash: its top bits pick the part, its low
+ * bits the home slot in it. */
+static uint32_t part_no(uint64_t key8) { return (uint32_t)(key8 >> (64 - PART_BITS)); }
+
+static struct part *part_of(sfs_seg *sg, uint64_t key8) { return &sg->parts[part_no(key8)]; }
+
+static uint32_t tab_home(const struct part *p, uint64_t key8)
 {
-	return (uint32_t)(key8 & (sg->tab_cap - 1));
+	return (uint32_t)(key8 & (p->cap - 1));
 }
 
-/* Returns the slot holding key's first 8 bytes, or -1. Two keys alike in
- * those are one entry (a 2^-64 chance per pair): a read of the other's
- * record finds a header of another key, a miss (sfs_seg_read). */
-static long tab_find(const sfs_seg *sg, const uint8_t key[16])
+/* Returns the slot of *pp (key's part) holding key's first 8 bytes, or -1.
+ * Two keys alike in those are one entry (a 2^-64 chance per pair): a read
+ * of the other's record finds a header of another key, a miss
+ * (sfs_seg_read). */
+static long tab_find(sfs_seg *sg, const uint8_t key[16], struct part **pp)
 {
-	uint32_t mask = sg->tab_cap - 1;
 	uint64_t key8 = key8_of(key);
-	for (uint32_t i = tab_home(sg, key8);; i = (i + 1) & mask) {
-		if (!sg->tab[i].len)
+	struct part *p = part_of(sg, key8);
+	uint32_t mask = p->cap - 1;
+	*pp = p;
+	for (uint32_t i = tab_home(p, key8);; i = (i + 1) & mask) {
+		if (!p->tab[i].len)
 			return -1;
-		if (sg->tab[i].key8 == key8)
+		if (p->tab[i].key8 == key8)
 			return (long)i;
 	}
 }
 
-/* Empties slot i and shifts later members of its probe run back. */
-static void tab_del_at(sfs_seg *sg, uint32_t i)
+/* Empties slot i of p and shifts later members of its probe run back. */
+static void tab_del_at(sfs_seg *sg, struct part *p, uint32_t i)
 {
-	uint32_t mask = sg->tab_cap - 1;
-	struct ent *e = &sg->tab[i];
+	uint32_t mask = p->cap - 1;
+	struct ent *e = &p->tab[i];
 	struct seg *s = sg->segs[e->seg];
 
 	s->n_live--;
 	sg->st.live_bytes -= e->len;
 	sg->tab_n--;
-	for (uint32_t j = (i + 1) & mask; sg->tab[j].len; j = (j + 1) & mask) {
-		uint32_t home = tab_home(sg, sg->tab[j].key8);
+	p->n--;
+	for (uint32_t j = (i + 1) & mask; p->tab[j].len; j = (j + 1) & mask) {
+		uint32_t home = tab_home(p, p->tab[j].key8);
 		if (((j - home) & mask) >= ((j - i) & mask)) {
-			sg->tab[i] = sg->tab[j];
+			p->tab[i] = p->tab[j];
 			i = j;
 		}
 	}
-	sg->tab[i].len = 0;
+	p->tab[i].len = 0;
 }
 
 /* Places e in a table known not to hold its key. */
@@ -254,24 +277,40 @@ static void tab_place(struct ent *tab, uint32_t cap, const struct ent *e)
 	tab[i] = *e;
 }
 
-/* Doubles the table until n more entries keep it at most 0.8 full. Returns
- * 0 or -ENOMEM (the table is unchanged). */
-static int tab_reserve(sfs_seg *sg, uint32_t n)
+/* Doubles part p until n more entries keep it at most 0.8 full. Returns
+ * 0 or -ENOMEM (the part is unchanged). */
+static int part_reserve(sfs_seg *sg, struct part *p, uint32_t n)
 {
-	uint32_t cap = sg->tab_cap;
-	while ((uint64_t)(sg->tab_n + n) * 5 > (uint64_t)cap * 4)
+	uint32_t cap = p->cap;
+	while ((uint64_t)(p->n + n) * 5 > (uint64_t)cap * 4)
 		cap *= 2;
-	if (cap == sg->tab_cap)
+	if (cap == p->cap)
 		return 0;
 	struct ent *tab = calloc(cap, sizeof(*tab));
 	if (!tab)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < sg->tab_cap; i++)
-		if (sg->tab[i].len)
-			tab_place(tab, cap, &sg->tab[i]);
-	free(sg->tab);
-	sg->tab = tab;
-	sg->tab_cap = cap;
+	for (uint32_t i = 0; i < p->cap; i++)
+		if (p->tab[i].len)
+			tab_place(tab, cap, &p->tab[i]);
+	free(p->tab);
+	sg->tab_slots += cap - p->cap;
+	p->tab = tab;
+	p->cap = cap;
+	return 0;
+}
+
+/* Room for the pending appends' entries in their parts, so that publishing
+ * them cannot fail. Returns 0 or -ENOMEM (parts grown so far stay so). */
+static int tab_reserve_pending(sfs_seg *sg)
+{
+	uint32_t more[N_PARTS] = {0};
+	for (uint32_t i = 0; i < sg->n_pend; i++)
+		more[part_no(key8_of(sg->pend[i].key))]++;
+	for (uint32_t k = 0; k < N_PARTS; k++) {
+		int err = more[k] ? part_reserve(sg, &sg->parts[k], more[k]) : 0;
+		if (err)
+			return err;
+	}
 	return 0;
 }
 
@@ -285,16 +324,18 @@ static int tab_put(sfs_seg *sg, const struct idx_ent *ie, struct seg *s)
 			.len = ie->len,
 			.dataset = ie->dataset};
 	uint32_t len = ie->len;
-	long at = tab_find(sg, ie->key);
+	struct part *p;
+	long at = tab_find(sg, ie->key, &p);
 	if (at >= 0) {
-		tab_del_at(sg, (uint32_t)at);
+		tab_del_at(sg, p, (uint32_t)at);
 	} else {
-		int err = tab_reserve(sg, 1);
+		int err = part_reserve(sg, p, 1);
 		if (err)
 			return err;
 	}
-	tab_place(sg->tab, sg->tab_cap, &e);
+	tab_place(p->tab, p->cap, &e);
 	sg->tab_n++;
+	p->n++;
 	s->n_live++;
 	sg->st.live_bytes += len;
 	return 0;
@@ -450,10 +491,11 @@ static int seg_fd(sfs_seg *sg, struct seg *s)
 
 bool sfs_seg_lookup(sfs_seg *sg, const uint8_t key[16], uint32_t *len)
 {
+	struct part *p;
 	pthread_mutex_lock(&sg->lock);
-	long at = tab_find(sg, key);
+	long at = tab_find(sg, key, &p);
 	if (at >= 0 && len)
-		*len = sg->tab[at].len;
+		*len = p->tab[at].len;
 	pthread_mutex_unlock(&sg->lock);
 	return at >= 0;
 }
@@ -483,10 +525,11 @@ static bool rec_check(const uint8_t *buf, ssize_t n, const uint8_t key[16], uint
  * Counts the failure. Any thread, lock not held. */
 static void drop_entry(sfs_seg *sg, const uint8_t key[16], const struct ent *was, bool io_error)
 {
+	struct part *p;
 	pthread_mutex_lock(&sg->lock);
-	long at = tab_find(sg, key);
-	if (at >= 0 && sg->tab[at].seg == was->seg && sg->tab[at].off4k == was->off4k)
-		tab_del_at(sg, (uint32_t)at);
+	long at = tab_find(sg, key, &p);
+	if (at >= 0 && p->tab[at].seg == was->seg && p->tab[at].off4k == was->off4k)
+		tab_del_at(sg, p, (uint32_t)at);
 	if (io_error)
 		sg->st.errors++;
 	else
@@ -498,16 +541,17 @@ ssize_t sfs_seg_read(sfs_seg *sg, const uint8_t key[16], void *buf, size_t buf_l
 		     const char **data)
 {
 	struct ent e;
+	struct part *p;
 	struct seg *s;
 	int fd;
 
 	pthread_mutex_lock(&sg->lock);
-	long at = tab_find(sg, key);
+	long at = tab_find(sg, key, &p);
 	if (at < 0) {
 		pthread_mutex_unlock(&sg->lock);
 		return -ENOENT;
 	}
-	e = sg->tab[at];
+	e = p->tab[at];
 	if (buf_len < rec_bytes(e.len) || (uintptr_t)buf % BLK) {
 		pthread_mutex_unlock(&sg->lock);
 		return -EINVAL;
@@ -772,7 +816,7 @@ static int write_runs(sfs_seg *sg, struct seg **nw)
 static int reserve_publish(sfs_seg *sg, uint32_t n_new)
 {
 	pthread_mutex_lock(&sg->lock);
-	int err = tab_reserve(sg, sg->n_pend);
+	int err = tab_reserve_pending(sg);
 	if (!err)
 		err = segs_reserve(sg, n_new);
 	pthread_mutex_unlock(&sg->lock);
@@ -924,11 +968,14 @@ bool sfs_seg_coldest(sfs_seg *sg, uint64_t *last_use_ms, uint64_t *bytes)
  * Caller holds lock. */
 static void tab_drop_seg(sfs_seg *sg, const struct seg *s)
 {
-	for (uint32_t i = 0; i < sg->tab_cap && s->n_live;) {
-		if (sg->tab[i].len && sg->tab[i].seg == s->slot)
-			tab_del_at(sg, i);
-		else
-			i++;
+	for (uint32_t k = 0; k < N_PARTS && s->n_live; k++) {
+		struct part *p = &sg->parts[k];
+		for (uint32_t i = 0; i < p->cap && s->n_live;) {
+			if (p->tab[i].len && p->tab[i].seg == s->slot)
+				tab_del_at(sg, p, i);
+			else
+				i++;
+		}
 	}
 }
 
@@ -968,14 +1015,18 @@ uint64_t sfs_seg_evict_coldest(sfs_seg *sg)
 
 void sfs_seg_foreach(sfs_seg *sg, void (*fn)(void *arg, uint32_t dataset, uint32_t len), void *arg)
 {
+	uint32_t scanned = 0;
 	pthread_mutex_lock(&sg->lock);
-	for (uint32_t i = 0; i < sg->tab_cap; i++) {
-		if (sg->tab[i].len)
-			fn(arg, sg->tab[i].dataset, sg->tab[i].len);
-		if (i % FOREACH_STRETCH == FOREACH_STRETCH - 1) {
-			pthread_mutex_unlock(&sg->lock);
-			pthread_mutex_lock(
-			    &sg->lock); /* the table may have grown: tab_cap is re-read */
+	for (uint32_t k = 0; k < N_PARTS; k++) {
+		const struct part *p = &sg->parts[k];
+		/* The part may grow while the lock is let go: cap is re-read. */
+		for (uint32_t i = 0; i < p->cap; i++) {
+			if (p->tab[i].len)
+				fn(arg, p->tab[i].dataset, p->tab[i].len);
+			if (++scanned % FOREACH_STRETCH == 0) {
+				pthread_mutex_unlock(&sg->lock);
+				pthread_mutex_lock(&sg->lock);
+			}
 		}
 	}
 	pthread_mutex_unlock(&sg->lock);
@@ -987,15 +1038,19 @@ void sfs_seg_foreach(sfs_seg *sg, void (*fn)(void *arg, uint32_t dataset, uint32
 static void drop_matching(sfs_seg *sg, sfs_seg_match_fn *match, void *arg,
 			  struct sfs_seg_evicted *out)
 {
-	for (uint32_t i = 0; i < sg->tab_cap;) {
-		struct ent *e = &sg->tab[i];
-		if (e->len && (!match || match(arg, e->dataset, (const uint8_t *)&e->key8))) {
-			sg->segs[e->seg]->touched = true;
-			out->objects++;
-			out->bytes += e->len;
-			tab_del_at(sg, i);
-		} else {
-			i++;
+	for (uint32_t k = 0; k < N_PARTS; k++) {
+		struct part *p = &sg->parts[k];
+		for (uint32_t i = 0; i < p->cap;) {
+			struct ent *e = &p->tab[i];
+			if (e->len &&
+			    (!match || match(arg, e->dataset, (const uint8_t *)&e->key8))) {
+				sg->segs[e->seg]->touched = true;
+				out->objects++;
+				out->bytes += e->len;
+				tab_del_at(sg, p, i);
+			} else {
+				i++;
+			}
 		}
 	}
 }
@@ -1060,11 +1115,14 @@ static struct redo *plan_touched(sfs_seg *sg, uint32_t *n_out, struct sfs_seg_ev
 		}
 		at[i] = ++n; /* 1-based: 0 = not planned */
 	}
-	for (uint32_t i = 0; at && i < sg->tab_cap; i++) {
-		const struct ent *e = &sg->tab[i];
-		struct redo *x = e->len && at[e->seg] ? &r[at[e->seg] - 1] : NULL;
-		if (x && x->live)
-			x->live[x->n++] = e->off4k;
+	for (uint32_t k = 0; at && k < N_PARTS; k++) {
+		const struct part *p = &sg->parts[k];
+		for (uint32_t i = 0; i < p->cap; i++) {
+			const struct ent *e = &p->tab[i];
+			struct redo *x = e->len && at[e->seg] ? &r[at[e->seg] - 1] : NULL;
+			if (x && x->live)
+				x->live[x->n++] = e->off4k;
+		}
 	}
 	free(at);
 	if (!n) {
@@ -1159,7 +1217,7 @@ void sfs_seg_get_stats(sfs_seg *sg, struct sfs_seg_stats *out)
 	*out = sg->st;
 	out->objects = sg->tab_n;
 	out->segments = sg->n_segs;
-	out->index_bytes = (uint64_t)sg->tab_cap * sizeof(struct ent) +
+	out->index_bytes = sg->tab_slots * sizeof(struct ent) +
 			   (uint64_t)sg->segs_cap * sizeof(struct seg *) +
 			   (uint64_t)sg->segs_used * sizeof(struct seg);
 	pthread_mutex_unlock(&sg->lock);
@@ -1462,9 +1520,14 @@ int sfs_seg_open(const struct sfs_seg_conf *conf, sfs_seg **out)
 	/* On huge pages (iobuf.h): the batch's O_DIRECT write pins a few
 	 * pages and is a few segments, not one per 4 KiB. */
 	sg->wbuf = sfs_iobuf_alloc_huge(sg->wbuf_cap);
-	sg->tab = calloc(MIN_TAB_CAP, sizeof(*sg->tab));
-	sg->tab_cap = MIN_TAB_CAP;
-	if (!sg->dir || !sg->wbuf || !sg->tab)
+	bool parts_ok = true;
+	for (uint32_t k = 0; k < N_PARTS; k++) {
+		sg->parts[k].tab = calloc(MIN_PART_CAP, sizeof(struct ent));
+		sg->parts[k].cap = MIN_PART_CAP;
+		parts_ok &= sg->parts[k].tab != NULL;
+	}
+	sg->tab_slots = (uint64_t)N_PARTS * MIN_PART_CAP;
+	if (!sg->dir || !sg->wbuf || !parts_ok)
 		goto err_close;
 	if (mkdir(conf->dir, 0700) && errno != EEXIST) {
 		err = -errno;
@@ -1500,7 +1563,8 @@ void sfs_seg_close(sfs_seg *sg)
 		close(sg->dirfd);
 	pthread_mutex_destroy(&sg->lock);
 	free(sg->segs);
-	free(sg->tab);
+	for (uint32_t k = 0; k < N_PARTS; k++)
+		free(sg->parts[k].tab);
 	free(sg->wbuf);
 	free(sg->pend);
 	free(sg->act_ents);

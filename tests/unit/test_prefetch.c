@@ -1479,6 +1479,50 @@ static void test_scratch_slots(void)
 	store_teardown(store, dir);
 }
 
+/* Reads that need at most 16 KiB (files of 1-3 KB here) take tiny slots of
+ * plain pages: 20 in flight account 20 x 16 KiB, not a 2 MiB huge page per
+ * 8; each view holds its own bytes; an idle release gives the pages back. */
+static void test_scratch_tiny(void)
+{
+	enum { TINY = 20 };
+	char dir[] = "/tmp/test_prefetch.XXXXXX", why[256] = "";
+	sfs_store *store = store_setup(dir, 64 * MiB);
+	struct tfile t[TINY];
+	struct sfs_pf_view v[TINY];
+	int cached = 0, bad = 0;
+
+	for (int i = 0; i < TINY; i++) {
+		t[i] = topen(90 + i, 1000 + 100 * i, 1000 + 100 * i);
+		sfs_pf_file_opened(t[i].f);
+	}
+	for (int i = 0; i < TINY; i++)
+		cached += wait_cached(&t[i]);
+	ok(cached == TINY, "tiny: %d of %d files reached the store", cached, TINY);
+	sfs_prefetch_release_idle(pf, 0); /* what earlier reads kept */
+	uint64_t d0 = pstats().direct_reads;
+	for (int i = 0; i < TINY; i++)
+		bad += read_check(&t[i], 0, t[i].size, &v[i], why, sizeof(why));
+	struct sfs_prefetch_stats ps = pstats();
+	ok(bad == 0 && ps.direct_reads - d0 == TINY && ps.direct_scratch_bytes == TINY * 16 * KiB,
+	   "tiny: %d direct reads in flight hold %llu KiB (%d x 16 KiB; %llu direct, %d wrong) %s",
+	   TINY, (unsigned long long)(ps.direct_scratch_bytes >> 10), TINY,
+	   (unsigned long long)(ps.direct_reads - d0), bad, why);
+	bad = 0;
+	for (int i = 0; i < TINY; i++)
+		bad += view_check(&t[i], 0, &v[i], v[i].bytes, why, sizeof(why)) != 0;
+	ok(bad == 0, "tiny: every view still holds its own bytes (%d wrong) %s", bad, why);
+	for (int i = 0; i < TINY; i++)
+		sfs_pf_view_release(t[i].f, &v[i]);
+	uint64_t freed = sfs_prefetch_release_idle(pf, 0);
+	ps = pstats();
+	ok(freed >= TINY * 16 * KiB && ps.direct_scratch_bytes == 0,
+	   "tiny: idle release gives the pages back (%llu KiB freed, %llu bytes left)",
+	   (unsigned long long)(freed >> 10), (unsigned long long)ps.direct_scratch_bytes);
+	for (int i = 0; i < TINY; i++)
+		sfs_pf_file_unref(t[i].f);
+	store_teardown(store, dir);
+}
+
 static const struct tap_test tests[] = {
     {"exact_1m", test_exact_1m},
     {"exact_256k", test_exact_256k},
@@ -1500,6 +1544,7 @@ static const struct tap_test tests[] = {
     {"pool_tail", test_pool_tail},
     {"write_full", test_write_full},
     {"scratch_slots", test_scratch_slots},
+    {"scratch_tiny", test_scratch_tiny},
 };
 
 /* With no arguments, runs every test; otherwise only the named ones. */

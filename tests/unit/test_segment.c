@@ -874,6 +874,40 @@ static void count_one(void *arg, uint32_t dataset, uint32_t len)
 	(*(uint64_t *)arg)++;
 }
 
+/* The index grows a part at a time: between two flushes of 100 appends its
+ * memory never jumps by a quarter of what 8,000 objects take (one table
+ * doubling whole would jump by half). The transient of a doubling is the
+ * old table of what doubled, so this bounds the daemon's peak as well. */
+static void test_index_growth(void)
+{
+	const uint32_t n = 8000, batch = 100;
+	struct sfs_seg_stats st;
+	uint64_t prev, max_step = 0;
+	uint32_t failed = 0;
+
+	tmp_new();
+	sfs_seg *sg = open_or_bail(0, 0);
+	sfs_seg_get_stats(sg, &st);
+	prev = st.index_bytes;
+	for (uint32_t i = 0; i < n; i++) {
+		failed += put(sg, i, 1) != 0;
+		if ((i + 1) % batch)
+			continue;
+		failed += sfs_seg_flush(sg) != 0;
+		sfs_seg_get_stats(sg, &st);
+		if (st.index_bytes > prev && st.index_bytes - prev > max_step)
+			max_step = st.index_bytes - prev;
+		prev = st.index_bytes;
+	}
+	ok(!failed && st.objects == n, "%u objects appended in batches of %u", n, batch);
+	diag("index: %llu bytes at %u objects, largest step between flushes %llu",
+	     (unsigned long long)st.index_bytes, n, (unsigned long long)max_step);
+	ok(max_step * 4 < st.index_bytes, "the index grows a part at a time (step %llu of %llu)",
+	   (unsigned long long)max_step, (unsigned long long)st.index_bytes);
+	sfs_seg_close(sg);
+	tmp_remove();
+}
+
 /* Memory per object at 200,000 objects: an .idx of 200,000 one-byte
  * records over a sparse segment file (no 800 MB of writes), loaded at open. */
 static void test_scale(void)
@@ -946,6 +980,7 @@ int main(void)
 	test_many_segments();
 	test_concurrent();
 	test_flush_failure();
+	test_index_growth();
 	test_scale();
 
 	/* O_DIRECT refused: the buffered fallback, on tmpfs where there is one. */
