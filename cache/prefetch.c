@@ -157,8 +157,9 @@ struct sfs_prefetch {
 	void *over_bufs[SFS_PF_OVER_BUFS]; /* protected by buf_lock: past the budget, */
 	size_t n_over;			   /* not in n_buffers; for demand only */
 	uint64_t sized_bytes;		   /* protected by buf_lock: buffers made to size */
-	uint64_t buf_used_ms;		   /* protected by buf_lock: last get or put */
-	pthread_t pump;			   /* restarts shard pumps stalled on the budget */
+	uint64_t sized_freed; /* atomic: their bytes freed since the last idle release */
+	uint64_t buf_used_ms; /* protected by buf_lock: last get or put */
+	pthread_t pump;	      /* restarts shard pumps stalled on the budget */
 	pthread_t loaders[SFS_PF_LOADERS]; /* read cached chunks ahead of readers */
 	unsigned n_loaders;
 	pthread_mutex_t load_lock; /* leaf */
@@ -506,6 +507,7 @@ static void buf_put_sized(sfs_prefetch *pf, void *b, uint32_t bytes)
 	pthread_mutex_unlock(&pf->buf_lock);
 	free(b);
 	count(&pf->stats.buffer_bytes, -(int64_t)bytes);
+	count(&pf->sized_freed, bytes);
 }
 
 static void buf_put(sfs_prefetch *pf, void *b, uint32_t bytes)
@@ -545,8 +547,13 @@ uint64_t sfs_prefetch_release_idle(sfs_prefetch *pf, uint64_t idle_ms)
 			n += pool_take_free(pf, batch + n, 64 - n);
 		}
 		pthread_mutex_unlock(&pf->buf_lock);
-		if (!n) /* what bufs_free gave iobuf, iobuf kept until now */
-			return idle ? freed + sfs_iobuf_trim() : freed;
+		/* What bufs_free gave iobuf, iobuf kept until now; sized
+		 * buffers went back to malloc, which keeps them (memtrim.h)
+		 * until the caller trims: counted so that it does. */
+		if (!n)
+			return idle ? freed + sfs_iobuf_trim() +
+					  __atomic_exchange_n(&pf->sized_freed, 0, __ATOMIC_RELAXED)
+				    : freed;
 		bufs_free(pf, batch, n);
 		freed += n * SFS_CHUNK_BYTES;
 	}

@@ -90,7 +90,10 @@ void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out);
  * to 32 MiB that readers' own chunks took past it) when no
  * buffer was taken or given back for idle_ms: a daemon gone quiet after a
  * burst gives them back to the system instead of holding up to mem_bytes
- * resident. Buffers in use stay. Returns the bytes freed. Any thread. */
+ * resident. Buffers in use stay. Returns the bytes freed, counting the
+ * buffers made to size (small files) that went back to malloc since the
+ * last idle call: malloc keeps those until the caller's malloc_trim (the
+ * daemon's memtrim, which trims when this returns non-zero). Any thread. */
 uint64_t sfs_prefetch_release_idle(sfs_prefetch *pf, uint64_t idle_ms);
 
 /*

@@ -520,6 +520,7 @@ int main(int argc, char **argv)
 	char **addrs = NULL;
 	int n_addrs = 0, status = 1;
 
+	sfs_memtrim_tune();
 	if (sfs_options_parse(argc, argv, &o, err, sizeof(err)) != 0) {
 		fprintf(stderr, "shardfs: %s (see shardfs --help)\n", err);
 		sfs_options_free(&o);

@@ -18,6 +18,12 @@ static void *release_arg;
 static uint64_t freed;		 /* atomic: blocks freed since the last trim */
 static unsigned long long trims; /* atomic */
 
+void sfs_memtrim_tune(void)
+{
+	mallopt(M_MMAP_THRESHOLD, SFS_MEMTRIM_MMAP_MAX);
+	mallopt(M_TRIM_THRESHOLD, SFS_MEMTRIM_KEEP_TOP);
+}
+
 void sfs_memtrim_freed(size_t n) { __atomic_fetch_add(&freed, n, __ATOMIC_RELAXED); }
 
 unsigned long long sfs_memtrim_count(void) { return __atomic_load_n(&trims, __ATOMIC_RELAXED); }
