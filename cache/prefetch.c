@@ -283,7 +283,9 @@ static void *slot_take(void)
 static void *tiny_take(void)
 {
 	if (!__atomic_load_n(&tiny_base, __ATOMIC_ACQUIRE)) {
-		char *m = sfs_map_aligned(SCRATCH_TINY_SLOTS * SCRATCH_TINY_BYTES, 4096, 0);
+		char *m =
+		    mmap(NULL, SCRATCH_TINY_SLOTS * SCRATCH_TINY_BYTES, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0); /* page-aligned: enough */
 		if (m == MAP_FAILED)
 			return NULL;
 		madvise(m, SCRATCH_TINY_SLOTS * SCRATCH_TINY_BYTES, MADV_NOHUGEPAGE);

@@ -176,9 +176,8 @@ struct sfs_seg {
 
 	/* protected by lock */
 	struct part parts[N_PARTS];
-	uint32_t tab_n;	    /* entries, all parts */
-	uint64_t tab_slots; /* slots, all parts */
-	struct seg **segs;  /* by slot; NULL = free */
+	uint32_t tab_n;	   /* entries, all parts */
+	struct seg **segs; /* by slot; NULL = free */
 	uint32_t segs_cap;
 	uint32_t segs_used; /* slots taken (dead segments still read included) */
 	uint32_t n_segs;    /* segments not evicted */
@@ -293,7 +292,6 @@ static int part_reserve(sfs_seg *sg, struct part *p, uint32_t n)
 		if (p->tab[i].len)
 			tab_place(tab, cap, &p->tab[i]);
 	free(p->tab);
-	sg->tab_slots += cap - p->cap;
 	p->tab = tab;
 	p->cap = cap;
 	return 0;
@@ -1217,7 +1215,10 @@ void sfs_seg_get_stats(sfs_seg *sg, struct sfs_seg_stats *out)
 	*out = sg->st;
 	out->objects = sg->tab_n;
 	out->segments = sg->n_segs;
-	out->index_bytes = sg->tab_slots * sizeof(struct ent) +
+	uint64_t slots = 0;
+	for (uint32_t k = 0; k < N_PARTS; k++)
+		slots += sg->parts[k].cap;
+	out->index_bytes = slots * sizeof(struct ent) +
 			   (uint64_t)sg->segs_cap * sizeof(struct seg *) +
 			   (uint64_t)sg->segs_used * sizeof(struct seg);
 	pthread_mutex_unlock(&sg->lock);
@@ -1526,7 +1527,6 @@ int sfs_seg_open(const struct sfs_seg_conf *conf, sfs_seg **out)
 		sg->parts[k].cap = MIN_PART_CAP;
 		parts_ok &= sg->parts[k].tab != NULL;
 	}
-	sg->tab_slots = (uint64_t)N_PARTS * MIN_PART_CAP;
 	if (!sg->dir || !sg->wbuf || !parts_ok)
 		goto err_close;
 	if (mkdir(conf->dir, 0700) && errno != EEXIST) {
