@@ -38,16 +38,20 @@
  *                 and the memory peak while the index grows is the index
  *                 plus one part's old table, not twice the index. Each:
  *                 open addressing, linear probing, backward-shift deletion,
- *                 load <= 0.8, doubling; struct ent is 24 bytes, so 24-48
- *                 bytes per object (30 at 0.8 load, 48 just after doubling).
+ *                 load <= 0.8, doubling; struct ent is 16 bytes, so 16-32
+ *                 bytes per object (20 at 0.8 load, 32 just after doubling).
  *                 An entry keeps the first 8 bytes of its key (the key is a
- *                 uniform hash) and no checksum: a read checks the whole key
- *                 and the bytes against the record's own header, whose
- *                 checksum it checks first; a summary rewritten by an
- *                 eviction takes the full entries from the segment's old
- *                 .idx (or, for the segment being filled, act_ents).
- *                 ent.seg -> sg->segs[slot] (struct seg: one per segment file;
- *                 slot reused once an evicted segment is unreferenced)
+ *                 uniform hash; the part number is 6 of them), the segment
+ *                 slot, offset, length and dataset packed, and no checksum:
+ *                 a read checks the whole key and the bytes against the
+ *                 record's own header, whose checksum it checks first; a
+ *                 summary rewritten by an eviction takes the full entries
+ *                 from the segment's old .idx (or, for the segment being
+ *                 filled, act_ents).
+ *                 the entry's slot -> sg->segs[slot] (struct seg: one per
+ *                 segment file; slot reused once an evicted segment is
+ *                 unreferenced); its dsi -> sg->ds_ids[dsi], the dataset id
+ *                 (one 4-byte id per distinct dataset, not per object)
  *   writer state  wbuf (records being appended), pend[] (their keys and
  *                 where each goes), act (the segment being filled) and
  *                 act_ents[] (its records so far, for its .idx)
@@ -116,16 +120,61 @@ struct idx_ent {
 };
 _Static_assert(sizeof(struct idx_ent) == 40, "idx entry layout");
 
-/* One index slot; len == 0: empty. The index holds one per cached object,
- * millions of them: 24 bytes, no padding. */
+/*
+ * One index slot, 16 bytes: the index holds one per cached object, millions
+ * of them. Two words of packed fields (ent_make and the ent_* accessors
+ * below are the only code that knows the layout):
+ *   w0  [0, 58)  the key's first 8 bytes (key8) but its top PART_BITS,
+ *                which are the number of the part holding the slot
+ *       [58, 64) loc's top 6 bits
+ *   w1  [0, 21)  len, 1 .. SFS_SEG_MAX_OBJECT; 0: an empty slot
+ *       [21, 34) dsi: the dataset, as an index into sg->ds_ids
+ *       [34, 64) loc's low 30 bits
+ *   loc = segment slot << OFF_BITS | offset in 4 KiB blocks.
+ * Hence the limits: 2^SLOT_BITS segment slots, records starting in the
+ * first 2^OFF_BITS blocks of a segment (segment_bytes <= MAX_SEG_BYTES),
+ * 2^DSI_BITS distinct datasets per directory.
+ */
 struct ent {
-	uint64_t key8; /* the key's first 8 bytes (memcpy'd: the home slot) */
-	uint32_t seg;  /* slot in sg->segs */
-	uint32_t off4k;
-	uint32_t len;
-	uint32_t dataset;
+	uint64_t w0, w1;
 };
-_Static_assert(sizeof(struct ent) == 24, "index entry is 24 bytes");
+_Static_assert(sizeof(struct ent) == 16, "index entry is 16 bytes");
+
+#define KEY_BITS      (64u - PART_BITS)
+#define LEN_BITS      21u
+#define DSI_BITS      13u
+#define OFF_BITS      18u
+#define SLOT_BITS     18u
+#define LOC_LO_BITS   (64u - LEN_BITS - DSI_BITS)
+#define KEY_MASK      ((1ull << KEY_BITS) - 1)
+#define MAX_SEGS      (1u << SLOT_BITS)
+#define MAX_DSETS     (1u << DSI_BITS)
+#define MAX_SEG_BYTES ((uint64_t)BLK << OFF_BITS) /* 1 GiB */
+_Static_assert(KEY_BITS + LEN_BITS + DSI_BITS + OFF_BITS + SLOT_BITS == 128, "16 bytes");
+_Static_assert(SFS_SEG_MAX_OBJECT < (1u << LEN_BITS), "len fits");
+
+static struct ent ent_make(uint64_t key8, uint32_t slot, uint32_t off4k, uint32_t len, uint32_t dsi)
+{
+	uint64_t loc = (uint64_t)slot << OFF_BITS | off4k;
+	return (struct ent){.w0 = (key8 & KEY_MASK) | (loc >> LOC_LO_BITS) << KEY_BITS,
+			    .w1 = len | (uint64_t)dsi << LEN_BITS | loc << (LEN_BITS + DSI_BITS)};
+}
+
+static uint64_t ent_key_lo(const struct ent *e) { return e->w0 & KEY_MASK; }
+static uint32_t ent_len(const struct ent *e) { return (uint32_t)(e->w1 & ((1u << LEN_BITS) - 1)); }
+static uint32_t ent_dsi(const struct ent *e)
+{
+	return (uint32_t)(e->w1 >> LEN_BITS) & (MAX_DSETS - 1);
+}
+static uint64_t ent_loc(const struct ent *e)
+{
+	return e->w1 >> (LEN_BITS + DSI_BITS) | (e->w0 >> KEY_BITS) << LOC_LO_BITS;
+}
+static uint32_t ent_slot(const struct ent *e) { return (uint32_t)(ent_loc(e) >> OFF_BITS); }
+static uint32_t ent_off4k(const struct ent *e)
+{
+	return (uint32_t)ent_loc(e) & ((1u << OFF_BITS) - 1);
+}
 
 /* One part of the index: the entries whose key's top PART_BITS bits are
  * its number. cap is a power of two, at least MIN_PART_CAP. */
@@ -153,6 +202,7 @@ struct pend {
 	uint64_t xxh64;
 	uint32_t len;
 	uint32_t dataset;
+	uint32_t dsi;	   /* its index in sg->ds_ids */
 	uint32_t rel;	   /* 0: act; k >= 1: the k-th segment this flush creates */
 	uint64_t file_off; /* offset in that segment */
 	uint64_t buf_off;  /* offset in wbuf */
@@ -183,6 +233,14 @@ struct sfs_seg {
 	uint32_t n_segs;    /* segments not evicted */
 	uint32_t n_open_fds;
 	struct sfs_seg_stats st; /* objects, segments, index_bytes computed */
+	uint32_t ds_n;		 /* datasets in ds_ids; grows under lock */
+
+	/* ds_ids[dsi]: the dataset id an entry's dsi stands for. MAX_DSETS
+	 * slots, filled in order, never changed: by open and the writer
+	 * thread (ds_index), each before an entry naming it is published, so
+	 * a reader of a published entry holding lock reads a set slot. */
+	uint32_t *ds_ids;
+	uint32_t ds_last; /* writer: the dsi ds_index found last */
 
 	/* writer thread only */
 	uint8_t *wbuf;
@@ -239,9 +297,9 @@ static long tab_find(sfs_seg *sg, const uint8_t key[16], struct part **pp)
 	uint32_t mask = p->cap - 1;
 	*pp = p;
 	for (uint32_t i = tab_home(p, key8);; i = (i + 1) & mask) {
-		if (!p->tab[i].len)
+		if (!ent_len(&p->tab[i]))
 			return -1;
-		if (p->tab[i].key8 == key8)
+		if (ent_key_lo(&p->tab[i]) == (key8 & KEY_MASK))
 			return (long)i;
 	}
 }
@@ -251,27 +309,27 @@ static void tab_del_at(sfs_seg *sg, struct part *p, uint32_t i)
 {
 	uint32_t mask = p->cap - 1;
 	struct ent *e = &p->tab[i];
-	struct seg *s = sg->segs[e->seg];
+	struct seg *s = sg->segs[ent_slot(e)];
 
 	s->n_live--;
-	sg->st.live_bytes -= e->len;
+	sg->st.live_bytes -= ent_len(e);
 	sg->tab_n--;
 	p->n--;
-	for (uint32_t j = (i + 1) & mask; p->tab[j].len; j = (j + 1) & mask) {
-		uint32_t home = tab_home(p, p->tab[j].key8);
+	for (uint32_t j = (i + 1) & mask; ent_len(&p->tab[j]); j = (j + 1) & mask) {
+		uint32_t home = tab_home(p, ent_key_lo(&p->tab[j]));
 		if (((j - home) & mask) >= ((j - i) & mask)) {
 			p->tab[i] = p->tab[j];
 			i = j;
 		}
 	}
-	p->tab[i].len = 0;
+	p->tab[i] = (struct ent){0};
 }
 
 /* Places e in a table known not to hold its key. */
 static void tab_place(struct ent *tab, uint32_t cap, const struct ent *e)
 {
-	uint32_t i = (uint32_t)(e->key8 & (cap - 1));
-	while (tab[i].len)
+	uint32_t i = (uint32_t)(ent_key_lo(e) & (cap - 1));
+	while (ent_len(&tab[i]))
 		i = (i + 1) & (cap - 1);
 	tab[i] = *e;
 }
@@ -289,7 +347,7 @@ static int part_reserve(sfs_seg *sg, struct part *p, uint32_t n)
 	if (!tab)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < p->cap; i++)
-		if (p->tab[i].len)
+		if (ent_len(&p->tab[i]))
 			tab_place(tab, cap, &p->tab[i]);
 	free(p->tab);
 	p->tab = tab;
@@ -312,15 +370,15 @@ static int tab_reserve_pending(sfs_seg *sg)
 	return 0;
 }
 
-/* Inserts (or replaces: a later record of a key wins) the entry. Returns 0
- * or -ENOMEM. */
-static int tab_put(sfs_seg *sg, const struct idx_ent *ie, struct seg *s)
+/* Inserts (or replaces: a later record of a key wins) the entry; dsi is
+ * its dataset's index (ds_index). Returns 0, -ENOMEM, or -ERANGE when its
+ * offset is past what an entry holds (a segment written with a larger
+ * segment_bytes than MAX_SEG_BYTES: never by this code). */
+static int tab_put(sfs_seg *sg, const struct idx_ent *ie, struct seg *s, uint32_t dsi)
 {
-	struct ent e = {.key8 = key8_of(ie->key),
-			.seg = s->slot,
-			.off4k = ie->off4k,
-			.len = ie->len,
-			.dataset = ie->dataset};
+	if (ie->off4k >= 1u << OFF_BITS)
+		return -ERANGE;
+	struct ent e = ent_make(key8_of(ie->key), s->slot, ie->off4k, ie->len, dsi);
 	uint32_t len = ie->len;
 	struct part *p;
 	long at = tab_find(sg, ie->key, &p);
@@ -339,11 +397,34 @@ static int tab_put(sfs_seg *sg, const struct idx_ent *ie, struct seg *s)
 	return 0;
 }
 
+/* The index of dataset id in ds_ids, added if new. Returns it, or -EMLINK
+ * when MAX_DSETS distinct ids are known already. A scan: the writer's
+ * appends come in runs of one dataset, and ds_last answers those. Open and
+ * the writer thread only. */
+static int ds_index(sfs_seg *sg, uint32_t dataset)
+{
+	if (sg->ds_last < sg->ds_n && sg->ds_ids[sg->ds_last] == dataset)
+		return (int)sg->ds_last;
+	for (uint32_t i = 0; i < sg->ds_n; i++)
+		if (sg->ds_ids[i] == dataset)
+			return (int)(sg->ds_last = i);
+	if (sg->ds_n == MAX_DSETS)
+		return -EMLINK;
+	pthread_mutex_lock(&sg->lock);
+	sg->ds_ids[sg->ds_n] = dataset;
+	sg->ds_last = sg->ds_n++;
+	pthread_mutex_unlock(&sg->lock);
+	return (int)sg->ds_last;
+}
+
 /* --- segment table (caller holds lock) ---------------------------------------- */
 
-/* Makes room for n more segments. Returns 0 or -ENOMEM. */
+/* Makes room for n more segments. Returns 0, -ENOMEM, or -ENOSPC when
+ * that would take more than the MAX_SEGS slots an entry can name. */
 static int segs_reserve(sfs_seg *sg, uint32_t n)
 {
+	if ((uint64_t)sg->segs_used + n > MAX_SEGS)
+		return -ENOSPC;
 	uint32_t cap = sg->segs_cap ? sg->segs_cap : 64;
 	while (cap - sg->segs_used < n)
 		cap *= 2;
@@ -493,7 +574,7 @@ bool sfs_seg_lookup(sfs_seg *sg, const uint8_t key[16], uint32_t *len)
 	pthread_mutex_lock(&sg->lock);
 	long at = tab_find(sg, key, &p);
 	if (at >= 0 && len)
-		*len = p->tab[at].len;
+		*len = ent_len(&p->tab[at]);
 	pthread_mutex_unlock(&sg->lock);
 	return at >= 0;
 }
@@ -526,7 +607,7 @@ static void drop_entry(sfs_seg *sg, const uint8_t key[16], const struct ent *was
 	struct part *p;
 	pthread_mutex_lock(&sg->lock);
 	long at = tab_find(sg, key, &p);
-	if (at >= 0 && p->tab[at].seg == was->seg && p->tab[at].off4k == was->off4k)
+	if (at >= 0 && ent_loc(&p->tab[at]) == ent_loc(was))
 		tab_del_at(sg, p, (uint32_t)at);
 	if (io_error)
 		sg->st.errors++;
@@ -550,11 +631,12 @@ ssize_t sfs_seg_read(sfs_seg *sg, const uint8_t key[16], void *buf, size_t buf_l
 		return -ENOENT;
 	}
 	e = p->tab[at];
-	if (buf_len < rec_bytes(e.len) || (uintptr_t)buf % BLK) {
+	uint32_t len = ent_len(&e);
+	if (buf_len < rec_bytes(len) || (uintptr_t)buf % BLK) {
 		pthread_mutex_unlock(&sg->lock);
 		return -EINVAL;
 	}
-	s = sg->segs[e.seg];
+	s = sg->segs[ent_slot(&e)];
 	s->refs++;
 	s->last_use_ms = sfs_now_ms();
 	fd = s->fd;
@@ -565,14 +647,14 @@ ssize_t sfs_seg_read(sfs_seg *sg, const uint8_t key[16], void *buf, size_t buf_l
 	ssize_t n = 0;
 	int err = fd < 0 ? fd : 0;
 	if (!err) {
-		n = pread(fd, buf, rec_bytes(e.len), (off_t)e.off4k * BLK);
+		n = pread(fd, buf, rec_bytes(len), (off_t)ent_off4k(&e) * BLK);
 		if (n < 0)
 			err = -errno;
 	}
 	seg_unref(sg, s);
-	if (!err && rec_check(buf, n, key, e.len)) {
+	if (!err && rec_check(buf, n, key, len)) {
 		*data = (const char *)buf + HDR_BYTES;
-		return e.len;
+		return len;
 	}
 	/* A vanished segment, a short read or bytes that do not check: a miss. */
 	bool io_error = err && err != -ENOENT;
@@ -682,6 +764,9 @@ int sfs_seg_append(sfs_seg *sg, const uint8_t key[16], const void *bytes, uint32
 		return -EEXIST;
 	if (sg->wlen + rb > sg->wbuf_cap)
 		return -ENOBUFS;
+	int dsi = ds_index(sg, dataset);
+	if (dsi < 0)
+		return dsi;
 	if (sg->n_pend == sg->pend_cap) {
 		uint32_t cap = sg->pend_cap ? sg->pend_cap * 2 : 64;
 		struct pend *v = realloc(sg->pend, cap * sizeof(*v));
@@ -700,6 +785,7 @@ int sfs_seg_append(sfs_seg *sg, const uint8_t key[16], const void *bytes, uint32
 	memcpy(p->key, key, 16);
 	p->len = len;
 	p->dataset = dataset;
+	p->dsi = (uint32_t)dsi;
 	p->xxh64 = sfs_xxh3_64(bytes, len);
 	p->rel = sg->tgt_rel;
 	p->file_off = sg->tgt_pos;
@@ -850,7 +936,7 @@ static void publish(sfs_seg *sg, struct seg **nw, uint32_t n_new)
 				     .len = p->len,
 				     .dataset = p->dataset};
 		memcpy(ie.key, p->key, 16);
-		tab_put(sg, &ie, nw[p->rel]);
+		tab_put(sg, &ie, nw[p->rel], p->dsi); /* room reserved; off4k fits */
 	}
 	if (n_new) {
 		if (old_act)
@@ -969,7 +1055,7 @@ static void tab_drop_seg(sfs_seg *sg, const struct seg *s)
 	for (uint32_t k = 0; k < N_PARTS && s->n_live; k++) {
 		struct part *p = &sg->parts[k];
 		for (uint32_t i = 0; i < p->cap && s->n_live;) {
-			if (p->tab[i].len && p->tab[i].seg == s->slot)
+			if (ent_len(&p->tab[i]) && ent_slot(&p->tab[i]) == s->slot)
 				tab_del_at(sg, p, i);
 			else
 				i++;
@@ -1019,8 +1105,9 @@ void sfs_seg_foreach(sfs_seg *sg, void (*fn)(void *arg, uint32_t dataset, uint32
 		const struct part *p = &sg->parts[k];
 		/* The part may grow while the lock is let go: cap is re-read. */
 		for (uint32_t i = 0; i < p->cap; i++) {
-			if (p->tab[i].len)
-				fn(arg, p->tab[i].dataset, p->tab[i].len);
+			const struct ent *e = &p->tab[i];
+			if (ent_len(e))
+				fn(arg, sg->ds_ids[ent_dsi(e)], ent_len(e));
 			if (++scanned % FOREACH_STRETCH == 0) {
 				pthread_mutex_unlock(&sg->lock);
 				pthread_mutex_lock(&sg->lock);
@@ -1039,12 +1126,13 @@ static void drop_matching(sfs_seg *sg, sfs_seg_match_fn *match, void *arg,
 	for (uint32_t k = 0; k < N_PARTS; k++) {
 		struct part *p = &sg->parts[k];
 		for (uint32_t i = 0; i < p->cap;) {
-			struct ent *e = &p->tab[i];
-			if (e->len &&
-			    (!match || match(arg, e->dataset, (const uint8_t *)&e->key8))) {
-				sg->segs[e->seg]->touched = true;
+			const struct ent *e = &p->tab[i];
+			uint64_t key8 = (uint64_t)k << KEY_BITS | ent_key_lo(e);
+			if (ent_len(e) && (!match || match(arg, sg->ds_ids[ent_dsi(e)],
+							   (const uint8_t *)&key8))) {
+				sg->segs[ent_slot(e)]->touched = true;
 				out->objects++;
-				out->bytes += e->len;
+				out->bytes += ent_len(e);
 				tab_del_at(sg, p, i);
 			} else {
 				i++;
@@ -1117,9 +1205,10 @@ static struct redo *plan_touched(sfs_seg *sg, uint32_t *n_out, struct sfs_seg_ev
 		const struct part *p = &sg->parts[k];
 		for (uint32_t i = 0; i < p->cap; i++) {
 			const struct ent *e = &p->tab[i];
-			struct redo *x = e->len && at[e->seg] ? &r[at[e->seg] - 1] : NULL;
+			struct redo *x =
+			    ent_len(e) && at[ent_slot(e)] ? &r[at[ent_slot(e)] - 1] : NULL;
 			if (x && x->live)
-				x->live[x->n++] = e->off4k;
+				x->live[x->n++] = ent_off4k(e);
 		}
 	}
 	free(at);
@@ -1218,9 +1307,9 @@ void sfs_seg_get_stats(sfs_seg *sg, struct sfs_seg_stats *out)
 	uint64_t slots = 0;
 	for (uint32_t k = 0; k < N_PARTS; k++)
 		slots += sg->parts[k].cap;
-	out->index_bytes = slots * sizeof(struct ent) +
-			   (uint64_t)sg->segs_cap * sizeof(struct seg *) +
-			   (uint64_t)sg->segs_used * sizeof(struct seg);
+	out->index_bytes =
+	    slots * sizeof(struct ent) + (uint64_t)sg->segs_cap * sizeof(struct seg *) +
+	    (uint64_t)sg->segs_used * sizeof(struct seg) + (uint64_t)sg->ds_n * sizeof(*sg->ds_ids);
 	pthread_mutex_unlock(&sg->lock);
 }
 
@@ -1337,10 +1426,14 @@ static int scan_seg(int fd, uint64_t size, struct seg_sum *sum)
 	return err;
 }
 
-/* Index entries and table slot for a recovered segment. Open only. */
+/* Index entries and table slot for a recovered segment. Records an entry
+ * cannot name (past MAX_DSETS datasets or the offsets an entry holds) are
+ * left out: misses. Returns 0, -ENOMEM, or -ENOSPC (no slot left: the
+ * segment is not adopted). Open only. */
 static int seg_adopt(sfs_seg *sg, uint32_t seq, const struct seg_sum *sum)
 {
 	struct seg *s = seg_new(seq, -1, sum->end_bytes);
+	uint32_t left_out = 0;
 	if (!s)
 		return -ENOMEM;
 	int err = segs_add(sg, s);
@@ -1348,8 +1441,18 @@ static int seg_adopt(sfs_seg *sg, uint32_t seq, const struct seg_sum *sum)
 		free(s);
 		return err;
 	}
-	for (uint32_t i = 0; !err && i < sum->n; i++)
-		err = tab_put(sg, &sum->ents[i], s);
+	for (uint32_t i = 0; !err && i < sum->n; i++) {
+		int dsi = ds_index(sg, sum->ents[i].dataset);
+		err = dsi < 0 ? dsi : tab_put(sg, &sum->ents[i], s, (uint32_t)dsi);
+		if (err == -EMLINK || err == -ERANGE) {
+			left_out++;
+			err = 0;
+		}
+	}
+	if (left_out)
+		sfs_log(SFS_LOG_WARN, "segment",
+			"%s/%08x.seg: %u records left out of the index (%s)", sg->dir, seq,
+			left_out, "too many datasets or offsets past 1 GiB");
 	return err;
 }
 
@@ -1393,6 +1496,15 @@ static int load_seg(sfs_seg *sg, uint32_t seq, bool has_idx)
 	if ((uint64_t)st.st_size > sum.end_bytes && ftruncate(fd, (off_t)sum.end_bytes) == 0)
 		fdatasync(fd);
 	err = seg_adopt(sg, seq, &sum);
+	if (err == -ENOSPC) {
+		sfs_log(SFS_LOG_WARN, "segment", "%s/%s: more than %u segments; removed", sg->dir,
+			name, MAX_SEGS);
+		unlinkat(sg->dirfd, name, 0);
+		seg_name(name, seq, "idx");
+		unlinkat(sg->dirfd, name, 0);
+		err = 0;
+		goto out;
+	}
 	if (!err && scanned)
 		write_idx(sg, seq, sum.ents, sum.n, sum.end_bytes);
 out:
@@ -1512,6 +1624,8 @@ int sfs_seg_open(const struct sfs_seg_conf *conf, sfs_seg **out)
 	sg->dirfd = -1;
 	sg->seg_bytes =
 	    conf->segment_bytes ? round_up(conf->segment_bytes, BLK) : DEFAULT_SEG_BYTES;
+	if (sg->seg_bytes > MAX_SEG_BYTES)
+		sg->seg_bytes = MAX_SEG_BYTES; /* a record's start fits an entry */
 	uint64_t wb =
 	    round_up(conf->write_buffer_bytes ? conf->write_buffer_bytes : DEFAULT_WBUF, BLK);
 	if (wb < rec_bytes(SFS_SEG_MAX_OBJECT))
@@ -1521,7 +1635,8 @@ int sfs_seg_open(const struct sfs_seg_conf *conf, sfs_seg **out)
 	/* On huge pages (iobuf.h): the batch's O_DIRECT write pins a few
 	 * pages and is a few segments, not one per 4 KiB. */
 	sg->wbuf = sfs_iobuf_alloc_huge(sg->wbuf_cap);
-	bool parts_ok = true;
+	sg->ds_ids = malloc(MAX_DSETS * sizeof(*sg->ds_ids)); /* resident as used */
+	bool parts_ok = sg->ds_ids != NULL;
 	for (uint32_t k = 0; k < N_PARTS; k++) {
 		sg->parts[k].tab = calloc(MIN_PART_CAP, sizeof(struct ent));
 		sg->parts[k].cap = MIN_PART_CAP;
@@ -1568,6 +1683,7 @@ void sfs_seg_close(sfs_seg *sg)
 	free(sg->wbuf);
 	free(sg->pend);
 	free(sg->act_ents);
+	free(sg->ds_ids);
 	free(sg->dir);
 	free(sg);
 }

@@ -38,9 +38,14 @@
  * dropped and the caller fetches from the origin again. Never an error
  * for the reader, never a wrong byte.
  *
- * Memory: one index entry per live object (open addressing, 24-48 bytes),
- * one small descriptor per segment, a bounded number of open segment fds,
- * and the write buffer (write_buffer_bytes, allocated at open).
+ * Memory: one index entry per live object (open addressing, 16 bytes a
+ * slot, 16-32 bytes an object), one small descriptor per segment, 4 bytes
+ * per distinct dataset, a bounded number of open segment fds, and the
+ * write buffer (write_buffer_bytes, allocated at open).
+ *
+ * Limits (what one 16-byte index entry names): segment_bytes up to 1 GiB
+ * (larger is taken as 1 GiB); 2^18 segment files (262,144: with 1 GiB
+ * segments, 256 TiB); 8,192 distinct dataset ids per directory.
  *
  * Threading: sfs_seg_lookup, sfs_seg_read, sfs_seg_get_stats and
  * sfs_seg_coldest, sfs_seg_foreach may be called from any thread.
@@ -63,7 +68,7 @@
 
 struct sfs_seg_conf {
 	const char *dir;	     /* created 0700 if missing */
-	uint64_t segment_bytes;	     /* 0 = 256 MiB */
+	uint64_t segment_bytes;	     /* 0 = 256 MiB; at most 1 GiB */
 	uint32_t write_buffer_bytes; /* 0 = 8 MiB: the most one flush writes */
 };
 
@@ -117,7 +122,10 @@ ssize_t sfs_seg_read(sfs_seg *sg, const uint8_t key[16], void *buf, size_t buf_l
  * recording the id of its dataset (datasets.h; 0: unknown).
  * Not visible until sfs_seg_flush() succeeds. Returns 0; -EEXIST if key is
  * present or already appended; -ENOBUFS if the write buffer has no room
- * (flush, then append again); -E2BIG if len > SFS_SEG_MAX_OBJECT or 0.
+ * (flush, then append again); -E2BIG if len > SFS_SEG_MAX_OBJECT or 0;
+ * -EMLINK if dataset would be the 8,193rd distinct id (not admitted).
+ * sfs_seg_flush() returns -ENOSPC, and publishes nothing, when its new
+ * segments would take more than 2^18 segment files.
  * Writer thread only.
  */
 int sfs_seg_append(sfs_seg *sg, const uint8_t key[16], const void *bytes, uint32_t len,

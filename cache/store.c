@@ -695,7 +695,9 @@ static int take_lock(sfs_store *s, char *err, size_t err_len)
 }
 
 /* Open cache_dir/segments; segments of about 1/16 of the capacity (a
- * segment is the unit of eviction), 4 to 256 MiB, unless configured. */
+ * segment is the unit of eviction), 4 to 256 MiB, unless configured; past
+ * 32 TiB larger, so that the segments stay within half of the 2^18 an
+ * index entry can name (segment.c). */
 static int open_segments(sfs_store *s, uint64_t capacity, sfs_seg **out)
 {
 	char path[4096];
@@ -706,6 +708,8 @@ static int open_segments(sfs_store *s, uint64_t capacity, sfs_seg **out)
 		seg_bytes = seg_bytes < SEG_MIN_BYTES	? SEG_MIN_BYTES
 			    : seg_bytes > SEG_MAX_BYTES ? SEG_MAX_BYTES
 							: seg_bytes;
+		if (seg_bytes < capacity >> 17)
+			seg_bytes = capacity >> 17;
 	}
 	snprintf(path, sizeof(path), "%s/segments", s->conf.dir);
 	return sfs_seg_open(&(struct sfs_seg_conf){.dir = path, .segment_bytes = seg_bytes}, out);
@@ -957,7 +961,7 @@ static void batch_packed(sfs_store *s, struct batch *b)
 			continue;
 		if (rc < 0) {
 			b->err[i] = rc;
-			b->io_failed[i] = true;
+			b->io_failed[i] = rc != -EMLINK; /* the index names no more datasets */
 			continue;
 		}
 		b->in_flush[i] = any = true;
@@ -1089,6 +1093,8 @@ static void batch_outcomes(sfs_store *s, struct batch *b)
 			s->used_bytes -= j->len;
 			o->used_bytes -= j->len;
 		}
+		if (b->err[i] == -EMLINK)
+			count(&s->stats.not_admitted_bytes, j->len);
 		if (b->io_failed[i] && b->err[i] == -ENOSPC) {
 			count(&s->stats.not_admitted_bytes, j->len);
 			if (sfs_log_ratelimit(&s->err_rl, 60000))

@@ -8,8 +8,8 @@
  * from fill(i, ...); every successful read is compared byte for byte.
  * Tests that damage files rely on the layout segment.c documents: records
  * 4096-aligned, a 64-byte header, bytes from offset 64; NNNNNNNN.idx =
- * 32-byte header {magic, seq, n, end_bytes, 0}, 32-byte entries {key,
- * xxh64, off4k, len}, XXH3-64 of all that.
+ * 32-byte header {magic, seq, n, end_bytes, 0}, 40-byte entries {key,
+ * xxh64, off4k, len, dataset, 0}, XXH3-64 of all that.
  *
  * open() with O_DIRECT is wrapped (--wrap=openat64) so that the /dev/shm
  * pass sees EINVAL, as on a filesystem without O_DIRECT.
@@ -160,22 +160,24 @@ static sfs_seg *open_or_bail(uint64_t seg_bytes, uint32_t wbuf_bytes)
 	return sg;
 }
 
-/* Appends object i (flushing first when the buffer is full). Returns the
- * append's result. */
-static int put(sfs_seg *sg, uint32_t i, uint32_t len)
+/* Appends object i of dataset ds (flushing first when the buffer is
+ * full). Returns the append's result. */
+static int put_ds(sfs_seg *sg, uint32_t i, uint32_t len, uint32_t ds)
 {
 	uint8_t key[16];
 	key_of(i, key);
 	fill(i, obj_buf, len);
-	int rc = sfs_seg_append(sg, key, obj_buf, len, 0);
+	int rc = sfs_seg_append(sg, key, obj_buf, len, ds);
 	if (rc == -ENOBUFS) {
 		int f = sfs_seg_flush(sg);
 		if (f)
 			bail("sfs_seg_flush", f);
-		rc = sfs_seg_append(sg, key, obj_buf, len, 0);
+		rc = sfs_seg_append(sg, key, obj_buf, len, ds);
 	}
 	return rc;
 }
+
+static int put(sfs_seg *sg, uint32_t i, uint32_t len) { return put_ds(sg, i, len, 0); }
 
 /* Reads object i: 1 byte-exact, 0 a miss (-ENOENT / -EBADMSG), -1 wrong
  * bytes or another error. Thread-safe when buf is the caller's. */
@@ -944,7 +946,7 @@ static void test_scale(void)
 	sfs_seg_get_stats(sg, &st);
 	ok(st.objects == n, "%u entries loaded from an .idx", n);
 	diag("index bytes per object at %u objects: %.1f", n, (double)st.index_bytes / n);
-	ok(st.index_bytes <= (uint64_t)n * 48, "at most 2 x 24 bytes per object (%.1f)",
+	ok(st.index_bytes <= (uint64_t)n * 32, "at most 2 x 16 bytes per object (%.1f)",
 	   (double)st.index_bytes / n);
 	struct timespec t0, t1;
 	uint64_t seen = 0;
@@ -959,6 +961,186 @@ static void test_scale(void)
 	ok(sfs_seg_read(sg, key, read_buf, 8192, &data) == -EBADMSG &&
 	       !sfs_seg_lookup(sg, key, NULL),
 	   "a record of zeros is a miss");
+	sfs_seg_close(sg);
+	tmp_remove();
+}
+
+/* --- what one 16-byte index entry names -------------------------------------- */
+
+#define DS_BASE 1000000u /* dataset of object i: DS_BASE + i, all distinct */
+#define N_DSETS 8192u	 /* the datasets an index holds (segment.c MAX_DSETS) */
+
+static uint32_t len_one_block(uint32_t i) { return 1 + i % 4000; } /* a 4 KiB record */
+static uint32_t len_1(uint32_t i) { return (void)i, 1; }
+
+struct ds_sum {
+	uint64_t sum;
+	uint32_t n;
+};
+
+static void add_ds(void *arg, uint32_t dataset, uint32_t len)
+{
+	struct ds_sum *d = arg;
+	(void)len;
+	d->sum += dataset;
+	d->n++;
+}
+
+static bool match_ds_mod7(void *arg, uint32_t dataset, const uint8_t key8[8])
+{
+	(void)arg;
+	(void)key8;
+	return dataset % 7 == 3;
+}
+
+/* The datasets of objects [0, n) (and 8,193 of dataset DS_BASE + 5) as
+ * foreach reports them, minus those evict_where(match_ds_mod7) took. */
+static bool ds_sum_is(sfs_seg *sg, uint32_t n, bool with_extra, bool evicted)
+{
+	struct ds_sum got = {0}, want = {0};
+	for (uint32_t i = 0; i < n + with_extra; i++) {
+		uint32_t ds = i < n ? DS_BASE + i : DS_BASE + 5;
+		if (!evicted || ds % 7 != 3)
+			add_ds(&want, ds, 0);
+	}
+	sfs_seg_foreach(sg, add_ds, &got);
+	if (got.n != want.n || got.sum != want.sum)
+		diag("foreach: %u objects, dataset sum %llu; expected %u, %llu", got.n,
+		     (unsigned long long)got.sum, want.n, (unsigned long long)want.sum);
+	return got.n == want.n && got.sum == want.sum;
+}
+
+/* Objects [a, b) read byte-exact, but those of a dataset evict_where took
+ * (when evicted), which miss. */
+static bool reads_after(sfs_seg *sg, uint32_t a, uint32_t b, uint32_t (*len)(uint32_t),
+			bool evicted)
+{
+	static uint8_t exp[MiB];
+	uint32_t wrong = 0;
+	for (uint32_t i = a; i < b; i++) {
+		int want = evicted && (DS_BASE + i) % 7 == 3 ? 0 : 1;
+		wrong += check_obj(sg, i, len(i), read_buf, exp) != want;
+	}
+	if (wrong)
+		diag("%u of objects [%u, %u) read otherwise than expected", wrong, a, b);
+	return !wrong;
+}
+
+/* Segment slots past 4,096 (the top of an entry's location is in its key
+ * word), one dataset per object up to the 8,192 an index names, then
+ * -EMLINK for a new one; all of it through eviction by dataset and reopen. */
+static void test_entry_limits(void)
+{
+	const uint32_t n_segs = 4200;
+	struct sfs_seg_stats st;
+	struct sfs_seg_evicted ev;
+	uint32_t failed = 0;
+
+	tmp_new();
+	sfs_seg *sg = open_or_bail(4096, MiB);
+	for (uint32_t i = 0; i < n_segs; i++)
+		failed += put_ds(sg, i, len_one_block(i), DS_BASE + i) != 0;
+	failed += sfs_seg_flush(sg) != 0;
+	sfs_seg_get_stats(sg, &st);
+	ok(!failed && st.objects == n_segs && st.segments == n_segs,
+	   "%u objects of one 4 KiB record each: %llu segments", n_segs,
+	   (unsigned long long)st.segments);
+	ok(reads_after(sg, 0, n_segs, len_one_block, false) && ds_sum_is(sg, n_segs, false, false),
+	   "each reads byte-exact from its own segment and names its own dataset");
+	sfs_seg_close(sg);
+
+	sg = open_or_bail(MiB, MiB);
+	ok(reads_after(sg, 0, n_segs, len_one_block, false) && ds_sum_is(sg, n_segs, false, false),
+	   "after reopen: the same");
+	for (uint32_t i = n_segs; i < N_DSETS; i++)
+		failed += put_ds(sg, i, 1, DS_BASE + i) != 0;
+	int rc_new = put_ds(sg, N_DSETS, 1, DS_BASE + N_DSETS);
+	int rc_known = put_ds(sg, N_DSETS + 1, 1, DS_BASE + 5);
+	failed += sfs_seg_flush(sg) != 0;
+	ok(!failed && rc_new == -EMLINK && rc_known == 0,
+	   "datasets up to %u appended; a further one is refused (%d), a known one is not (%d)",
+	   N_DSETS, rc_new, rc_known);
+	ok(ds_sum_is(sg, N_DSETS, true, false) && reads_after(sg, n_segs, N_DSETS, len_1, false),
+	   "every object names its own dataset");
+	int rc = sfs_seg_evict_where(sg, match_ds_mod7, NULL, &ev);
+	ok(rc == 0 && ds_sum_is(sg, N_DSETS, true, true) &&
+	       reads_after(sg, 0, n_segs, len_one_block, true) &&
+	       reads_after(sg, n_segs, N_DSETS, len_1, true),
+	   "eviction by dataset takes the right ones (%llu objects)",
+	   (unsigned long long)ev.objects);
+	sfs_seg_close(sg);
+
+	sg = open_or_bail(MiB, MiB);
+	ok(ds_sum_is(sg, N_DSETS, true, true) && reads_after(sg, 0, n_segs, len_one_block, true) &&
+	       reads_after(sg, n_segs, N_DSETS, len_1, true),
+	   "after reopen: the same");
+	sfs_seg_close(sg);
+	tmp_remove();
+}
+
+/* A record's offset is 18 bits of 4 KiB blocks: a record at the last one a
+ * 1 GiB segment has reads byte-exact; one past it (a segment no longer than
+ * segment.c writes has none there) is left out of the index at open. The
+ * segment is sparse: a real record copied to both offsets, an .idx naming
+ * them. */
+static void test_far_offset(void)
+{
+	const uint64_t last = (1u << 18) - 1;
+	uint8_t rec[4096];
+	char path[600];
+
+	tmp_new();
+	sfs_seg *sg = open_or_bail(0, 0);
+	if (put(sg, 1, 3000) || put(sg, 2, 3000) || sfs_seg_flush(sg))
+		bail("put", -EIO);
+	sfs_seg_close(sg);
+	snprintf(path, sizeof(path), "%s/seg", tmp_root);
+	DIR *d = opendir(path);
+	struct dirent *de;
+	int src = -1;
+	while (d && src < 0 && (de = readdir(d)))
+		if (strstr(de->d_name, ".seg"))
+			src = open(spath(de->d_name), O_RDONLY);
+	if (d)
+		closedir(d);
+	tmp_remove();
+
+	tmp_new();
+	mkdir(spath(""), 0700);
+	int dst = open(spath("00000000.seg"), O_CREAT | O_WRONLY, 0600);
+	uint8_t idx[32 + 2 * 40 + 8] = {0};
+	uint64_t head[4] = {0x3249474553534653ull, 2ull << 32, (last + 2) * 4096, 0};
+	memcpy(idx, head, 32);
+	for (uint32_t k = 0; k < 2; k++) {
+		if (src < 0 || dst < 0 || pread(src, rec, 4096, k * 4096) != 4096 ||
+		    pwrite(dst, rec, 4096, (off_t)((last + k) * 4096)) != 4096)
+			bail("copy record", -errno);
+		uint8_t *e = idx + 32 + k * 40;
+		uint32_t off4k_len_ds[3] = {(uint32_t)(last + k), 3000, 0};
+		memcpy(e, rec + 8, 16);	     /* key */
+		memcpy(e + 16, rec + 32, 8); /* xxh64 */
+		memcpy(e + 24, off4k_len_ds, 12);
+	}
+	uint64_t sum = XXH3_64bits(idx, sizeof(idx) - 8);
+	memcpy(idx + sizeof(idx) - 8, &sum, 8);
+	int fd = open(spath("00000000.idx"), O_CREAT | O_WRONLY, 0600);
+	if (fd < 0 || write(fd, idx, sizeof(idx)) != (ssize_t)sizeof(idx))
+		bail("write idx", -errno);
+	close(fd);
+	close(src);
+	close(dst);
+
+	static uint8_t exp[MiB];
+	uint8_t key[16];
+	struct sfs_seg_stats st;
+	sg = open_or_bail(0, 0);
+	sfs_seg_get_stats(sg, &st);
+	key_of(2, key);
+	ok(st.objects == 1 && !sfs_seg_lookup(sg, key, NULL),
+	   "the record past block 2^18 - 1 is left out (%llu indexed)",
+	   (unsigned long long)st.objects);
+	ok(check_obj(sg, 1, 3000, read_buf, exp) == 1,
+	   "the one at block 2^18 - 1 (1 GiB - 4 KiB) reads byte-exact");
 	sfs_seg_close(sg);
 	tmp_remove();
 }
@@ -982,6 +1164,8 @@ int main(void)
 	test_flush_failure();
 	test_index_growth();
 	test_scale();
+	test_entry_limits();
+	test_far_offset();
 
 	/* O_DIRECT refused: the buffered fallback, on tmpfs where there is one. */
 	struct stat st;
