@@ -126,8 +126,12 @@ sfs_umount
 
 # A slow node (its link capped far below the others) gets READ slots in
 # proportion to its rate, so it holds only the chunks it can deliver in time,
-# not a full share that a sequential reader would wait for in order.
-"$CLUSTER" cap "$CID" 2 100mbit >/dev/null
+# not a full share that a sequential reader would wait for in order. The cap
+# (30 Mbit/s, ~3.6 MiB/s) is well under what even a TSan daemon on two cores
+# pulls from each healthy node (~30 MiB/s): at 100 Mbit/s a slower run drew
+# about as much from every node, so the capped one was not slow against them
+# and rightly kept its slots (CI, TSan: 8 < 8).
+"$CLUSTER" cap "$CID" 2 30mbit >/dev/null
 sfs_mount "timeo=100,retrans=3"
 drop_caches
 check "slow node: bytes exact" cmp -s "$MNT/shard-1" "$EXPORT/shard-1"
@@ -137,11 +141,23 @@ for _ in $(seq 30); do
 	sleep 0.1
 done
 slots=$(stat_value 'shardfs_node_read_slots{node="127.1.2.2"}')
-fast=$(stat_value 'shardfs_node_read_slots{node="127.1.1.2"}')
-b2=$(stat_value 'shardfs_node_read_bytes_total{node="127.1.2.2"}')
-diag "slow node: $slots READ slots (a fast one: $fast), served $((${b2:-0} >> 20)) MiB of 256"
-check "slow node: fewer READ slots than a fast node ($slots < $fast)" [ "${slots:-99}" -lt "${fast:-0}" ]
-check "slow node: served less than a fair quarter ($((${b2:-0} >> 20)) MiB)" [ "${b2:-0}" -lt $((64 << 20)) ]
+# The reference is the node with the most slots: after a read this short
+# the healthy nodes' rates are noisy, and one of them may stand below the
+# median for a while too.
+fast=0 rate1=0
+for n in 1 3 4; do
+	s=$(stat_value "shardfs_node_read_slots{node=\"127.1.$n.2\"}")
+	if [ "${s:-0}" -gt "$fast" ]; then
+		fast=$s rate1=$(stat_value "shardfs_node_read_rate_bytes{node=\"127.1.$n.2\"}")
+	fi
+done
+rate2=$(stat_value 'shardfs_node_read_rate_bytes{node="127.1.2.2"}')
+rates="READ rate $((${rate2:-0} >> 10)) KiB/s, the fast node's $((${rate1:-0} >> 10)) KiB/s"
+diag "slow node: $slots READ slots (the fast one: $fast); $rates"
+check "slow node: fewer READ slots than the fastest node ($slots < $fast; $rates)" [ "${slots:-99}" -lt "$fast" ]
+# Slow is not dead: the node stays up (its late READs lose to the hedges, so
+# its served bytes may be 0 on a fast run).
+check "slow node: still up" grep -qF 'shardfs_node_up{node="127.1.2.2"} 1' "$MNT/.shardfs/stats"
 "$CLUSTER" cap "$CID" 2 off >/dev/null
 sfs_umount
 
