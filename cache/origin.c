@@ -120,6 +120,7 @@ static void q_push(struct sfs_origin *pool, struct sfs_origin_req *req, bool at_
 		pool->q_tail = req;
 	}
 	__atomic_store_n(&pool->q_len, pool->q_len + 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&pool->q_gen, 1, __ATOMIC_SEQ_CST); /* see io_poll */
 }
 
 /* Claim a request for completion: detach every attempt and dequeue it.
@@ -184,7 +185,7 @@ unsigned origin_wake_some(struct sfs_origin *pool, unsigned most, const struct s
 	unsigned start = __atomic_fetch_add(&pool->wake_next, 1, __ATOMIC_RELAXED);
 	for (unsigned k = 0; k < pool->n_threads && woken < most; k++) {
 		struct sfs_iothread *t = &pool->threads[(start + k) % pool->n_threads];
-		if (t == self || !__atomic_load_n(&t->sleeping, __ATOMIC_ACQUIRE))
+		if (t == self || !__atomic_load_n(&t->sleeping, __ATOMIC_SEQ_CST))
 			continue;
 		if (write(t->efd, &one, sizeof(one)) < 0) {
 			/* eventfd counter saturated: already awake */
@@ -242,16 +243,44 @@ static int conn_send(struct sfs_conn *conn, struct sfs_attempt *a)
 	return -1;
 }
 
+/* How long a READ waits on an UP node before it is hedged. */
+static uint64_t hedge_after_ms(const struct sfs_origin *pool)
+{
+	uint64_t ms =
+	    HEDGE_FACTOR * __atomic_load_n(&pool->read_lat_ewma_us, __ATOMIC_RELAXED) / 1000;
+
+	return ms > HEDGE_MIN_MS ? ms : HEDGE_MIN_MS;
+}
+
+/* Whether the node has answered nothing for the hedge delay while it had
+ * READs in flight (its silence counts from its first READ after idling, see
+ * conn_send): a GC pause, a drive rebuild, a congested port. Its READs are
+ * then hedged together (origin_attempts_check), and it takes no new request
+ * while another node is up (q_pick). */
+static bool node_stalled(const struct sfs_origin *pool, const struct sfs_node *node, uint64_t now)
+{
+	uint64_t heard = __atomic_load_n(&node->last_heard_ms, __ATOMIC_RELAXED);
+
+	return now > heard && now - heard >= hedge_after_ms(pool);
+}
+
 /* Pick the next request this connection may take. Caller holds pool->lock.
  * A request that timed out on this node goes elsewhere while any other node
- * is up; a slow node with its READ slots full takes no READ (SLOW_RATIO). */
+ * is up; a slow node with its READ slots full takes no READ (SLOW_RATIO); a
+ * stalled node takes nothing while another is up: a request sent to it
+ * would wait out the stall, or the hedge delay and then a hedge (measured,
+ * one node of four stopped 300 ms of every second: READs it pulled while
+ * silent were hedged 40 ms after the first ones, in a second round). */
 static struct sfs_origin_req *q_pick(struct sfs_origin *pool, struct sfs_node *node)
 {
 	bool others_up = __atomic_load_n(&pool->nodes_up, __ATOMIC_RELAXED) >
 			 (__atomic_load_n(&node->state, __ATOMIC_RELAXED) == SFS_NODE_UP ? 1u : 0u);
-	bool reads_ok = __atomic_load_n(&node->reads_inflight, __ATOMIC_RELAXED) <
-			__atomic_load_n(&node->read_slots, __ATOMIC_RELAXED);
+	unsigned reads = __atomic_load_n(&node->reads_inflight, __ATOMIC_RELAXED);
+	bool reads_ok = reads < __atomic_load_n(&node->read_slots, __ATOMIC_RELAXED);
 	int scanned = 0;
+
+	if (others_up && reads && node_stalled(pool, node, sfs_now_ms()))
+		return NULL;
 
 	for (struct sfs_origin_req *r = pool->q_head; r && scanned < 64; r = r->q_next, scanned++)
 		if ((r->avoid_node != node->index || !others_up) &&
@@ -512,15 +541,6 @@ static void nodes_set_read_slots(struct sfs_origin *pool)
 	}
 }
 
-/* How long a READ waits on an UP node before it is hedged. */
-static uint64_t hedge_after_ms(const struct sfs_origin *pool)
-{
-	uint64_t ms =
-	    HEDGE_FACTOR * __atomic_load_n(&pool->read_lat_ewma_us, __ATOMIC_RELAXED) / 1000;
-
-	return ms > HEDGE_MIN_MS ? ms : HEDGE_MIN_MS;
-}
-
 /* Take one hedge's credit, if there is one. */
 static bool hedge_take(struct sfs_origin *pool)
 {
@@ -578,8 +598,7 @@ void origin_attempts_check(struct sfs_conn *conn, uint64_t now)
 	struct sfs_origin *pool = conn->pool;
 	struct sfs_node *node = conn->node;
 	uint64_t hedge_ms = hedge_after_ms(pool);
-	uint64_t heard = __atomic_load_n(&node->last_heard_ms, __ATOMIC_RELAXED);
-	bool stalled = now > heard && now - heard >= hedge_ms;
+	bool stalled = node_stalled(pool, node, now);
 
 	for (unsigned i = 0; i < SFS_ORIGIN_CONN_DEPTH; i++) {
 		struct sfs_attempt *a = &conn->slots[i];

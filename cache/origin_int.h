@@ -127,8 +127,9 @@ struct sfs_node {
 struct sfs_iothread {
 	struct sfs_origin *pool;
 	pthread_t tid;
-	int efd;       /* eventfd: new work or stop */
-	bool sleeping; /* atomic: in poll(); submitters wake it */
+	int efd;	     /* eventfd: new work or stop */
+	bool sleeping;	     /* atomic: in poll(); submitters wake it */
+	unsigned q_gen_seen; /* pool->q_gen when this thread last pulled */
 	unsigned index;
 	struct sfs_conn **conns; /* owned conns, set at start */
 	size_t pull_start;	 /* rotates the first connection offered work */
@@ -166,6 +167,12 @@ struct sfs_origin {
 	/* Changed under lock; also read without it (atomic load) as a hint by
 	 * the I/O threads, which take the lock before they act on it. */
 	size_t q_len;
+	/* Bumped by every push, under lock (atomic, read without it): a thread
+	 * about to sleep with requests queued polls without waiting only if one
+	 * was pushed since it last pulled. Requests it could not place (its
+	 * connections full, a slow or stalled node) wait for a reply, a wake-up
+	 * or the next tick instead of spinning in poll(0). */
+	unsigned q_gen;
 };
 
 static inline void origin_count(uint64_t *ctr, uint64_t n)

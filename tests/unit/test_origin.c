@@ -12,9 +12,10 @@
  * hang, no wrong byte, no connection left (and, under ASan, no leak).
  *
  * The hedge test checks that the send path reads nothing of a request that
- * another attempt completed (and its owner freed) meanwhile; the stall test,
- * that a READ sent to a node already silent for the hedge delay is hedged
- * within a tick or two, not after its own delay.
+ * another attempt completed (and its owner freed) meanwhile; the stall tests,
+ * that READs sent to a silent node are hedged together once its silence
+ * reaches the hedge delay, not each after its own, and that a node silent
+ * that long takes no new READ while another node is up.
  */
 #include "fake_xport.h"
 #include "log.h"
@@ -167,14 +168,6 @@ static int run_jobs(sfs_origin *pool, struct job *jobs, struct waiter *w)
 		reqs[i] = &jobs[i].req;
 	w->pending = N_REQS;
 	sfs_origin_submit_batch(pool, reqs, N_REQS);
-	return wait_pending(w);
-}
-
-/* Submit one request and wait for it (wait_pending). */
-static int run_one(sfs_origin *pool, struct sfs_origin_req *req, struct waiter *w)
-{
-	w->pending = 1;
-	sfs_origin_submit(pool, req);
 	return wait_pending(w);
 }
 
@@ -440,11 +433,11 @@ static void test_long_name(void)
 	sfs_origin_close(pool);
 }
 
-/* --- a stalled node: its READs are hedged together -------------------------- */
+/* --- a stalled node: hedged together, then avoided --------------------------- */
 
 /* READs go to whichever node's connection pulls first: the one-at-a-time
  * phase sends up to STALL_FIRST until one lands on n0 (about one in 60
- * does), the burst then fills both nodes' READ slots. */
+ * does), a burst then fills n1's READ slots and n0 may take the rest. */
 #define STALL_FIRST    320
 #define STALL_BURST    (2 * SFS_ORIGIN_CONN_DEPTH - 1) /* n1's slots + n0's free ones */
 #define STALL_READS    (STALL_FIRST + STALL_BURST)
@@ -476,7 +469,7 @@ static int stall_hook(const struct sfs_xport_args *args, int node)
 	return 0;
 }
 
-/* READ k of the stall test: 4 KiB at k x 4 KiB. */
+/* READ k of the stall tests: 4 KiB at k x 4 KiB. */
 static void stall_job(struct job *j, struct waiter *w, const struct sfs_fh *fh, int k)
 {
 	*j = (struct job){.w = w, .size = fh->len};
@@ -506,93 +499,180 @@ static int stall_wrong(const struct job *jobs, const struct sfs_fh *fh, int from
 	return wrong;
 }
 
-/* n0 never answers a READ (a stall far under timeo). The hedge delay is
- * 4 x the recent READ latency, here 400 ms; a READ sent to n0 once n0 has
- * been silent that long is hedged a tick or two after it was sent, not after
- * its own 400 ms: the READs a reader waits on in order are not hedged in
- * turn. One READ at a time until one lands on n0 (its silence begins; the
- * READ holds one of n0's slots until timeo), then, once the silence passed
- * the delay, a burst that n1's slots alone cannot take: n0's connection
- * takes the rest (a one-at-a-time READ after the silence went to n0 in 0 to
- * 3 of 160 tries, and the check failed now and then). A hedge then waits a
- * tick or two, plus up to one n1 READ (100 ms) for a free n1 slot: 40-110 ms
- * measured; with the stall rule disabled, 419 ms. */
-static void test_stall_hedged_together(void)
+static void sleep_until_ms(uint64_t at)
+{
+	uint64_t now = sfs_now_ms();
+
+	if (now < at) {
+		struct timespec ts = {(time_t)((at - now) / 1000),
+				      (long)((at - now) % 1000) * 1000000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* A pool of two nodes where n0 never answers a READ (a stall far under
+ * timeo: 30 s) and n1 answers each in STALL_DELAY_MS. */
+struct stall_run {
+	sfs_origin *pool;
+	struct waiter w;
+	struct job jobs[STALL_READS];
+	struct sfs_fh fh;
+	int used;
+	uint64_t n0_silent_since; /* n0's first READ was sent (0: none went there) */
+	bool hung;
+};
+
+/* Open the pool, then send READs one at a time until one lands on n0: its
+ * silence begins. That READ is not waited for (it waits for its hedge). */
+static bool stall_start(struct stall_run *r)
 {
 	struct fake_xport_conf fc = {.reply_delay_ms = STALL_DELAY_MS,
 				     .slow_nodes = 1,
 				     .slow_ms = 60000,
 				     .send_hook = stall_hook};
 	struct sfs_origin_conf conf = make_conf(false, 300); /* timeo 30 s */
-	struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
-	static struct job jobs[STALL_READS];
-	struct sfs_fh fh = fake_xport_fh(11, STALL_READS * 4096);
-	sfs_origin *pool;
 	char msg[256];
 
-	for (int k = 0; k < STALL_READS; k++)
+	*r = (struct stall_run){.w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0},
+				.fh = fake_xport_fh(11, STALL_READS * 4096)};
+	pthread_mutex_lock(&stall.lock);
+	for (int k = 0; k < STALL_READS; k++) {
 		stall.first_node[k] = -1;
+		stall.second_ms[k] = 0;
+	}
+	pthread_mutex_unlock(&stall.lock);
 	fake_xport_setup(&fc);
-	if (sfs_origin_open_xport(&conf, &fake_xport_ops, &pool, msg, sizeof(msg)) < 0 ||
-	    sfs_origin_start(pool) < 0) {
+	if (sfs_origin_open_xport(&conf, &fake_xport_ops, &r->pool, msg, sizeof(msg)) < 0 ||
+	    sfs_origin_start(r->pool) < 0) {
 		ok(0, "open: %s", msg);
-		return;
+		return false;
 	}
-	int wrong = 0, used = 0, hung = 0;
-	uint64_t n0_silent_since = 0;
-	while (used < STALL_FIRST && !n0_silent_since && !hung) {
-		stall_job(&jobs[used], &w, &fh, used);
-		hung = run_one(pool, &jobs[used].req, &w) != 0;
-		pthread_mutex_lock(&stall.lock);
-		if (stall.first_node[used] == 0)
-			n0_silent_since = stall.first_ms[used];
-		pthread_mutex_unlock(&stall.lock);
-		used++;
-	}
-	wrong += stall_wrong(jobs, &fh, 0, used);
-	ok(n0_silent_since && !hung, "one READ at a time: one went to n0 (after %d READs%s)", used,
-	   hung ? ", hung" : "");
-
-	int late_on_n0 = 0, hedged_soon = 0, burst_from = used;
-	uint64_t worst = 0;
-	if (n0_silent_since && !hung) {
-		uint64_t at = n0_silent_since + 4 * STALL_DELAY_MS + 150, now = sfs_now_ms();
-		if (now < at) {
-			struct timespec ts = {(time_t)((at - now) / 1000),
-					      (long)((at - now) % 1000) * 1000000};
+	while (r->used < STALL_FIRST && !r->n0_silent_since && !r->hung) {
+		int k = r->used++;
+		stall_job(&r->jobs[k], &r->w, &r->fh, k);
+		pthread_mutex_lock(&r->w.lock);
+		r->w.pending++;
+		pthread_mutex_unlock(&r->w.lock);
+		sfs_origin_submit(r->pool, &r->jobs[k].req);
+		/* Sent to n0, or served by n1 (in STALL_DELAY_MS). */
+		for (uint64_t until = sfs_now_ms() + 5000;;) {
+			pthread_mutex_lock(&stall.lock);
+			int node = stall.first_node[k];
+			uint64_t at = stall.first_ms[k];
+			pthread_mutex_unlock(&stall.lock);
+			pthread_mutex_lock(&r->w.lock);
+			bool done = r->w.pending == 0;
+			pthread_mutex_unlock(&r->w.lock);
+			if (node == 0) {
+				r->n0_silent_since = at;
+				break;
+			}
+			if (done)
+				break;
+			if (sfs_now_ms() > until) {
+				r->hung = true;
+				break;
+			}
+			struct timespec ts = {0, 2000000};
 			nanosleep(&ts, NULL);
 		}
-		struct sfs_origin_req *burst[STALL_BURST];
-		for (int i = 0; i < STALL_BURST; i++) {
-			stall_job(&jobs[used], &w, &fh, used);
-			burst[i] = &jobs[used++].req;
-		}
-		w.pending = STALL_BURST;
-		sfs_origin_submit_batch(pool, burst, STALL_BURST);
-		hung = wait_pending(&w) != 0;
-		wrong += stall_wrong(jobs, &fh, burst_from, used);
-		pthread_mutex_lock(&stall.lock);
-		for (int k = burst_from; k < used; k++) {
-			if (stall.first_node[k] != 0)
-				continue;
-			uint64_t wait = stall.second_ms[k] - stall.first_ms[k];
-			late_on_n0++;
-			hedged_soon += stall.second_ms[k] && wait < 3 * STALL_DELAY_MS;
-			worst = wait > worst ? wait : worst;
-		}
-		pthread_mutex_unlock(&stall.lock);
 	}
-	sfs_origin_close(pool);
-	diag("%d READs sent, %d of the burst of %d first to n0", used, late_on_n0, STALL_BURST);
-	ok(!wrong && !hung, "every READ served right while n0 stalls (%d wrong%s)", wrong,
-	   hung ? ", hung" : "");
-	ok(late_on_n0 > 0, "READs went to n0 after its silence passed the hedge delay (%d)",
-	   late_on_n0);
+	ok(r->n0_silent_since && !r->hung, "one READ at a time: one went to n0 (after %d READs%s)",
+	   r->used, r->hung ? ", hung" : "");
+	return r->n0_silent_since && !r->hung;
+}
+
+/* Send a burst of STALL_BURST READs (more than n1's slots) and wait for
+ * every READ sent so far. Returns the burst's first index. */
+static int stall_burst(struct stall_run *r)
+{
+	struct sfs_origin_req *burst[STALL_BURST];
+	int from = r->used;
+
+	for (int i = 0; i < STALL_BURST; i++) {
+		stall_job(&r->jobs[r->used], &r->w, &r->fh, r->used);
+		burst[i] = &r->jobs[r->used++].req;
+	}
+	pthread_mutex_lock(&r->w.lock);
+	r->w.pending += STALL_BURST;
+	pthread_mutex_unlock(&r->w.lock);
+	sfs_origin_submit_batch(r->pool, burst, STALL_BURST);
+	r->hung = wait_pending(&r->w) != 0;
+	return from;
+}
+
+static void stall_end(struct stall_run *r)
+{
+	sfs_origin_close(r->pool);
+	int wrong = stall_wrong(r->jobs, &r->fh, 0, r->used);
+	ok(!wrong && !r->hung, "every READ served right while n0 stalls (%d wrong%s)", wrong,
+	   r->hung ? ", hung" : "");
+	for (int k = 0; k < r->used; k++)
+		free(r->jobs[k].req.buf);
+}
+
+/* READs sent to n0 during its silence, before it reached the hedge delay
+ * (4 x the recent READ latency, here 400 ms), are hedged together once it
+ * does, a tick or two later, not each after its own 400 ms: the READs a
+ * reader waits on in order are not hedged in turn. The burst goes 250 ms
+ * into the silence: n1's slots take 4 READs, n0's free ones the rest. Its
+ * READs on n0 wait ~150 ms plus a tick or two for their hedge, plus up to
+ * one n1 READ (100 ms) for a free n1 slot; with the stall rule disabled,
+ * 400 ms. */
+static void test_stall_hedged_together(void)
+{
+	static struct stall_run r;
+
+	if (!stall_start(&r)) {
+		if (r.pool)
+			sfs_origin_close(r.pool);
+		return;
+	}
+	sleep_until_ms(r.n0_silent_since + 250);
+	int from = stall_burst(&r);
+	int late_on_n0 = 0, hedged_soon = 0;
+	uint64_t worst = 0;
+	pthread_mutex_lock(&stall.lock);
+	for (int k = from; k < r.used; k++) {
+		if (stall.first_node[k] != 0)
+			continue;
+		uint64_t wait = stall.second_ms[k] - stall.first_ms[k];
+		late_on_n0++;
+		hedged_soon += stall.second_ms[k] && wait < 3 * STALL_DELAY_MS;
+		worst = wait > worst ? wait : worst;
+	}
+	pthread_mutex_unlock(&stall.lock);
+	diag("%d READs sent, %d of the burst of %d first to n0", r.used, late_on_n0, STALL_BURST);
+	stall_end(&r);
+	ok(late_on_n0 > 0, "READs of the burst went to n0 during its silence (%d)", late_on_n0);
 	ok(late_on_n0 > 0 && hedged_soon == late_on_n0,
 	   "each was hedged within %d ms, not after its own %d ms (slowest %llu ms)",
 	   3 * STALL_DELAY_MS, 4 * STALL_DELAY_MS, (unsigned long long)worst);
-	for (int k = 0; k < used; k++)
-		free(jobs[k].req.buf);
+}
+
+/* Once n0's silence passed the hedge delay, it takes no new READ while n1
+ * is up, though it has free slots (one READ in flight of its 4): a READ
+ * sent there would wait for its hedge. Before this rule the same burst put
+ * the READs n1's slots could not take on n0. */
+static void test_stall_avoided(void)
+{
+	static struct stall_run r;
+
+	if (!stall_start(&r)) {
+		if (r.pool)
+			sfs_origin_close(r.pool);
+		return;
+	}
+	sleep_until_ms(r.n0_silent_since + 4 * STALL_DELAY_MS + 150);
+	int from = stall_burst(&r), on_n0 = 0;
+	pthread_mutex_lock(&stall.lock);
+	for (int k = from; k < r.used; k++)
+		on_n0 += stall.first_node[k] == 0;
+	pthread_mutex_unlock(&stall.lock);
+	stall_end(&r);
+	ok(on_n0 == 0,
+	   "no READ of the burst went to n0 after its silence passed the delay (%d of %d)", on_n0,
+	   STALL_BURST);
 }
 
 static void test_ioerr_all(void)
@@ -603,9 +683,9 @@ static void test_ioerr_all(void)
 }
 
 static const struct tap_test tests[] = {
-    {"hedge_freed", test_hedge_freed}, {"long_name", test_long_name},
-    {"slow_node", test_slow_node},     {"stall", test_stall_hedged_together},
-    {"ioerr", test_ioerr_all},
+    {"hedge_freed", test_hedge_freed},	   {"long_name", test_long_name},
+    {"slow_node", test_slow_node},	   {"stall", test_stall_hedged_together},
+    {"stall_avoided", test_stall_avoided}, {"ioerr", test_ioerr_all},
 };
 
 /* With no arguments, runs every test; otherwise only the named ones. */
