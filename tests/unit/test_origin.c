@@ -447,6 +447,10 @@ static struct {
 	pthread_mutex_t lock;
 	int first_node[STALL_READS]; /* -1: not sent yet */
 	uint64_t first_ms[STALL_READS], second_ms[STALL_READS];
+	/* n0's first READ, a hedge included: its silence starts there (while
+	 * the pool has no READ latency yet, the first READ is hedged after
+	 * the 40 ms floor, possibly to n0). */
+	uint64_t n0_first_ms;
 } stall = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* Notes each READ's first send (and its node) and its second (the hedge). */
@@ -457,6 +461,8 @@ static int stall_hook(const struct sfs_xport_args *args, int node)
 	size_t k = (size_t)(args->offset >> 12);
 	uint64_t now = sfs_now_ms();
 	pthread_mutex_lock(&stall.lock);
+	if (node == 0 && !stall.n0_first_ms)
+		stall.n0_first_ms = now;
 	if (k < STALL_READS) {
 		if (stall.first_node[k] < 0) {
 			stall.first_node[k] = node;
@@ -518,12 +524,14 @@ struct stall_run {
 	struct job jobs[STALL_READS];
 	struct sfs_fh fh;
 	int used;
-	uint64_t n0_silent_since; /* n0's first READ was sent (0: none went there) */
+	uint64_t n0_silent_since; /* n0's first READ was sent (0: no READ of its own went there) */
 	bool hung;
 };
 
-/* Open the pool, then send READs one at a time until one lands on n0: its
- * silence begins. That READ is not waited for (it waits for its hedge). */
+/* Open the pool, then send READs one at a time until one lands on n0; n0's
+ * silence began at its first READ (this one, or an earlier one's hedge).
+ * That READ is not waited for (it waits for its hedge).
+ * Returns false, the pool closed, where none did (or one hung). */
 static bool stall_start(struct stall_run *r)
 {
 	struct fake_xport_conf fc = {.reply_delay_ms = STALL_DELAY_MS,
@@ -540,6 +548,7 @@ static bool stall_start(struct stall_run *r)
 		stall.first_node[k] = -1;
 		stall.second_ms[k] = 0;
 	}
+	stall.n0_first_ms = 0;
 	pthread_mutex_unlock(&stall.lock);
 	fake_xport_setup(&fc);
 	if (sfs_origin_open_xport(&conf, &fake_xport_ops, &r->pool, msg, sizeof(msg)) < 0 ||
@@ -558,7 +567,7 @@ static bool stall_start(struct stall_run *r)
 		for (uint64_t until = sfs_now_ms() + 5000;;) {
 			pthread_mutex_lock(&stall.lock);
 			int node = stall.first_node[k];
-			uint64_t at = stall.first_ms[k];
+			uint64_t at = stall.n0_first_ms;
 			pthread_mutex_unlock(&stall.lock);
 			pthread_mutex_lock(&r->w.lock);
 			bool done = r->w.pending == 0;
@@ -579,7 +588,10 @@ static bool stall_start(struct stall_run *r)
 	}
 	ok(r->n0_silent_since && !r->hung, "one READ at a time: one went to n0 (after %d READs%s)",
 	   r->used, r->hung ? ", hung" : "");
-	return r->n0_silent_since && !r->hung;
+	if (r->n0_silent_since && !r->hung)
+		return true;
+	sfs_origin_close(r->pool);
+	return false;
 }
 
 /* Send a burst of STALL_BURST READs (more than n1's slots) and wait for
@@ -623,11 +635,8 @@ static void test_stall_hedged_together(void)
 {
 	static struct stall_run r;
 
-	if (!stall_start(&r)) {
-		if (r.pool)
-			sfs_origin_close(r.pool);
+	if (!stall_start(&r))
 		return;
-	}
 	sleep_until_ms(r.n0_silent_since + 250);
 	int from = stall_burst(&r);
 	int late_on_n0 = 0, hedged_soon = 0;
@@ -658,11 +667,8 @@ static void test_stall_avoided(void)
 {
 	static struct stall_run r;
 
-	if (!stall_start(&r)) {
-		if (r.pool)
-			sfs_origin_close(r.pool);
+	if (!stall_start(&r))
 		return;
-	}
 	sleep_until_ms(r.n0_silent_since + 4 * STALL_DELAY_MS + 150);
 	int from = stall_burst(&r), on_n0 = 0;
 	pthread_mutex_lock(&stall.lock);
