@@ -256,7 +256,7 @@ static uint64_t hedge_after_ms(const struct sfs_origin *pool)
  * READs in flight (its silence counts from its first READ after idling, see
  * conn_send): a GC pause, a drive rebuild, a congested port. Its READs are
  * then hedged together (origin_attempts_check), and it takes no new request
- * while another node is up (q_pick). */
+ * while another node is up (origin_pull_one). */
 static bool node_stalled(const struct sfs_origin *pool, const struct sfs_node *node, uint64_t now)
 {
 	uint64_t heard = __atomic_load_n(&node->last_heard_ms, __ATOMIC_RELAXED);
@@ -264,26 +264,25 @@ static bool node_stalled(const struct sfs_origin *pool, const struct sfs_node *n
 	return now > heard && now - heard >= hedge_after_ms(pool);
 }
 
+/* Whether a node other than this one is up. */
+static bool others_up(const struct sfs_origin *pool, const struct sfs_node *node)
+{
+	return __atomic_load_n(&pool->nodes_up, __ATOMIC_RELAXED) >
+	       (__atomic_load_n(&node->state, __ATOMIC_RELAXED) == SFS_NODE_UP ? 1u : 0u);
+}
+
 /* Pick the next request this connection may take. Caller holds pool->lock.
  * A request that timed out on this node goes elsewhere while any other node
- * is up; a slow node with its READ slots full takes no READ (SLOW_RATIO); a
- * stalled node takes nothing while another is up: a request sent to it
- * would wait out the stall, or the hedge delay and then a hedge (measured,
- * one node of four stopped 300 ms of every second: READs it pulled while
- * silent were hedged 40 ms after the first ones, in a second round). */
+ * is up; a slow node with its READ slots full takes no READ (SLOW_RATIO). */
 static struct sfs_origin_req *q_pick(struct sfs_origin *pool, struct sfs_node *node)
 {
-	bool others_up = __atomic_load_n(&pool->nodes_up, __ATOMIC_RELAXED) >
-			 (__atomic_load_n(&node->state, __ATOMIC_RELAXED) == SFS_NODE_UP ? 1u : 0u);
-	unsigned reads = __atomic_load_n(&node->reads_inflight, __ATOMIC_RELAXED);
-	bool reads_ok = reads < __atomic_load_n(&node->read_slots, __ATOMIC_RELAXED);
+	bool others = others_up(pool, node);
+	bool reads_ok = __atomic_load_n(&node->reads_inflight, __ATOMIC_RELAXED) <
+			__atomic_load_n(&node->read_slots, __ATOMIC_RELAXED);
 	int scanned = 0;
 
-	if (others_up && reads && node_stalled(pool, node, sfs_now_ms()))
-		return NULL;
-
 	for (struct sfs_origin_req *r = pool->q_head; r && scanned < 64; r = r->q_next, scanned++)
-		if ((r->avoid_node != node->index || !others_up) &&
+		if ((r->avoid_node != node->index || !others) &&
 		    (reads_ok || r->op != SFS_ORIGIN_READ))
 			return r;
 	return NULL;
@@ -327,6 +326,14 @@ bool origin_pull_one(struct sfs_conn *conn)
 
 	if (conn->state != CONN_UP || conn->broken || conn->n_busy >= SFS_ORIGIN_CONN_DEPTH ||
 	    __atomic_load_n(&conn->node->state, __ATOMIC_RELAXED) != SFS_NODE_UP)
+		return false;
+	/* A stalled node takes nothing while another is up: a request sent to
+	 * it would wait out the stall, or the hedge delay and then a hedge
+	 * (measured, one node of four stopped 300 ms of every second: READs it
+	 * pulled while silent were hedged 40 ms after the first ones, in a
+	 * second round). Atomics only: checked before the lock. */
+	if (__atomic_load_n(&conn->node->reads_inflight, __ATOMIC_RELAXED) &&
+	    others_up(pool, conn->node) && node_stalled(pool, conn->node, sfs_now_ms()))
 		return false;
 	for (unsigned i = 0; i < SFS_ORIGIN_CONN_DEPTH; i++)
 		if (!conn->slots[i].in_use) {
