@@ -911,32 +911,69 @@ static void shard_pump(struct sfs_pf_file *f, struct pf_chunk **started, size_t 
 static void write_done(void *arg, int err);
 static void submit_chunks(struct sfs_pf_file *f, struct pf_chunk **started, size_t n);
 
+/* Whether buf_bytes more of writes waiting would hold more than limit. */
+static bool write_behind_over(sfs_prefetch *pf, uint32_t buf_bytes, uint64_t limit)
+{
+	uint64_t pinned = __atomic_load_n(&pf->stats.write_pinned_bytes, __ATOMIC_RELAXED);
+	return pinned + buf_bytes > limit;
+}
+
 /* Whether a reader's own chunk of bytes fetched now would be refused by
  * write_admitted: the writes waiting hold the budget. */
 static bool write_behind_full(sfs_prefetch *pf, uint32_t buf_bytes)
 {
-	uint64_t pinned = __atomic_load_n(&pf->stats.write_pinned_bytes, __ATOMIC_RELAXED);
-	return pinned + buf_bytes > pf->conf.mem_bytes;
+	return write_behind_over(pf, buf_bytes, pf->conf.mem_bytes);
 }
 
 /*
  * Whether a fetched chunk may be offered to the cache. Its buffer stays
  * pinned until the write is durable, so when the cache disk is slower than
  * the network the writes waiting would hold memory without bound (measured:
- * 1.9 GB of a 256 MiB budget behind a 100 MB/s disk). A chunk fetched ahead
- * (readahead, the pump) got its buffer inside the budget and is always
- * offered: while writes hold the budget, no more is fetched ahead, so a
- * warm-up goes at disk speed. A reader's own chunk may go past the budget;
- * it is offered only while the writes waiting hold less than the budget,
- * else it is not cached this time (counted) and its buffer goes once read:
- * the reader goes on at network speed, the fetch is never throttled.
+ * 1.9 GB of a 256 MiB budget behind a 100 MB/s disk).
+ *
+ * A chunk fetched ahead (readahead, the pump) is offered while the writes
+ * waiting hold at most half the budget; past that it serves its reader from
+ * memory and is not cached this time (counted). The other half keeps the
+ * fetch ahead of the readers, so they go on at network speed and the cache
+ * takes what its disk can write meanwhile. (When every such chunk was
+ * offered, the writes held the whole budget behind a slow disk, the pump
+ * and readahead stopped, and readers fetched their own chunks one at a
+ * time: a cold epoch with cache_dir ran at the disk's pace.) A reader's own
+ * chunk is offered while the writes hold less than the whole budget; past
+ * it, it is not cached and its buffer goes once read. A warm-up
+ * (sfs_pf_file_warm) is there to fill the cache: its chunks are always
+ * offered, and its pump waits for the budget, so it goes at disk speed.
+ * Caller holds the chunk's file lock.
  */
 static bool write_admitted(sfs_prefetch *pf, const struct pf_chunk *c)
 {
-	if (c->readahead || !write_behind_full(pf, c->buf_bytes))
+	if (c->file->warmed)
+		return true;
+	uint64_t limit = c->readahead ? pf->conf.mem_bytes / 2 : pf->conf.mem_bytes;
+	if (!write_behind_over(pf, c->buf_bytes, limit))
 		return true;
 	count(&pf->stats.write_skipped_bytes, c->len);
 	return false;
+}
+
+/* Whether READY chunk c holds what the store may take: all of a chunk
+ * fetched from the origin, not yet durable there. Caller holds lock. */
+static bool chunk_storable(const struct sfs_pf_file *f, const struct pf_chunk *c)
+{
+	return !c->err && f->obj && c->len == c->fetch_len && !c->loaded && !c->in_store;
+}
+
+/* Queue c's bytes for the store. Returns true if queued: the write pins c
+ * until write_done and holds a file reference, which the caller gives it.
+ * False when the store refuses (present or being written, pin full,
+ * offline). Caller holds lock. */
+static bool chunk_offer(struct sfs_pf_file *f, struct pf_chunk *c)
+{
+	if (sfs_store_write_chunk(f->obj, (uint32_t)c->index, c->buf, c->len, write_done, c) != 0)
+		return false;
+	c->refs++; /* the writer reads the buffer until done */
+	count(&f->pf->stats.write_pinned_bytes, c->buf_bytes);
+	return true;
 }
 
 /* A chunk's bytes are final (READY or FAILED): wake readers, offer the bytes
@@ -948,13 +985,8 @@ static bool chunk_finish(struct sfs_pf_file *f, struct pf_chunk *c, bool from_or
 		count(&f->pf->stats.inflight_bytes, -(int64_t)c->fetch_len);
 	c->state = c->err ? CHUNK_FAILED : CHUNK_READY;
 	pthread_cond_broadcast(&f->cond);
-	if (from_origin && !c->err && f->obj && c->len == c->fetch_len &&
-	    write_admitted(f->pf, c) &&
-	    sfs_store_write_chunk(f->obj, (uint32_t)c->index, c->buf, c->len, write_done, c) == 0) {
-		c->refs++; /* the writer reads the buffer until done */
-		count(&f->pf->stats.write_pinned_bytes, c->buf_bytes);
-		return false; /* the file reference passes to the write */
-	}
+	if (from_origin && chunk_storable(f, c) && write_admitted(f->pf, c) && chunk_offer(f, c))
+		return false; /* the fetch's file reference passes to the write */
 	/* Not admitted (no store, full, offline): it stays in memory for a
 	 * reader until evicted; the chunk limit and budget bound how many. */
 	return --f->refs == 0;
@@ -1332,17 +1364,19 @@ void sfs_pf_file_unref(sfs_pf_file *f)
 		file_free(f);
 }
 
-/* Start (or restart) the whole-file fetch. */
-static void start_shard(struct sfs_pf_file *f)
+/* Start the whole-file fetch, or with rescan, go over the file again from
+ * its first chunk even while a fetch runs. */
+static void start_shard(struct sfs_pf_file *f, bool rescan)
 {
 	struct pf_chunk *started[SFS_PF_MAX_WINDOW];
 	size_t n = 0;
 
 	pthread_mutex_lock(&f->lock);
-	if (!f->shard) {
+	if (!f->shard || rescan) {
+		if (!f->shard)
+			count(&f->pf->stats.shard_files, 1);
 		f->shard = true;
 		f->shard_next = 0;
-		count(&f->pf->stats.shard_files, 1);
 	}
 	shard_pump(f, started, &n, SFS_PF_MAX_WINDOW);
 	pthread_mutex_unlock(&f->lock);
@@ -1361,7 +1395,7 @@ void sfs_pf_file_opened(sfs_pf_file *f)
 	 * to go but memory, and the readahead window does that job. */
 	if (pf->conf.mode == SFS_PREFETCH_SHARD && pf->conf.store &&
 	    f->size <= pf->conf.shard_max_bytes && f->size > SFS_CHUNK_BYTES)
-		start_shard(f);
+		start_shard(f, false);
 }
 
 int sfs_pf_file_warm(sfs_pf_file *f, bool *active)
@@ -1373,9 +1407,17 @@ int sfs_pf_file_warm(sfs_pf_file *f, bool *active)
 	}
 	bool first = !f->warmed;
 	f->warmed = true;
+	/* Chunks fetched before the warm-up and not cached (write_admitted)
+	 * go to the store now, and the pump goes over the file again for
+	 * those that left memory. */
+	for (size_t i = 0; first && i < f->n_chunks; i++) {
+		struct pf_chunk *c = f->chunks[i];
+		if (c->state == CHUNK_READY && chunk_storable(f, c) && chunk_offer(f, c))
+			f->refs++; /* the write's */
+	}
 	pthread_mutex_unlock(&f->lock);
 	if (first)
-		start_shard(f);
+		start_shard(f, true);
 	pthread_mutex_lock(&f->lock);
 	bool busy = f->shard;
 	for (size_t i = 0; i < f->n_chunks && !busy; i++)

@@ -68,13 +68,20 @@ skipped=$(counter shardfs_cache_write_skipped_bytes_total)
 pinned=$(counter shardfs_prefetch_write_pinned_bytes)
 diag "VmHWM $((hwm / MB)) MiB, budget $BUDGET_MB MiB; $((skipped / MB)) MiB not cached; $((pinned / MB)) MiB waiting to be written"
 check "peak RSS $((hwm / MB)) MiB <= budget $BUDGET_MB MiB + 64 MiB" [ "$hwm" -le $(((BUDGET_MB + 64) * MB)) ]
-# Readahead chunks are always offered (their buffers came from the budget);
-# readers' own chunks only while the writes hold less than the budget: the
+# Chunks fetched ahead are offered while the writes waiting hold half the
+# budget, readers' own chunks while they hold less than all of it: the
 # excess is at most the chunks in flight of the 4 readers.
 check "writes waiting hold about the budget at most ($((pinned / MB)) MiB <= $BUDGET_MB + 16 MiB)" \
 	[ "$pinned" -le $(((BUDGET_MB + 16) * MB)) ]
 check "what the slow disk could not take was skipped, and counted ($((skipped / MB)) MiB)" \
 	[ "$skipped" -gt 0 ]
+# The writes never hold the half of the budget that keeps the whole-file
+# fetch ahead of the readers: it fetched nearly every chunk before a reader
+# asked for it. (When the writes could hold it all, the fetch stopped behind
+# the slow disk and the readers fetched their own chunks one at a time.)
+ahead=$(counter shardfs_prefetch_readahead_chunks_total)
+check "the fetch stayed ahead of the readers: $ahead of 1024 chunks fetched before a reader asked" \
+	[ "$ahead" -ge 900 ]
 wait_idle
 check "the daemon is alive and serves the stats" [ -n "$(stat_value shardfs_inodes)" ]
 rss=$(counter shardfs_process_resident_bytes)
