@@ -151,6 +151,8 @@ static int read_decode(void *res, const struct sfs_xport_args *args, struct sfs_
 	 * in place, and the PDU lives until this callback returns. */
 	if (req->lend && at == 0 && (n >= req->count || ok->eof || n == 0))
 		req->data = ok->data.data_val;
+	else if (req->place)
+		req->place(req, (char *)req->buf + at, ok->data.data_val, n);
 	else
 		memcpy((char *)req->buf + at, ok->data.data_val, n);
 	if (ok->file_attributes.attributes_follow) {

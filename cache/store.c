@@ -185,6 +185,8 @@ struct write_job {
 	void (*done)(void *arg, int err);
 	void *arg;
 	struct write_job *next;
+	const uint64_t *sub_xxh64; /* the caller's, for the sub-blocks in known */
+	uint64_t known;
 };
 
 struct sfs_store {
@@ -290,13 +292,17 @@ static off_t rec_off(uint32_t index)
 }
 
 /* The record of a chunk of len bytes at buf: one XXH3-64 per sub-block. */
-static void rec_fill(struct chunk_rec *r, const void *buf, uint32_t len)
+/* The record of a chunk: its sub-blocks' checksums, those in known taken
+ * from sub_xxh64 (sfs_store_write_chunk_hashed), the others computed. */
+static void rec_fill(struct chunk_rec *r, const void *buf, uint32_t len, const uint64_t *sub_xxh64,
+		     uint64_t known)
 {
 	memset(r, 0, sizeof(*r));
 	for (uint32_t k = 0; (uint64_t)k << SUB_SHIFT < len; k++) {
 		uint32_t at = k << SUB_SHIFT;
 		uint32_t n = len - at < SUB_BYTES ? len - at : SUB_BYTES;
-		r->sub_xxh64[k] = sfs_xxh3_64((const char *)buf + at, n);
+		r->sub_xxh64[k] =
+		    known >> k & 1 ? sub_xxh64[k] : sfs_xxh3_64((const char *)buf + at, n);
 	}
 	r->len = len;
 	r->valid = REC_VALID;
@@ -1152,7 +1158,8 @@ static void write_batch(sfs_store *s, struct write_job **jobs, size_t n)
 	b->n = n;
 	for (size_t i = 0; i < n; i++)
 		if (!jobs[i]->obj->packed)
-			rec_fill(&b->recs[i], jobs[i]->buf, jobs[i]->len);
+			rec_fill(&b->recs[i], jobs[i]->buf, jobs[i]->len, jobs[i]->sub_xxh64,
+				 jobs[i]->known);
 	batch_admit(s, b);
 	batch_files(s, b);
 	batch_packed(s, b);
@@ -1951,7 +1958,9 @@ int sfs_store_chunk_fd(sfs_store_obj *o, uint32_t index, off_t *off, uint32_t *l
 
 /* Whether write_chunk refuses: -EAGAIN, -EEXIST, -ENOSPC (pin), or 0.
  * Caller holds lock. */
-static int write_refused(sfs_store *s, sfs_store_obj *o, uint32_t index, uint32_t len)
+/* Why a write of chunk index (len bytes) would be refused now, or 0.
+ * Caller holds lock. */
+static int write_refusal(sfs_store *s, sfs_store_obj *o, uint32_t index, uint32_t len)
 {
 	uint64_t need = o->packed ? packed_bytes(len) : len;
 
@@ -1959,15 +1968,42 @@ static int write_refused(sfs_store *s, sfs_store_obj *o, uint32_t index, uint32_
 		return -EAGAIN;
 	if (o->state[index] != SFS_CHUNK_ABSENT)
 		return -EEXIST;
-	if (s->conf.policy == SFS_STORE_PIN && used_total(s) + need > s->capacity_bytes) {
-		count(&s->stats.not_admitted_bytes, len);
+	if (s->conf.policy == SFS_STORE_PIN && used_total(s) + need > s->capacity_bytes)
 		return -ENOSPC;
-	}
 	return 0;
+}
+
+/* write_refusal, counting what pin did not admit. Caller holds lock. */
+static int write_refused(sfs_store *s, sfs_store_obj *o, uint32_t index, uint32_t len)
+{
+	int rc = write_refusal(s, o, index, len);
+
+	if (rc == -ENOSPC)
+		count(&s->stats.not_admitted_bytes, len);
+	return rc;
+}
+
+bool sfs_store_would_take(sfs_store_obj *o, uint32_t index, uint32_t len)
+{
+	sfs_store *s = o->store;
+
+	if (index >= o->n_chunks)
+		return false;
+	pthread_mutex_lock(&s->lock);
+	bool take = write_refusal(s, o, index, len) == 0;
+	pthread_mutex_unlock(&s->lock);
+	return take;
 }
 
 int sfs_store_write_chunk(sfs_store_obj *o, uint32_t index, const void *buf, uint32_t len,
 			  void (*done)(void *arg, int err), void *arg)
+{
+	return sfs_store_write_chunk_hashed(o, index, buf, len, NULL, 0, done, arg);
+}
+
+int sfs_store_write_chunk_hashed(sfs_store_obj *o, uint32_t index, const void *buf, uint32_t len,
+				 const uint64_t *sub_xxh64, uint64_t known,
+				 void (*done)(void *arg, int err), void *arg)
 {
 	sfs_store *s = o->store;
 	struct write_job *j;
@@ -1989,7 +2025,8 @@ int sfs_store_write_chunk(sfs_store_obj *o, uint32_t index, const void *buf, uin
 	o->state[index] = SFS_CHUNK_WRITING;
 	o->refs++;
 	s->queued_bytes += len;
-	*j = (struct write_job){o, index, len, buf, done, arg, NULL};
+	*j = (struct write_job){
+	    o, index, len, buf, done, arg, NULL, sub_xxh64, sub_xxh64 ? known : 0};
 	if (s->jobs_tail)
 		s->jobs_tail->next = j;
 	else

@@ -149,6 +149,25 @@ int sfs_store_write_chunk(sfs_store_obj *obj, uint32_t index, const void *buf, u
 			  void (*done)(void *arg, int err), void *arg);
 
 /*
+ * As sfs_store_write_chunk, with the checksums of some of the chunk's
+ * 16 KiB sub-blocks (SFS_STORE_SUB_SHIFT) already computed by the caller,
+ * as the bytes landed: bit k of known says sub_xxh64[k] is XXH3-64 of
+ * sub-block k of buf (the last one as long as the chunk's end allows); the
+ * writer computes the others. Nothing checks them: a wrong one is recorded
+ * and makes the chunk fail its check at every load (a miss). sub_xxh64
+ * must stay valid until done. Packed versions (objects of one chunk or
+ * less) keep one checksum of their own and ignore them.
+ */
+/* Whether sfs_store_write_chunk of chunk index (len bytes) would queue it
+ * now (online, not present or being written, room under pin): a hint, the
+ * answer may change before the write. Takes the store lock briefly. */
+bool sfs_store_would_take(sfs_store_obj *obj, uint32_t index, uint32_t len);
+
+int sfs_store_write_chunk_hashed(sfs_store_obj *obj, uint32_t index, const void *buf, uint32_t len,
+				 const uint64_t *sub_xxh64, uint64_t known,
+				 void (*done)(void *arg, int err), void *arg);
+
+/*
  * The random-access read: [off, off + len) of a cached version (len <= 1 MiB,
  * any alignment, may cross one chunk boundary), read from disk and verified
  * at a finer grain than a chunk: every 16 KiB sub-block that the range

@@ -124,7 +124,13 @@ static void complete(sfs_origin *o, struct fake_node *n)
 		 * lends a whole reply: they are poisoned once done() returns. */
 		lent = req->lend ? malloc(req->count) : NULL;
 		req->data = lent ? lent : req->buf;
-		fake_fill(seed, req->offset, (char *)req->data, served);
+		/* A request with its own placing gets the bytes through it, as
+		 * from the real origin's receive buffer. */
+		char *landed = !lent && req->place && served ? malloc(served) : NULL;
+		fake_fill(seed, req->offset, landed ? landed : (char *)req->data, served);
+		if (landed)
+			req->place(req, req->buf, landed, (uint32_t)served);
+		free(landed);
 		memset((char *)req->data + served, 0xee, req->count - served);
 		req->result = (int)served;
 		req->eof = req->offset + served >= size;

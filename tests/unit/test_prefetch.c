@@ -1532,6 +1532,65 @@ static void test_scratch_tiny(void)
 	store_teardown(store, dir);
 }
 
+/*
+ * The checksums of a chunk's 16 KiB sub-blocks are computed as its READ
+ * parts land (chunk_place) and handed to the store with it: with a READ
+ * size that is a multiple of 16 KiB all of them, with 100,000 bytes those
+ * within a part (the writer hashes the rest). Every chunk then loads from
+ * the store and passes its checks: a wrong checksum would fail the load
+ * and fetch the chunk again.
+ */
+static void place_hashes(uint32_t max_read)
+{
+	char dir[] = "/tmp/test_prefetch.XXXXXX", why[256] = "";
+	const uint64_t size = 3 * MiB + 5000;
+	const uint32_t seed = 77;
+	sfs_store *store = store_open(dir);
+
+	org = fake_origin_new(&(struct fake_origin_conf){.max_read = max_read, .n_threads = 2});
+	int rc = sfs_prefetch_open(&(struct sfs_prefetch_conf){.mem_bytes = 64 * MiB,
+							       .window_chunks = 16,
+							       .mode = SFS_PREFETCH_SHARD,
+							       .shard_max_bytes = 64 * MiB,
+							       .store = store},
+				   org, &pf);
+	if (rc) {
+		printf("Bail out! sfs_prefetch_open: %d\n", rc);
+		exit(1);
+	}
+	struct tfile a = topen(seed, size, size);
+	sfs_pf_file_opened(a.f); /* the pump fetches the file whole, for the store */
+	uint64_t cached = 0;
+	for (int i = 0; i < 1000 && cached < size; i++) {
+		usleep(10000);
+		cached = sfs_pf_file_cached_bytes(a.f);
+	}
+	ok(cached == size, "place %u: the file reached the store (%llu of %llu bytes)", max_read,
+	   (unsigned long long)cached, (unsigned long long)size);
+	sfs_pf_file_drop_idle(a.f); /* its chunks leave memory */
+	sfs_pf_file_unref(a.f);
+	fake_origin_drain(org);
+
+	struct sfs_prefetch_stats p0 = pstats();
+	struct tfile b = topen(seed, size, size);
+	sfs_pf_file_opened(b.f);
+	int bad = 0;
+	for (uint64_t off = 0; off < size; off += 256 * KiB)
+		bad += read_check(&b, off, 256 * KiB, NULL, why, sizeof(why));
+	struct sfs_prefetch_stats p1 = pstats();
+	ok(bad == 0 && p1.hit_bytes - p0.hit_bytes == size && p1.fetched_bytes == p0.fetched_bytes,
+	   "place %u: every chunk loads from the store and passes its checks (%llu of %llu bytes "
+	   "from the store, %llu fetched again, %d wrong) %s",
+	   max_read, (unsigned long long)(p1.hit_bytes - p0.hit_bytes), (unsigned long long)size,
+	   (unsigned long long)(p1.fetched_bytes - p0.fetched_bytes), bad, why);
+	sfs_pf_file_drop_idle(b.f);
+	sfs_pf_file_unref(b.f);
+	store_teardown(store, dir);
+}
+
+static void test_place_256k(void) { place_hashes(256 * KiB); }
+static void test_place_100000(void) { place_hashes(100000); }
+
 static const struct tap_test tests[] = {
     {"exact_1m", test_exact_1m},
     {"exact_256k", test_exact_256k},
@@ -1554,6 +1613,8 @@ static const struct tap_test tests[] = {
     {"write_full", test_write_full},
     {"scratch_slots", test_scratch_slots},
     {"scratch_tiny", test_scratch_tiny},
+    {"place_256k", test_place_256k},
+    {"place_100000", test_place_100000},
 };
 
 /* With no arguments, runs every test; otherwise only the named ones. */

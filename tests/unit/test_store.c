@@ -2525,10 +2525,58 @@ static void test_list_cost(void)
 	tmp_remove();
 }
 
+/* sfs_store_write_chunk_hashed records the checksums it is given for the
+ * sub-blocks in `known` and computes the others: given right, the chunk
+ * reads back (garbage in the slots not in known is ignored); given wrong,
+ * every load fails its check. */
+static void test_write_hashed(void)
+{
+	diag("write_chunk_hashed: checksums computed by the caller");
+	tmp_new();
+	sfs_store *s = store_open(tpath("cache"), 0, SFS_STORE_LRU);
+	const uint64_t size = 2 * MiB + 5000; /* a chunk, a chunk, a tail */
+	struct sfs_file_version v = version(41, size);
+	sfs_store_obj *o = sfs_store_obj_get(s, &v);
+	const uint32_t sub = 1u << SFS_STORE_SUB_SHIFT;
+
+	for (uint32_t index = 0; index < 3; index++) {
+		struct chunk c = chunk_new(41, size, index, 0);
+		uint64_t h[64], known = 0;
+		for (uint32_t k = 0; k < 64; k++) {
+			h[k] = 0x5a5a5a5a5a5a5a5aull; /* garbage unless known */
+			uint32_t at = k * sub;
+			if (at < c.len && k % 2 == index % 2) {
+				h[k] = XXH3_64bits(c.p + at, c.len - at < sub ? c.len - at : sub);
+				known |= 1ull << k;
+			}
+		}
+		if (index == 1)
+			h[3] ^= 1; /* sub-block 3 of chunk 1: known, and wrong */
+		struct slot sl = {0};
+		int rc = sfs_store_write_chunk_hashed(o, index, c.p, c.len, h, known, on_done, &sl);
+		if (rc == 0)
+			rc = slot_wait(&sl);
+		ok(rc == 0, "hashed write of chunk %u: %d", index, rc);
+		chunk_free(&c);
+	}
+	long bad = -1;
+	ssize_t n0 = read_check(o, 41, size, 0, &bad);
+	ok(n0 == (ssize_t)MiB && bad == -1,
+	   "chunk 0, half its checksums given: reads back (%zd, %ld)", n0, bad);
+	ssize_t n2 = read_check(o, 41, size, 2, &bad);
+	ok(n2 == 5000 && bad == -1, "the tail, its checksum given: reads back (%zd, %ld)", n2, bad);
+	ssize_t n1 = read_check(o, 41, size, 1, &bad);
+	ok(n1 == -EBADMSG, "chunk 1, a wrong checksum given: its load fails its check (%zd)", n1);
+	sfs_store_obj_put(o);
+	sfs_store_close(s);
+	tmp_remove();
+}
+
 static const struct tap_test tests[] = {
     {"open_lock", test_open_lock},
     {"bad_path", test_bad_path},
     {"write_read", test_write_read},
+    {"write_hashed", test_write_hashed},
     {"corruption", test_corruption},
     {"damaged_files", test_damaged_files},
     {"stray_prefix", test_stray_prefix},
