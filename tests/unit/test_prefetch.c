@@ -1249,13 +1249,11 @@ static sfs_store *store_open(char *dir)
 	return store;
 }
 
-static void test_pool_tail(void)
+/* A prefetch of budget mem fetching files of up to 64 MiB whole for
+ * store, over a fresh fake origin of READ size max_read. */
+static void shard_prefetch_open(sfs_store *store, uint64_t mem, uint32_t max_read)
 {
-	char dir[] = "/tmp/test_prefetch.XXXXXX", why[256] = "";
-	const uint64_t mem = 4 * MiB, tail_size = 2 * MiB + 4321;
-	sfs_store *store = store_open(dir);
-
-	org = fake_origin_new(&(struct fake_origin_conf){.max_read = MiB, .n_threads = 2});
+	org = fake_origin_new(&(struct fake_origin_conf){.max_read = max_read, .n_threads = 2});
 	int rc = sfs_prefetch_open(&(struct sfs_prefetch_conf){.mem_bytes = mem,
 							       .window_chunks = 16,
 							       .mode = SFS_PREFETCH_SHARD,
@@ -1266,6 +1264,15 @@ static void test_pool_tail(void)
 		printf("Bail out! sfs_prefetch_open: %d\n", rc);
 		exit(1);
 	}
+}
+
+static void test_pool_tail(void)
+{
+	char dir[] = "/tmp/test_prefetch.XXXXXX", why[256] = "";
+	const uint64_t mem = 4 * MiB, tail_size = 2 * MiB + 4321;
+	sfs_store *store = store_open(dir);
+
+	shard_prefetch_open(store, mem, MiB);
 
 	/* A sequential reader of a file never opened for the store (no
 	 * sfs_pf_file_opened): readahead fills the budget, closing pools it. */
@@ -1547,17 +1554,7 @@ static void place_hashes(uint32_t max_read)
 	const uint32_t seed = 77;
 	sfs_store *store = store_open(dir);
 
-	org = fake_origin_new(&(struct fake_origin_conf){.max_read = max_read, .n_threads = 2});
-	int rc = sfs_prefetch_open(&(struct sfs_prefetch_conf){.mem_bytes = 64 * MiB,
-							       .window_chunks = 16,
-							       .mode = SFS_PREFETCH_SHARD,
-							       .shard_max_bytes = 64 * MiB,
-							       .store = store},
-				   org, &pf);
-	if (rc) {
-		printf("Bail out! sfs_prefetch_open: %d\n", rc);
-		exit(1);
-	}
+	shard_prefetch_open(store, 64 * MiB, max_read);
 	struct tfile a = topen(seed, size, size);
 	sfs_pf_file_opened(a.f); /* the pump fetches the file whole, for the store */
 	uint64_t cached = 0;
