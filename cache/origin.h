@@ -90,15 +90,11 @@ struct sfs_fsstat {
 struct sfs_origin_req {
 	/* in */
 	enum sfs_origin_op op;
-	struct sfs_fh fh; /* file or directory */
-	uint64_t offset;  /* READ: byte offset */
-	uint32_t count;	  /* READ: bytes wanted (<= sfs_origin_max_read) */
-	void *buf;	  /* READ: destination of count bytes */
-	bool lend;	  /* READ: may lend the reply's bytes (data) */
-	/* READ, optional: places each piece of the reply that lands at dst
-	 * inside buf (n bytes from src), in place of a memcpy; runs on an I/O
-	 * thread, once per piece, pieces of one request never at once. */
-	void (*place)(struct sfs_origin_req *req, void *dst, const void *src, uint32_t n);
+	struct sfs_fh fh;		      /* file or directory */
+	uint64_t offset;		      /* READ: byte offset */
+	uint32_t count;			      /* READ: bytes wanted (<= sfs_origin_max_read) */
+	void *buf;			      /* READ: destination of count bytes */
+	bool lend;			      /* READ: may lend the reply's bytes (data) */
 	const char *name;		      /* LOOKUP: entry name (caller keeps it alive) */
 	uint64_t cookie;		      /* READDIRPLUS: resume cookie, 0 to start */
 	uint8_t dir_verf[SFS_DIR_VERF_BYTES]; /* READDIRPLUS: as the previous reply left it */
@@ -106,6 +102,10 @@ struct sfs_origin_req {
 	sfs_origin_dirent_fn dirent;	      /* READDIRPLUS */
 	void (*done)(struct sfs_origin_req *req);
 	void *arg; /* for the caller */
+	/* READ, optional: places each piece of the reply that lands at dst
+	 * inside buf (n bytes from src), in place of a memcpy; runs on an I/O
+	 * thread, once per piece, pieces of one request never at once. */
+	void (*place)(struct sfs_origin_req *req, void *dst, const void *src, uint32_t n);
 
 	/* out, valid in done() */
 	int result; /* READ: bytes read; others: 0; or -errno */

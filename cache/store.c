@@ -291,9 +291,9 @@ static off_t rec_off(uint32_t index)
 	return (off_t)(sizeof(struct obj_header) + (uint64_t)index * sizeof(struct chunk_rec));
 }
 
-/* The record of a chunk of len bytes at buf: one XXH3-64 per sub-block. */
-/* The record of a chunk: its sub-blocks' checksums, those in known taken
- * from sub_xxh64 (sfs_store_write_chunk_hashed), the others computed. */
+/* The record of a chunk of len bytes at buf: one XXH3-64 per sub-block,
+ * those in known taken from sub_xxh64 (sfs_store_write_chunk_hashed), the
+ * others computed. */
 static void rec_fill(struct chunk_rec *r, const void *buf, uint32_t len, const uint64_t *sub_xxh64,
 		     uint64_t known)
 {
@@ -1957,8 +1957,6 @@ int sfs_store_chunk_fd(sfs_store_obj *o, uint32_t index, off_t *off, uint32_t *l
 }
 
 /* Whether write_chunk refuses: -EAGAIN, -EEXIST, -ENOSPC (pin), or 0.
- * Caller holds lock. */
-/* Why a write of chunk index (len bytes) would be refused now, or 0.
  * Caller holds lock. */
 static int write_refusal(sfs_store *s, sfs_store_obj *o, uint32_t index, uint32_t len)
 {
