@@ -723,10 +723,21 @@ static unsigned read_parts(struct sfs_origin_req *r, const struct sfs_fh *fh, ui
 	return n;
 }
 
-/* Origin requests for [from, to) of chunk c, appended to c->parts from slot
- * *n; their completions go to part_done. */
-static bool write_behind_over(sfs_prefetch *pf, uint32_t buf_bytes, uint64_t limit);
-static uint64_t write_limit(const sfs_prefetch *pf, const struct pf_chunk *c);
+/* Whether buf_bytes more of writes waiting would hold more than limit. */
+static bool write_behind_over(sfs_prefetch *pf, uint32_t buf_bytes, uint64_t limit)
+{
+	uint64_t pinned = __atomic_load_n(&pf->stats.write_pinned_bytes, __ATOMIC_RELAXED);
+	return pinned + buf_bytes > limit;
+}
+
+/* The bytes the writes waiting may hold for chunk c to be offered to the
+ * store (see write_admitted). Caller holds the chunk's file lock. */
+static uint64_t write_limit(const sfs_prefetch *pf, const struct pf_chunk *c)
+{
+	if (c->file->warmed)
+		return UINT64_MAX;
+	return c->readahead ? pf->conf.mem_bytes / 2 : pf->conf.mem_bytes;
+}
 
 /*
  * Place a piece of a part's reply in its chunk: copied, and every 16 KiB
@@ -762,19 +773,29 @@ static void chunk_place(struct sfs_origin_req *r, void *dst, const void *src, ui
 		__atomic_fetch_or(&c->sub_known, known, __ATOMIC_RELEASE);
 }
 
+/* Whether chunk c's sub-blocks are hashed as they land (chunk_place): only
+ * for the store's per-file layout (objects of one chunk or less are packed,
+ * with one checksum of their own), and only while the chunk would be
+ * offered (write_admitted) and taken (pin full, a chunk present). Caller
+ * holds the chunk's file lock. */
+static bool hash_as_landed(const struct pf_chunk *c)
+{
+	const struct sfs_pf_file *f = c->file;
+
+	return f->obj && f->size > SFS_CHUNK_BYTES &&
+	       !write_behind_over(f->pf, c->buf_bytes, write_limit(f->pf, c)) &&
+	       sfs_store_would_take(f->obj, (uint32_t)c->index, c->fetch_len);
+}
+
+/* Origin requests for [from, to) of chunk c, appended to c->parts from slot
+ * *n; their completions go to part_done, their bytes through chunk_place
+ * when hash. */
 static void chunk_add_parts(struct pf_chunk *c, uint64_t from, uint64_t to, uint32_t max_read,
-			    unsigned *n)
+			    bool hash, unsigned *n)
 {
 	uint64_t start = c->index << SFS_CHUNK_SHIFT;
 	unsigned k =
 	    read_parts(&c->parts[*n], &c->file->fh, from, to, max_read, c->buf + (from - start));
-	/* Hashed as they land only for the store's per-file layout (objects
-	 * of one chunk or less are packed, with one checksum of their own),
-	 * and only while the chunk would be offered (write_admitted) and
-	 * taken (pin full, a chunk present). */
-	bool hash = c->file->obj && c->file->size > SFS_CHUNK_BYTES &&
-		    !write_behind_over(c->file->pf, c->buf_bytes, write_limit(c->file->pf, c)) &&
-		    sfs_store_would_take(c->file->obj, (uint32_t)c->index, c->fetch_len);
 
 	for (unsigned i = *n; i < *n + k; i++) {
 		c->parts[i].done = part_done;
@@ -891,12 +912,13 @@ static struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint6
 	c->n_parts = n_parts;
 	c->parts_pending = n_parts;
 	unsigned n = 0;
+	bool hash = !loading && hash_as_landed(c);
 	if (split) {
-		chunk_add_parts(c, h0, h1, max_read, &n);
-		chunk_add_parts(c, h1, end, max_read, &n);
-		chunk_add_parts(c, start, h0, max_read, &n);
+		chunk_add_parts(c, h0, h1, max_read, hash, &n);
+		chunk_add_parts(c, h1, end, max_read, hash, &n);
+		chunk_add_parts(c, start, h0, max_read, hash, &n);
 	} else {
-		chunk_add_parts(c, start, end, max_read, &n);
+		chunk_add_parts(c, start, end, max_read, hash, &n);
 	}
 	assert(n == n_parts);
 	f->chunks[f->n_chunks++] = c;
@@ -961,13 +983,6 @@ static void shard_pump(struct sfs_pf_file *f, struct pf_chunk **started, size_t 
 static void write_done(void *arg, int err);
 static void submit_chunks(struct sfs_pf_file *f, struct pf_chunk **started, size_t n);
 
-/* Whether buf_bytes more of writes waiting would hold more than limit. */
-static bool write_behind_over(sfs_prefetch *pf, uint32_t buf_bytes, uint64_t limit)
-{
-	uint64_t pinned = __atomic_load_n(&pf->stats.write_pinned_bytes, __ATOMIC_RELAXED);
-	return pinned + buf_bytes > limit;
-}
-
 /* Whether a reader's own chunk of bytes fetched now would be refused by
  * write_admitted: the writes waiting hold the budget. */
 static bool write_behind_full(sfs_prefetch *pf, uint32_t buf_bytes)
@@ -993,16 +1008,8 @@ static bool write_behind_full(sfs_prefetch *pf, uint32_t buf_bytes)
  * it, it is not cached and its buffer goes once read. A warm-up
  * (sfs_pf_file_warm) is there to fill the cache: its chunks are always
  * offered, and its pump waits for the budget, so it goes at disk speed.
- * write_limit is the bytes the writes waiting may hold for c to be offered.
- * Caller holds the chunk's file lock.
+ * write_limit says which. Caller holds the chunk's file lock.
  */
-static uint64_t write_limit(const sfs_prefetch *pf, const struct pf_chunk *c)
-{
-	if (c->file->warmed)
-		return UINT64_MAX;
-	return c->readahead ? pf->conf.mem_bytes / 2 : pf->conf.mem_bytes;
-}
-
 static bool write_admitted(sfs_prefetch *pf, const struct pf_chunk *c)
 {
 	if (!write_behind_over(pf, c->buf_bytes, write_limit(pf, c)))
