@@ -149,6 +149,8 @@ struct pf_waiter {
 _Static_assert(SCRATCH_SLOTS == 8, "a slot page's taken is a byte");
 _Static_assert(SFS_STORE_RANGE_BUF_BYTES <= SCRATCH_BYTES, "the scratch holds a range read");
 _Static_assert(SFS_CHUNK_BYTES == SFS_IOBUF_BYTES, "a chunk buffer is an iobuf");
+#define SIZED_CLASSES	 (SFS_CHUNK_BYTES / 4096) /* a sized buffer is k x 4 KiB, k below this */
+#define SIZED_KEEP_SHARE 16 /* kept sized buffers hold at most the budget / this */
 
 struct sfs_prefetch {
 	sfs_origin *origin;	       /* set at open */
@@ -162,6 +164,8 @@ struct sfs_prefetch {
 	void *over_bufs[SFS_PF_OVER_BUFS]; /* protected by buf_lock: past the budget, */
 	size_t n_over;			   /* not in n_buffers; for demand only */
 	uint64_t sized_bytes;		   /* protected by buf_lock: buffers made to size */
+	void *sized_kept[SIZED_CLASSES];   /* protected by buf_lock: see sized_keep */
+	uint64_t sized_kept_bytes;	   /* protected by buf_lock: their bytes, in sized_bytes */
 	uint64_t sized_freed; /* atomic: their bytes freed since the last idle release */
 	uint64_t buf_used_ms; /* protected by buf_lock: last get or put */
 	pthread_t pump;	      /* restarts shard pumps stalled on the budget */
@@ -429,6 +433,87 @@ static void bufs_free(sfs_prefetch *pf, void **b, size_t n)
 		count(&pf->stats.buffer_bytes, -(int64_t)(n * SFS_CHUNK_BYTES));
 }
 
+/*
+ * Sized buffers freed are kept for reuse, a LIFO stack per length (4 KiB
+ * steps, linked through each buffer's first word), up to the budget /
+ * SIZED_KEEP_SHARE in all. A folder of small files allocates one per file
+ * (its fetch's or its chunk's buffer, 100-130 KB for ImageNet's JPEGs):
+ * from malloc that was an aligned_alloc searching the arena's bins and,
+ * after a trim, pages faulted in again (perf, --small-files cold: 10-16 us
+ * per file in _int_malloc). Kept buffers stay in sized_bytes, so they count
+ * against the budget like the pool's idle buffers, and like them give way:
+ * a get that would not fit frees them first (sized_evict), and
+ * buf_over_budget does not count them. sfs_prefetch_release_idle frees
+ * them once buffers go unused.
+ */
+
+/* Whether b (bytes) was kept; caller holds buf_lock. */
+static bool sized_keep(sfs_prefetch *pf, void *b, uint32_t bytes)
+{
+	if (bytes / 4096 >= SIZED_CLASSES ||
+	    pf->sized_kept_bytes + bytes > buf_budget(pf) / SIZED_KEEP_SHARE)
+		return false;
+	void **head = &pf->sized_kept[bytes / 4096];
+	*(void **)b = *head;
+	*head = b;
+	pf->sized_kept_bytes += bytes;
+	return true;
+}
+
+/* A kept buffer of exactly bytes, or NULL; caller holds buf_lock. */
+static void *sized_reuse(sfs_prefetch *pf, uint32_t bytes)
+{
+	if (bytes / 4096 >= SIZED_CLASSES)
+		return NULL;
+	void **head = &pf->sized_kept[bytes / 4096];
+	void *b = *head;
+
+	if (b) {
+		*head = *(void **)b;
+		pf->sized_kept_bytes -= bytes;
+	}
+	return b;
+}
+
+/* Takes kept buffers, largest first, until at least want bytes are out of
+ * the budget or none is left; returns them as a list (first word: the
+ * next, second: the length) for sized_free_list. Caller holds buf_lock. */
+static void *sized_evict(sfs_prefetch *pf, uint64_t want)
+{
+	void *list = NULL;
+	uint64_t got = 0;
+
+	for (size_t k = SIZED_CLASSES; k-- > 1 && got < want && pf->sized_kept_bytes;) {
+		void *b;
+		while (got < want && (b = sized_reuse(pf, (uint32_t)(k * 4096)))) {
+			((void **)b)[0] = list;
+			((uintptr_t *)b)[1] = k * 4096;
+			list = b;
+			got += k * 4096;
+			pf->sized_bytes -= k * 4096;
+		}
+	}
+	return list;
+}
+
+/* Frees one sized buffer that left the budget. No lock. */
+static void sized_free(sfs_prefetch *pf, void *b, uint32_t bytes)
+{
+	free(b);
+	count(&pf->stats.buffer_bytes, -(int64_t)bytes);
+	count(&pf->sized_freed, bytes);
+}
+
+/* Frees a list from sized_evict. No lock. */
+static void sized_free_list(sfs_prefetch *pf, void *list)
+{
+	while (list) {
+		void *next = ((void **)list)[0];
+		sized_free(pf, list, (uint32_t)((uintptr_t *)list)[1]);
+		list = next;
+	}
+}
+
 /* A buffer made to size (bytes < SFS_CHUNK_BYTES), or NULL when the budget
  * is spent and !demand. Pooled buffers nobody uses are budget too: they
  * give way (a pool full of idle 1 MiB buffers refused a file's 4 KiB tail
@@ -436,12 +521,20 @@ static void bufs_free(sfs_prefetch *pf, void **b, size_t n)
  * going idle). Caller holds buf_lock; returns with it released. */
 static void *buf_get_sized(sfs_prefetch *pf, uint32_t bytes, bool demand)
 {
-	void *spare[8];
+	void *spare[8], *kept = NULL;
 	size_t n_spare = 0;
 	bool room = true;
 
+	void *b = sized_reuse(pf, bytes); /* already in sized_bytes */
+	if (b) {
+		pthread_mutex_unlock(&pf->buf_lock);
+		return b;
+	}
 	if (!demand) {
 		uint64_t want = buf_held(pf) + bytes, budget = buf_budget(pf);
+		if (want > budget)
+			kept = sized_evict(pf, want - budget);
+		want = buf_held(pf) + bytes;
 		if (want > budget) {
 			uint64_t over = (want - budget + SFS_CHUNK_BYTES - 1) / SFS_CHUNK_BYTES;
 			n_spare = pool_take_free(pf, spare, over < 8 ? (size_t)over : 8);
@@ -452,9 +545,10 @@ static void *buf_get_sized(sfs_prefetch *pf, uint32_t bytes, bool demand)
 		pf->sized_bytes += bytes;
 	pthread_mutex_unlock(&pf->buf_lock);
 	bufs_free(pf, spare, n_spare);
+	sized_free_list(pf, kept);
 	if (!room)
 		return NULL;
-	void *b = aligned_alloc(4096, bytes);
+	b = aligned_alloc(4096, bytes);
 	if (!b) {
 		pthread_mutex_lock(&pf->buf_lock);
 		pf->sized_bytes -= bytes;
@@ -482,9 +576,13 @@ static void *buf_get(sfs_prefetch *pf, uint32_t bytes, bool demand)
 	} else if (demand && pf->n_over) {
 		b = pf->over_bufs[--pf->n_over];
 		pf->n_buffers++;
-	} else if (demand || buf_held(pf) + SFS_CHUNK_BYTES <= buf_budget(pf)) {
+	} else if (demand ||
+		   buf_held(pf) - pf->sized_kept_bytes + SFS_CHUNK_BYTES <= buf_budget(pf)) {
+		uint64_t want = buf_held(pf) + SFS_CHUNK_BYTES, budget = buf_budget(pf);
+		void *kept = !demand && want > budget ? sized_evict(pf, want - budget) : NULL;
 		pf->n_buffers++;
 		pthread_mutex_unlock(&pf->buf_lock);
+		sized_free_list(pf, kept);
 		b = sfs_iobuf_get();
 		if (!b) {
 			pthread_mutex_lock(&pf->buf_lock);
@@ -502,7 +600,7 @@ static void *buf_get(sfs_prefetch *pf, uint32_t bytes, bool demand)
 static bool buf_over_budget(sfs_prefetch *pf)
 {
 	pthread_mutex_lock(&pf->buf_lock);
-	bool over = pf->n_free == 0 && buf_held(pf) >= buf_budget(pf);
+	bool over = pf->n_free == 0 && buf_held(pf) - pf->sized_kept_bytes >= buf_budget(pf);
 	pthread_mutex_unlock(&pf->buf_lock);
 	return over;
 }
@@ -510,11 +608,13 @@ static bool buf_over_budget(sfs_prefetch *pf)
 static void buf_put_sized(sfs_prefetch *pf, void *b, uint32_t bytes)
 {
 	pthread_mutex_lock(&pf->buf_lock);
-	pf->sized_bytes -= bytes;
+	pf->buf_used_ms = sfs_now_ms();
+	bool kept = sized_keep(pf, b, bytes);
+	if (!kept)
+		pf->sized_bytes -= bytes;
 	pthread_mutex_unlock(&pf->buf_lock);
-	free(b);
-	count(&pf->stats.buffer_bytes, -(int64_t)bytes);
-	count(&pf->sized_freed, bytes);
+	if (!kept)
+		sized_free(pf, b, bytes);
 }
 
 static void buf_put(sfs_prefetch *pf, void *b, uint32_t bytes)
@@ -548,12 +648,15 @@ uint64_t sfs_prefetch_release_idle(sfs_prefetch *pf, uint64_t idle_ms)
 		size_t n = 0;
 		pthread_mutex_lock(&pf->buf_lock);
 		bool idle = sfs_now_ms() - pf->buf_used_ms >= idle_ms;
+		void *kept = NULL;
 		if (idle) {
 			while (pf->n_over && n < 64)
 				batch[n++] = pf->over_bufs[--pf->n_over];
 			n += pool_take_free(pf, batch + n, 64 - n);
+			kept = sized_evict(pf, UINT64_MAX);
 		}
 		pthread_mutex_unlock(&pf->buf_lock);
+		sized_free_list(pf, kept);
 		/* What bufs_free gave iobuf, iobuf kept until now; sized
 		 * buffers went back to malloc, which keeps them (memtrim.h)
 		 * until the caller trims: counted so that it does. */
@@ -1339,6 +1442,7 @@ void sfs_prefetch_close(sfs_prefetch *pf)
 		sfs_iobuf_put(pf->free_bufs[i]);
 	for (size_t i = 0; i < pf->n_over; i++)
 		sfs_iobuf_put(pf->over_bufs[i]);
+	sized_free_list(pf, sized_evict(pf, UINT64_MAX));
 	free(pf->free_bufs);
 	pthread_mutex_destroy(&pf->buf_lock);
 	pthread_mutex_destroy(&pf->files_lock);

@@ -1072,7 +1072,8 @@ static void test_async(void)
 	ok(ostats().requests - r0 == 1 && pstats().fetched_bytes == 110000,
 	   "async: one READ, 110,000 bytes fetched (%llu requests)",
 	   (unsigned long long)(ostats().requests - r0));
-	ok(pstats().buffer_bytes == 0, "async: the fetch's buffer is freed after done (%llu bytes)",
+	ok(pstats().buffer_bytes == 110592,
+	   "async: the fetch's buffer (110,592 bytes) is kept for reuse after done (%llu bytes)",
 	   (unsigned long long)pstats().buffer_bytes);
 	/* The fake poisons lent bytes once done() returns: a view used later
 	 * would have failed the byte check above. */
@@ -1114,6 +1115,70 @@ static void test_async(void)
 	ok(rc == 128 * KiB && o.done == 67 && !o.bad,
 	   "async: a sequential reader is answered at once (%zd)", rc);
 	sfs_pf_file_unref(o.t.f);
+	teardown();
+}
+
+/* Buffers made to size (a small file's fetch or chunk) are kept for reuse
+ * within 1/16 of the budget, give way to the pool's chunks, and an idle
+ * release frees them. */
+static void test_sized_keep(void)
+{
+	const uint64_t mem = 16 * MiB, one = 110592; /* 110,000 bytes in 4 KiB pages */
+	struct async_out o = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+	char why[256] = "";
+	int bad = 0;
+
+	setup(MiB, 0, 2, mem, 16);
+	for (int i = 0; i < 21; i++) { /* small files read whole, one after another */
+		o.t = topen(24 + i, 110000, 110000);
+		async_read(&o, 0, 128 * KiB);
+		async_wait(&o, i + 1);
+		fake_origin_drain(org);
+		sfs_pf_file_unref(o.t.f);
+	}
+	ok(!o.bad && pstats().buffer_bytes == one,
+	   "sized: 21 files of 110,000 bytes fetched through one kept buffer (%s, "
+	   "buffer_bytes %llu)",
+	   o.bad ? o.why : "bytes exact", (unsigned long long)pstats().buffer_bytes);
+
+	/* 32 reads in flight at once: what comes back past 1/16 of the budget
+	 * is freed. */
+	o.t = topen(60, 1024 * MiB, 1024 * MiB);
+	fake_origin_hold_from(org, 0);
+	uint64_t s = 0x5eed;
+	for (int i = 0; i < 32; i++)
+		async_read(&o, MiB + rng_next(&s) % (1000 * MiB), 110000);
+	fake_origin_release(org);
+	fake_origin_hold_from(org, UINT64_MAX);
+	async_wait(&o, 21 + 32);
+	fake_origin_drain(org);
+	sfs_pf_file_unref(o.t.f);
+	uint64_t kept = pstats().buffer_bytes;
+	ok(!o.bad && kept > mem / 32 && kept <= mem / 16,
+	   "sized: of 32 buffers in flight, %llu bytes kept (at most 1/16 of the budget, %llu)",
+	   (unsigned long long)kept, (unsigned long long)(mem / 16));
+
+	/* A sequential reader's readahead wants the whole budget in chunks:
+	 * the kept buffers give way. */
+	struct tfile t = topen(61, 64 * MiB, 64 * MiB);
+	uint64_t peak = 0;
+	for (uint64_t off = 0; off < 24 * MiB; off += 256 * KiB) {
+		bad += read_check(&t, off, 256 * KiB, NULL, why, sizeof(why));
+		usleep(200);
+		uint64_t b = pstats().buffer_bytes;
+		peak = b > peak ? b : peak;
+	}
+	fake_origin_drain(org);
+	ok(bad == 0 && peak == mem,
+	   "sized: readahead took the whole budget in chunks, the kept buffers gave way "
+	   "(buffer_bytes peaked at %llu, budget %llu; %s)",
+	   (unsigned long long)peak, (unsigned long long)mem, bad ? why : "bytes exact");
+	sfs_pf_file_unref(t.f);
+
+	uint64_t freed = sfs_prefetch_release_idle(pf, 0);
+	ok(pstats().buffer_bytes == 0 && freed >= mem,
+	   "sized: an idle release frees every buffer (%llu freed, %llu left)",
+	   (unsigned long long)freed, (unsigned long long)pstats().buffer_bytes);
 	teardown();
 }
 
@@ -1508,13 +1573,15 @@ static void test_scratch_tiny(void)
 	for (int i = 0; i < TINY; i++)
 		cached += wait_cached(&t[i]);
 	ok(cached == TINY, "tiny: %d of %d files reached the store", cached, TINY);
-	/* Their chunk buffers (made to size) went back to malloc once
-	 * written: counted, so that the daemon's memtrim trims. */
-	uint64_t kept = sfs_prefetch_release_idle(pf, 0);
-	ok(kept >= sized,
-	   "tiny: an idle release counts the %llu bytes of buffers made to size "
-	   "that went back to malloc (%llu)",
-	   (unsigned long long)sized, (unsigned long long)kept);
+	/* Their chunk buffers (made to size, all 4 KiB) were kept for reuse
+	 * once written; an idle release frees them and counts them, so that
+	 * the daemon's memtrim trims. */
+	uint64_t kept = pstats().buffer_bytes, kept_freed = sfs_prefetch_release_idle(pf, 0);
+	ok(kept >= 4096 && kept < sized && kept_freed >= kept && pstats().buffer_bytes == 0,
+	   "tiny: %d files of %llu bytes in all were written from %llu bytes of buffers made "
+	   "to size, which an idle release frees and counts (%llu)",
+	   TINY, (unsigned long long)sized, (unsigned long long)kept,
+	   (unsigned long long)kept_freed);
 	uint64_t d0 = pstats().direct_reads;
 	for (int i = 0; i < TINY; i++)
 		bad += read_check(&t[i], 0, t[i].size, &v[i], why, sizeof(why));
@@ -1604,6 +1671,7 @@ static const struct tap_test tests[] = {
     {"submit_race", test_submit_race},
     {"undelivered", test_undelivered},
     {"async", test_async},
+    {"sized_keep", test_sized_keep},
     {"async_chunks", test_async_chunks},
     {"over_budget", test_over_budget},
     {"pool_tail", test_pool_tail},
