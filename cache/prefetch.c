@@ -447,10 +447,12 @@ static void bufs_free(sfs_prefetch *pf, void **b, size_t n)
  * them once buffers go unused.
  */
 
-/* Whether b (bytes) was kept; caller holds buf_lock. */
+/* Whether b (bytes, still in sized_bytes) was kept: not while buffers hold
+ * more than the budget (readers' own chunks past it). Caller holds
+ * buf_lock. */
 static bool sized_keep(sfs_prefetch *pf, void *b, uint32_t bytes)
 {
-	if (bytes / 4096 >= SIZED_CLASSES ||
+	if (bytes / 4096 >= SIZED_CLASSES || buf_held(pf) > buf_budget(pf) ||
 	    pf->sized_kept_bytes + bytes > buf_budget(pf) / SIZED_KEEP_SHARE)
 		return false;
 	void **head = &pf->sized_kept[bytes / 4096];
@@ -530,10 +532,10 @@ static void *buf_get_sized(sfs_prefetch *pf, uint32_t bytes, bool demand)
 		pthread_mutex_unlock(&pf->buf_lock);
 		return b;
 	}
+	uint64_t want = buf_held(pf) + bytes, budget = buf_budget(pf);
+	if (want > budget) /* kept buffers give way, even to a reader's own chunk */
+		kept = sized_evict(pf, want - budget);
 	if (!demand) {
-		uint64_t want = buf_held(pf) + bytes, budget = buf_budget(pf);
-		if (want > budget)
-			kept = sized_evict(pf, want - budget);
 		want = buf_held(pf) + bytes;
 		if (want > budget) {
 			uint64_t over = (want - budget + SFS_CHUNK_BYTES - 1) / SFS_CHUNK_BYTES;
@@ -579,7 +581,7 @@ static void *buf_get(sfs_prefetch *pf, uint32_t bytes, bool demand)
 	} else if (demand ||
 		   buf_held(pf) - pf->sized_kept_bytes + SFS_CHUNK_BYTES <= buf_budget(pf)) {
 		uint64_t want = buf_held(pf) + SFS_CHUNK_BYTES, budget = buf_budget(pf);
-		void *kept = !demand && want > budget ? sized_evict(pf, want - budget) : NULL;
+		void *kept = want > budget ? sized_evict(pf, want - budget) : NULL;
 		pf->n_buffers++;
 		pthread_mutex_unlock(&pf->buf_lock);
 		sized_free_list(pf, kept);
