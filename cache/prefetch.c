@@ -438,9 +438,9 @@ static void bufs_free(sfs_prefetch *pf, void **b, size_t n)
  * steps, linked through each buffer's first word), up to the budget /
  * SIZED_KEEP_SHARE in all. A folder of small files allocates one per file
  * (its fetch's or its chunk's buffer, 100-130 KB for ImageNet's JPEGs):
- * from malloc that was an aligned_alloc searching the arena's bins and,
- * after a trim, pages faulted in again (perf, --small-files cold: 10-16 us
- * per file in _int_malloc). Kept buffers stay in sized_bytes, so they count
+ * from malloc that was an aligned_alloc searching the arena's bins, freed
+ * on another thread (perf, --small-files cold: 10-16 us per file in
+ * _int_malloc, 1.8 with the stacks). Kept buffers stay in sized_bytes, so they count
  * against the budget like the pool's idle buffers, and like them give way:
  * a get that would not fit frees them first (sized_evict), and
  * buf_over_budget does not count them. sfs_prefetch_release_idle frees
