@@ -206,6 +206,10 @@ static uint64_t buf_held(const sfs_prefetch *pf)
 	return (uint64_t)pf->n_buffers * SFS_CHUNK_BYTES + pf->sized_bytes;
 }
 
+/* Bytes held in buffers in use: buf_held less the kept sized buffers,
+ * which give way (sized_keep). Caller holds buf_lock. */
+static uint64_t buf_in_use(const sfs_prefetch *pf) { return buf_held(pf) - pf->sized_kept_bytes; }
+
 static uint64_t buf_budget(const sfs_prefetch *pf)
 {
 	return (uint64_t)pf->max_buffers * SFS_CHUNK_BYTES;
@@ -578,8 +582,7 @@ static void *buf_get(sfs_prefetch *pf, uint32_t bytes, bool demand)
 	} else if (demand && pf->n_over) {
 		b = pf->over_bufs[--pf->n_over];
 		pf->n_buffers++;
-	} else if (demand ||
-		   buf_held(pf) - pf->sized_kept_bytes + SFS_CHUNK_BYTES <= buf_budget(pf)) {
+	} else if (demand || buf_in_use(pf) + SFS_CHUNK_BYTES <= buf_budget(pf)) {
 		uint64_t want = buf_held(pf) + SFS_CHUNK_BYTES, budget = buf_budget(pf);
 		void *kept = want > budget ? sized_evict(pf, want - budget) : NULL;
 		pf->n_buffers++;
@@ -602,7 +605,7 @@ static void *buf_get(sfs_prefetch *pf, uint32_t bytes, bool demand)
 static bool buf_over_budget(sfs_prefetch *pf)
 {
 	pthread_mutex_lock(&pf->buf_lock);
-	bool over = pf->n_free == 0 && buf_held(pf) - pf->sized_kept_bytes >= buf_budget(pf);
+	bool over = pf->n_free == 0 && buf_in_use(pf) >= buf_budget(pf);
 	pthread_mutex_unlock(&pf->buf_lock);
 	return over;
 }

@@ -158,14 +158,14 @@ int sfs_store_write_chunk(sfs_store_obj *obj, uint32_t index, const void *buf, u
  * must stay valid until done. Packed versions (objects of one chunk or
  * less) keep one checksum of their own and ignore them.
  */
+int sfs_store_write_chunk_hashed(sfs_store_obj *obj, uint32_t index, const void *buf, uint32_t len,
+				 const uint64_t *sub_xxh64, uint64_t known,
+				 void (*done)(void *arg, int err), void *arg);
+
 /* Whether sfs_store_write_chunk of chunk index (len bytes) would queue it
  * now (online, not present or being written, room under pin): a hint, the
  * answer may change before the write. Takes the store lock briefly. */
 bool sfs_store_would_take(sfs_store_obj *obj, uint32_t index, uint32_t len);
-
-int sfs_store_write_chunk_hashed(sfs_store_obj *obj, uint32_t index, const void *buf, uint32_t len,
-				 const uint64_t *sub_xxh64, uint64_t known,
-				 void (*done)(void *arg, int err), void *arg);
 
 /*
  * The random-access read: [off, off + len) of a cached version (len <= 1 MiB,
