@@ -104,7 +104,7 @@ struct sfs_ns {
 	size_t pend_len, pend_cap;
 	uint64_t file_bytes, mem_bytes, dead_bytes;
 	uint64_t hits, misses, not_recorded, discarded_bytes;
-	uint64_t listings, listings_failed;
+	uint64_t listings, listings_failed, listing_absent;
 };
 
 /* --- records ------------------------------------------------------------ */
@@ -1054,6 +1054,7 @@ void sfs_ns_get_stats(sfs_ns *ns, struct sfs_ns_stats *out)
 				     .discarded_bytes = ns->discarded_bytes,
 				     .listings = ns->listings,
 				     .listings_failed = ns->listings_failed,
+				     .listing_absent = ns->listing_absent,
 				     .loaded = ns->loaded};
 	pthread_mutex_unlock(&ns->lock);
 }
@@ -1111,11 +1112,15 @@ int sfs_ns_lookup_listed(sfs_ns *ns, uint64_t parent, const char *name, struct s
 	struct ns_dir *d = dir_find(ns, parent);
 	if (len && len <= 255 && listing_fresh(ns, d, now)) {
 		struct ns_ent *e = *ent_slot(ns, parent, name, len);
-		if (e)
+		if (e) {
 			ent_decode(e, fh, attr, NULL);
-		rc = e ? 0 : -ENOENT;
-		*listed_ms = d->since_ms;
-		ns->hits++;
+			*listed_ms = d->since_ms;
+			ns->hits++;
+			rc = 0;
+		} else {
+			ns->listing_absent++;
+			rc = -ENOENT;
+		}
 	} else {
 		ns->misses++;
 	}

@@ -76,6 +76,7 @@ struct sfs_ns_stats {
 	uint64_t discarded_bytes; /* bytes of damaged log cut off at open */
 	uint64_t listings;	  /* listings mode: listings started */
 	uint64_t listings_failed; /* ... of those, failed or over max_entries */
+	uint64_t listing_absent;  /* listings mode: names a fresh listing lacked */
 	bool loaded;		  /* a namespace for this export was read at open */
 };
 
@@ -119,9 +120,11 @@ int sfs_ns_lookup(sfs_ns *ns, uint64_t parent, const char *name, struct sfs_fh *
 
 /*
  * Listings mode: look name up in parent's listing if one younger than ttl_ms
- * is held. Returns 0 (fh/attr filled) or -ENOENT (not in the listing), with
- * *listed_ms the sfs_now_ms() at which the listing started; -ENODATA when
- * no such listing is held.
+ * is held. Returns 0 (fh/attr filled, *listed_ms the sfs_now_ms() at which
+ * the listing started), -ENOENT when the listing lacks the name, or -ENODATA
+ * when no such listing is held. A listing proves only the names it holds: a
+ * name it lacks may have been created since, so -ENOENT is no answer for a
+ * lookup (the caller asks NFS) and is counted apart (stats' listing_absent).
  */
 int sfs_ns_lookup_listed(sfs_ns *ns, uint64_t parent, const char *name, struct sfs_fh *fh,
 			 struct sfs_attr *attr, uint64_t *listed_ms);

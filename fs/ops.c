@@ -160,14 +160,15 @@ static double timeout_left(struct sfs_fs *fs, uint64_t seen_ms)
 	return now - seen_ms >= ttl ? 0 : (double)(ttl - (now - seen_ms)) / 1000.0;
 }
 
-/* Reply a negative entry for what NFS said at seen_ms (0: now), cached by
- * the kernel for the rest of the attribute timeout. */
-static void reply_noent(struct sfs_fs *fs, fuse_req_t req, uint64_t seen_ms)
+/* Reply a negative entry for what NFS (or the immutable namespace) said
+ * just now, cached by the kernel for the attribute timeout. Never for a
+ * name a listing merely lacks (lookup_from_listing). */
+static void reply_noent(struct sfs_fs *fs, fuse_req_t req)
 {
 	struct fuse_entry_param e;
 
 	memset(&e, 0, sizeof(e));
-	e.entry_timeout = timeout_left(fs, seen_ms);
+	e.entry_timeout = fs->attr_timeout_s;
 	fuse_reply_entry(req, &e);
 }
 
@@ -244,7 +245,7 @@ static bool lookup_from_ns(struct sfs_fs *fs, fuse_req_t req, struct sfs_inode *
 	if (rc == -ENODATA)
 		return false;
 	if (rc == -ENOENT)
-		reply_noent(fs, req, 0);
+		reply_noent(fs, req);
 	else
 		reply_child(fs, req, p, name, &fh, &a, 0);
 	return true;
@@ -277,7 +278,7 @@ static void lookup_done(struct sfs_origin_req *r)
 	int rc = r->result;
 
 	if (rc == -ENOENT && !c->getattr) {
-		reply_noent(fs, c->req, 0); /* cached by the kernel for actimeo */
+		reply_noent(fs, c->req); /* cached by the kernel for actimeo */
 	} else if (rc < 0) {
 		reply_err(c->req, rc);
 	} else if (!c->getattr && !r->have_attr) {
@@ -416,7 +417,10 @@ static void listing_start(struct sfs_fs *fs, struct sfs_inode *dir, uint64_t key
 }
 
 /* Not immutable: answer a lookup from p's listing, or count the miss (and
- * start the listing). Returns true if it replied. */
+ * start the listing). A name the listing lacks is not answered: it may have
+ * been created on the cluster since the listing, and only NFS knows (a name
+ * NFS found missing is then cached by the kernel for actimeo, as on NFS).
+ * Returns true if it replied. */
 static bool lookup_from_listing(struct sfs_fs *fs, fuse_req_t req, struct sfs_inode *p,
 				const char *name)
 {
@@ -425,15 +429,11 @@ static bool lookup_from_listing(struct sfs_fs *fs, fuse_req_t req, struct sfs_in
 	struct sfs_attr a;
 	int rc = sfs_ns_lookup_listed(fs->listings, key, name, &fh, &a, &listed_ms);
 
-	if (rc == -ENODATA) {
-		if (sfs_ns_listing_wanted(fs->listings, key))
-			listing_start(fs, p, key);
+	if (rc == -ENODATA && sfs_ns_listing_wanted(fs->listings, key))
+		listing_start(fs, p, key);
+	if (rc < 0)
 		return false;
-	}
-	if (rc == -ENOENT)
-		reply_noent(fs, req, listed_ms);
-	else
-		reply_child(fs, req, p, name, &fh, &a, listed_ms);
+	reply_child(fs, req, p, name, &fh, &a, listed_ms);
 	return true;
 }
 

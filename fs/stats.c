@@ -403,6 +403,10 @@ static void render_listings(FILE *f, const struct sfs_ns_stats *ls)
 	       "Lookups answered from a listing without an NFS call.", ls->hits);
 	metric(f, "shardfs_listing_misses_total", "counter",
 	       "Lookups no listing could answer (asked NFS).", ls->misses);
+	metric(f, "shardfs_listing_absent_total", "counter",
+	       "Lookups of names a current listing lacks (asked NFS: a name created since the "
+	       "listing is found).",
+	       ls->listing_absent);
 }
 
 /* Staging into GPU or shared memory. */

@@ -3,11 +3,12 @@
 # Lookups answered from directory listings (not immutable) against a real
 # 2-node cluster: a directory whose names miss twice is listed whole
 # (READDIRPLUS over several replies) and answers its lookups for actimeo
-# from the listing's start: byte-exact epochs without a LOOKUP per file,
-# names created, renamed and rewritten on the server seen once actimeo has
-# passed (a negative answer from a listing is cached by the kernel only for
-# what is left of it), a listing over listing_max falls back to LOOKUPs,
-# expired listings leave memory.
+# from the listing's start: byte-exact epochs without a LOOKUP per file;
+# a name the listing lacks goes to NFS, so files and folders created on the
+# server open at once (a name NFS found missing stays missing for actimeo);
+# names renamed and rewritten on the server seen once actimeo has passed; a
+# listing over listing_max falls back to LOOKUPs; expired listings leave
+# memory.
 . "$(dirname "$0")/lib.sh"
 sfs_require
 
@@ -78,22 +79,50 @@ diag "epoch 2: $((l2 - l1)) NFS LOOKUPs, $(($(counter shardfs_listing_hits_total
 # (one LOOKUP may be the directory's own, in the root: its second miss there)
 check "epoch 2: every name from the listing, no NFS LOOKUP for a file" \
 	[ $((l2 - l1)) -le 1 -a $(($(counter shardfs_listing_hits_total) - h0)) -ge "$N_FILES" ]
+a0=$(counter shardfs_listing_absent_total) l3=$(lookups)
 check "a name not in the listing: ENOENT" bash -c "! stat '$MNT/big/nothing-here' 2>/dev/null"
+check "asked of NFS, not answered from the listing" \
+	[ "$(counter shardfs_listing_absent_total)" = $((a0 + 1)) -a "$(lookups)" = $((l3 + 1)) ]
 
-# Changes on the server, 3 s after epoch 1 (the listing is still valid).
+# Changes on the server while the listing is current (the listings of big
+# and of the root answer): names never seen reach the server at once.
 NEW=$MNT/big/new-file.bin
-head -c 5000 /dev/urandom >"$EXPORT/big/new-file.bin"
 mv "$EXPORT/big/image-with-a-longer-name-00001.jpg" "$EXPORT/big/renamed.jpg"
 head -c 12345 /dev/urandom >"$EXPORT/big/image-with-a-longer-name-00002.jpg"
-sleep "$(awk "BEGIN { d = $t_after + 3 - $(date +%s.%N); print (d > 0 ? d : 0) }")"
-check "a name created within actimeo of the listing is not seen yet (answered from it)" \
-	bash -c "! stat '$NEW' 2>/dev/null"
-# The kernel may cache that negative answer only for what is left of
-# actimeo since the listing started (before t_ref): at t_ref + TTL + 1.5
-# it must ask again, though its own answer is younger than actimeo.
-sleep "$(awk "BEGIN { d = $t_ref + $TTL + 1.5 - $(date +%s.%N); print (d > 0 ? d : 0) }")"
-check "after actimeo since the listing, the new name is seen without dropping caches" \
+python3 - "$EXPORT" <<'PY'
+import os, random, sys
+root, r = sys.argv[1], random.Random(11)
+with open(f"{root}/big/new-file.bin", "wb") as f:
+    f.write(r.randbytes(5000))
+for k in range(20):
+    with open(f"{root}/big/new-{k:02}.bin", "wb") as f:
+        f.write(r.randbytes(r.randint(100, 9000)))
+os.makedirs(f"{root}/newdir/sub")
+for k in range(30):
+    with open(f"{root}/newdir/sub/n{k:02}.bin", "wb") as f:
+        f.write(r.randbytes(r.randint(100, 9000)))
+PY
+check "the listing of big is current (its names are answered from it)" \
+	[ "$(counter shardfs_listing_dirs)" -ge 1 ]
+check "a file created on the server, opened by name at once: byte-exact" \
 	same_bytes "$NEW" "$EXPORT/big/new-file.bin"
+# 20 new files opened at once by 20 processes, as trainers handed the names
+new_exact() { seq -w 0 19 | xargs -P 20 -I{} cmp -s "$MNT/big/new-{}.bin" "$EXPORT/big/new-{}.bin"; }
+check "20 new files in the listed folder, opened at once: all byte-exact" new_exact
+check "a new folder under the listed root, and its files at once: byte-exact" \
+	bash -c "for k in \$(seq -w 0 29); do cmp -s '$MNT/newdir/sub/n'\$k.bin '$EXPORT/newdir/sub/n'\$k.bin || exit 1; done"
+check "the new folder lists exactly" diff <(cd "$EXPORT/newdir/sub" && ls) <(ls "$MNT/newdir/sub")
+diag "$(($(counter shardfs_listing_absent_total) - a0)) lookups of names the listings lacked went to NFS"
+# A name NFS found missing may stay missing for actimeo (the kernel's
+# negative entry), as on NFS; once that entry is gone, it is asked again.
+head -c 777 /dev/urandom >"$EXPORT/big/nothing-here"
+drop_caches
+check "a name found missing, made on the server: found once the kernel's negative entry is gone" \
+	same_bytes "$MNT/big/nothing-here" "$EXPORT/big/nothing-here"
+rm -rf "$EXPORT/newdir" "$EXPORT/big/nothing-here" "$EXPORT"/big/new-??.bin
+# Renamed and rewritten files keep actimeo's rule: seen once actimeo has
+# passed since the listing started (before t_ref).
+sleep "$(awk "BEGIN { d = $t_ref + $TTL + 1.5 - $(date +%s.%N); print (d > 0 ? d : 0) }")"
 drop_caches
 check "after actimeo: a renamed file under its new name, byte-exact" \
 	same_bytes "$MNT/big/renamed.jpg" "$EXPORT/big/renamed.jpg"

@@ -403,8 +403,13 @@ static void test_listings(void)
 	       a.fileid == 2 && fh.len == 4 && fh.data[0] == 2,
 	   "a name of the listing answers with its handle and attributes");
 	ok(listed >= t0 - 1 && listed <= sfs_now_ms(), "dated from when the listing started");
+	sfs_ns_get_stats(ns, &st);
+	uint64_t hits0 = st.hits, absent0 = st.listing_absent;
 	ok(sfs_ns_lookup_listed(ns, 10, "zz", &fh, &a, &listed) == -ENOENT,
 	   "a name not in it: ENOENT");
+	sfs_ns_get_stats(ns, &st);
+	ok(st.listing_absent == absent0 + 1 && st.hits == hits0,
+	   "counted as absent (the caller asks NFS), not as a hit");
 	ok(sfs_ns_lookup_listed(ns, 11, "a", &fh, &a, &listed) == -ENODATA,
 	   "another directory: not known");
 	ok(sfs_ns_lookup(ns, 10, "a", &fh, &a) == 0, "sfs_ns_lookup sees it too");
