@@ -11,10 +11,10 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
-#include "../cache/namespace.h"
-#include "../cache/origin.h"
-#include "../cache/prefetch.h"
-#include "../cache/staging.h"
+#include "../cache/namespace/namespace.h"
+#include "../cache/nfs/origin.h"
+#include "../cache/prefetch/prefetch.h"
+#include "../cache/staging/staging.h"
 #include "inode.h"
 #include "jobs.h"
 #include "options.h"
@@ -39,7 +39,7 @@ enum sfs_fuse_op {
 	SFS_OP_COUNT
 };
 
-/* Staging counters: by target (enum sfs_stage_kind, cache/staging.h) and by
+/* Staging counters: by target (enum sfs_stage_kind, cache/staging/staging.h) and by
  * refusal reason. The reasons and the errnos they stand for are a table in
  * fs/ioctl.c, as are the targets' ABI bits and names. */
 enum sfs_stage_reason {

@@ -2,7 +2,7 @@
 /* fusedev — see fusedev.h. */
 #define FUSE_USE_VERSION 312
 #include "fusedev.h"
-#include "../cache/log.h"
+#include "../cache/common/log.h"
 #include "fuse_uring.h"
 
 #include <errno.h>

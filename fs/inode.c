@@ -3,7 +3,7 @@
  * inode — open hash of inodes keyed by (fsid, fileid). See inode.h.
  */
 #include "inode.h"
-#include "../cache/iobuf.h"
+#include "../cache/common/iobuf.h"
 
 #include <errno.h>
 #include <stddef.h>

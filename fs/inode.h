@@ -18,8 +18,8 @@
 #ifndef SFS_INODE_H
 #define SFS_INODE_H
 
-#include "../cache/origin.h"
-#include "../cache/prefetch.h"
+#include "../cache/nfs/origin.h"
+#include "../cache/prefetch/prefetch.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -72,7 +72,7 @@ struct sfs_inode {
 	/* The version the kernel's page cache holds (the last one opened),
 	 * kept across closes to decide keep_cache. */
 	struct sfs_inode_version opened;
-	uint32_t dataset;	 /* atomic: set once, at the first lookup (cache/store.h) */
+	uint32_t dataset;	 /* atomic: set once, at the first lookup (cache/store/store.h) */
 	unsigned n_open;	 /* open file handles on pf */
 	bool orphaned;		 /* protected by the table lock: fileid reused */
 	uint8_t have_opened : 1; /* opened is set */

@@ -22,8 +22,8 @@
  */
 #include "fs.h"
 #include "shardfs_ioctl.h"
-#include "../cache/blocking.h"
-#include "../cache/log.h"
+#include "../cache/common/blocking.h"
+#include "../cache/common/log.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -111,9 +111,9 @@ static bool cuda_usable(struct sfs_fs *fs)
 }
 
 /*
- * The staging targets, indexed by enum sfs_stage_kind (cache/staging.h):
+ * The staging targets, indexed by enum sfs_stage_kind (cache/staging/staging.h):
  * a new target is a row here (with its SHARDFS_REGION_, _CAP_ and _PATH_
- * bits in shardfs_ioctl.h) and its constructor and copy in cache/staging.c.
+ * bits in shardfs_ioctl.h) and its constructor and copy in cache/staging/staging.c.
  */
 static const struct stage_target {
 	const char *name;     /* stats label target="..." */

@@ -9,10 +9,10 @@
  */
 #include "fs.h"
 #include "fusedev.h"
-#include "../cache/hash.h"
+#include "../cache/common/hash.h"
 #include "memtrim.h"
 #include "workers.h"
-#include "../cache/log.h"
+#include "../cache/common/log.h"
 
 /* Kernel readahead for the mount: deep enough for 1 MiB requests to reach
  * every node at once. */

@@ -19,7 +19,7 @@
 #include "pagecache.h"
 #include "memtrim.h"
 #include "shardfs_ioctl.h"
-#include "../cache/log.h"
+#include "../cache/common/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -173,7 +173,7 @@ static void reply_noent(struct sfs_fs *fs, fuse_req_t req)
 }
 
 /*
- * The dataset (cache/store.h) of `name` in directory p: for an entry of the
+ * The dataset (cache/store/store.h) of `name` in directory p: for an entry of the
  * root, the export's top-level directory "EXPORT/NAME" if it is a
  * directory, else the export itself; deeper, p's. 0 without a cache. Any
  * thread (the store's table is lock-free for a known name).
@@ -331,7 +331,7 @@ static void lookup_from_nfs(struct sfs_fs *fs, fuse_req_t req, struct sfs_inode 
  * attributes of a few hundred entries a call), and that listing answers its
  * lookups until actimeo after the listing started; the kernel is told the
  * time left, so no answer is older than actimeo, as with LOOKUPs
- * (fs->listings, the listings mode of cache/namespace.h). The listing runs
+ * (fs->listings, the listings mode of cache/namespace/namespace.h). The listing runs
  * on the I/O threads; lookups meanwhile go to NFS.
  */
 #define LISTING_REPLY_BYTES 65536 /* READDIRPLUS maxcount */
@@ -763,7 +763,7 @@ struct read_call {
 	struct sfs_fs *fs;
 	fuse_req_t req;
 	struct sfs_job_read jr;
-	uint32_t dataset; /* the file's (cache/store.h), for its read counters */
+	uint32_t dataset; /* the file's (cache/store/store.h), for its read counters */
 };
 
 /* Account a read's outcome (per job, per dataset) and reply with its bytes
@@ -1231,7 +1231,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA)
 		conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
 	/* Replies are written from our chunk buffers (writev); libfuse's splice
-	 * path gave short replies under load here (see cache/prefetch.c). */
+	 * path gave short replies under load here (see cache/prefetch/prefetch.c). */
 	conn->want &= ~(unsigned)(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
 	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
 	/* fusedev has read the INIT request by now (fusedev.h). */

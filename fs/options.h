@@ -15,8 +15,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../cache/prefetch.h"
-#include "../cache/store.h"
+#include "../cache/prefetch/prefetch.h"
+#include "../cache/store/store.h"
 #include "pagecache.h"
 
 /* Kernel entry/attr timeout under immutable: a year, i.e. never revalidate. */

@@ -11,8 +11,8 @@
 #include "fusedev.h"
 #include "memtrim.h"
 #include "workers.h"
-#include "../cache/iobuf.h"
-#include "../cache/log.h"
+#include "../cache/common/iobuf.h"
+#include "../cache/common/log.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
  * wakes a sleeping worker for nearly every request (a context switch each,
  * the largest cost of a cached small file on a VM). Here at most `active`
  * workers that are not waiting take requests; a worker about to wait for
- * NFS or for a chunk (sfs_blocking_begin, cache/blocking.h) wakes a parked
+ * NFS or for a chunk (sfs_blocking_begin, cache/common/blocking.h) wakes a parked
  * worker, or starts one, up to max_threads, when no other worker is free to
  * read the next request; once it stops waiting and the pool has more than
  * `active` working, a worker parks after its request while another reads.

@@ -10,7 +10,7 @@
  * the work through the mount's ioctls (fs/shardfs_ioctl.h,
  * SHARDFS_IOC_CACHE_*), on its store's writer thread, while readers go on.
  * Or TARGET is the cache_dir of a mount that is not running: the tool opens
- * the store itself (cache/store.h, the daemon's own code), which takes
+ * the store itself (cache/store/store.h, the daemon's own code), which takes
  * cache_dir/LOCK, so a cache a daemon holds is refused with the daemon's
  * pid. Nothing here edits cache files by itself.
  *

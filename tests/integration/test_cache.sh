@@ -105,7 +105,7 @@ sfs_umount
 # --- corrupted, truncated and deleted cache files -----------------------------
 # s0: flip bytes inside its first chunk; s1: truncate its file; s2: delete it;
 # s3: zero its header (the index of its chunks). A chunk record is 520 bytes
-# (64 XXH3-64s, one per 16 KiB sub-block, length, valid mark; cache/store.c).
+# (64 XXH3-64s, one per 16 KiB sub-block, length, valid mark; cache/store/store.c).
 mapfile -t objs < <(find "$CACHE/objects" -type f -size +60M | sort)
 check "one cache object per shard file" [ "${#objs[@]}" -ge 8 ]
 # Find which object holds which shard by comparing a chunk's bytes.

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# Small files packed in segments (cache/segment.h) against a real 4-node
+# Small files packed in segments (cache/store/segment.h) against a real 4-node
 # cluster: 10,000 files of 1-20 KB and 300 of ~110 KB read through the
 # mount, cold then warm then after a remount; a segment deleted while
 # mounted; flipped bytes, a truncated segment, damaged .idx files and a torn
@@ -238,7 +238,7 @@ PACKED_BYTES=$($SF bytes "$WORK/manifest" small/ med/)
 diag "$N_PACKED small files, $((PACKED_BYTES / MB)) MiB"
 sfs_cluster_up 4
 
-# Segments are cache_size / 16 (4 to 256 MiB; cache/store.c): 256M makes
+# Segments are cache_size / 16 (4 to 256 MiB; cache/store/store.c): 256M makes
 # 16 MiB segments, so that the data set fills several, sealed with an .idx;
 # a cache of a quarter of the data (lru, pin) has 4 MiB segments.
 SIZE_OPT=cache_size=256M
@@ -255,7 +255,7 @@ le() { [ "$1" -le "$2" ]; }
 section() { diag "--- $1 (at ${SECONDS}s)"; }
 
 # --- no cache: each file fetched as asked and answered from the READ's reply
-# (no copy into a buffer of the daemon's: cache/origin.h, lend) ----------------
+# (no copy into a buffer of the daemon's: cache/nfs/origin.h, lend) ----------------
 section "no cache"
 sfs_mount ""
 drop_caches

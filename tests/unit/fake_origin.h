@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fake_origin — an in-memory stand-in for cache/origin.c in unit tests.
+ * fake_origin — an in-memory stand-in for cache/nfs/origin.c in unit tests.
  *
  * Implements the origin.h functions that prefetch.c calls
  * (sfs_origin_submit, sfs_origin_submit_batch, sfs_origin_max_read) over

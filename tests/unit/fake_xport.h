@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fake_xport — an in-memory transport for the origin pool's unit tests
- * (cache/origin_xport.h), in the spirit of SQLite's do_ioerr_test: every
+ * (cache/nfs/origin_xport.h), in the spirit of SQLite's do_ioerr_test: every
  * call the pool makes of it is counted, and the Nth (or the Nth and every
  * later one) fails.
  *

@@ -8,7 +8,7 @@
  * another, so a value that differs by implementation is a checksum
  * mismatch on every load.
  */
-#include "../../cache/hash.h"
+#include "../../cache/common/hash.h"
 #include "tap.h"
 
 #include <stdint.h>

@@ -6,7 +6,7 @@
  * are plain allocations and go back as such; a put of NULL is nothing; and,
  * where the kernel has transparent huge pages, a touched region is one.
  */
-#include "../../cache/iobuf.h"
+#include "../../cache/common/iobuf.h"
 #include "tap.h"
 
 #include <stdint.h>

@@ -2,7 +2,7 @@
 /*
  * test_log — level filtering, the stderr line format and the rate limiter.
  *
- * Linked against cache/log.c only. stderr is redirected to a temporary file
+ * Linked against cache/common/log.c only. stderr is redirected to a temporary file
  * around each sfs_log() call so that the test can read what was written.
  */
 #include "log.h"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * test_namespace — cache/namespace.c against a real temp directory: records,
+ * test_namespace — cache/namespace/namespace.c against a real temp directory: records,
  * replay after close, a torn tail, a flipped byte, another export or root,
  * the entry bound, replacement and compaction; listings mode (lookups
  * answered from whole listings for a time: when to list, expiry, failures).

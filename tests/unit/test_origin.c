@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * test_origin — the origin pool (cache/origin.c, origin_conn.c,
+ * test_origin — the origin pool (cache/nfs/origin.c, origin_conn.c,
  * origin_call.c) against the fake transport (fake_xport.c); no libnfs.
  *
  * The fault loop follows SQLite's do_ioerr_test: run one workload (READs of

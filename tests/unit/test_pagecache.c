@@ -7,7 +7,7 @@
 #include "pagecache.h"
 #include "tap.h"
 
-#include "../cache/prefetch.h"
+#include "../../cache/prefetch/prefetch.h"
 
 #define BIG   (SFS_CHUNK_BYTES + 1ull)
 #define SMALL ((uint64_t)SFS_CHUNK_BYTES)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * test_prefetch — cache/prefetch.c against a fake origin (fake_origin.c).
+ * test_prefetch — cache/prefetch/prefetch.c against a fake origin (fake_origin.c).
  *
  * Linked with prefetch.c and log.c only; origin.c is replaced by the fake,
  * whose files are synthetic (byte i of file `seed` is fake_fill(seed, i)) and

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * test_segment — cache/segment.c (the packed small-object log) against a
+ * test_segment — cache/store/segment.c (the packed small-object log) against a
  * real directory under /tmp, and once under /dev/shm (tmpfs: no O_DIRECT,
  * the buffered fallback).
  *

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * test_staging_cuda — the CUDA half of staging (cache/staging_cuda.c) on a
+ * test_staging_cuda — the CUDA half of staging (cache/staging/staging_cuda.c) on a
  * real GPU: IPC import and its cache, copies of iovecs through the pinned
  * buffers, bounds, concurrency, close and reopen.
  *

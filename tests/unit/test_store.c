@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * test_store — cache/store.c against a real local directory.
+ * test_store — cache/store/store.c against a real local directory.
  *
  * Linked with store.c, segment.c, uring.c and log.c only (sfs_store_dep);
  * segment.c is part of the store (its packed layout), not faked. The one

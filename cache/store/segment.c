@@ -64,9 +64,9 @@
  * evicted segment (dead) is freed and its fd closed by the last unref.
  */
 #include "segment.h"
-#include "hash.h"
-#include "iobuf.h"
-#include "log.h"
+#include "../common/hash.h"
+#include "../common/iobuf.h"
+#include "../common/log.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -43,7 +43,7 @@
  * Fork: CUDA does not survive fork(). Open after the daemon has forked.
  */
 #include "staging_cuda.h"
-#include "log.h"
+#include "../common/log.h"
 
 #include <dlfcn.h>
 #include <errno.h>

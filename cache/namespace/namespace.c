@@ -33,8 +33,8 @@
  * rename() when compacted).
  */
 #include "namespace.h"
-#include "hash.h"
-#include "log.h"
+#include "../common/hash.h"
+#include "../common/log.h"
 
 #include <errno.h>
 #include <fcntl.h>

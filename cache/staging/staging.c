@@ -6,7 +6,7 @@
  */
 #include "staging.h"
 #include "staging_cuda.h"
-#include "log.h"
+#include "../common/log.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -9,8 +9,8 @@
  * with acquire and may then read the name. Counters are relaxed atomics.
  */
 #include "datasets.h"
-#include "hash.h"
-#include "log.h"
+#include "../common/hash.h"
+#include "../common/log.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -20,8 +20,8 @@
 #ifndef SFS_PREFETCH_H
 #define SFS_PREFETCH_H
 
-#include "origin.h"
-#include "store.h"
+#include "../nfs/origin.h"
+#include "../store/store.h"
 
 #include <stdint.h>
 #include <sys/uio.h>

@@ -35,7 +35,7 @@
 #ifndef SFS_NAMESPACE_H
 #define SFS_NAMESPACE_H
 
-#include "origin.h"
+#include "../nfs/origin.h"
 
 #include <stdbool.h>
 #include <stddef.h>

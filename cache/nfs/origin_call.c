@@ -6,7 +6,7 @@
  * origin. See origin.h for the contract.
  */
 #include "origin.h"
-#include "blocking.h"
+#include "../common/blocking.h"
 
 #include <pthread.h>
 

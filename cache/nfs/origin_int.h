@@ -34,7 +34,7 @@
 #ifndef SFS_ORIGIN_INT_H
 #define SFS_ORIGIN_INT_H
 
-#include "log.h"
+#include "../common/log.h"
 #include "origin.h"
 #include "origin_xport.h"
 

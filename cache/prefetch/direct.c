@@ -1,0 +1,630 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * prefetch/direct — the direct path for small files and random readers
+ * (sfs_pf_read, sfs_pf_read_async): no chunk, the store's 16 KiB blocks that a
+ * read touches read and checked into the thread's scratch, or, without a store,
+ * the pages asked for fetched from the origin and answered on the I/O thread.
+ */
+#include "prefetch_int.h"
+
+/* --- the direct path: cached bytes for small files and random readers ---- */
+
+/*
+ * Whether the reader of f reads sequentially: this read starts within two
+ * chunks of where the last one ended (the kernel's readahead requests are
+ * in flight together and may arrive out of order), for the second time in
+ * a row (one such step happens by chance among random readers; two rarely
+ * do), and most recent reads were such steps (rand_score: a moving share of
+ * reads that were not, in 1/256, below SEQ_MAX_RAND_SCORE; the first read
+ * of a file is not scored). The first read at the start of a file counts
+ * too (shards are read from 0). Updates the detector. Caller holds f->lock.
+ */
+static bool track_sequential(struct sfs_pf_file *f, uint64_t c0, uint64_t c1)
+{
+	bool first = f->next_seq == 0; /* no read yet: no history to score */
+	bool step = c0 + 2 >= f->next_seq && c0 <= f->next_seq + 2;
+
+	f->seq_run = step ? f->seq_run + 1 : 0;
+	if (!first)
+		f->rand_score += ((step ? 0 : 256) - (int)f->rand_score) / 8;
+	f->next_seq = c1 + 1;
+	return (c0 == 0 || f->seq_run >= 2) && f->rand_score < SEQ_MAX_RAND_SCORE;
+}
+
+/*
+ * Serve [off, end) straight from the store, verified by this read: only the
+ * 64 KiB blocks the range touches (a whole packed object for a small file)
+ * are read, into this thread's scratch; no chunk buffer, no readahead, no
+ * pins. Returns the bytes served, or -1 when the chunk path must take it
+ * (not in the store, or it failed its checks: the chunk path fetches it
+ * again from NFS).
+ */
+static ssize_t direct_read(struct sfs_pf_file *f, sfs_store_obj *obj, uint64_t off, uint64_t end,
+			   struct sfs_pf_view *v)
+{
+	size_t need = sfs_store_range_bytes(obj, off, (size_t)(end - off));
+	void *buf = need <= SCRATCH_BYTES ? scratch_take(need) : NULL;
+	const char *data;
+	ssize_t n =
+	    buf ? sfs_store_read_range(obj, off, (size_t)(end - off), buf, need, &data) : -ENOMEM;
+	if (n <= 0) {
+		if (buf)
+			scratch_give(buf);
+		return -1;
+	}
+	v->scratch = buf;
+	v->iov[0].iov_base = (void *)data;
+	v->iov[0].iov_len = (size_t)n;
+	v->n_iov = 1;
+	v->bytes = (size_t)n;
+	v->cache_bytes = (size_t)n;
+	count(&f->pf->stats.hit_bytes, n);
+	count(&f->pf->stats.direct_reads, 1);
+	return n;
+}
+
+#define DIRECT_FETCH_REQS 4
+
+/* The outcome of a direct fetch's n READs of [a0, ...) into buf, for the
+ * reader's [off, end): v points into buf (or, for one READ, at its data,
+ * which may be lent: then v is valid in its completion only). Returns the
+ * bytes served, 0 at end of file, or -errno (-ESTALE: the file changed
+ * since open). */
+static ssize_t fetch_result(struct sfs_pf_file *f, const struct sfs_origin_req *reqs, unsigned n,
+			    char *buf, uint64_t a0, uint64_t off, uint64_t end,
+			    struct sfs_pf_view *v)
+{
+	sfs_prefetch *pf = f->pf;
+	uint64_t got = a0; /* bytes from a0 on that landed, in order */
+
+	for (unsigned i = 0; i < n; i++) {
+		const struct sfs_origin_req *r = &reqs[i];
+		if (r->result < 0)
+			return r->result;
+		if (f->check_version && r->have_attr && !same_version(&f->version, &r->attr)) {
+			count(&pf->stats.stale_errors, 1);
+			return -ESTALE;
+		}
+		count(&pf->stats.fetched_bytes, r->result);
+		if (got == r->offset)
+			got += (uint64_t)r->result; /* a short reply ends the file */
+	}
+	uint64_t to = end < got ? end : got;
+	if (to <= off)
+		return 0;
+	const char *base = n == 1 ? reqs[0].data : buf; /* lent or placed */
+	v->iov[0].iov_base = (void *)(base + (off - a0));
+	v->iov[0].iov_len = (size_t)(to - off);
+	v->n_iov = 1;
+	v->bytes = (size_t)(to - off);
+	count(&pf->stats.direct_fetches, 1);
+	return (ssize_t)v->bytes;
+}
+
+/*
+ * Without a store, a reader that jumps around gets exactly what it asked
+ * for straight from the origin into this thread's
+ * scratch: a 1 MiB chunk per record would fetch ~9x the bytes of 110 KB
+ * records and nothing would keep the rest. Returns the bytes served, 0 at
+ * end of file, -errno (-ESTALE: the file changed since open), or -1 when the
+ * chunk path must take it (no scratch, a tiny rsize).
+ */
+/* What a direct fetch of [off, end) asks for: those bytes, up to the file's
+ * end, in n READs of max_read. Not rounded out to pages: nothing else reads
+ * them (no store, or one that would refuse them), and a 110 KB record would
+ * cost the origin 4% more bytes (measured: NFS bytes 1.037 -> 1.000 x the
+ * file for shuffled records). */
+struct fetch_span {
+	uint64_t a0, a1;
+	uint32_t max_read;
+	unsigned n;
+};
+
+/* The span of [off, end), or false when a direct fetch cannot take it (more
+ * than DIRECT_FETCH_REQS READs: a tiny rsize; more than a scratch). */
+static bool fetch_span(const struct sfs_pf_file *f, uint64_t off, uint64_t end,
+		       struct fetch_span *sp)
+{
+	sp->a0 = off;
+	sp->a1 = end < f->size ? end : f->size;
+	sp->max_read = pf_max_read(f->pf);
+	sp->n = parts_for(sp->a0, sp->a1, sp->max_read);
+	return sp->n <= DIRECT_FETCH_REQS && sp->a1 - sp->a0 <= SFS_STORE_RANGE_BUF_BYTES;
+}
+
+static ssize_t direct_fetch(struct sfs_pf_file *f, uint64_t off, uint64_t end,
+			    struct sfs_pf_view *v)
+{
+	sfs_prefetch *pf = f->pf;
+	struct sfs_origin_req reqs[DIRECT_FETCH_REQS], *batch[DIRECT_FETCH_REQS];
+	struct fetch_span sp;
+
+	if (!fetch_span(f, off, end, &sp))
+		return -1;
+	char *buf = scratch_take((size_t)(sp.a1 - sp.a0));
+	if (!buf)
+		return -1;
+	read_parts(reqs, &f->fh, sp.a0, sp.a1, sp.max_read, buf);
+	for (unsigned i = 0; i < sp.n; i++)
+		batch[i] = &reqs[i];
+	sfs_origin_call_batch(pf->origin, batch, sp.n);
+	ssize_t n = fetch_result(f, reqs, sp.n, buf, sp.a0, off, end, v);
+	if (n > 0)
+		v->scratch = buf;
+	else
+		scratch_give(buf);
+	return n;
+}
+
+/* --- the direct fetch, answered from the I/O thread ------------------------ */
+
+/* A direct fetch in flight for sfs_pf_read_async: its READs, its buffer (a
+ * sized buffer of the budget, counted in buffer_bytes) and the caller's
+ * completion. Holds a reference on its file. */
+struct pf_fetch {
+	struct sfs_pf_file *f;
+	uint64_t a0, off, end;
+	char *buf;
+	uint32_t buf_bytes;
+	unsigned n, pending; /* pending: atomic, READs not yet done */
+	struct sfs_origin_req reqs[DIRECT_FETCH_REQS];
+	struct pf_answer answer;
+};
+
+/* Each READ's completion, on an I/O thread (or in sfs_origin_submit_batch
+ * when the pool is closing); the last one answers the caller, then frees
+ * the buffer: the caller's done() must have copied or sent the bytes. */
+static void fetch_part_done(struct sfs_origin_req *r)
+{
+	struct pf_fetch *x = r->arg;
+
+	if (__atomic_sub_fetch(&x->pending, 1, __ATOMIC_ACQ_REL))
+		return;
+	struct sfs_pf_file *f = x->f;
+	struct sfs_pf_view v = {0};
+	ssize_t n = fetch_result(f, x->reqs, x->n, x->buf, x->a0, x->off, x->end, &v);
+	x->answer.done(x->answer.arg, n, &v);
+	buf_put_sized(f->pf, x->buf, x->buf_bytes);
+	free(x);
+	sfs_pf_file_unref(f);
+}
+
+/* Start [off, end) as READs answered through done(); the caller took a
+ * reference on f for it. Returns false, having started nothing, when the
+ * synchronous paths must take it (a tiny rsize, no memory). */
+static bool fetch_start(struct sfs_pf_file *f, uint64_t off, uint64_t end, sfs_pf_read_done done,
+			const void *arg, size_t arg_len)
+{
+	sfs_prefetch *pf = f->pf;
+	struct sfs_origin_req *batch[DIRECT_FETCH_REQS];
+	struct fetch_span sp;
+
+	if (!fetch_span(f, off, end, &sp))
+		return false;
+	struct pf_fetch *x = malloc(sizeof(*x));
+	if (!x)
+		return false;
+	*x = (struct pf_fetch){
+	    .f = f, .a0 = sp.a0, .off = off, .end = end, .n = sp.n, .pending = sp.n};
+	answer_set(&x->answer, done, arg, arg_len);
+	x->buf_bytes = (uint32_t)((sp.a1 - sp.a0 + 4095) & ~(uint64_t)4095);
+	pthread_mutex_lock(&pf->buf_lock);
+	x->buf = buf_get_sized(pf, x->buf_bytes, true);
+	if (!x->buf) {
+		free(x);
+		return false;
+	}
+	read_parts(x->reqs, &f->fh, sp.a0, sp.a1, sp.max_read, x->buf);
+	/* One READ is answered from the reply itself (fetch_part_done runs in
+	 * its completion): buf only catches a reply that comes in pieces. */
+	x->reqs[0].lend = sp.n == 1;
+	for (unsigned i = 0; i < sp.n; i++) {
+		x->reqs[i].done = fetch_part_done;
+		x->reqs[i].arg = x;
+		batch[i] = &x->reqs[i];
+	}
+	sfs_origin_submit_batch(pf->origin, batch, sp.n);
+	return true;
+}
+
+/* Wait on f->cond (a chunk landed, a pin was dropped), saying so
+ * (blocking.h). Caller holds f->lock. */
+static void pf_wait(struct sfs_pf_file *f)
+{
+	sfs_blocking_begin();
+	pthread_cond_wait(&f->cond, &f->lock);
+	sfs_blocking_end();
+}
+
+/*
+ * Step 1 of a chunk-path read: find or start every chunk of [c0, c1),
+ * pinned for the reader, as want[]. Chunks to fetch go to started[], cached
+ * chunks to load on this thread to loads[]. Waits (on f->cond) while there
+ * is no buffer or room. Caller holds f->lock. Returns how many were wanted.
+ */
+static int claim_chunks(struct sfs_pf_file *f, uint64_t off, uint64_t end, bool seq,
+			struct pf_chunk **want, struct pf_chunk **started, size_t *n_started,
+			struct pf_chunk **loads, size_t *n_loads)
+{
+	uint64_t c0 = off >> SFS_CHUNK_SHIFT, c1 = (end - 1) >> SFS_CHUNK_SHIFT;
+	int n_want = 0;
+
+	for (uint64_t ci = c0; ci <= c1; ci++) {
+		struct pf_chunk *c;
+		for (;;) {
+			if ((c = chunk_find(f, ci)))
+				break;
+			/* In the store: read and check it (every chunk is verified
+			 * each time it is loaded: XXH3 costs far less than the read). */
+			enum sfs_chunk_state st = store_state(f, ci);
+			bool load = st == SFS_CHUNK_PRESENT || st == SFS_CHUNK_VERIFIED;
+			/* A sequential reader wants the whole chunk anyway; one that
+			 * jumps around waits only for its own blocks. */
+			if ((c = chunk_start(f, ci, c0, true, load, seq ? 0 : off,
+					     seq ? 0 : end))) {
+				if (load)
+					loads[(*n_loads)++] = c;
+				else
+					started[(*n_started)++] = c;
+				break;
+			}
+			/* Out of memory or room: wait for a pin or fetch to end. */
+			pf_wait(f);
+		}
+		c->refs++;
+		c->used = true;
+		want[n_want++] = c;
+	}
+	return n_want;
+}
+
+/*
+ * Step 2: the readahead window after c1 for a sequential reader: chunks the
+ * store lacks are fetched (started[]), cached ones loaded by the loader
+ * threads (ahead_loads[]). Caller holds f->lock.
+ */
+static void start_readahead(struct sfs_pf_file *f, uint64_t c0, uint64_t c1,
+			    struct pf_chunk **started, size_t *n_started,
+			    struct pf_chunk **ahead_loads, size_t *n_ahead_loads)
+{
+	uint64_t last = (f->size - 1) >> SFS_CHUNK_SHIFT;
+
+	for (uint64_t ci = c1 + 1; ci <= c1 + f->pf->conf.window_chunks && ci <= last; ci++) {
+		if (chunk_find(f, ci))
+			continue;
+		enum sfs_chunk_state st = store_state(f, ci);
+		bool cached = st == SFS_CHUNK_PRESENT || st == SFS_CHUNK_VERIFIED;
+		if (st == SFS_CHUNK_WRITING || (cached && *n_ahead_loads == SFS_PF_MAX_WINDOW))
+			continue;
+		struct pf_chunk *c = chunk_start(f, ci, c0, false, cached, 0, 0);
+		if (!c)
+			break;
+		if (cached)
+			ahead_loads[(*n_ahead_loads)++] = c; /* read ahead from the cache too */
+		else
+			started[(*n_started)++] = c;
+	}
+}
+
+/*
+ * Whether a reader of [off, end) may use chunk c now: it is READY or FAILED,
+ * or still FETCHING without an error and every part that overlaps the range
+ * has landed (a split fetch, chunk_start). A chunk with a failed part is
+ * waited for until it is FAILED, so that the reader's -EIO drops it and its
+ * retry starts a new fetch (never a second -EIO from the same fetch).
+ * Caller holds f->lock.
+ */
+static bool chunk_range_ready(const struct pf_chunk *c, uint64_t off, uint64_t end)
+{
+	if (c->state == CHUNK_READY || c->state == CHUNK_FAILED)
+		return true;
+	if (c->state == CHUNK_LOADING || c->err)
+		return false;
+	for (unsigned p = 0; p < c->n_parts; p++) {
+		const struct sfs_origin_req *r = &c->parts[p];
+		if (r->offset < end && r->offset + r->count > off && !(c->parts_done & (1ull << p)))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Step 3: wait for the wanted chunks and point v at [off, end) in them.
+ * Returns the bytes, or the first failed chunk's error (then nothing stays
+ * pinned, and failed chunks are dropped so that the next read retries).
+ * Caller holds f->lock.
+ */
+ssize_t fill_view(struct sfs_pf_file *f, uint64_t off, uint64_t end, struct pf_chunk **want,
+		  int n_want, struct sfs_pf_view *v)
+{
+	ssize_t ret = 0;
+
+	for (int i = 0; i < n_want; i++)
+		while (!chunk_range_ready(want[i], off, end))
+			pf_wait(f);
+	for (int i = 0; i < n_want; i++) {
+		struct pf_chunk *c = want[i];
+		uint64_t cstart = c->index << SFS_CHUNK_SHIFT;
+		if (c->state == CHUNK_FAILED) {
+			ret = c->err;
+			break;
+		}
+		uint64_t from = off > cstart ? off : cstart;
+		uint64_t to = end < cstart + c->len ? end : cstart + c->len;
+		if (to <= from)
+			break; /* file ended early */
+		/* Hit: the bytes come from the cache; miss: they came from NFS. */
+		if (c->loaded)
+			count(&f->pf->stats.hit_bytes, (int64_t)(to - from));
+		else if (f->obj)
+			count(&f->pf->stats.miss_bytes, (int64_t)(to - from));
+		if (to == cstart + c->len)
+			c->consumed = true;
+		unsigned b0 = (unsigned)((from - cstart) >> 16),
+			 b1 = (unsigned)((to - 1 - cstart) >> 16);
+		c->delivered |= (uint16_t)(((1u << (b1 - b0 + 1)) - 1) << b0);
+		v->iov[v->n_iov].iov_base = c->buf + (from - cstart);
+		v->iov[v->n_iov].iov_len = (size_t)(to - from);
+		v->n_iov++;
+		v->bytes += (size_t)(to - from);
+		v->cache_bytes += c->loaded ? (size_t)(to - from) : 0;
+		if (to < cstart + SFS_CHUNK_BYTES && to < end)
+			break; /* short chunk: end of file */
+	}
+	for (int i = 0; i < n_want; i++)
+		v->pins[v->n_pins++] = want[i];
+	if (ret < 0) {
+		for (int i = 0; i < v->n_pins; i++)
+			((struct pf_chunk *)v->pins[i])->refs--;
+		v->n_pins = 0;
+		v->n_iov = 0;
+		v->bytes = 0;
+		for (size_t i = 0; i < f->n_chunks;)
+			if (f->chunks[i]->state == CHUNK_FAILED && f->chunks[i]->refs == 0)
+				chunk_free(f, i);
+			else
+				i++;
+		pthread_cond_broadcast(&f->cond);
+	}
+	return ret < 0 ? ret : (ssize_t)v->bytes;
+}
+
+/* Waiters of chunk c whose range is ready, unlinked. Caller holds f->lock. */
+struct pf_waiter *waiters_ready(struct sfs_pf_file *f, struct pf_chunk *c)
+{
+	struct pf_waiter *ready = NULL, **p = &f->waiters;
+
+	while (*p) {
+		struct pf_waiter *w = *p;
+		if (w->c == c && chunk_range_ready(c, w->off, w->end)) {
+			*p = w->next;
+			w->next = ready;
+			ready = w;
+		} else {
+			p = &w->next;
+		}
+	}
+	return ready;
+}
+
+/* Answer waiters whose range is ready (from waiters_ready), without the
+ * lock held: each reply goes out from this thread. */
+void waiters_answer(struct sfs_pf_file *f, struct pf_waiter *ready)
+{
+	while (ready) {
+		struct pf_waiter *w = ready;
+		struct sfs_pf_view v = {0};
+		ready = w->next;
+		pthread_mutex_lock(&f->lock);
+		ssize_t n = fill_view(f, w->off, w->end, &w->c, 1, &v); /* ready: no wait */
+		f->refs += v.n_pins ? 1 : 0; /* the view's reference, as in chunk_read */
+		pthread_mutex_unlock(&f->lock);
+		w->answer.done(w->answer.arg, n, &v);
+		sfs_pf_view_release(f, &v);
+		free(w);
+		sfs_pf_file_unref(f); /* the waiter's reference */
+	}
+}
+
+/* Register an answer of [off, end) in chunk c (pinned by claim_chunks) for
+ * when its bytes land. Caller holds f->lock and has checked that they have
+ * not. Returns false (nothing registered) without memory. */
+static bool waiter_add(struct sfs_pf_file *f, struct pf_chunk *c, uint64_t off, uint64_t end,
+		       sfs_pf_read_done done, const void *arg, size_t arg_len)
+{
+	struct pf_waiter *w = malloc(sizeof(*w));
+
+	if (!w)
+		return false;
+	*w = (struct pf_waiter){.next = f->waiters, .c = c, .off = off, .end = end};
+	answer_set(&w->answer, done, arg, arg_len);
+	f->waiters = w;
+	f->refs++;
+	return true;
+}
+
+/* The chunk path of a read: claim the chunks, start readahead, load or
+ * fetch, wait, fill the view. A read of one chunk that is not a sequential
+ * reader's (a small file, a random record) does not wait when the caller
+ * takes answers from the I/O thread (done): it returns -EINPROGRESS and is
+ * answered by whichever thread lands its bytes. */
+static ssize_t chunk_read(struct sfs_pf_file *f, uint64_t off, uint64_t end, bool seq,
+			  struct sfs_pf_view *v, sfs_pf_read_done done, const void *arg,
+			  size_t arg_len)
+{
+	struct pf_chunk *want[3], *started[SFS_PF_MAX_WINDOW * 2 + 3], *loads[3];
+	struct pf_chunk *ahead_loads[SFS_PF_MAX_WINDOW];
+	size_t n_started = 0, n_loads = 0, n_ahead_loads = 0;
+	uint64_t c0 = off >> SFS_CHUNK_SHIFT, c1 = (end - 1) >> SFS_CHUNK_SHIFT;
+
+	pthread_mutex_lock(&f->lock);
+	int n_want = claim_chunks(f, off, end, seq, want, started, &n_started, loads, &n_loads);
+	if (seq && f->pf->conf.mode != SFS_PREFETCH_OFF)
+		start_readahead(f, c0, c1, started, &n_started, ahead_loads, &n_ahead_loads);
+	shard_pump(f, started, &n_started, SFS_PF_MAX_WINDOW);
+	/* Registered before the parts are submitted: none can land unseen. */
+	bool waiting = done && (!seq || f->size <= SFS_CHUNK_BYTES) && n_want == 1 &&
+		       n_loads == 0 && !chunk_range_ready(want[0], off, end) &&
+		       waiter_add(f, want[0], off, end, done, arg, arg_len);
+	pthread_mutex_unlock(&f->lock);
+	submit_chunks(f, started, n_started);
+	loader_queue(f->pf, ahead_loads, n_ahead_loads);
+	for (size_t i = 0; i < n_loads; i++)
+		load_chunk(f, loads[i]);
+	if (waiting)
+		return -EINPROGRESS;
+
+	pthread_mutex_lock(&f->lock);
+	ssize_t ret = fill_view(f, off, end, want, n_want, v);
+	/* A view holds its file: the kernel may see the reply and close the
+	 * file (and the last open may drop f) before the view is released. */
+	if (v->n_pins)
+		f->refs++;
+	pthread_mutex_unlock(&f->lock);
+	return ret;
+}
+
+/* Which path a read takes (see sfs_pf_read_async). */
+struct read_plan {
+	bool seq;	  /* the reader goes in order (track_sequential) */
+	bool direct;	  /* from the store, verified, no chunk */
+	bool fetch;	  /* from the origin into the thread's scratch, no chunk */
+	bool fetch_async; /* from the origin, answered from the I/O thread */
+	sfs_store_obj *obj;
+};
+
+/* Classify a read of [off, end): track_sequential runs once per read. A
+ * fetch_async plan holds a reference on f for fetch_start. */
+static struct read_plan plan_read(struct sfs_pf_file *f, uint64_t off, uint64_t end, bool async)
+{
+	uint64_t c0 = off >> SFS_CHUNK_SHIFT, c1 = (end - 1) >> SFS_CHUNK_SHIFT;
+	struct read_plan p;
+
+	pthread_mutex_lock(&f->lock);
+	p.seq = track_sequential(f, c0, c1);
+	/* f->obj is dropped only when the last open ends; a reader holds one. */
+	p.obj = f->obj;
+	/* Up to a chunk, none of it in memory: the chunk path gains nothing. */
+	bool off_chunks =
+	    end - off <= SFS_CHUNK_BYTES && !chunk_find(f, c0) && (c1 == c0 || !chunk_find(f, c1));
+	bool small = f->size <= SFS_CHUNK_BYTES;
+	p.direct = p.obj && off_chunks && (small || !p.seq);
+	/* With a store, a random reader's chunk that the store lacks is
+	 * fetched whole so that the store gets it; but while the writes
+	 * waiting hold the budget it would be dropped uncached (write_admitted)
+	 * and its other ~9 records fetched whole again later: then the reader's
+	 * own bytes only, as without a store (measured, 3 GiB of shuffled
+	 * records behind this VM's disk: NFS bytes 1.09 x the file, 263 MiB of
+	 * writes skipped). */
+	bool uncachable = p.obj && off_chunks && !p.seq && !small &&
+			  write_behind_full(f->pf, SFS_CHUNK_BYTES) &&
+			  store_state(f, c0) == SFS_CHUNK_ABSENT &&
+			  (c1 == c0 || store_state(f, c1) == SFS_CHUNK_ABSENT);
+	/* Without a store: a random reader's own bytes only. Waiting for them
+	 * on this thread, a file of one chunk or less is read whole by the
+	 * chunk path; answered from the I/O thread, it is fetched as asked. */
+	p.fetch = (!p.obj && off_chunks && !p.seq && !small) || uncachable;
+	p.fetch_async = async && off_chunks && ((!p.obj && (!p.seq || small)) || uncachable);
+	if (p.fetch_async)
+		f->refs++;
+	pthread_mutex_unlock(&f->lock);
+	return p;
+}
+
+/*
+ * Where a read's bytes come from: a file of one chunk or less (read whole,
+ * once) and a reader that jumps around (a chunk loaded for one record would
+ * be dropped before its other records are asked for) take the direct path
+ * when the store has the range and no chunk of it is in memory; without a
+ * store, they are fetched as asked, from the I/O thread where the caller
+ * takes answers there. Everything else takes the chunk path.
+ */
+ssize_t sfs_pf_read_async(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v,
+			  sfs_pf_read_done done, const void *arg, size_t arg_len)
+{
+	v->n_iov = 0;
+	v->n_pins = 0;
+	v->scratch = NULL;
+	v->bytes = 0;
+	v->cache_bytes = 0;
+	if (off >= f->size || len == 0)
+		return 0;
+	uint64_t end = off + len < f->size ? off + len : f->size;
+	if (((end - 1) >> SFS_CHUNK_SHIFT) - (off >> SFS_CHUNK_SHIFT) >= 3)
+		return -EINVAL;
+
+	if (arg_len > SFS_PF_ASYNC_ARG_MAX)
+		done = NULL; /* no room for the caller's context: answered here */
+	struct read_plan p = plan_read(f, off, end, done != NULL);
+	if (p.fetch_async) {
+		if (fetch_start(f, off, end, done, arg, arg_len))
+			return -EINPROGRESS;
+		sfs_pf_file_unref(f); /* not the last: the caller's open holds one */
+	}
+	if (p.direct) {
+		ssize_t n = direct_read(f, p.obj, off, end, v);
+		if (n > 0)
+			return n;
+	}
+	if (p.fetch) {
+		ssize_t n = direct_fetch(f, off, end, v);
+		if (n != -1)
+			return n;
+	}
+	return chunk_read(f, off, end, p.seq, v, done, arg, arg_len);
+}
+
+ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v)
+{
+	return sfs_pf_read_async(f, off, len, v, NULL, NULL, 0);
+}
+
+void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v)
+{
+	if (v->scratch) { /* before f: the reply may have let f go */
+		scratch_give(v->scratch);
+		v->scratch = NULL;
+	}
+	if (!v->n_pins)
+		return;
+	pthread_mutex_lock(&f->lock);
+	for (int i = 0; i < v->n_pins; i++) {
+		struct pf_chunk *c = v->pins[i];
+		c->refs--;
+		/* A sequential reader (and the kernel's page cache) will not ask
+		 * for a chunk read to its end again: free it now, not at eviction,
+		 * so finished chunks never hold the memory budget. */
+		if (!chunk_busy(c) && c->consumed && c->state == CHUNK_READY)
+			chunk_free_ptr(f, c);
+	}
+	v->n_pins = 0;
+	pthread_cond_broadcast(&f->cond);
+	bool last = --f->refs == 0; /* the view's reference */
+	pthread_mutex_unlock(&f->lock);
+	if (last)
+		file_free(f);
+}
+
+void sfs_pf_file_drop_idle(sfs_pf_file *f)
+{
+	pthread_mutex_lock(&f->lock);
+	if (f->openers)
+		f->openers--;
+	sfs_store_obj *put = NULL;
+	if (f->openers == 0) {
+		f->shard = false; /* a file closed early does not keep the pool busy */
+		/* A closed file must not keep its cache object from eviction
+		 * (the inode keeps f until the kernel forgets it). Store writes
+		 * in flight hold their own reference. */
+		put = f->obj;
+		f->obj = NULL;
+	}
+	for (size_t i = 0; i < f->n_chunks;)
+		if (!chunk_busy(f->chunks[i]))
+			chunk_free(f, i);
+		else
+			i++;
+	pthread_mutex_unlock(&f->lock);
+	if (put)
+		sfs_store_obj_put(put);
+}

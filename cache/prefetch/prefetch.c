@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * prefetch/prefetch — the pool's public API (prefetch.h): open and close, files
+ * opened and released, chunk reads, readahead and the whole-shard pump, warm-ups,
+ * stats. See prefetch_int.h for the data structures and the lock order.
+ */
+#include "prefetch_int.h"
+
+/* --- public API ----------------------------------------------------------- */
+
+int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin, sfs_prefetch **out)
+{
+	sfs_prefetch *pf = calloc(1, sizeof(*pf));
+
+	if (!pf)
+		return -ENOMEM;
+	pf->origin = origin;
+	pf->conf = *conf;
+	if (pf->conf.window_chunks == 0)
+		pf->conf.window_chunks = 16;
+	if (pf->conf.window_chunks > SFS_PF_MAX_WINDOW)
+		pf->conf.window_chunks = SFS_PF_MAX_WINDOW;
+	pf->max_buffers = conf->mem_bytes / SFS_CHUNK_BYTES;
+	if (pf->max_buffers < 2)
+		pf->max_buffers = 2;
+	/* Huge-page room for the budget, the buffers kept past it and a
+	 * reader's own chunk per FUSE worker beyond it; more are plain pages. */
+	int rc =
+	    sfs_iobuf_init(((uint64_t)pf->max_buffers + SFS_PF_OVER_BUFS + 64) * SFS_CHUNK_BYTES);
+	if (rc < 0)
+		sfs_log(SFS_LOG_WARN, "prefetch", "no huge-page range for chunk buffers: %s",
+			strerror(-rc));
+	pf->free_bufs = calloc(pf->max_buffers, sizeof(void *));
+	if (!pf->free_bufs) {
+		free(pf);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&pf->buf_lock, NULL);
+	pthread_mutex_init(&pf->files_lock, NULL);
+	pthread_cond_init(&pf->pump_cond, NULL);
+	pthread_mutex_init(&pf->load_lock, NULL);
+	pthread_cond_init(&pf->load_cond, NULL);
+	/* With a store, cached chunks ahead of a reader are queued for the
+	 * loaders and stalled pumps wait for the pump thread: without them a
+	 * reader would wait forever, so a thread that cannot start fails the
+	 * open (the mount says why) rather than leave a trap. */
+	rc = 0;
+	if (pf->conf.store) {
+		rc = -pthread_create(&pf->pump, NULL, pump_main, pf);
+		pf->pump_started = rc == 0;
+	}
+	for (unsigned i = 0; rc == 0 && pf->conf.store && i < SFS_PF_LOADERS; i++)
+		if ((rc = -pthread_create(&pf->loaders[pf->n_loaders], NULL, loader_main, pf)) == 0)
+			pf->n_loaders++;
+	if (rc) {
+		sfs_prefetch_close(pf);
+		return rc;
+	}
+	*out = pf;
+	return 0;
+}
+
+void sfs_prefetch_stop(sfs_prefetch *pf)
+{
+	if (!pf)
+		return;
+	if (pf->pump_started) {
+		pthread_mutex_lock(&pf->files_lock);
+		pf->stopping = true;
+		pthread_cond_signal(&pf->pump_cond);
+		pthread_mutex_unlock(&pf->files_lock);
+		pthread_join(pf->pump, NULL);
+		pf->pump_started = false;
+	}
+	pthread_mutex_lock(&pf->load_lock);
+	pf->load_stop = true;
+	pthread_cond_broadcast(&pf->load_cond);
+	pthread_mutex_unlock(&pf->load_lock);
+	for (unsigned i = 0; i < pf->n_loaders; i++)
+		pthread_join(pf->loaders[i], NULL);
+	pf->n_loaders = 0;
+}
+
+void sfs_prefetch_close(sfs_prefetch *pf)
+{
+	if (!pf)
+		return;
+	sfs_prefetch_stop(pf);
+	free(pf->load_q);
+	pthread_mutex_destroy(&pf->load_lock);
+	pthread_cond_destroy(&pf->load_cond);
+	for (size_t i = 0; i < pf->n_free; i++)
+		sfs_iobuf_put(pf->free_bufs[i]);
+	for (size_t i = 0; i < pf->n_over; i++)
+		sfs_iobuf_put(pf->over_bufs[i]);
+	sized_free_list(pf, sized_evict(pf, UINT64_MAX));
+	free(pf->free_bufs);
+	pthread_mutex_destroy(&pf->buf_lock);
+	pthread_mutex_destroy(&pf->files_lock);
+	pthread_cond_destroy(&pf->pump_cond);
+	free(pf);
+}
+
+void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out)
+{
+#define LOAD(x) out->x = __atomic_load_n(&pf->stats.x, __ATOMIC_RELAXED)
+	LOAD(inflight_bytes);
+	LOAD(buffer_bytes);
+	LOAD(fetched_bytes);
+	LOAD(readahead_chunks);
+	LOAD(wasted_chunks);
+	LOAD(files_opened);
+	LOAD(shard_files);
+	LOAD(hit_bytes);
+	LOAD(miss_bytes);
+	LOAD(stale_errors);
+	LOAD(direct_reads);
+	out->direct_scratch_bytes = __atomic_load_n(&scratch_bytes, __ATOMIC_RELAXED);
+	LOAD(direct_fetches);
+	LOAD(write_pinned_bytes);
+	LOAD(undelivered_unread_bytes);
+	LOAD(undelivered_rest_bytes);
+	LOAD(write_skipped_bytes);
+#undef LOAD
+	pthread_mutex_lock(&pf->buf_lock);
+	out->over_budget_bytes = (uint64_t)pf->n_over * SFS_CHUNK_BYTES;
+	pthread_mutex_unlock(&pf->buf_lock);
+}
+
+int sfs_pf_file_open_version(sfs_prefetch *pf, const struct sfs_fh *fh,
+			     const struct sfs_file_version *v, sfs_pf_file **out)
+{
+	struct sfs_pf_file *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return -ENOMEM;
+	f->pf = pf;
+	f->fh = *fh;
+	f->size = v->size;
+	f->version = *v;
+	f->check_version = true;
+	f->refs = 1;
+	if (pf->conf.store && !(f->obj = sfs_store_obj_get(pf->conf.store, v))) {
+		free(f);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_cond_init(&f->cond, NULL);
+	pthread_mutex_lock(&pf->files_lock);
+	f->next = pf->files;
+	if (pf->files)
+		pf->files->prev = f;
+	pf->files = f;
+	pthread_mutex_unlock(&pf->files_lock);
+	count(&pf->stats.files_opened, 1);
+	*out = f;
+	return 0;
+}
+
+int sfs_pf_file_open(sfs_prefetch *pf, const struct sfs_fh *fh, uint64_t size, sfs_pf_file **out)
+{
+	struct sfs_file_version v = {.size = size};
+	int rc = sfs_pf_file_open_version(pf, fh, &v, out);
+
+	if (rc == 0)
+		(*out)->check_version = false;
+	return rc;
+}
+
+void sfs_pf_file_ref(sfs_pf_file *f)
+{
+	pthread_mutex_lock(&f->lock);
+	f->refs++;
+	pthread_mutex_unlock(&f->lock);
+}
+
+void sfs_pf_file_unref(sfs_pf_file *f)
+{
+	pthread_mutex_lock(&f->lock);
+	bool last = --f->refs == 0;
+	pthread_mutex_unlock(&f->lock);
+	if (last)
+		file_free(f);
+}
+
+/* Start the whole-file fetch, or with rescan, go over the file again from
+ * its first chunk even while a fetch runs. */
+static void start_shard(struct sfs_pf_file *f, bool rescan)
+{
+	struct pf_chunk *started[SFS_PF_MAX_WINDOW];
+	size_t n = 0;
+
+	pthread_mutex_lock(&f->lock);
+	if (!f->shard || rescan) {
+		if (!f->shard)
+			count(&f->pf->stats.shard_files, 1);
+		f->shard = true;
+		f->shard_next = 0;
+	}
+	shard_pump(f, started, &n, SFS_PF_MAX_WINDOW);
+	pthread_mutex_unlock(&f->lock);
+	submit_chunks(f, started, n);
+}
+
+void sfs_pf_file_opened(sfs_pf_file *f)
+{
+	sfs_prefetch *pf = f->pf;
+
+	pthread_mutex_lock(&f->lock);
+	if (f->openers++ == 0 && pf->conf.store && !f->obj)
+		f->obj = sfs_store_obj_get(pf->conf.store, &f->version); /* NULL: uncached */
+	pthread_mutex_unlock(&f->lock);
+	/* Only with a store: without one, fetched chunks would have nowhere
+	 * to go but memory, and the readahead window does that job. */
+	if (pf->conf.mode == SFS_PREFETCH_SHARD && pf->conf.store &&
+	    f->size <= pf->conf.shard_max_bytes && f->size > SFS_CHUNK_BYTES)
+		start_shard(f, false);
+}
+
+int sfs_pf_file_warm(sfs_pf_file *f, bool *active)
+{
+	pthread_mutex_lock(&f->lock);
+	if (!f->obj) {
+		pthread_mutex_unlock(&f->lock);
+		return -ENOTSUP;
+	}
+	bool first = !f->warmed;
+	f->warmed = true;
+	/* Chunks fetched before the warm-up and not cached (write_admitted)
+	 * go to the store now, and the pump goes over the file again for
+	 * those that left memory. */
+	for (size_t i = 0; first && i < f->n_chunks; i++) {
+		struct pf_chunk *c = f->chunks[i];
+		if (c->state == CHUNK_READY && chunk_storable(f, c) && chunk_offer(f, c))
+			f->refs++; /* the write's */
+	}
+	pthread_mutex_unlock(&f->lock);
+	if (first)
+		start_shard(f, true);
+	pthread_mutex_lock(&f->lock);
+	bool busy = f->shard;
+	for (size_t i = 0; i < f->n_chunks && !busy; i++)
+		busy = chunk_busy(f->chunks[i]);
+	pthread_mutex_unlock(&f->lock);
+	*active = busy;
+	return 0;
+}
+
+uint64_t sfs_pf_file_cached_bytes(sfs_pf_file *f)
+{
+	pthread_mutex_lock(&f->lock); /* then the store's lock: the lock order */
+	uint64_t n = f->obj ? sfs_store_obj_cached_bytes(f->obj) : 0;
+	pthread_mutex_unlock(&f->lock);
+	return n;
+}
+
+/* Read a PRESENT chunk from the store and check it; on failure fetch it from
+ * the origin instead. Called without the file lock, on LOADING chunks. */
+void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c)
+{
+	/* c->obj: the store object, referenced when the load was started (the
+	 * file may be closed, and its f->obj dropped, before a queued load runs). */
+	ssize_t n = sfs_store_read_chunk(c->obj, (uint32_t)c->index, c->buf);
+	bool free_file = false;
+
+	sfs_store_obj_put(c->obj);
+	c->obj = NULL;
+
+	pthread_mutex_lock(&f->lock);
+	if (n == (ssize_t)c->fetch_len) {
+		c->in_store = c->loaded = true;
+		free_file = chunk_finish(f, c, false);
+		struct pf_waiter *ready = waiters_ready(f, c);
+		pthread_mutex_unlock(&f->lock);
+		waiters_answer(f, ready);
+	} else {
+		/* Missing, short or failed its checksum: a miss, never an error. */
+		c->state = CHUNK_FETCHING;
+		count(&f->pf->stats.inflight_bytes, c->fetch_len);
+		pthread_mutex_unlock(&f->lock);
+		submit_chunks(f, &c, 1);
+	}
+	if (free_file)
+		file_free(f);
+}

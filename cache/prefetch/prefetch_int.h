@@ -1,0 +1,284 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * prefetch — chunk fetching, readahead, whole-shard prefetch and the glue
+ * to the store. See prefetch.h for the contract.
+ *
+ *   sfs_prefetch ──buf_lock───> free list of SFS_CHUNK_BYTES buffers, and the bytes of
+ *                              shorter chunks' buffers (budget: mem_bytes over both)
+ *               ──files_lock─> every live sfs_pf_file (for reclaim and the pump thread)
+ *   sfs_pf_file  ──lock──────> chunks[]: pf_chunk { index, state, buf, refs, parts[] }
+ *                              obj: the store object of this file version (or NULL)
+ *
+ * Where a read's chunk comes from, in order: a chunk in memory (being
+ * fetched, or fetched and not yet dropped); the store, read into a buffer
+ * and checked against its XXH3-64 every time it is loaded; else the origin.
+ * Chunks from the origin go to the store (write-behind; the buffer stays
+ * pinned until the write is durable). Small files and readers that jump
+ * around take the direct path instead (sfs_pf_read): no chunk, the store's
+ * 16 KiB blocks the read touches read and checked into the thread's scratch,
+ * or without a store just the pages asked for fetched from the origin.
+ * (Splicing the cache file into /dev/fuse was tried, to save a copy: libfuse
+ * 3.14's splice path gave short replies under 32 concurrent readers here,
+ * which the kernel takes for EOF, and a spliced byte is never checked. One
+ * verified copy is the price.)
+ *
+ * A chunk is LOADING (store read) or FETCHING (origin) until it is READY
+ * (bytes valid up to len) or FAILED (err). Readers pin chunks (refs) while
+ * the kernel copies from them; a store write pins one too. Every chunk being
+ * loaded, fetched or written holds a reference on its file, so a file closed
+ * early is freed when its last operation lands; its shard pump stops at close.
+ *
+ * Lock order: file->lock, then files_lock (other files are then only
+ * try-locked), then the store's and origin's locks (leaves, inside their
+ * calls); buf_lock is a leaf.
+ */
+#ifndef SFS_PREFETCH_INT_H
+#define SFS_PREFETCH_INT_H
+
+#include "prefetch.h"
+#include "../common/iobuf.h"
+#include "../common/blocking.h"
+#include "../common/hash.h"
+#include "../common/log.h"
+
+#include <assert.h>
+#include <stddef.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum chunk_state { CHUNK_LOADING, CHUNK_FETCHING, CHUNK_READY, CHUNK_FAILED };
+
+/* Threads that read cached chunks ahead of sequential readers (the reader's
+ * own chunk is read on its own thread). */
+#define SFS_PF_LOADERS 2
+
+/* 1 MiB buffers that readers' own chunks took past the budget, kept for the
+ * next such chunk instead of unmapped: when cache writes hold the budget,
+ * readers fetch their chunks themselves (demand), and a fresh mmap'd buffer
+ * per chunk cost 256 page faults (zeroed pages) plus an munmap each:
+ * measured, 4 dd over 8 x 256 MiB with cache_dir, 711 mmaps and 173-245 k
+ * page faults per 2 GiB, clear_page 10% of the daemon's CPU. At most this
+ * many MiB stay past the budget (released with the pool when idle). */
+#define SFS_PF_OVER_BUFS 32
+
+struct pf_chunk {
+	struct sfs_pf_file *file; /* set at creation */
+	uint64_t index;		  /* set at creation */
+	/* protected by file->lock */
+	enum chunk_state state;
+	int err;
+	uint32_t len;	    /* valid bytes once READY */
+	uint32_t fetch_len; /* bytes asked for */
+	unsigned refs;	    /* views pinning the buffer, plus a store write */
+	unsigned parts_pending;
+	uint64_t parts_done; /* bit p: parts[p] landed (chunks of <= 64 parts) */
+	bool used;	     /* a reader asked for it */
+	uint16_t delivered;  /* bit b: a reader got bytes of 64 KiB block b */
+	bool consumed;	     /* a read ended at its last byte: the reader moved on */
+	bool readahead;	     /* started before anyone asked */
+	bool in_store;	     /* its bytes are durable in the store */
+	bool loaded;	     /* its bytes were read from the store */
+	sfs_store_obj *obj;  /* LOADING: the store object, referenced */
+	char *buf;
+	uint32_t buf_bytes; /* set at creation: buf's size (chunk_buf_bytes) */
+	/* For the store, filled as the bytes land (chunk_place): bit k of
+	 * sub_known (atomic) says sub_xxh64[k] is XXH3-64 of sub-block k. */
+	uint64_t sub_known;
+	uint64_t sub_xxh64[SFS_CHUNK_BYTES >> SFS_STORE_SUB_SHIFT];
+	unsigned n_parts;
+	struct sfs_origin_req parts[]; /* owned by origin while FETCHING */
+};
+
+struct sfs_pf_file {
+	sfs_prefetch *pf;		 /* set at open */
+	struct sfs_fh fh;		 /* set at open */
+	uint64_t size;			 /* set at open */
+	struct sfs_file_version version; /* set at open (size only if unknown) */
+	bool check_version;		 /* set at open */
+	/* protected by lock: the store object, referenced (taken when f is made
+	 * and at an open that finds none, dropped at the last close); NULL
+	 * without a store or while nobody has f open. Chunks being loaded hold their own
+	 * reference (c->obj), writes theirs. */
+	sfs_store_obj *obj;
+	pthread_mutex_t lock;
+	pthread_cond_t cond; /* a chunk finished, or a pin was dropped */
+	/* protected by lock */
+	unsigned refs;	     /* openers + chunks in flight or being written */
+	unsigned openers;    /* sfs_pf_file_opened() minus closes (drop_idle) */
+	uint64_t next_seq;   /* chunk a sequential reader asks for next */
+	unsigned seq_run;    /* reads in a row that started at next_seq or just after */
+	int rand_score;	     /* recent share of reads that were not steps, 0..256 */
+	bool shard;	     /* the pump fetches every chunk the store lacks */
+	bool warmed;	     /* sfs_pf_file_warm() started a whole-file fetch */
+	uint64_t shard_next; /* next chunk the pump considers */
+	struct pf_chunk **chunks;
+	size_t n_chunks, cap_chunks;
+	struct pf_waiter *waiters;	 /* reads answered when their chunk's bytes land */
+	struct sfs_pf_file *prev, *next; /* protected by pf->files_lock */
+};
+
+/* How an asynchronous read is answered: the caller's done() and its copy
+ * of the caller's context (sfs_pf_read_async checked its length). */
+struct pf_answer {
+	sfs_pf_read_done done;
+	_Alignas(max_align_t) unsigned char arg[SFS_PF_ASYNC_ARG_MAX];
+};
+
+static inline void answer_set(struct pf_answer *a, sfs_pf_read_done done, const void *arg,
+			      size_t len)
+{
+	a->done = done;
+	memcpy(a->arg, arg, len);
+}
+
+/* A read of one chunk's range answered from the thread that completes the
+ * range (sfs_pf_read_async): it pins its chunk and holds a reference on its
+ * file until answered. Linked on f->waiters, protected by f->lock. */
+struct pf_waiter {
+	struct pf_waiter *next;
+	struct pf_chunk *c;
+	uint64_t off, end;
+	struct pf_answer answer;
+};
+
+#define SCRATCH_BYTES	   (2u << 20)	/* a direct read's buffer: one huge page */
+#define SCRATCH_KEEP	   16		/* of them kept for reuse */
+#define SCRATCH_SLOT_BYTES (256u << 10) /* or a slot of one, for a small read */
+#define SCRATCH_SLOTS	   (SCRATCH_BYTES / SCRATCH_SLOT_BYTES) /* 8: bits of a uint8_t */
+#define SCRATCH_SLOT_PAGES 16	       /* pages cut in slots: 128 small reads in flight */
+#define SCRATCH_TINY_BYTES (16u << 10) /* or a tiny slot, for a tiny read */
+#define SCRATCH_TINY_SLOTS 128	       /* of them: two uint64_t of bits */
+_Static_assert(SCRATCH_SLOTS == 8, "a slot page's taken is a byte");
+_Static_assert(SFS_STORE_RANGE_BUF_BYTES <= SCRATCH_BYTES, "the scratch holds a range read");
+_Static_assert(SFS_CHUNK_BYTES == SFS_IOBUF_BYTES, "a chunk buffer is an iobuf");
+#define SIZED_CLASSES	 (SFS_CHUNK_BYTES / 4096) /* a sized buffer is k x 4 KiB, k below this */
+#define SIZED_KEEP_SHARE 16 /* kept sized buffers hold at most the budget / this */
+
+struct sfs_prefetch {
+	sfs_origin *origin;	       /* set at open */
+	struct sfs_prefetch_conf conf; /* set at open */
+	size_t max_buffers;	       /* mem_bytes / SFS_CHUNK_BYTES, at least 2 */
+	pthread_mutex_t files_lock;    /* taken with a file's lock held; then only trylock */
+	struct sfs_pf_file *files;     /* protected by files_lock: every live file */
+	pthread_mutex_t buf_lock;
+	void **free_bufs;		   /* protected by buf_lock */
+	size_t n_free, n_buffers;	   /* protected by buf_lock: pooled buffers */
+	void *over_bufs[SFS_PF_OVER_BUFS]; /* protected by buf_lock: past the budget, */
+	size_t n_over;			   /* not in n_buffers; for demand only */
+	uint64_t sized_bytes;		   /* protected by buf_lock: buffers made to size */
+	void *sized_kept[SIZED_CLASSES];   /* protected by buf_lock: see sized_keep */
+	uint64_t sized_kept_bytes;	   /* protected by buf_lock: their bytes, in sized_bytes */
+	uint64_t sized_freed; /* atomic: their bytes freed since the last idle release */
+	uint64_t buf_used_ms; /* protected by buf_lock: last get or put */
+	pthread_t pump;	      /* restarts shard pumps stalled on the budget */
+	pthread_t loaders[SFS_PF_LOADERS]; /* read cached chunks ahead of readers */
+	unsigned n_loaders;
+	pthread_mutex_t load_lock; /* leaf */
+	pthread_cond_t load_cond;
+	struct pf_chunk **load_q; /* protected by load_lock: LOADING chunks, a FIFO ring */
+	size_t load_head, load_len, load_cap;
+	bool load_stop; /* protected by load_lock */
+	bool pump_started;
+	bool stopping;			 /* protected by files_lock */
+	pthread_cond_t pump_cond;	 /* with files_lock */
+	struct sfs_prefetch_stats stats; /* atomic */
+};
+
+/* The kernel's context readahead turns random readers' reads into runs of
+ * steps: a record whose neighbour is in the page cache becomes a stream of
+ * reads (8 threads, 110 KB records in a 1 GiB file: runs of up to 17 steps
+ * in a row). From all jumps (256) it takes 18 steps to get below 24; at 64
+ * (10 steps) the readahead those runs started was 7% of the chunks fetched,
+ * 60% of it never read. */
+#define SEQ_MAX_RAND_SCORE 24
+
+/* buffers.c: scratch pages made and not freed (atomic). */
+extern uint64_t scratch_bytes;
+
+static inline void count(uint64_t *c, int64_t n)
+{
+	__atomic_fetch_add(c, (uint64_t)n, __ATOMIC_RELAXED);
+}
+
+/* Shared by the files of this module (prefetch); not for other modules. */
+
+uint32_t chunk_buf_bytes(uint32_t len);
+
+void *scratch_take(size_t need);
+
+void scratch_give(void *b);
+
+bool sized_keep(sfs_prefetch *pf, void *b, uint32_t bytes);
+
+void *sized_evict(sfs_prefetch *pf, uint64_t want);
+
+void sized_free_list(sfs_prefetch *pf, void *list);
+
+void *buf_get_sized(sfs_prefetch *pf, uint32_t bytes, bool demand);
+
+void *buf_get(sfs_prefetch *pf, uint32_t bytes, bool demand);
+
+bool buf_over_budget(sfs_prefetch *pf);
+
+void buf_put_sized(sfs_prefetch *pf, void *b, uint32_t bytes);
+
+void buf_put(sfs_prefetch *pf, void *b, uint32_t bytes);
+
+struct pf_chunk *chunk_find(struct sfs_pf_file *f, uint64_t index);
+
+bool chunk_busy(const struct pf_chunk *c);
+
+void chunk_free(struct sfs_pf_file *f, size_t slot);
+
+void chunk_free_ptr(struct sfs_pf_file *f, struct pf_chunk *c);
+
+unsigned read_parts(struct sfs_origin_req *r, const struct sfs_fh *fh, uint64_t from, uint64_t to,
+		    uint32_t max_read, char *buf);
+
+void chunk_place(struct sfs_origin_req *r, void *dst, const void *src, uint32_t n);
+
+uint32_t pf_max_read(sfs_prefetch *pf);
+
+unsigned parts_for(uint64_t from, uint64_t to, uint32_t max_read);
+
+struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint64_t cur, bool demand,
+			     bool loading, uint64_t head_from, uint64_t head_to);
+
+void file_free(struct sfs_pf_file *f);
+
+enum sfs_chunk_state store_state(struct sfs_pf_file *f, uint64_t index);
+
+void shard_pump(struct sfs_pf_file *f, struct pf_chunk **started, size_t *n, size_t cap);
+
+bool write_behind_full(sfs_prefetch *pf, uint32_t buf_bytes);
+
+bool write_admitted(sfs_prefetch *pf, const struct pf_chunk *c);
+
+bool chunk_storable(const struct sfs_pf_file *f, const struct pf_chunk *c);
+
+bool chunk_offer(struct sfs_pf_file *f, struct pf_chunk *c);
+
+bool chunk_finish(struct sfs_pf_file *f, struct pf_chunk *c, bool from_origin);
+
+void submit_chunks(struct sfs_pf_file *f, struct pf_chunk **started, size_t n);
+
+bool same_version(const struct sfs_file_version *v, const struct sfs_attr *a);
+
+void *pump_main(void *arg);
+
+void loader_queue(sfs_prefetch *pf, struct pf_chunk **c, size_t n);
+
+void *loader_main(void *arg);
+
+void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c);
+
+ssize_t fill_view(struct sfs_pf_file *f, uint64_t off, uint64_t end, struct pf_chunk **want,
+		  int n_want, struct sfs_pf_view *v);
+
+struct pf_waiter *waiters_ready(struct sfs_pf_file *f, struct pf_chunk *c);
+
+void waiters_answer(struct sfs_pf_file *f, struct pf_waiter *ready);
+
+#endif /* SFS_PREFETCH_INT_H */
