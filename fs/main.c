@@ -378,6 +378,7 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 		struct sfs_store_conf sc = {.dir = o->cache_dir,
 					    .capacity_bytes = o->cache_size,
 					    .policy = o->cache_policy,
+					    .idle_ms = o->cache_idle_s * 1000ull,
 					    .chunk_bytes = SFS_CHUNK_BYTES};
 		rc = sfs_store_open(&sc, &fs->store, err, sizeof(err));
 		if (rc < 0) { /* another daemon owns it, or a bad path: refuse */

@@ -27,7 +27,7 @@ static uint64_t caller_uid(void) { return getuid(); }
 static uint64_t caller_gid(void) { return getgid(); }
 
 static const struct sfs_opt_choice policy_choices[] = {
-    {"lru", SFS_STORE_LRU}, {"pin", SFS_STORE_PIN}, {NULL, 0}};
+    {"auto", SFS_STORE_AUTO}, {"lru", SFS_STORE_LRU}, {"pin", SFS_STORE_PIN}, {NULL, 0}};
 static const struct sfs_opt_choice prefetch_choices[] = {{"readahead", SFS_PREFETCH_READAHEAD},
 							 {"shard", SFS_PREFETCH_SHARD},
 							 {"off", SFS_PREFETCH_OFF},
@@ -139,10 +139,18 @@ static const struct sfs_opt_def opt_table[] = {
      .help = "not immutable: names held from directory listings (~200 bytes each, for "
 	     "actimeo) to answer lookups of a directory whose names miss twice, instead of an "
 	     "NFS LOOKUP per file; 0: none"},
-    {CHOICE("cache_policy", cache_policy, policy_choices), .def = SFS_STORE_LRU,
+    {CHOICE("cache_policy", cache_policy, policy_choices), .def = SFS_STORE_AUTO,
      .given = offsetof(struct sfs_options, cache_policy_given),
-     .help = "lru: evict least recently used files (dataset fits); pin: once full keep what is "
-	     "cached, admit nothing new (dataset larger than the cache)"},
+     .help = "auto: each dataset keeps what it holds (one larger than the cache keeps a stable "
+	     "part, never churned); a full cache gives a dataset's space to another only when it "
+	     "was not read for cache_idle, or to a dataset read again (not a one-off scan) while "
+	     "it is not being read, or beyond an equal share among datasets being read; lru: "
+	     "evict least recently used files; pin: once full keep what is cached, admit nothing "
+	     "new"},
+    {UINT("cache_idle", cache_idle_s, 1, 31536000), .def = 600, .meta = "SECONDS",
+     .given = offsetof(struct sfs_options, cache_idle_given),
+     .help = "cache_policy=auto: a dataset not read for this long is idle (its space goes to "
+	     "any dataset); one not read for a twentieth of it is not being read now"},
     /* Generic mount(8) options that mount.fuse3 may pass on: accepted and
      * ignored (the mount is always read-only, nodev, nosuid). */
     IGNORED("ro"),
@@ -526,10 +534,12 @@ static int finish_options(struct sfs_options *o, char *err, size_t len)
 	if (o->cache_dir && o->cache_dir[0] != '/')
 		return fail(err, len, "cache_dir '%s' must be an absolute path", o->cache_dir);
 	/* Settings of a cache that is not there mean a forgotten cache_dir. */
-	if (!o->cache_dir && (o->cache_size || o->cache_policy_given))
+	if (!o->cache_dir && (o->cache_size || o->cache_policy_given || o->cache_idle_given))
 		return fail(err, len,
 			    "%s without cache_dir: there is no cache to size or to manage",
-			    o->cache_size ? "cache_size" : "cache_policy");
+			    o->cache_size	    ? "cache_size"
+			    : o->cache_policy_given ? "cache_policy"
+						    : "cache_idle");
 	/* allow_other lets every local user in: the kernel must then check
 	 * each caller against the file's mode, owner and group, or everyone
 	 * reads what the mount's NFS identity reads. */

@@ -30,6 +30,7 @@ struct sfs_options {
 	bool foreground, debug, help, version;
 	bool cache_policy_given; /* cache_policy= was on the command line */
 	bool page_cache_given;	 /* page_cache= was on the command line */
+	bool cache_idle_given;	 /* cache_idle= was on the command line */
 
 	unsigned nconnect;
 	uint32_t rsize;
@@ -49,7 +50,8 @@ struct sfs_options {
 	uint64_t prefetch_mem;		    /* budget for fetch buffers in memory */
 	char *cache_dir;		    /* NULL: no local cache */
 	uint64_t cache_size;		    /* 0: 90% of cache_dir's filesystem */
-	enum sfs_store_policy cache_policy; /* cache_policy=lru|pin */
+	enum sfs_store_policy cache_policy; /* cache_policy=auto|lru|pin */
+	unsigned cache_idle_s;		    /* auto: a dataset not read this long is idle */
 	enum sfs_prefetch_mode prefetch;    /* prefetch=readahead|shard|off */
 	uint64_t prefetch_max;		    /* shard: files up to this size are fetched whole */
 	bool immutable;		/* files never change: no revalidation, namespace kept */

@@ -226,6 +226,8 @@ int sfs_pf_file_warm(sfs_pf_file *f, bool *active)
 	}
 	bool first = !f->warmed;
 	f->warmed = true;
+	if (first)
+		sfs_store_obj_wanted(f->obj); /* a warm-up is no first pass (auto) */
 	/* Chunks fetched before the warm-up and not cached (write_admitted)
 	 * go to the store now, and the pump goes over the file again for
 	 * those that left memory. */

@@ -10,13 +10,10 @@
 
 uint32_t sfs_store_dataset(sfs_store *s, const char *name)
 {
-	return sfs_dsets_intern(s->dsets, name);
-}
-
-void sfs_store_dataset_read(sfs_store *s, uint32_t id, uint64_t hit_bytes, uint64_t miss_bytes)
-{
-	if (id)
-		sfs_dsets_count_read(s->dsets, id, hit_bytes, miss_bytes);
+	uint32_t id = sfs_dsets_intern(s->dsets, name);
+	if (!id && name && *name)
+		__atomic_fetch_add(&s->dataset_overflows, 1, __ATOMIC_RELAXED);
+	return id;
 }
 
 /* Per-dataset sums of a listing: by table slot, the last one for ids
@@ -72,6 +69,9 @@ int sfs_store_list(sfs_store *s, struct sfs_store_dataset **out, size_t *n_out)
 		} else if (i < SFS_DSETS_MAX || !d.objects) {
 			continue;
 		}
+		pthread_mutex_lock(&s->lock);
+		policy_list_fill(s, &d);
+		pthread_mutex_unlock(&s->lock);
 		a.by_slot[n++] = d; /* n <= i: compacting in place */
 	}
 	*out = a.by_slot;
@@ -153,10 +153,11 @@ static void evict_one(sfs_store *s, sfs_store_obj *o, struct sfs_store_evicted *
 		o->evicted = true;
 		return;
 	}
-	s->used_bytes -= o->used_bytes;
-	r->objects += o->used_bytes ? 1 : 0;
-	r->bytes += o->used_bytes;
-	r->disk_bytes += o->used_bytes;
+	uint64_t had = o->used_bytes;
+	obj_bytes_add(s, o, -(int64_t)had);
+	r->objects += had ? 1 : 0;
+	r->bytes += had;
+	r->disk_bytes += had;
 	if (o->refs == 0) {
 		o->hnext = *victims;
 		*victims = o;

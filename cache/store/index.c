@@ -157,6 +157,7 @@ void seg_refresh(sfs_store *s)
 		return;
 	sfs_seg_get_stats(sg, &st);
 	s->seg_disk_bytes = st.disk_bytes;
+	policy_seg_recount(s);
 }
 
 /* The coldest per-file object nobody holds that has bytes, or NULL. Caller
@@ -178,9 +179,11 @@ static sfs_store_obj *coldest_object(sfs_store *s)
  * after unlocking) or a whole segment (evicted with the lock dropped).
  * Returns true if there is room. Writer thread; caller holds lock.
  */
-bool make_room(sfs_store *s, uint64_t need, uint64_t in_batch, uint64_t *fs_avail,
-	       sfs_store_obj **victims)
+bool make_room(sfs_store *s, const sfs_store_obj *for_obj, uint64_t need, uint64_t in_batch,
+	       uint64_t *fs_avail, sfs_store_obj **victims)
 {
+	struct pol_allow allow, *a = s->conf.policy == SFS_STORE_AUTO ? &allow : NULL;
+
 	for (;;) {
 		bool fits = used_total(s) + need <= s->capacity_bytes &&
 			    *fs_avail >= need + in_batch + s->min_free_bytes;
@@ -188,20 +191,24 @@ bool make_room(sfs_store *s, uint64_t need, uint64_t in_batch, uint64_t *fs_avai
 			return true;
 		if (s->conf.policy == SFS_STORE_PIN)
 			return false;
-		sfs_store_obj *victim = coldest_object(s);
-		uint64_t seg_ms = 0, seg_bytes = 0, freed;
-		sfs_seg *sg = seg_of(s);
-		bool seg = sg && sfs_seg_coldest(sg, &seg_ms, &seg_bytes);
+		/* auto: only what for_obj's dataset may take, recomputed after
+		 * each eviction (a share shrinks as it is taken) */
+		if (a && !policy_allow(s, for_obj->dataset, a))
+			return false;
+		sfs_store_obj *victim = a ? policy_coldest_object(s, a) : coldest_object(s);
+		uint64_t seg_ms = 0, freed;
+		bool seg = policy_coldest_segment(s, a, &seg_ms);
 		if (seg && (!victim || seg_ms < victim->last_use_ms)) {
 			pthread_mutex_unlock(&s->lock);
-			freed = sfs_seg_evict_coldest(sg);
+			freed = policy_evict_segment(s, a);
 			pthread_mutex_lock(&s->lock);
 			seg_refresh(s);
 			if (!freed && !victim)
 				return false;
 		} else if (victim) {
 			freed = victim->used_bytes;
-			s->used_bytes -= freed;
+			obj_bytes_add(s, victim, -(int64_t)freed);
+			policy_evicted(s, victim);
 			index_remove(s, victim);
 			victim->hnext = *victims;
 			*victims = victim;

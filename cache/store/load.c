@@ -123,6 +123,7 @@ static void index_loaded(sfs_store *s, sfs_store_obj *list)
 			continue;
 		}
 		s->used_bytes += o->used_bytes;
+		policy_loaded(s, o);
 		index_add(s, o);
 	}
 }

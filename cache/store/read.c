@@ -27,8 +27,7 @@ static void chunk_fail(sfs_store *s, sfs_store_obj *o, uint32_t index, const uin
 	bool live = index < o->n_chunks && chunk_cached(o, index) && (!gen || *gen == o->gen);
 	if (live) {
 		uint32_t len = chunk_len(o, index, s->chunk_shift);
-		o->used_bytes -= len;
-		s->used_bytes -= len;
+		obj_bytes_add(s, o, -(int64_t)len);
 		o->state[index] = SFS_CHUNK_WRITING;
 		o->gen++;
 		if (o->recs)
@@ -398,9 +397,10 @@ int sfs_store_chunk_fd(sfs_store_obj *o, uint32_t index, off_t *off, uint32_t *l
 	return fd;
 }
 
-/* Whether write_chunk refuses: -EAGAIN, -EEXIST, -ENOSPC (pin), or 0.
+/* Whether write_chunk refuses: -EAGAIN, -EEXIST, -ENOSPC (pin, auto), or
+ * 0. record: a real offer (auto counts and remembers it; see policy_admit).
  * Caller holds lock. */
-static int write_refusal(sfs_store *s, sfs_store_obj *o, uint32_t index, uint32_t len)
+static int write_refusal(sfs_store *s, sfs_store_obj *o, uint32_t index, uint32_t len, bool record)
 {
 	uint64_t need = o->packed ? packed_bytes(len) : len;
 
@@ -410,13 +410,16 @@ static int write_refusal(sfs_store *s, sfs_store_obj *o, uint32_t index, uint32_
 		return -EEXIST;
 	if (s->conf.policy == SFS_STORE_PIN && used_total(s) + need > s->capacity_bytes)
 		return -ENOSPC;
+	if (s->conf.policy == SFS_STORE_AUTO)
+		return policy_admit(s, o, index, need, len, record);
 	return 0;
 }
 
-/* write_refusal, counting what pin did not admit. Caller holds lock. */
+/* write_refusal of a real offer, counting what was not admitted. Caller
+ * holds lock. */
 static int write_refused(sfs_store *s, sfs_store_obj *o, uint32_t index, uint32_t len)
 {
-	int rc = write_refusal(s, o, index, len);
+	int rc = write_refusal(s, o, index, len, true);
 
 	if (rc == -ENOSPC)
 		count(&s->stats.not_admitted_bytes, len);
@@ -430,7 +433,7 @@ bool sfs_store_would_take(sfs_store_obj *o, uint32_t index, uint32_t len)
 	if (index >= o->n_chunks)
 		return false;
 	pthread_mutex_lock(&s->lock);
-	bool take = write_refusal(s, o, index, len) == 0;
+	bool take = write_refusal(s, o, index, len, false) == 0;
 	pthread_mutex_unlock(&s->lock);
 	return take;
 }

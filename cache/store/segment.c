@@ -194,7 +194,11 @@ struct seg {
 	uint64_t last_use_ms; /* lock */
 	uint64_t n_live;      /* index entries pointing here; lock */
 	bool touched;	      /* an eviction took records from it; lock */
-	uint64_t wend;	      /* end of the records written; writer only */
+	/* The dataset of its records (tab_put; lock): the first one's, and
+	 * mixed once a record of another dataset was placed here. */
+	uint32_t dataset;
+	bool has_dataset, mixed;
+	uint64_t wend; /* end of the records written; writer only */
 };
 
 struct pend {
@@ -393,6 +397,12 @@ static int tab_put(sfs_seg *sg, const struct idx_ent *ie, struct seg *s, uint32_
 	sg->tab_n++;
 	p->n++;
 	s->n_live++;
+	if (!s->has_dataset) {
+		s->dataset = sg->ds_ids[dsi];
+		s->has_dataset = true;
+	} else if (s->dataset != sg->ds_ids[dsi]) {
+		s->mixed = true;
+	}
 	sg->st.live_bytes += len;
 	return 0;
 }
@@ -1019,14 +1029,18 @@ out:
 
 /* --- eviction ----------------------------------------------------------------- */
 
-/* The least recently used segment but act (ties: the older). Caller holds
- * lock. */
-static struct seg *coldest_locked(sfs_seg *sg)
+/* The dataset a segment is counted under: its records' one dataset, or 0
+ * (unknown) when empty or mixed. Caller holds lock. */
+static uint32_t seg_dataset(const struct seg *s) { return s->mixed ? 0 : s->dataset; }
+
+/* The least recently used segment but act (ties: the older) whose dataset
+ * ok() accepts (ok NULL: any). Caller holds lock. */
+static struct seg *coldest_locked(sfs_seg *sg, sfs_seg_dataset_fn *ok, void *arg)
 {
 	struct seg *best = NULL;
 	for (uint32_t i = 0; i < sg->segs_cap; i++) {
 		struct seg *s = sg->segs[i];
-		if (!s || s->dead || s->active)
+		if (!s || s->dead || s->active || (ok && !ok(arg, seg_dataset(s))))
 			continue;
 		if (!best || s->last_use_ms < best->last_use_ms ||
 		    (s->last_use_ms == best->last_use_ms && s->seq < best->seq))
@@ -1038,7 +1052,7 @@ static struct seg *coldest_locked(sfs_seg *sg)
 bool sfs_seg_coldest(sfs_seg *sg, uint64_t *last_use_ms, uint64_t *bytes)
 {
 	pthread_mutex_lock(&sg->lock);
-	struct seg *s = coldest_locked(sg);
+	struct seg *s = coldest_locked(sg, NULL, NULL);
 	if (s) {
 		*last_use_ms = s->last_use_ms;
 		*bytes = s->bytes;
@@ -1063,12 +1077,39 @@ static void tab_drop_seg(sfs_seg *sg, const struct seg *s)
 	}
 }
 
-uint64_t sfs_seg_evict_coldest(sfs_seg *sg)
+uint64_t sfs_seg_evict_coldest(sfs_seg *sg) { return sfs_seg_evict_coldest_of(sg, NULL, NULL); }
+
+bool sfs_seg_coldest_of(sfs_seg *sg, sfs_seg_dataset_fn *ok, void *arg, uint64_t *last_use_ms,
+			uint32_t *dataset)
+{
+	pthread_mutex_lock(&sg->lock);
+	struct seg *s = coldest_locked(sg, ok, arg);
+	if (s) {
+		*last_use_ms = s->last_use_ms;
+		*dataset = seg_dataset(s);
+	}
+	pthread_mutex_unlock(&sg->lock);
+	return s != NULL;
+}
+
+void sfs_seg_foreach_segment(sfs_seg *sg, void (*fn)(void *arg, uint32_t dataset, uint64_t bytes),
+			     void *arg)
+{
+	pthread_mutex_lock(&sg->lock);
+	for (uint32_t i = 0; i < sg->segs_cap; i++) {
+		struct seg *s = sg->segs[i];
+		if (s && !s->dead)
+			fn(arg, seg_dataset(s), s->bytes);
+	}
+	pthread_mutex_unlock(&sg->lock);
+}
+
+uint64_t sfs_seg_evict_coldest_of(sfs_seg *sg, sfs_seg_dataset_fn *ok, void *arg)
 {
 	char name[32];
 
 	pthread_mutex_lock(&sg->lock);
-	struct seg *s = coldest_locked(sg);
+	struct seg *s = coldest_locked(sg, ok, arg);
 	if (!s) {
 		pthread_mutex_unlock(&sg->lock);
 		return 0;

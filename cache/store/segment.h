@@ -157,6 +157,23 @@ bool sfs_seg_coldest(sfs_seg *sg, uint64_t *last_use_ms, uint64_t *bytes);
  */
 uint64_t sfs_seg_evict_coldest(sfs_seg *sg);
 
+/* Whether a segment whose records are of dataset `dataset` (0: unknown or
+ * several) may be taken. Called under segment.c's lock: must not call in. */
+typedef bool sfs_seg_dataset_fn(void *arg, uint32_t dataset);
+
+/* As sfs_seg_coldest and sfs_seg_evict_coldest, among the segments whose
+ * dataset ok() accepts (ok NULL: any); *dataset is the chosen one's. */
+bool sfs_seg_coldest_of(sfs_seg *sg, sfs_seg_dataset_fn *ok, void *arg, uint64_t *last_use_ms,
+			uint32_t *dataset);
+uint64_t sfs_seg_evict_coldest_of(sfs_seg *sg, sfs_seg_dataset_fn *ok, void *arg);
+
+/* Call fn(arg, dataset, bytes) for every segment file (the one being
+ * filled too): its dataset (0 when unknown or several) and its disk bytes.
+ * Under the lock (fn must not call in); a scan of the segment table, not
+ * of the index. Any thread. */
+void sfs_seg_foreach_segment(sfs_seg *sg, void (*fn)(void *arg, uint32_t dataset, uint64_t bytes),
+			     void *arg);
+
 /* Call fn(arg, dataset, len) for every live object, under the lock (fn
  * must not call in), dropped between stretches of the table: objects added
  * or dropped meanwhile may be missed or seen twice. A scan of the index,

@@ -35,7 +35,7 @@ int sfs_store_open(const struct sfs_store_conf *conf, sfs_store **out, char *err
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->work, NULL);
 	pthread_cond_init(&s->ctl_done, NULL);
-	if (!s->conf.dir || !s->buckets) {
+	if (!s->conf.dir || !s->buckets || policy_open(s) < 0) {
 		rc = -ENOMEM;
 		goto err_free;
 	}
@@ -68,6 +68,7 @@ err_free:
 		}
 	sfs_seg_close(s->seg);
 	sfs_dsets_close(s->dsets);
+	policy_close(s);
 	free(s->buckets);
 	free((char *)s->conf.dir);
 	pthread_mutex_destroy(&s->lock);
@@ -104,6 +105,7 @@ void sfs_store_close(sfs_store *s)
 			next = o->hnext;
 			obj_free(o); /* objects still referenced leak their holders' view */
 		}
+	policy_close(s);
 	free(s->buckets);
 	sfs_seg_close(s->seg);
 	sfs_dsets_close(s->dsets);

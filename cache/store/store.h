@@ -56,14 +56,36 @@
 #include <sys/types.h>
 
 enum sfs_store_policy {
-	SFS_STORE_LRU, /* evict least recently used files to admit new data */
-	SFS_STORE_PIN, /* once full, admit nothing and keep what is cached */
+	SFS_STORE_LRU,	/* evict least recently used files to admit new data */
+	SFS_STORE_PIN,	/* once full, admit nothing and keep what is cached */
+	SFS_STORE_AUTO, /* by dataset: see below */
+};
+
+/*
+ * auto: a dataset keeps what it holds (nothing of it is evicted for more of
+ * itself, so a dataset larger than its share is a stable subset, never
+ * churned). Once the cache is full, a dataset takes the space of datasets
+ * not read for idle_ms; a dataset being read again (a chunk refused or
+ * evicted before is offered again: the ghost list; or a warm-up) also takes
+ * the space of datasets not being read now (none for idle_ms / 20) and of
+ * datasets being read now beyond an equal share of the cache. A one-off
+ * scan is a first pass: it never evicts a dataset read within idle_ms.
+ */
+#define SFS_STORE_IDLE_MS_DEFAULT (600 * 1000ull)
+
+/* Why auto did not admit bytes (struct sfs_store_dataset.refused_bytes). */
+enum sfs_store_refusal {
+	SFS_STORE_REFUSED_FULL,	 /* full of this dataset (or of what nobody may take) */
+	SFS_STORE_REFUSED_SCAN,	 /* a first pass: the rest was read within idle_ms */
+	SFS_STORE_REFUSED_SHARE, /* read again, but at its share while others are read */
+	SFS_STORE_REFUSALS
 };
 
 struct sfs_store_conf {
 	const char *dir;	 /* cache_dir; created 0700 */
 	uint64_t capacity_bytes; /* cache_size; 0 = 90% of the filesystem */
 	enum sfs_store_policy policy;
+	uint64_t idle_ms;	/* auto: a dataset not read this long is idle; 0: the default */
 	uint64_t chunk_bytes;	/* 1 MiB (a power of two, 64 KiB to 1 MiB) */
 	uint64_t segment_bytes; /* packed segments; 0 = capacity / 16, 4 to 256 MiB */
 };
@@ -204,6 +226,14 @@ uint32_t sfs_store_dataset(sfs_store *store, const char *name);
  * and note the time. Lock-free; any thread. */
 void sfs_store_dataset_read(sfs_store *store, uint32_t id, uint64_t hit_bytes, uint64_t miss_bytes);
 
+/* An explicit warm-up of this version's dataset (shardfs-warm, a prolog):
+ * auto treats the dataset as read again, not as a first pass. Any thread. */
+void sfs_store_obj_wanted(sfs_store_obj *obj);
+
+/* Datasets whose objects could not be told apart because the dataset table
+ * was full (their objects are counted under id 0, never another's). */
+uint64_t sfs_store_dataset_overflows(sfs_store *store);
+
 struct sfs_store_dataset {
 	uint32_t id;	  /* 0: objects of no known dataset (name NULL) */
 	const char *name; /* valid until sfs_store_close */
@@ -212,6 +242,15 @@ struct sfs_store_dataset {
 	uint64_t packed_objects;
 	uint64_t hit_bytes, miss_bytes; /* readers' bytes since the last eviction */
 	int64_t last_use_s;		/* last read or write, CLOCK_REALTIME; 0 never */
+	/* Since this daemon opened the cache (0 for a tool's open): */
+	uint64_t admitted_bytes;		    /* offered and queued for writing */
+	uint64_t refused_bytes[SFS_STORE_REFUSALS]; /* auto: not admitted, by reason */
+	/* Readers' share of bytes from the cache over the last window of
+	 * max(2 x its bytes, 256 MiB) read (an epoch, or two of a dataset that
+	 * fits), in millionths; -1 before the first window closed. */
+	int32_t window_hit_ppm;
+	bool reused; /* auto: read again (ghost hits or a warm-up) within idle_ms */
+	bool in_use; /* read within idle_ms / 20 */
 };
 
 /* Every known dataset (also those with nothing cached now), then one entry

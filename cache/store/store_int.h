@@ -192,6 +192,30 @@ struct write_job {
 	uint64_t known;
 };
 
+/*
+ * The policy's view of one dataset (policy.c), by the dataset table's slot;
+ * slot SFS_DSETS_MAX stands for id 0 (objects of no known dataset, and
+ * those of datasets the table had no room for).
+ */
+struct pol_ds {
+	uint32_t id;	     /* protected by lock: set when first seen */
+	bool listed;	     /* protected by lock: in s->pol_live */
+	uint64_t obj_bytes;  /* protected by lock: per-file objects' chunk bytes */
+	uint64_t seg_bytes;  /* protected by lock: segments counted under it (seg_refresh) */
+	uint64_t reuse_ms;   /* protected by lock: last ghost hit or warm-up */
+	uint32_t ghost_hits; /* protected by lock: since reuse_ms was last idle_ms old */
+	/* atomic: */
+	uint64_t last_read_ms; /* sfs_now_ms() of a reader's last bytes; 0 never */
+	uint64_t admitted_bytes, refused_bytes[SFS_STORE_REFUSALS];
+	uint64_t read_hit, read_miss; /* readers' bytes since open */
+	uint64_t win_hit, win_miss;   /* read_hit/read_miss when the window began */
+	int32_t win_ppm;	      /* the last closed window's hit share; -1 none */
+};
+
+#define POL_SLOTS	(SFS_DSETS_MAX + 1)
+#define POL_GHOSTS	(1u << 16) /* ghost list slots (8 bytes each) */
+#define POL_GHOST_REUSE 2	   /* ghost hits that make a dataset "read again" */
+
 struct sfs_store {
 	struct sfs_store_conf conf; /* set at open; dir owned */
 	unsigned chunk_shift;	    /* set at open */
@@ -231,6 +255,17 @@ struct sfs_store {
 	sfs_uring *ring; /* writer thread only */
 	struct sfs_log_ratelimit err_rl;
 	struct sfs_store_stats stats; /* atomic counters (used/capacity/online from fields) */
+
+	/* The policy (policy.c). pol[] is allocated at open; an entry's
+	 * fields say what protects them. pol_live lists the slots seen since
+	 * open (protected by lock, never shrinks; at most POL_SLOTS).
+	 * ghosts[]: recently refused or evicted chunks, a direct-mapped table
+	 * of tagged hashes (protected by lock). */
+	struct pol_ds *pol;
+	uint16_t *pol_live;
+	size_t n_pol_live;
+	uint64_t *ghosts;
+	uint64_t dataset_overflows; /* atomic */
 };
 
 static inline void count(uint64_t *c, uint64_t n) { __atomic_fetch_add(c, n, __ATOMIC_RELAXED); }
@@ -332,6 +367,48 @@ static inline bool packed_present(sfs_store *s, const sfs_store_obj *o)
 
 /* Shared by the files of this module (store); not for other modules. */
 
+/* policy.c: the admission policies (store.h) and the per-dataset counters.
+ * Functions that say "caller holds lock" need s->lock. */
+int policy_open(sfs_store *s);
+void policy_close(sfs_store *s);
+/* A per-file object's chunk bytes change by delta: s->used_bytes,
+ * o->used_bytes and its dataset's count. Caller holds lock. */
+void obj_bytes_add(sfs_store *s, sfs_store_obj *o, int64_t delta);
+/* Bytes of objects loaded at open (o->used_bytes already set). Caller
+ * holds lock. */
+void policy_loaded(sfs_store *s, const sfs_store_obj *o);
+/* The segments' bytes per dataset, recounted. Caller holds lock. */
+void policy_seg_recount(sfs_store *s);
+/* Whether auto admits chunk index of o (need disk bytes, len chunk bytes)
+ * now: 0 or -ENOSPC. record: a real offer (a ghost hit counts as reuse, a
+ * refusal is counted and remembered); else a hint with no effect. Caller
+ * holds lock; the policy is auto. */
+int policy_admit(sfs_store *s, sfs_store_obj *o, uint32_t index, uint64_t need, uint32_t len,
+		 bool record);
+/* Count bytes admitted for o's dataset (any policy). */
+void policy_admitted(sfs_store *s, const sfs_store_obj *o, uint32_t len);
+/* The datasets a write may evict now (auto), a bit per policy slot. */
+struct pol_allow {
+	uint64_t bits[(POL_SLOTS + 63) / 64];
+};
+/* Fill a with the datasets a write of `dataset` may evict now. Returns
+ * false when there are none. Caller holds lock. */
+bool policy_allow(sfs_store *s, uint32_t dataset, struct pol_allow *a);
+/* The coldest object nobody holds with bytes, of a dataset in a, or NULL.
+ * Caller holds lock. */
+sfs_store_obj *policy_coldest_object(sfs_store *s, const struct pol_allow *a);
+/* The coldest segment of a dataset in a (a NULL: any) and its last use.
+ * Caller holds lock (segment.c's is taken inside). */
+bool policy_coldest_segment(sfs_store *s, const struct pol_allow *a, uint64_t *last_use_ms);
+/* Evict it. Returns the disk bytes freed. Writer thread, without lock. */
+uint64_t policy_evict_segment(sfs_store *s, const struct pol_allow *a);
+/* The policy's fields of a listing entry (admitted, refused, window,
+ * reused, in use) for out->id. Caller holds lock. */
+void policy_list_fill(sfs_store *s, struct sfs_store_dataset *out);
+/* An object leaves the cache to make room: its first chunks go on the
+ * ghost list. Caller holds lock. */
+void policy_evicted(sfs_store *s, const sfs_store_obj *o);
+
 void lru_touch(sfs_store *s, sfs_store_obj *o);
 
 sfs_store_obj *index_find(sfs_store *s, const uint8_t key[16]);
@@ -348,8 +425,8 @@ void obj_path(const sfs_store *s, const uint8_t key[16], char *buf, size_t len, 
 
 void seg_refresh(sfs_store *s);
 
-bool make_room(sfs_store *s, uint64_t need, uint64_t in_batch, uint64_t *fs_avail,
-	       sfs_store_obj **victims);
+bool make_room(sfs_store *s, const sfs_store_obj *for_obj, uint64_t need, uint64_t in_batch,
+	       uint64_t *fs_avail, sfs_store_obj **victims);
 
 void victims_free(sfs_store *s, sfs_store_obj *victims);
 

@@ -114,10 +114,12 @@ static void full_log(sfs_store *s)
 	if (s->full_logged)
 		return;
 	s->full_logged = true;
-	sfs_log(SFS_LOG_INFO, "store", "cache %s is full (%s policy): %s", s->conf.dir,
-		s->conf.policy == SFS_STORE_PIN ? "pin" : "lru",
-		s->conf.policy == SFS_STORE_PIN ? "keeping what it has, admitting nothing new"
-						: "every cached file is in use");
+	static const char *const what[] = {
+	    [SFS_STORE_LRU] = "lru policy: every cached file is in use",
+	    [SFS_STORE_PIN] = "pin policy: keeping what it has, admitting nothing new",
+	    [SFS_STORE_AUTO] = "auto policy: each dataset keeps what it holds; "
+			       "see refused_bytes in the stats"};
+	sfs_log(SFS_LOG_INFO, "store", "cache %s is full (%s)", s->conf.dir, what[s->conf.policy]);
 }
 
 /* Step 1, under the lock: online? room (evicting)? Reserve the bytes so
@@ -137,7 +139,7 @@ static void batch_admit(sfs_store *s, struct batch *b)
 			b->err[i] = -EAGAIN;
 			continue;
 		}
-		if (!make_room(s, need, in_batch, &fs_avail, &b->victims)) {
+		if (!make_room(s, j->obj, need, in_batch, &fs_avail, &b->victims)) {
 			b->err[i] = -ENOSPC;
 			count(&s->stats.not_admitted_bytes, j->len);
 			full_log(s);
@@ -145,12 +147,11 @@ static void batch_admit(sfs_store *s, struct batch *b)
 		}
 		in_batch += need;
 		b->reserved[i] = need;
-		if (j->obj->packed) {
+		policy_admitted(s, j->obj, j->len);
+		if (j->obj->packed)
 			s->seg_reserved += need;
-		} else {
-			s->used_bytes += need;
-			j->obj->used_bytes += need;
-		}
+		else
+			obj_bytes_add(s, j->obj, (int64_t)need);
 	}
 	pthread_mutex_unlock(&s->lock);
 }
@@ -339,8 +340,7 @@ static void batch_outcomes(sfs_store *s, struct batch *b)
 			count(&s->stats.write_bytes, j->len);
 			sfs_dsets_touch(s->dsets, o->dataset);
 		} else if (b->reserved[i] && !o->packed) {
-			s->used_bytes -= j->len;
-			o->used_bytes -= j->len;
+			obj_bytes_add(s, o, -(int64_t)j->len);
 		}
 		if (b->err[i] == -EMLINK)
 			count(&s->stats.not_admitted_bytes, j->len);

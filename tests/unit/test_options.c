@@ -549,18 +549,23 @@ static void test_table(void)
 	}
 	sfs_options_free(&o);
 	ok(table_default("prefetch") == SFS_PREFETCH_SHARD &&
-	       table_default("cache_policy") == SFS_STORE_LRU,
-	   "default prefetch=shard, cache_policy=lru");
+	       table_default("cache_policy") == SFS_STORE_AUTO &&
+	       table_default("cache_idle") == 600,
+	   "default prefetch=shard, cache_policy=auto, cache_idle=600");
 	check_opt("prefetch=readahead", FIELD(prefetch), SFS_PREFETCH_READAHEAD);
 	check_opt("prefetch=shard", FIELD(prefetch), SFS_PREFETCH_SHARD);
 	check_opt("prefetch=off", FIELD(prefetch), SFS_PREFETCH_OFF);
 	check_opt("cache_dir=/c,cache_policy=pin", FIELD(cache_policy), SFS_STORE_PIN);
 	check_opt("cache_dir=/c,cache_policy=lru", FIELD(cache_policy), SFS_STORE_LRU);
+	check_opt("cache_dir=/c,cache_policy=auto", FIELD(cache_policy), SFS_STORE_AUTO);
+	check_opt("cache_dir=/c,cache_idle=30", FIELD(cache_idle_s), 30);
 	check_opt("cache_dir=/c,cache_size=16M", FIELD(cache_size), 16ull << 20);
 	check_opt("prefetch_max=0", FIELD(prefetch_max), 0);
 	ERR("expected one of readahead|shard|off", "-o", "prefetch=x", "h1:/ifs", "/mnt");
 	ERR("'prefetch' needs a value (readahead|shard|off)", "-o", "prefetch", "h1:/ifs", "/mnt");
-	ERR("expected one of lru|pin", "-o", "cache_dir=/c,cache_policy=mru", "h1:/ifs", "/mnt");
+	ERR("expected one of auto|lru|pin", "-o", "cache_dir=/c,cache_policy=mru", "h1:/ifs", "/mnt");
+	ERR("cache_idle without cache_dir", "-o", "cache_idle=30", "h1:/ifs", "/mnt");
+	ERR("'cache_idle=0'", "-o", "cache_dir=/c,cache_idle=0", "h1:/ifs", "/mnt");
 	ERR("must be an absolute path", "-o", "cache_dir=c", "h1:/ifs", "/mnt");
 }
 
@@ -594,7 +599,7 @@ static void test_usage(void)
 		ok(listed, "--help lists '%s'", t[i].name);
 	}
 	ok(strstr(text, "(1..16, default 2)") && strstr(text, "(4M..1T, default 256M)") &&
-	       strstr(text, "(default shard)") && strstr(text, "(default lru)") &&
+	       strstr(text, "(default shard)") && strstr(text, "(default auto)") &&
 	       strstr(text, "default: the mounting user's") && strstr(text, "(default)"),
 	   "--help shows ranges and defaults from the table");
 	bool narrow = true;

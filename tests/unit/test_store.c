@@ -2572,6 +2572,131 @@ static void test_write_hashed(void)
 	tmp_remove();
 }
 
+/* --- auto ---------------------------------------------------------------------- */
+
+/* A 1 MiB version of dataset ds, one chunk written: its outcome. */
+static int auto_write(sfs_store *s, uint32_t ds, uint64_t fileid)
+{
+	struct sfs_file_version v = version(fileid, 2 * MiB);
+	v.dataset = ds;
+	sfs_store_obj *o = sfs_store_obj_get(s, &v);
+	int rc = write_sync(o, (uint32_t)fileid, 2 * MiB, 0);
+	sfs_store_obj_put(o);
+	return rc;
+}
+
+/* Write chunk 0 of n versions of ds from fileid on; count the admitted. */
+static int auto_pass(sfs_store *s, uint32_t ds, uint64_t fileid, int n)
+{
+	int admitted = 0;
+	for (int k = 0; k < n; k++) {
+		sfs_store_dataset_read(s, ds, 0, MiB); /* a reader missed it */
+		admitted += auto_write(s, ds, fileid + (uint64_t)k) == 0;
+	}
+	return admitted;
+}
+
+static struct sfs_store_dataset auto_ds(sfs_store *s, uint32_t id)
+{
+	struct sfs_store_dataset *d = NULL, out = {0};
+	size_t n = 0;
+	if (sfs_store_list(s, &d, &n) == 0)
+		for (size_t i = 0; i < n; i++)
+			if (d[i].id == id)
+				out = d[i];
+	free(d);
+	return out;
+}
+
+static void auto_sleep_ms(unsigned ms) { usleep(ms * 1000u); }
+
+static void test_auto(void)
+{
+	diag("auto: a stable part of a dataset larger than the cache; reuse, scans, shares, idle");
+	tmp_new();
+	const uint64_t cap = 4 * MiB, idle = 2000; /* in use: read within 100 ms */
+	sfs_store *s = NULL;
+	char err[256] = "";
+	int rc = sfs_store_open(&(struct sfs_store_conf){.dir = tpath("c"),
+							 .capacity_bytes = cap,
+							 .policy = SFS_STORE_AUTO,
+							 .idle_ms = idle,
+							 .chunk_bytes = MiB},
+				&s, err, sizeof(err));
+	if (rc || sfs_store_start(s))
+		bail("sfs_store_open", rc);
+	uint32_t A = sfs_store_dataset(s, "/ifs/A"), B = sfs_store_dataset(s, "/ifs/B");
+	uint32_t C = sfs_store_dataset(s, "/ifs/C");
+
+	/* 1: A is 6 MiB, the cache 4: epoch 1 fills it, epoch 2 churns nothing. */
+	int e1 = auto_pass(s, A, 100, 6), e2 = auto_pass(s, A, 100, 6);
+	struct sfs_store_dataset a = auto_ds(s, A);
+	ok(e1 == 4 && e2 == 0 && a.bytes == cap && stats(s).evicted_bytes == 0,
+	   "larger than the cache: epoch 1 admits %d, epoch 2 %d (want 4 0), A holds %llu, "
+	   "evicted %llu",
+	   e1, e2, (unsigned long long)a.bytes, (unsigned long long)stats(s).evicted_bytes);
+	ok(a.refused_bytes[SFS_STORE_REFUSED_FULL] == 4 * MiB && a.admitted_bytes == cap,
+	   "refused as full %llu, admitted %llu", (unsigned long long)a.refused_bytes[0],
+	   (unsigned long long)a.admitted_bytes);
+
+	/* 2: B's first pass while A is read: a scan, refused. */
+	sfs_store_dataset_read(s, A, MiB, 0);
+	int b1 = auto_pass(s, B, 200, 3);
+	struct sfs_store_dataset b = auto_ds(s, B);
+	ok(b1 == 0 && b.refused_bytes[SFS_STORE_REFUSED_SCAN] == 3 * MiB && !b.reused,
+	   "a first pass of B takes nothing of A (read now): %d admitted, scan %llu", b1,
+	   (unsigned long long)b.refused_bytes[SFS_STORE_REFUSED_SCAN]);
+	/* ... and read again while A is read too: B takes up to an equal share. */
+	sfs_store_dataset_read(s, A, MiB, 0);
+	int b2 = auto_pass(s, B, 200, 3);
+	b = auto_ds(s, B);
+	a = auto_ds(s, A);
+	ok(b.reused && b2 == 2 && b.bytes == cap / 2 && a.bytes == cap / 2,
+	   "B read again while A is read: %d admitted (want 2), B holds %llu, A %llu (want %llu "
+	   "each), B refused for its share %llu",
+	   b2, (unsigned long long)b.bytes, (unsigned long long)a.bytes,
+	   (unsigned long long)(cap / 2),
+	   (unsigned long long)b.refused_bytes[SFS_STORE_REFUSED_SHARE]);
+	/* ... and once A is no longer read (past idle / 20), B takes the rest it needs. */
+	auto_sleep_ms((unsigned)(idle / 20) + 50);
+	int b3 = auto_pass(s, B, 200, 1); /* the one the second ghost hit came after */
+	b = auto_ds(s, B);
+	ok(b3 == 1 && b.bytes == 3 * MiB,
+	   "A not read now: B's first version admitted (%d), B %llu; refused full/scan/share "
+	   "%llu/%llu/%llu",
+	   b3, (unsigned long long)b.bytes, (unsigned long long)b.refused_bytes[0],
+	   (unsigned long long)b.refused_bytes[1], (unsigned long long)b.refused_bytes[2]);
+
+	/* 3: a first pass (C) takes nothing of datasets read within idle... */
+	int c1 = auto_pass(s, C, 300, 2);
+	ok(c1 == 0, "C's first pass while A and B were read within idle: %d admitted", c1);
+	/* ... but a warm-up is no first pass. */
+	struct sfs_file_version w = version(310, 2 * MiB);
+	w.dataset = C;
+	sfs_store_obj *wo = sfs_store_obj_get(s, &w);
+	sfs_store_obj_wanted(wo);
+	sfs_store_dataset_read(s, C, 0, MiB);
+	rc = write_sync(wo, 310, 2 * MiB, 0);
+	sfs_store_obj_put(wo);
+	ok(rc == 0 && auto_ds(s, C).reused, "a warm-up of C is admitted: %d", rc);
+	/* 4: past idle, anyone takes an idle dataset's space. */
+	auto_sleep_ms((unsigned)idle + 100);
+	uint32_t D = sfs_store_dataset(s, "/ifs/D");
+	int d1 = auto_pass(s, D, 400, 2);
+	ok(d1 == 2 && auto_ds(s, D).bytes == 2 * MiB,
+	   "after idle, a first pass takes idle datasets' space: %d admitted", d1);
+	ok(stats(s).used_bytes <= cap, "never over capacity: %llu",
+	   (unsigned long long)stats(s).used_bytes);
+	sfs_store_close(s);
+
+	/* The policy changes on a cache filled under another: nothing lost. */
+	s = store_open(tpath("c"), cap, SFS_STORE_LRU);
+	struct sfs_file_version v = version(400, 2 * MiB);
+	ok(sfs_store_cached_bytes(s, &v) == MiB, "reopened under lru: D's version is there");
+	sfs_store_close(s);
+	tmp_remove();
+}
+
 static const struct tap_test tests[] = {
     {"open_lock", test_open_lock},
     {"bad_path", test_bad_path},
@@ -2584,6 +2709,7 @@ static const struct tap_test tests[] = {
     {"same_version_twice", test_same_version_twice},
     {"lru", test_lru},
     {"pin", test_pin},
+    {"auto", test_auto},
     {"concurrency", test_concurrency},
     {"range", test_range},
     {"range_corruption", test_range_corruption},
