@@ -26,6 +26,35 @@ static uint64_t caller_uid(void) { return getuid(); }
 
 static uint64_t caller_gid(void) { return getgid(); }
 
+/* mem_max's default: a share of the machine's memory (SFS_MEM_MAX_SHARE),
+ * clamped; the bounds it derives (derive_from_mem_max) as defaults too. */
+static uint64_t default_mem_max(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	uint64_t ram = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+	uint64_t m = ram / SFS_MEM_MAX_SHARE;
+	if (m < SFS_MEM_MAX_DEFAULT_MIN)
+		m = SFS_MEM_MAX_DEFAULT_MIN;
+	if (m > SFS_MEM_MAX_DEFAULT_MAX)
+		m = SFS_MEM_MAX_DEFAULT_MAX;
+	return m & ~((1ull << 20) - 1);
+}
+
+static uint64_t mem_prefetch(uint64_t mem_max)
+{
+	uint64_t b = (mem_max / 4) & ~((1ull << 20) - 1);
+	return b < (4ull << 20) ? 4ull << 20 : b;
+}
+static uint64_t mem_inodes(uint64_t mem_max) { return mem_max / 4 / SFS_MEM_INODE_BYTES; }
+static uint64_t mem_names(uint64_t mem_max)
+{
+	uint64_t n = mem_max / 8 / SFS_MEM_NAME_BYTES;
+	return n < 1000 ? 1000 : n;
+}
+static uint64_t default_prefetch_mem(void) { return mem_prefetch(default_mem_max()); }
+static uint64_t default_inode_max(void) { return mem_inodes(default_mem_max()); }
+static uint64_t default_names(void) { return mem_names(default_mem_max()); }
+
 static const struct sfs_opt_choice policy_choices[] = {
     {"auto", SFS_STORE_AUTO}, {"lru", SFS_STORE_LRU}, {"pin", SFS_STORE_PIN}, {NULL, 0}};
 static const struct sfs_opt_choice prefetch_choices[] = {{"readahead", SFS_PREFETCH_READAHEAD},
@@ -104,12 +133,20 @@ static const struct sfs_opt_def opt_table[] = {
     {UINT("active_threads", active_threads, 0, 1024), .def = 8, .meta = "N",
      .help = "FUSE workers taking requests while none waits for NFS or a chunk "
 	     "(at most max_threads; the rest are parked); 0: libfuse's loop instead"},
-    {UINT("inode_max", inode_max, 0, 1u << 30), .def = 2000000, .meta = "N",
+    {SIZE("mem_max", mem_max, 1u << 20, 1ull << 44), .def_fn = default_mem_max, .meta = "SIZE",
+     .help = "the daemon's memory budget, K/M/G/T suffixes: prefetch_mem, inode_max, "
+	     "listing_max and namespace_max not given are derived from it (a quarter, a quarter "
+	     "at ~460 B per inode, an eighth at ~200 B per name); at least 64M",
+     .def_help = "1/16 of RAM, 256M..8G"},
+    {UINT("inode_max", inode_max, 0, 1u << 30), .def_fn = default_inode_max, .meta = "N",
+     .given = offsetof(struct sfs_options, inode_max_given),
      .help = "inodes the kernel may hold (~460 B of daemon memory each): past it, the "
 	     "kernel is asked to forget files closed longest ago, then those looked up "
-	     "least recently (needs FUSE protocol 7.45); 0: no limit"},
-    {SIZE("prefetch_mem", prefetch_mem, 4u << 20, 1ull << 40), .def = 256ull << 20, .meta = "SIZE",
-     .help = "memory for fetch buffers in flight, K/M/G/T suffixes"},
+	     "least recently (needs FUSE protocol 7.45); 0: no limit",
+     .def_help = "mem_max / 4 / 460"},
+    {SIZE("prefetch_mem", prefetch_mem, 4u << 20, 1ull << 40), .def_fn = default_prefetch_mem,
+     .meta = "SIZE", .given = offsetof(struct sfs_options, prefetch_mem_given),
+     .help = "memory for fetch buffers in flight, K/M/G/T suffixes", .def_help = "mem_max / 4"},
     {SIZE("prefetch_max", prefetch_max, 0, 1ull << 50), .def = 2ull << 30, .meta = "SIZE",
      .help = "largest file that prefetch=shard fetches whole on open"},
     {CHOICE("prefetch", prefetch, prefetch_choices), .def = SFS_PREFETCH_SHARD,
@@ -132,10 +169,13 @@ static const struct sfs_opt_def opt_table[] = {
 	     "the names and attributes seen in cache_dir, and serve them (and cached data) with "
 	     "every node down. Implied by a path under .snapshot/"},
     {FLAG("noimmutable", noimmutable, true), .help = "not immutable, even under .snapshot/"},
-    {UINT("namespace_max", namespace_max, 1000, 1000000000), .def = 2000000, .meta = "N",
+    {UINT("namespace_max", namespace_max, 1000, 1000000000), .def_fn = default_names, .meta = "N",
+     .given = offsetof(struct sfs_options, namespace_max_given),
      .help = "immutable: names kept at most, ~200 bytes each in memory and on disk; beyond it, "
-	     "NFS answers"},
-    {UINT("listing_max", listing_max, 0, 1000000000), .def = 262144, .meta = "N",
+	     "NFS answers",
+     .def_help = "mem_max / 8 / 200"},
+    {UINT("listing_max", listing_max, 0, 1000000000), .def_fn = default_names, .meta = "N",
+     .given = offsetof(struct sfs_options, listing_max_given), .def_help = "mem_max / 8 / 200",
      .help = "not immutable: names held from directory listings (~200 bytes each, for "
 	     "actimeo) to answer lookups of a directory whose names miss twice, instead of an "
 	     "NFS LOOKUP per file; 0: none"},
@@ -533,6 +573,21 @@ static int finish_options(struct sfs_options *o, char *err, size_t len)
 {
 	if (o->cache_dir && o->cache_dir[0] != '/')
 		return fail(err, len, "cache_dir '%s' must be an absolute path", o->cache_dir);
+	if (o->mem_max < SFS_MEM_MAX_MIN)
+		return fail(err, len,
+			    "mem_max=%lluM is too small to run the daemon: the minimum is %lluM",
+			    (unsigned long long)(o->mem_max >> 20),
+			    (unsigned long long)(SFS_MEM_MAX_MIN >> 20));
+	/* The bounds not given follow mem_max (their table defaults are the
+	 * same rules applied to mem_max's default). */
+	if (!o->prefetch_mem_given)
+		o->prefetch_mem = mem_prefetch(o->mem_max);
+	if (!o->inode_max_given)
+		o->inode_max = (unsigned)mem_inodes(o->mem_max);
+	if (!o->listing_max_given)
+		o->listing_max = mem_names(o->mem_max);
+	if (!o->namespace_max_given)
+		o->namespace_max = mem_names(o->mem_max);
 	/* Settings of a cache that is not there mean a forgotten cache_dir. */
 	if (!o->cache_dir && (o->cache_size || o->cache_policy_given || o->cache_idle_given))
 		return fail(err, len,

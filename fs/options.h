@@ -19,6 +19,17 @@
 #include "../cache/store/store.h"
 #include "pagecache.h"
 
+/* The memory budget (mem_max): its default is RAM / SFS_MEM_MAX_SHARE within
+ * [DEFAULT_MIN, DEFAULT_MAX]; less than SFS_MEM_MAX_MIN is refused. The
+ * bounds it derives count these bytes per kernel-held inode and per name
+ * (listings, the immutable namespace), as measured. */
+#define SFS_MEM_MAX_SHARE	16
+#define SFS_MEM_MAX_DEFAULT_MIN (256ull << 20)
+#define SFS_MEM_MAX_DEFAULT_MAX (8ull << 30)
+#define SFS_MEM_MAX_MIN		(64ull << 20)
+#define SFS_MEM_INODE_BYTES	460
+#define SFS_MEM_NAME_BYTES	200
+
 /* Kernel entry/attr timeout under immutable: a year, i.e. never revalidate. */
 #define SFS_IMMUTABLE_TIMEOUT_S (365.0 * 86400)
 
@@ -31,6 +42,8 @@ struct sfs_options {
 	bool cache_policy_given; /* cache_policy= was on the command line */
 	bool page_cache_given;	 /* page_cache= was on the command line */
 	bool cache_idle_given;	 /* cache_idle= was on the command line */
+	/* given on the command line, else derived from mem_max: */
+	bool prefetch_mem_given, inode_max_given, listing_max_given, namespace_max_given;
 
 	unsigned nconnect;
 	uint32_t rsize;
@@ -47,6 +60,7 @@ struct sfs_options {
 	unsigned max_threads;		    /* FUSE worker threads */
 	unsigned active_threads;	    /* of those, taking requests while none waits */
 	unsigned inode_max;		    /* inodes the kernel may hold; 0: no limit */
+	uint64_t mem_max;		    /* the daemon's memory budget */
 	uint64_t prefetch_mem;		    /* budget for fetch buffers in memory */
 	char *cache_dir;		    /* NULL: no local cache */
 	uint64_t cache_size;		    /* 0: 90% of cache_dir's filesystem */

@@ -348,6 +348,99 @@ static void render_cache(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_s
 	       cs->errors);
 }
 
+/* A dataset's name as a label value: \ " and newline escaped; id 0 is
+ * "(unknown)". */
+static void put_dataset_label(FILE *f, const struct sfs_store_dataset *d)
+{
+	fputs("dataset=\"", f);
+	for (const char *p = d->name ? d->name : "(unknown)"; *p; p++) {
+		if (*p == '\\' || *p == '"')
+			fputc('\\', f);
+		if (*p == '\n')
+			fputs("\\n", f);
+		else
+			fputc(*p, f);
+	}
+	fputc('"', f);
+}
+
+#define PER_DATASET(name, type, text, expr)                                                        \
+	do {                                                                                       \
+		help(f, name, type, text);                                                         \
+		for (size_t k = 0; k < n; k++) {                                                   \
+			fputs(name "{", f);                                                        \
+			put_dataset_label(f, &ds[k]);                                              \
+			fprintf(f, "} %llu\n", (unsigned long long)(expr));                        \
+		}                                                                                  \
+	} while (0)
+
+/* The cache by dataset: what each holds and what the policy decided. */
+static void render_datasets(FILE *f, struct sfs_fs *fs)
+{
+	static const char *const policy[] = {
+	    [SFS_STORE_LRU] = "lru", [SFS_STORE_PIN] = "pin", [SFS_STORE_AUTO] = "auto"};
+	static const char *const reason[] = {[SFS_STORE_REFUSED_FULL] = "full",
+					     [SFS_STORE_REFUSED_SCAN] = "scan",
+					     [SFS_STORE_REFUSED_SHARE] = "share"};
+	struct sfs_store_dataset *ds = NULL;
+	size_t n = 0;
+	uint64_t idle_ms = 0;
+
+	if (!fs->store || sfs_store_dataset_stats(fs->store, &ds, &n) < 0)
+		return;
+	enum sfs_store_policy p = sfs_store_policy_of(fs->store, &idle_ms);
+	help(f, "shardfs_cache_policy_info", "gauge", "The cache policy in effect (cache_policy).");
+	fprintf(f, "shardfs_cache_policy_info{policy=\"%s\"} 1\n", policy[p]);
+	metric(f, "shardfs_cache_idle_seconds", "gauge",
+	       "cache_policy=auto: a dataset not read this long is idle (cache_idle).",
+	       idle_ms / 1000);
+	metric(f, "shardfs_cache_dataset_overflows_total", "counter",
+	       "Lookups of datasets the cache's table had no room for (their files are counted "
+	       "under dataset \"(unknown)\").",
+	       sfs_store_dataset_overflows(fs->store));
+	PER_DATASET("shardfs_cache_dataset_bytes", "gauge",
+		    "Bytes a dataset holds in the local cache (a segment of packed files is "
+		    "counted under its files' dataset, under \"(unknown)\" when they are of "
+		    "several).",
+		    ds[k].bytes);
+	PER_DATASET("shardfs_cache_dataset_hit_bytes_total", "counter",
+		    "Bytes readers of a dataset got from the local cache.", ds[k].hit_bytes);
+	PER_DATASET("shardfs_cache_dataset_miss_bytes_total", "counter",
+		    "Bytes readers of a dataset got from NFS.", ds[k].miss_bytes);
+	PER_DATASET("shardfs_cache_dataset_admitted_bytes_total", "counter",
+		    "Bytes of a dataset admitted into the cache (written, or being written).",
+		    ds[k].admitted_bytes);
+	help(f, "shardfs_cache_dataset_refused_bytes_total", "counter",
+	     "Bytes of a dataset cache_policy=auto did not admit, by reason: full (the cache is "
+	     "full of this dataset, or of what it may not take), scan (a first pass; the other "
+	     "datasets were read within cache_idle), share (read again, but at its share of the "
+	     "cache among the datasets being read).");
+	for (size_t k = 0; k < n; k++)
+		for (int r = 0; r < SFS_STORE_REFUSALS; r++) {
+			fputs("shardfs_cache_dataset_refused_bytes_total{", f);
+			put_dataset_label(f, &ds[k]);
+			fprintf(f, ",reason=\"%s\"} %llu\n", reason[r],
+				(unsigned long long)ds[k].refused_bytes[r]);
+		}
+	help(f, "shardfs_cache_dataset_window_hit_ratio", "gauge",
+	     "Share of a dataset's bytes read from the cache over its last window of "
+	     "max(2 x its cached bytes, 256 MiB) read (absent before the first window closed).");
+	for (size_t k = 0; k < n; k++)
+		if (ds[k].window_hit_ppm >= 0) {
+			fputs("shardfs_cache_dataset_window_hit_ratio{", f);
+			put_dataset_label(f, &ds[k]);
+			fprintf(f, "} %.6f\n", ds[k].window_hit_ppm / 1e6);
+		}
+	PER_DATASET("shardfs_cache_dataset_reused", "gauge",
+		    "1 if cache_policy=auto counts the dataset as read again (chunks refused or "
+		    "evicted before offered again, or a warm-up) within cache_idle.",
+		    ds[k].reused);
+	PER_DATASET("shardfs_cache_dataset_reading", "gauge",
+		    "1 if the dataset was read within cache_idle/20 (it counts for the shares).",
+		    ds[k].in_use);
+	free(ds);
+}
+
 /* The immutable namespace, and whether the mount serves from the cache only. */
 static void render_namespace(FILE *f, struct sfs_fs *fs, const struct sfs_ns_stats *nss)
 {
@@ -453,6 +546,10 @@ static void render_memory(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_
 	}
 	metric(f, "shardfs_process_resident_bytes", "gauge", "Resident memory of the daemon (RSS).",
 	       rss_pages * (unsigned long long)page);
+	metric(f, "shardfs_memory_budget_bytes", "gauge",
+	       "mem_max: the memory budget prefetch_mem, inode_max, listing_max and namespace_max "
+	       "are derived from where not given.",
+	       fs->opts->mem_max);
 	help(f, "shardfs_memory_bytes", "gauge",
 	     "Memory the daemon accounts for, by kind: chunk buffers (fetches, cache loads and "
 	     "writes waiting; prefetch_mem), free halves of their huge pages kept for reuse, "
@@ -509,6 +606,7 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	render_fuse(f, fs);
 	render_prefetch(f, fs, &ps);
 	render_cache(f, fs, &ps, &cs);
+	render_datasets(f, fs);
 	render_namespace(f, fs, &nss);
 	render_listings(f, &ls);
 	render_staging(f, fs);

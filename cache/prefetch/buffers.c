@@ -71,6 +71,9 @@ static uint64_t tiny_taken[SCRATCH_TINY_SLOTS / 64]; /* protected by scratch_loc
 static unsigned tiny_touched;	 /* protected by scratch_lock: slots [0, it) may be resident */
 static uint64_t scratch_used_ms; /* protected by scratch_lock: last give (a read's end) */
 uint64_t scratch_bytes;		 /* atomic: scratch pages made and not freed */
+/* atomic: whole scratch pages kept, at most SCRATCH_KEEP; an eighth of the
+ * last pool's budget (sfs_prefetch_open) */
+unsigned scratch_keep = SCRATCH_KEEP;
 
 static char *scratch_page_new(void)
 {
@@ -188,7 +191,7 @@ void scratch_give(void *b)
 			return;
 		}
 	}
-	if (n_scratch_free < SCRATCH_KEEP) {
+	if (n_scratch_free < __atomic_load_n(&scratch_keep, __ATOMIC_RELAXED)) {
 		scratch_free[n_scratch_free++] = b;
 		b = NULL;
 	}
@@ -458,7 +461,7 @@ void buf_put(sfs_prefetch *pf, void *b, uint32_t bytes)
 		b = NULL;
 	} else {
 		pf->n_buffers--;
-		if (pf->n_over < SFS_PF_OVER_BUFS) {
+		if (pf->n_over < pf->over_max) {
 			pf->over_bufs[pf->n_over++] = b;
 			b = NULL;
 		}

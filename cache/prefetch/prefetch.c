@@ -23,6 +23,19 @@ int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin, 
 	pf->max_buffers = conf->mem_bytes / SFS_CHUNK_BYTES;
 	if (pf->max_buffers < 2)
 		pf->max_buffers = 2;
+	/* What is kept beyond the budget is a share of it (mem_max, small
+	 * budgets): an eighth, for buffers past it and the direct path's
+	 * scratch pages. */
+	pf->over_max = pf->max_buffers / 8;
+	pf->over_max = pf->over_max < 2			 ? 2
+		       : pf->over_max > SFS_PF_OVER_BUFS ? SFS_PF_OVER_BUFS
+							 : pf->over_max;
+	uint64_t keep = conf->mem_bytes / 8 / SCRATCH_BYTES;
+	__atomic_store_n(&scratch_keep,
+			 keep < 2	       ? 2u
+			 : keep > SCRATCH_KEEP ? (unsigned)SCRATCH_KEEP
+					       : (unsigned)keep,
+			 __ATOMIC_RELAXED);
 	/* Huge-page room for the budget, the buffers kept past it and a
 	 * reader's own chunk per FUSE worker beyond it; more are plain pages. */
 	int rc =

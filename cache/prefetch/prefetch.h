@@ -52,7 +52,7 @@ struct sfs_prefetch_stats {
 	uint64_t inflight_bytes;    /* chunk bytes being fetched now */
 	uint64_t buffer_bytes;	    /* chunk buffers allocated */
 	uint64_t over_budget_bytes; /* of those, idle 1 MiB buffers kept past mem_bytes
-				       for readers' own chunks (SFS_PF_OVER_BUFS; read
+				       for readers' own chunks (an eighth of the budget, 2..32; read
 				       from the pool, not counted) */
 	uint64_t fetched_bytes;	    /* total bytes fetched from the origin */
 	uint64_t readahead_chunks;  /* chunks fetched before anyone asked */
@@ -87,7 +87,7 @@ void sfs_prefetch_close(sfs_prefetch *pf);
 void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out);
 
 /* Free the pooled chunk buffers (kept for reuse, up to mem_bytes, plus up
- * to 32 MiB that readers' own chunks took past it) when no
+ * to an eighth of it, 32 MiB at most, that readers' own chunks took past it) when no
  * buffer was taken or given back for idle_ms: a daemon gone quiet after a
  * burst gives them back to the system instead of holding up to mem_bytes
  * resident. Buffers in use stay. Returns the bytes freed, counting the

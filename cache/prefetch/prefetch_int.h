@@ -163,8 +163,9 @@ struct sfs_prefetch {
 	pthread_mutex_t files_lock;    /* taken with a file's lock held; then only trylock */
 	struct sfs_pf_file *files;     /* protected by files_lock: every live file */
 	pthread_mutex_t buf_lock;
-	void **free_bufs;		   /* protected by buf_lock */
-	size_t n_free, n_buffers;	   /* protected by buf_lock: pooled buffers */
+	void **free_bufs;	  /* protected by buf_lock */
+	size_t n_free, n_buffers; /* protected by buf_lock: pooled buffers */
+	size_t over_max; /* set at open: over_bufs kept, an eighth of max_buffers (2..32) */
 	void *over_bufs[SFS_PF_OVER_BUFS]; /* protected by buf_lock: past the budget, */
 	size_t n_over;			   /* not in n_buffers; for demand only */
 	uint64_t sized_bytes;		   /* protected by buf_lock: buffers made to size */
@@ -196,6 +197,7 @@ struct sfs_prefetch {
 
 /* buffers.c: scratch pages made and not freed (atomic). */
 extern uint64_t scratch_bytes;
+extern unsigned scratch_keep;
 
 static inline void count(uint64_t *c, int64_t n)
 {

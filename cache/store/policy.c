@@ -356,6 +356,37 @@ uint64_t sfs_store_dataset_overflows(sfs_store *s)
 	return __atomic_load_n(&s->dataset_overflows, __ATOMIC_RELAXED);
 }
 
+int sfs_store_dataset_stats(sfs_store *s, struct sfs_store_dataset **out, size_t *n_out)
+{
+	pthread_mutex_lock(&s->lock);
+	size_t n = s->n_pol_live;
+	struct sfs_store_dataset *v = calloc(n ? n : 1, sizeof(*v));
+	for (size_t i = 0; v && i < n; i++) {
+		size_t at = s->pol_live[i];
+		const struct pol_ds *d = &s->pol[at];
+		struct sfs_dset_info in = {0};
+		v[i].id = d->id;
+		if (at < SFS_DSETS_MAX && sfs_dsets_get(s->dsets, at, &in))
+			v[i].name = in.name;
+		v[i].bytes = held(d);
+		v[i].hit_bytes = __atomic_load_n(&d->read_hit, __ATOMIC_RELAXED);
+		v[i].miss_bytes = __atomic_load_n(&d->read_miss, __ATOMIC_RELAXED);
+		policy_list_fill(s, &v[i]);
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (!v)
+		return -ENOMEM;
+	*out = v;
+	*n_out = n;
+	return 0;
+}
+
+enum sfs_store_policy sfs_store_policy_of(sfs_store *s, uint64_t *idle)
+{
+	*idle = idle_ms(s);
+	return s->conf.policy;
+}
+
 /* Fill the policy's fields of a listing entry for dataset id. Caller holds
  * lock. */
 void policy_list_fill(sfs_store *s, struct sfs_store_dataset *out)

@@ -259,6 +259,18 @@ struct sfs_store_dataset {
  * (under their locks, briefly each). Returns 0 or -ENOMEM. Any thread. */
 int sfs_store_list(sfs_store *store, struct sfs_store_dataset **out, size_t *n_out);
 
+/*
+ * The datasets seen since the store was opened (read, offered or holding
+ * bytes), from the policy's own counters: no scan of the index, so cheap
+ * enough for every render of the stats file. bytes counts a segment under
+ * the dataset of its records (0 when mixed); objects and last_use_s are 0.
+ * *out is malloc'd. Returns 0 or -ENOMEM. Any thread.
+ */
+int sfs_store_dataset_stats(sfs_store *store, struct sfs_store_dataset **out, size_t *n_out);
+
+/* The policy in effect and auto's idle time in ms. */
+enum sfs_store_policy sfs_store_policy_of(sfs_store *store, uint64_t *idle_ms);
+
 struct sfs_store_evicted {
 	uint32_t datasets;   /* datasets that matched */
 	uint64_t objects;    /* versions evicted */

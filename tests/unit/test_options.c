@@ -51,7 +51,7 @@ static uint64_t table_default(const char *name)
 
 	if (!d)
 		abort();
-	return d->def;
+	return d->def_fn ? d->def_fn() : d->def;
 }
 
 #define ARGV(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -489,6 +489,40 @@ static void check_immutable(const char *src, const char *opts, bool want)
 	sfs_options_free(&o);
 }
 
+/* mem_max: the bounds not given follow it; given ones win; too small is
+ * refused with the minimum (issue 38). */
+static void test_mem_max(void)
+{
+	struct sfs_options o;
+	char err[512];
+	uint64_t def = table_default("mem_max"), mib = 1ull << 20;
+
+	ok(def >= (256ull << 20) && def <= (8ull << 30), "default mem_max %lluM within 256M..8G",
+	   (unsigned long long)(def >> 20));
+	int rc = parse(ARGV("h1:/ifs", "/mnt"), &o, err, sizeof(err));
+	ok(rc == 0 && o.mem_max == def && o.prefetch_mem == (def / 4 & ~(mib - 1)) &&
+	       o.inode_max == def / 4 / 460 && o.listing_max == def / 8 / 200 &&
+	       o.namespace_max == def / 8 / 200,
+	   "defaults derived from mem_max: prefetch_mem %llu, inode_max %u, listing_max %llu",
+	   (unsigned long long)o.prefetch_mem, o.inode_max, (unsigned long long)o.listing_max);
+	sfs_options_free(&o);
+	rc = parse(ARGV("-o", "mem_max=128M", "h1:/ifs", "/mnt"), &o, err, sizeof(err));
+	ok(rc == 0 && o.prefetch_mem == 32 * mib && o.inode_max == (128u << 20) / 4 / 460 &&
+	       o.listing_max == (128ull << 20) / 8 / 200,
+	   "mem_max=128M: prefetch_mem 32M, inode_max %u, listing_max %llu", o.inode_max,
+	   (unsigned long long)o.listing_max);
+	sfs_options_free(&o);
+	rc = parse(ARGV("-o", "mem_max=128M,prefetch_mem=1G,inode_max=5", "h1:/ifs", "/mnt"), &o,
+		   err, sizeof(err));
+	ok(rc == 0 && o.prefetch_mem == 1ull << 30 && o.inode_max == 5 &&
+	       o.listing_max == (128ull << 20) / 8 / 200,
+	   "given bounds win over mem_max, the others follow it");
+	sfs_options_free(&o);
+	ERR("mem_max=32M is too small to run the daemon: the minimum is 64M", "-o", "mem_max=32M",
+	    "h1:/ifs", "/mnt");
+	check_opt("mem_max=64M", FIELD(mem_max), 64ull << 20);
+}
+
 static void test_immutable(void)
 {
 	struct sfs_options o;
@@ -563,7 +597,8 @@ static void test_table(void)
 	check_opt("prefetch_max=0", FIELD(prefetch_max), 0);
 	ERR("expected one of readahead|shard|off", "-o", "prefetch=x", "h1:/ifs", "/mnt");
 	ERR("'prefetch' needs a value (readahead|shard|off)", "-o", "prefetch", "h1:/ifs", "/mnt");
-	ERR("expected one of auto|lru|pin", "-o", "cache_dir=/c,cache_policy=mru", "h1:/ifs", "/mnt");
+	ERR("expected one of auto|lru|pin", "-o", "cache_dir=/c,cache_policy=mru", "h1:/ifs",
+	    "/mnt");
 	ERR("cache_idle without cache_dir", "-o", "cache_idle=30", "h1:/ifs", "/mnt");
 	ERR("'cache_idle=0'", "-o", "cache_dir=/c,cache_idle=0", "h1:/ifs", "/mnt");
 	ERR("must be an absolute path", "-o", "cache_dir=c", "h1:/ifs", "/mnt");
@@ -598,7 +633,7 @@ static void test_usage(void)
 		}
 		ok(listed, "--help lists '%s'", t[i].name);
 	}
-	ok(strstr(text, "(1..16, default 2)") && strstr(text, "(4M..1T, default 256M)") &&
+	ok(strstr(text, "(1..16, default 2)") && strstr(text, "(4M..1T, default: mem_max / 4)") &&
 	       strstr(text, "(default shard)") && strstr(text, "(default auto)") &&
 	       strstr(text, "default: the mounting user's") && strstr(text, "(default)"),
 	   "--help shows ranges and defaults from the table");
@@ -642,6 +677,7 @@ int main(void)
 	test_table();
 	test_usage();
 	test_immutable();
+	test_mem_max();
 	test_defaults();
 	test_values();
 	test_value_errors();
