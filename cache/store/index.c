@@ -196,11 +196,14 @@ bool make_room(sfs_store *s, const sfs_store_obj *for_obj, uint64_t need, uint64
 		if (a && !policy_allow(s, for_obj->dataset, a))
 			return false;
 		sfs_store_obj *victim = a ? policy_coldest_object(s, a) : coldest_object(s);
-		uint64_t seg_ms = 0, freed;
-		bool seg = policy_coldest_segment(s, a, &seg_ms);
+		uint64_t seg_ms = 0, seg_bytes, freed;
+		uint32_t seq = 0;
+		sfs_seg *sg = seg_of(s);
+		bool seg = sg && (a ? policy_coldest_segment(s, a, &seg_ms, &seq)
+				    : sfs_seg_coldest(sg, &seg_ms, &seg_bytes));
 		if (seg && (!victim || seg_ms < victim->last_use_ms)) {
 			pthread_mutex_unlock(&s->lock);
-			freed = policy_evict_segment(s, a);
+			freed = a ? sfs_seg_evict_seq(sg, seq) : sfs_seg_evict_coldest(sg);
 			pthread_mutex_lock(&s->lock);
 			seg_refresh(s);
 			if (!freed && !victim)

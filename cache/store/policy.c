@@ -182,18 +182,21 @@ static uint64_t share_of(sfs_store *s, const struct pol_ds *d, uint64_t now)
 	return s->capacity_bytes / n;
 }
 
-/* Whether a write of d may evict x now (see the file's comment). Caller
- * holds lock. */
-static bool may_evict(sfs_store *s, const struct pol_ds *d, const struct pol_ds *x, uint64_t now,
-		      bool d_reused, uint64_t share)
+/* The largest object or segment of x a write of d may evict now (see the
+ * file's comment): UINT64_MAX, or 0 for none. Under the share rule a
+ * victim must be smaller than the gap between x and d, so that moving it
+ * narrows the gap: the shares settle within one object instead of passing
+ * whole objects back and forth. Caller holds lock. */
+static uint64_t may_evict(sfs_store *s, const struct pol_ds *d, const struct pol_ds *x,
+			  uint64_t now, bool d_reused, uint64_t share)
 {
 	if (x == d || !held(x))
-		return false;
-	if (idle(s, x, now))
-		return true;
-	if (!d_reused)
-		return false;
-	return !in_use(s, x, now) || (held(x) > share && held(d) < share);
+		return 0;
+	if (idle(s, x, now) || (d_reused && !in_use(s, x, now)))
+		return UINT64_MAX;
+	if (d_reused && held(x) > share && held(d) < share)
+		return held(x) - held(d) - 1;
+	return 0;
 }
 
 bool policy_allow(sfs_store *s, uint32_t dataset, struct pol_allow *a)
@@ -206,7 +209,9 @@ bool policy_allow(sfs_store *s, uint32_t dataset, struct pol_allow *a)
 	memset(a, 0, sizeof(*a));
 	for (size_t i = 0; i < s->n_pol_live; i++) {
 		size_t at = s->pol_live[i];
-		if (may_evict(s, d, &s->pol[at], now, d_reused, share)) {
+		struct pol_ds *x = &s->pol[at];
+		x->victim_max = may_evict(s, d, x, now, d_reused, share);
+		if (x->victim_max) {
 			a->bits[at / 64] |= 1ull << (at % 64);
 			any = true;
 		}
@@ -255,10 +260,11 @@ void policy_admitted(sfs_store *s, const sfs_store_obj *o, uint32_t len)
 	__atomic_fetch_add(&pol_get(s, o->dataset)->admitted_bytes, len, __ATOMIC_RELAXED);
 }
 
-static bool allowed(sfs_store *s, const struct pol_allow *a, uint32_t dataset)
+/* Whether a in allows evicting `bytes` of dataset. Caller holds lock. */
+static bool allowed(sfs_store *s, const struct pol_allow *a, uint32_t dataset, uint64_t bytes)
 {
 	size_t at = slot_of(s, dataset);
-	return a->bits[at / 64] >> (at % 64) & 1;
+	return (a->bits[at / 64] >> (at % 64) & 1) && bytes <= s->pol[at].victim_max;
 }
 
 /* Objects looked at per search of the LRU list: the coldest allowed one is
@@ -270,7 +276,7 @@ sfs_store_obj *policy_coldest_object(sfs_store *s, const struct pol_allow *a)
 {
 	size_t n = 0;
 	for (sfs_store_obj *o = s->lru_head; o && n < VICTIM_SEARCH; o = o->lru_next, n++)
-		if (o->refs == 0 && o->used_bytes && allowed(s, a, o->dataset))
+		if (o->refs == 0 && o->used_bytes && allowed(s, a, o->dataset, o->used_bytes))
 			return o;
 	return NULL;
 }
@@ -280,36 +286,20 @@ struct seg_pick {
 	const struct pol_allow *a;
 };
 
-/* sfs_seg_dataset_fn: under segment.c's lock (and s->lock, or a copy of
- * the allowed set the caller owns). */
-static bool seg_allowed(void *arg, uint32_t dataset)
+/* sfs_seg_dataset_fn: under segment.c's lock, the caller holding s->lock. */
+static bool seg_allowed(void *arg, uint32_t dataset, uint64_t bytes)
 {
 	const struct seg_pick *p = arg;
-	return allowed(p->s, p->a, dataset);
+	return allowed(p->s, p->a, dataset, bytes);
 }
 
-bool policy_coldest_segment(sfs_store *s, const struct pol_allow *a, uint64_t *last_use_ms)
-{
-	sfs_seg *sg = seg_of(s);
-	struct seg_pick p = {s, a};
-	uint32_t dataset;
-	uint64_t bytes;
-
-	if (!sg)
-		return false;
-	if (!a)
-		return sfs_seg_coldest(sg, last_use_ms, &bytes);
-	return sfs_seg_coldest_of(sg, seg_allowed, &p, last_use_ms, &dataset);
-}
-
-uint64_t policy_evict_segment(sfs_store *s, const struct pol_allow *a)
+bool policy_coldest_segment(sfs_store *s, const struct pol_allow *a, uint64_t *last_use_ms,
+			    uint32_t *seq)
 {
 	sfs_seg *sg = seg_of(s);
 	struct seg_pick p = {s, a};
 
-	if (!sg)
-		return 0;
-	return a ? sfs_seg_evict_coldest_of(sg, seg_allowed, &p) : sfs_seg_evict_coldest(sg);
+	return sg && sfs_seg_coldest_of(sg, seg_allowed, &p, last_use_ms, seq);
 }
 
 /* --- readers and what users read ------------------------------------------ */

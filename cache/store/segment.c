@@ -1034,13 +1034,13 @@ out:
 static uint32_t seg_dataset(const struct seg *s) { return s->mixed ? 0 : s->dataset; }
 
 /* The least recently used segment but act (ties: the older) whose dataset
- * ok() accepts (ok NULL: any). Caller holds lock. */
+ * and bytes ok() accepts (ok NULL: any). Caller holds lock. */
 static struct seg *coldest_locked(sfs_seg *sg, sfs_seg_dataset_fn *ok, void *arg)
 {
 	struct seg *best = NULL;
 	for (uint32_t i = 0; i < sg->segs_cap; i++) {
 		struct seg *s = sg->segs[i];
-		if (!s || s->dead || s->active || (ok && !ok(arg, seg_dataset(s))))
+		if (!s || s->dead || s->active || (ok && !ok(arg, seg_dataset(s), s->bytes)))
 			continue;
 		if (!best || s->last_use_ms < best->last_use_ms ||
 		    (s->last_use_ms == best->last_use_ms && s->seq < best->seq))
@@ -1077,39 +1077,13 @@ static void tab_drop_seg(sfs_seg *sg, const struct seg *s)
 	}
 }
 
-uint64_t sfs_seg_evict_coldest(sfs_seg *sg) { return sfs_seg_evict_coldest_of(sg, NULL, NULL); }
-
-bool sfs_seg_coldest_of(sfs_seg *sg, sfs_seg_dataset_fn *ok, void *arg, uint64_t *last_use_ms,
-			uint32_t *dataset)
-{
-	pthread_mutex_lock(&sg->lock);
-	struct seg *s = coldest_locked(sg, ok, arg);
-	if (s) {
-		*last_use_ms = s->last_use_ms;
-		*dataset = seg_dataset(s);
-	}
-	pthread_mutex_unlock(&sg->lock);
-	return s != NULL;
-}
-
-void sfs_seg_foreach_segment(sfs_seg *sg, void (*fn)(void *arg, uint32_t dataset, uint64_t bytes),
-			     void *arg)
-{
-	pthread_mutex_lock(&sg->lock);
-	for (uint32_t i = 0; i < sg->segs_cap; i++) {
-		struct seg *s = sg->segs[i];
-		if (s && !s->dead)
-			fn(arg, seg_dataset(s), s->bytes);
-	}
-	pthread_mutex_unlock(&sg->lock);
-}
-
-uint64_t sfs_seg_evict_coldest_of(sfs_seg *sg, sfs_seg_dataset_fn *ok, void *arg)
+/* Evict s (NULL: nothing): its entries leave the index, its files go once
+ * no reader holds it. Caller holds lock; it is dropped. Returns the disk
+ * bytes freed. */
+static uint64_t evict_unlock(sfs_seg *sg, struct seg *s)
 {
 	char name[32];
 
-	pthread_mutex_lock(&sg->lock);
-	struct seg *s = coldest_locked(sg, ok, arg);
 	if (!s) {
 		pthread_mutex_unlock(&sg->lock);
 		return 0;
@@ -1130,6 +1104,50 @@ uint64_t sfs_seg_evict_coldest_of(sfs_seg *sg, sfs_seg_dataset_fn *ok, void *arg
 	unlinkat(sg->dirfd, name, 0);
 	seg_unref(sg, s);
 	return bytes;
+}
+
+uint64_t sfs_seg_evict_coldest(sfs_seg *sg)
+{
+	pthread_mutex_lock(&sg->lock);
+	return evict_unlock(sg, coldest_locked(sg, NULL, NULL));
+}
+
+bool sfs_seg_coldest_of(sfs_seg *sg, sfs_seg_dataset_fn *ok, void *arg, uint64_t *last_use_ms,
+			uint32_t *seq)
+{
+	pthread_mutex_lock(&sg->lock);
+	struct seg *s = coldest_locked(sg, ok, arg);
+	if (s) {
+		*last_use_ms = s->last_use_ms;
+		*seq = s->seq;
+	}
+	pthread_mutex_unlock(&sg->lock);
+	return s != NULL;
+}
+
+uint64_t sfs_seg_evict_seq(sfs_seg *sg, uint32_t seq)
+{
+	struct seg *found = NULL;
+
+	pthread_mutex_lock(&sg->lock);
+	for (uint32_t i = 0; i < sg->segs_cap && !found; i++) {
+		struct seg *s = sg->segs[i];
+		if (s && s->seq == seq && !s->dead && !s->active)
+			found = s;
+	}
+	return evict_unlock(sg, found);
+}
+
+void sfs_seg_foreach_segment(sfs_seg *sg, void (*fn)(void *arg, uint32_t dataset, uint64_t bytes),
+			     void *arg)
+{
+	pthread_mutex_lock(&sg->lock);
+	for (uint32_t i = 0; i < sg->segs_cap; i++) {
+		struct seg *s = sg->segs[i];
+		if (s && !s->dead)
+			fn(arg, seg_dataset(s), s->bytes);
+	}
+	pthread_mutex_unlock(&sg->lock);
 }
 
 /* --- eviction by dataset ------------------------------------------------------- */

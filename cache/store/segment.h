@@ -157,15 +157,19 @@ bool sfs_seg_coldest(sfs_seg *sg, uint64_t *last_use_ms, uint64_t *bytes);
  */
 uint64_t sfs_seg_evict_coldest(sfs_seg *sg);
 
-/* Whether a segment whose records are of dataset `dataset` (0: unknown or
- * several) may be taken. Called under segment.c's lock: must not call in. */
-typedef bool sfs_seg_dataset_fn(void *arg, uint32_t dataset);
+/* Whether a segment of `bytes` disk bytes whose records are of dataset
+ * `dataset` (0: unknown or several) may be taken. Called under segment.c's
+ * lock: must not call in. */
+typedef bool sfs_seg_dataset_fn(void *arg, uint32_t dataset, uint64_t bytes);
 
-/* As sfs_seg_coldest and sfs_seg_evict_coldest, among the segments whose
- * dataset ok() accepts (ok NULL: any); *dataset is the chosen one's. */
+/* As sfs_seg_coldest, among the segments ok() accepts: the chosen one's
+ * last use and sequence number (for sfs_seg_evict_seq). Any thread. */
 bool sfs_seg_coldest_of(sfs_seg *sg, sfs_seg_dataset_fn *ok, void *arg, uint64_t *last_use_ms,
-			uint32_t *dataset);
-uint64_t sfs_seg_evict_coldest_of(sfs_seg *sg, sfs_seg_dataset_fn *ok, void *arg);
+			uint32_t *seq);
+
+/* Evict segment seq as sfs_seg_evict_coldest would; 0 if it is gone or
+ * being filled. Writer thread only. */
+uint64_t sfs_seg_evict_seq(sfs_seg *sg, uint32_t seq);
 
 /* Call fn(arg, dataset, bytes) for every segment file (the one being
  * filled too): its dataset (0 when unknown or several) and its disk bytes.

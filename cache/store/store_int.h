@@ -204,6 +204,7 @@ struct pol_ds {
 	uint64_t seg_bytes;  /* protected by lock: segments counted under it (seg_refresh) */
 	uint64_t reuse_ms;   /* protected by lock: last ghost hit or warm-up */
 	uint32_t ghost_hits; /* protected by lock: since reuse_ms was last idle_ms old */
+	uint64_t victim_max; /* protected by lock: policy_allow's bound for this dataset */
 	/* atomic: */
 	uint64_t last_read_ms; /* sfs_now_ms() of a reader's last bytes; 0 never */
 	uint64_t admitted_bytes, refused_bytes[SFS_STORE_REFUSALS];
@@ -394,14 +395,14 @@ struct pol_allow {
 /* Fill a with the datasets a write of `dataset` may evict now. Returns
  * false when there are none. Caller holds lock. */
 bool policy_allow(sfs_store *s, uint32_t dataset, struct pol_allow *a);
-/* The coldest object nobody holds with bytes, of a dataset in a, or NULL.
- * Caller holds lock. */
+/* The coldest object nobody holds with bytes, of a dataset in a and within
+ * its victim_max, or NULL. Caller holds lock. */
 sfs_store_obj *policy_coldest_object(sfs_store *s, const struct pol_allow *a);
-/* The coldest segment of a dataset in a (a NULL: any) and its last use.
- * Caller holds lock (segment.c's is taken inside). */
-bool policy_coldest_segment(sfs_store *s, const struct pol_allow *a, uint64_t *last_use_ms);
-/* Evict it. Returns the disk bytes freed. Writer thread, without lock. */
-uint64_t policy_evict_segment(sfs_store *s, const struct pol_allow *a);
+/* The coldest segment a allows (its dataset and size), its last use and
+ * sequence number (sfs_seg_evict_seq evicts it without the lock). Caller
+ * holds lock (segment.c's is taken inside). */
+bool policy_coldest_segment(sfs_store *s, const struct pol_allow *a, uint64_t *last_use_ms,
+			    uint32_t *seq);
 /* The policy's fields of a listing entry (admitted, refused, window,
  * reused, in use) for out->id. Caller holds lock. */
 void policy_list_fill(sfs_store *s, struct sfs_store_dataset *out);
