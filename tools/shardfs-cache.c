@@ -49,7 +49,9 @@ static const char usage_text[] =
     "and evicting it.\n"
     "\n"
     "commands:\n"
-    "  list     per dataset: bytes and files cached, hit ratio, last use\n"
+    "  list     per dataset: bytes and files cached, hit ratio, last use; on a live\n"
+    "           mount also, since it mounted, the hit share of the last epoch-sized\n"
+    "           window, bytes admitted and bytes refused (the main reason)\n"
     "  evict    evict datasets: a name as listed (/EXPORT/DIR), a prefix of names\n"
     "           (/EXPORT: every dataset of the export), or a directory on the mount\n"
     "  purge    evict everything\n"
@@ -67,7 +69,14 @@ struct ds {
 	char *name; /* NULL: objects of no known dataset */
 	uint64_t bytes, objects, packed, hit, miss;
 	int64_t last_use_s;
+	/* A live mount's policy counters since it mounted (from its stats
+	 * file): have_policy says they were found. */
+	bool have_policy;
+	double window;		       /* the last window's hit share; < 0: none yet */
+	uint64_t admitted, refused[3]; /* refused: full, scan, share */
 };
+
+static const char *const refusal_names[3] = {"full", "scan", "share"};
 
 struct listing {
 	struct ds *v;
@@ -233,7 +242,11 @@ static void list_live(struct target *t, struct listing *l)
 				       e.packed_objects,
 				       e.hit_bytes,
 				       e.miss_bytes,
-				       e.last_use_s};
+				       e.last_use_s,
+				       false,
+				       -1,
+				       0,
+				       {0}};
 			if (listing_add(l, &d) < 0)
 				die(EXIT_FAIL, "out of memory");
 			at += e.entry_bytes;
@@ -257,9 +270,18 @@ static void list_offline(struct target *t, struct listing *l)
 	if (sfs_store_list(t->store, &d, &n) < 0)
 		die(EXIT_FAIL, "out of memory");
 	for (size_t i = 0; i < n; i++) {
-		struct ds x = {d[i].id,		(char *)d[i].name,   d[i].bytes,
-			       d[i].objects,	d[i].packed_objects, d[i].hit_bytes,
-			       d[i].miss_bytes, d[i].last_use_s};
+		struct ds x = {d[i].id,
+			       (char *)d[i].name,
+			       d[i].bytes,
+			       d[i].objects,
+			       d[i].packed_objects,
+			       d[i].hit_bytes,
+			       d[i].miss_bytes,
+			       d[i].last_use_s,
+			       false,
+			       -1,
+			       0,
+			       {0}};
 		if (listing_add(l, &x) < 0)
 			die(EXIT_FAIL, "out of memory");
 	}
@@ -268,13 +290,69 @@ static void list_offline(struct target *t, struct listing *l)
 	l->used_bytes = st.used_bytes;
 }
 
+/* The dataset a stats line is about: its unescaped label value, or NULL. */
+static char *stats_dataset(const char *line, char *buf, size_t len)
+{
+	const char *p = strstr(line, "{dataset=\"");
+	size_t n = 0;
+
+	if (!p)
+		return NULL;
+	for (p += 10; *p && *p != '"' && n + 1 < len; p++) {
+		if (*p == '\\' && p[1])
+			p++;
+		buf[n++] = *p == 'n' && p[-1] == '\\' ? '\n' : *p;
+	}
+	buf[n] = 0;
+	return *p == '"' ? buf : NULL;
+}
+
+/* A live mount: the policy's per-dataset counters from its stats file. */
+static void policy_from_stats(struct target *t, struct listing *l)
+{
+	char path[PATH_MAX + 32], line[8192], name[4200];
+	snprintf(path, sizeof(path), "%s/.shardfs/stats", t->root);
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "shardfs_cache_dataset_", 22) ||
+		    !stats_dataset(line, name, sizeof(name)))
+			continue;
+		const char *val = strrchr(line, ' ');
+		for (size_t i = 0; val && i < l->n; i++) {
+			struct ds *d = &l->v[i];
+			if (strcmp(d->name ? d->name : "(unknown)", name))
+				continue;
+			if (!d->have_policy)
+				d->window = -1;
+			d->have_policy = true;
+			if (!strncmp(line + 22, "admitted_bytes_total{", 21))
+				d->admitted = strtoull(val + 1, NULL, 10);
+			else if (!strncmp(line + 22, "window_hit_ratio{", 17))
+				d->window = strtod(val + 1, NULL);
+			for (int r = 0; r < 3; r++) {
+				char want[32];
+				snprintf(want, sizeof(want), ",reason=\"%s\"}", refusal_names[r]);
+				if (!strncmp(line + 22, "refused_bytes_total{", 20) &&
+				    strstr(line, want))
+					d->refused[r] = strtoull(val + 1, NULL, 10);
+			}
+		}
+	}
+	fclose(f);
+}
+
 static void get_listing(struct target *t, struct listing *l)
 {
 	memset(l, 0, sizeof(*l));
-	if (t->store)
+	if (t->store) {
 		list_offline(t, l);
-	else
+	} else {
 		list_live(t, l);
+		policy_from_stats(t, l);
+	}
 }
 
 /* --- output ------------------------------------------------------------------ */
@@ -352,9 +430,23 @@ static void print_json(const struct target *t, const struct listing *l)
 			printf("null");
 		printf(", \"last_use\": ");
 		if (d->last_use_s)
-			printf("%" PRId64 "}", d->last_use_s);
+			printf("%" PRId64, d->last_use_s);
 		else
-			printf("null}");
+			printf("null");
+		if (d->have_policy) {
+			printf(", \"window_hit_ratio\": ");
+			if (d->window >= 0)
+				printf("%.4f", d->window);
+			else
+				printf("null");
+			printf(", \"admitted_bytes\": %" PRIu64 ", \"refused_bytes\": {",
+			       d->admitted);
+			for (int r = 0; r < 3; r++)
+				printf("%s\"%s\": %" PRIu64, r ? ", " : "", refusal_names[r],
+				       d->refused[r]);
+			printf("}");
+		}
+		printf("}");
 	}
 	printf("%s]}\n", l->n ? "\n" : "");
 }
@@ -363,8 +455,10 @@ static void print_text(const struct target *t, const struct listing *l)
 {
 	char b[32], c[32], w[32], ratio[16];
 
-	printf("%-40s %10s %9s %9s %6s  %s\n", "DATASET", "CACHED", "FILES", "PACKED", "HIT",
-	       "LAST USE");
+	char win[16], adm[32], ref[48];
+
+	printf("%-40s %10s %9s %9s %6s %6s %10s %17s  %s\n", "DATASET", "CACHED", "FILES", "PACKED",
+	       "HIT", "WINDOW", "ADMITTED", "REFUSED", "LAST USE");
 	for (size_t i = 0; i < l->n; i++) {
 		const struct ds *d = &l->v[i];
 		human(d->bytes, b, sizeof(b));
@@ -374,8 +468,25 @@ static void print_text(const struct target *t, const struct listing *l)
 				 100.0 * (double)d->hit / (double)(d->hit + d->miss));
 		else
 			snprintf(ratio, sizeof(ratio), "-");
-		printf("%-40s %10s %9" PRIu64 " %9" PRIu64 " %6s  %s\n",
-		       d->name ? d->name : "(unknown dataset)", b, d->objects, d->packed, ratio, w);
+		/* since the mount: the last window's hit share, bytes admitted,
+		 * bytes refused and the main reason */
+		snprintf(win, sizeof(win), "-");
+		snprintf(adm, sizeof(adm), "-");
+		snprintf(ref, sizeof(ref), "-");
+		if (d->have_policy) {
+			int top = 0;
+			uint64_t sum = d->refused[0] + d->refused[1] + d->refused[2];
+			for (int r = 1; r < 3; r++)
+				top = d->refused[r] > d->refused[top] ? r : top;
+			if (d->window >= 0)
+				snprintf(win, sizeof(win), "%.1f%%", 100.0 * d->window);
+			human(d->admitted, adm, sizeof(adm));
+			human(sum, c, sizeof(c));
+			snprintf(ref, sizeof(ref), sum ? "%s %s" : "%s", c, refusal_names[top]);
+		}
+		printf("%-40s %10s %9" PRIu64 " %9" PRIu64 " %6s %6s %10s %17s  %s\n",
+		       d->name ? d->name : "(unknown dataset)", b, d->objects, d->packed, ratio,
+		       win, adm, ref, w);
 	}
 	human(l->used_bytes, b, sizeof(b));
 	if (l->have_capacity) {

@@ -75,6 +75,15 @@ check "epoch 2 served $((ppm / 10000))% from the cache (>= 47.5%)" [ "$ppm" -ge 
 check "epoch 2 admitted $((adm / MB)) MiB, wrote $((($(counter shardfs_cache_write_bytes_total) - w1) / MB)) MiB (<= 10% of the dataset), evicted nothing" \
 	[ "$adm" -le $(($(size_of big) / 10)) -a "$(counter shardfs_cache_evicted_bytes_total)" = "$e1" ]
 check "its refusals are counted as full" [ "$(stat_value 'shardfs_cache_dataset_refused_bytes_total{dataset="/ifs/big",reason="full"}')" -gt 0 ]
+TOOL=${SFS_CACHE_TOOL:-$SRC_ROOT/build/tools/shardfs-cache}
+check "shardfs-cache list shows big's bytes admitted and refused as full" \
+	/usr/bin/python3 -c '
+import json, subprocess, sys
+j = json.loads(subprocess.run([sys.argv[1], "--json", "list", sys.argv[2]], capture_output=True, check=True).stdout)
+d = [d for d in j["datasets"] if d["name"] == "/ifs/big"][0]
+assert d["admitted_bytes"] >= 60 << 20 and d["refused_bytes"]["full"] > 0, d
+' "$TOOL" "$MNT"
+"$TOOL" list "$MNT" | while IFS= read -r line; do diag "$line"; done
 check "the unlabelled totals: hits and misses of epoch 2 add up" \
 	[ "$(counter shardfs_cache_hit_bytes_total)" -gt 0 -a "$(counter shardfs_cache_miss_bytes_total)" -gt 0 ]
 sfs_umount
