@@ -521,12 +521,12 @@ int main(int argc, char **argv)
 	char **addrs = NULL;
 	int n_addrs = 0, status = 1;
 
-	sfs_memtrim_tune();
 	if (sfs_options_parse(argc, argv, &o, err, sizeof(err)) != 0) {
 		fprintf(stderr, "shardfs: %s (see shardfs --help)\n", err);
 		sfs_options_free(&o);
 		return 1;
 	}
+	sfs_memtrim_tune(o.mem_max); /* before any thread starts */
 	if (o.help) {
 		sfs_options_usage(stdout, "shardfs");
 		return 0;

@@ -34,7 +34,12 @@
  * of that pass 57-61 MiB before and 69-93 after (README, sixteenth round). */
 #define SFS_MEMTRIM_MMAP_MAX (4u << 20)
 #define SFS_MEMTRIM_KEEP_TOP (16u << 20)
-void sfs_memtrim_tune(void);
+/* Under a small memory budget (mem_max) what the arenas keep is a share of
+ * it: each arena's free top at most mem_max / 64, and at most mem_max / 32
+ * MiB arenas (at least 4; glibc's default, 8 per CPU, when that is fewer).
+ * The trimming thread also trims once a second while the RSS is over
+ * three quarters of the budget. */
+void sfs_memtrim_tune(uint64_t mem_max);
 
 /* Start the trimming thread; release(arg), if set, runs on it once a second
  * and returns the bytes it freed. Returns 0 or -errno (then nothing is
