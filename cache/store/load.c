@@ -217,6 +217,7 @@ int store_attach(sfs_store *s, char *err, size_t err_len)
 	index_loaded(s, loaded);
 	__atomic_store_n(&s->seg, sg, __ATOMIC_RELEASE);
 	seg_refresh(s);
+	policy_restore_reads(s);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }

@@ -112,6 +112,24 @@ void obj_bytes_add(sfs_store *s, sfs_store_obj *o, int64_t delta)
 	__atomic_fetch_add(&pol_get(s, o->dataset)->obj_bytes, (uint64_t)delta, __ATOMIC_RELAXED);
 }
 
+void policy_restore_reads(sfs_store *s)
+{
+	struct timespec ts;
+	uint64_t now = sfs_now_ms();
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	for (size_t i = 0; i < s->n_pol_live; i++) {
+		size_t at = s->pol_live[i];
+		struct sfs_dset_info in;
+		if (at == SFS_DSETS_MAX || !sfs_dsets_get(s->dsets, at, &in) || !in.last_use_s)
+			continue;
+		uint64_t age_ms =
+		    (uint64_t)(ts.tv_sec > in.last_use_s ? ts.tv_sec - in.last_use_s : 0) * 1000;
+		if (age_ms < idle_ms(s) && age_ms < now)
+			__atomic_store_n(&s->pol[at].last_read_ms, now - age_ms, __ATOMIC_RELAXED);
+	}
+}
+
 void policy_loaded(sfs_store *s, const sfs_store_obj *o)
 {
 	__atomic_fetch_add(&pol_get(s, o->dataset)->obj_bytes, o->used_bytes, __ATOMIC_RELAXED);

@@ -378,6 +378,10 @@ void obj_bytes_add(sfs_store *s, sfs_store_obj *o, int64_t delta);
 /* Bytes of objects loaded at open (o->used_bytes already set). Caller
  * holds lock. */
 void policy_loaded(sfs_store *s, const sfs_store_obj *o);
+/* At open, once the cache is loaded: a dataset used within idle_ms before
+ * the last daemon stopped (cache_dir/datasets) is not idle, so a restart
+ * does not hand a job's dataset to the first scan. Caller holds lock. */
+void policy_restore_reads(sfs_store *s);
 /* The segments' bytes per dataset, recounted. Caller holds lock. */
 void policy_seg_recount(sfs_store *s);
 /* Whether auto admits chunk index of o (need disk bytes, len chunk bytes)

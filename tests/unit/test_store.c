@@ -2694,6 +2694,22 @@ static void test_auto(void)
 	struct sfs_file_version v = version(400, 2 * MiB);
 	ok(sfs_store_cached_bytes(s, &v) == MiB, "reopened under lru: D's version is there");
 	sfs_store_close(s);
+
+	/* A restart does not make the datasets read just before it idle: a
+	 * first pass after it is still a scan. */
+	rc = sfs_store_open(&(struct sfs_store_conf){.dir = tpath("c"),
+						     .capacity_bytes = cap,
+						     .policy = SFS_STORE_AUTO,
+						     .idle_ms = 600000,
+						     .chunk_bytes = MiB},
+			    &s, err, sizeof(err));
+	if (rc || sfs_store_start(s))
+		bail("sfs_store_open", rc);
+	uint32_t E = sfs_store_dataset(s, "/ifs/E");
+	int r1 = auto_pass(s, E, 500, 1);
+	ok(r1 == 0 && auto_ds(s, E).refused_bytes[SFS_STORE_REFUSED_SCAN] == MiB,
+	   "after a restart, a first pass takes nothing of datasets read before it: %d", r1);
+	sfs_store_close(s);
 	tmp_remove();
 }
 
