@@ -2713,6 +2713,47 @@ static void test_auto(void)
 	tmp_remove();
 }
 
+/* More datasets than the table holds: the rest are counted under id 0 and
+ * as overflows, never under another's id, and the cache keeps working. */
+static void test_auto_overflow(void)
+{
+	diag("auto: more datasets than the table holds");
+	tmp_new();
+	sfs_store *s = NULL;
+	char err[256] = "", name[64];
+	int rc = sfs_store_open(&(struct sfs_store_conf){.dir = tpath("c"),
+							 .capacity_bytes = 4 * MiB,
+							 .policy = SFS_STORE_AUTO,
+							 .chunk_bytes = MiB},
+				&s, err, sizeof(err));
+	if (rc || sfs_store_start(s))
+		bail("sfs_store_open", rc);
+	uint32_t last = 0, n = 0;
+	for (int k = 0; k < 5000; k++) {
+		snprintf(name, sizeof(name), "/ifs/d%05d", k);
+		uint32_t id = sfs_store_dataset(s, name);
+		n += id != 0;
+		last = id ? id : last;
+	}
+	snprintf(name, sizeof(name), "/ifs/d%05d", 4999);
+	uint64_t over = sfs_store_dataset_overflows(s);
+	ok(n >= 3000 && n < 5000 && over == 5000 - n && sfs_store_dataset(s, name) == 0,
+	   "%u datasets got ids, %llu lookups overflowed", n, (unsigned long long)over);
+	int a = auto_write(s, 0, 900), b = auto_write(s, last, 901);
+	struct sfs_store_dataset u = auto_ds(s, 0), l = auto_ds(s, last);
+	ok(a == 0 && b == 0 && u.bytes == MiB && l.bytes == MiB,
+	   "an overflowed dataset's version is cached under id 0 (%llu bytes), a known one's "
+	   "under its own (%llu)",
+	   (unsigned long long)u.bytes, (unsigned long long)l.bytes);
+	struct sfs_store_dataset *d = NULL;
+	size_t nd = 0;
+	rc = sfs_store_dataset_stats(s, &d, &nd);
+	ok(rc == 0 && nd == 2, "the stats list the two: %zu", nd);
+	free(d);
+	sfs_store_close(s);
+	tmp_remove();
+}
+
 static const struct tap_test tests[] = {
     {"open_lock", test_open_lock},
     {"bad_path", test_bad_path},
@@ -2726,6 +2767,7 @@ static const struct tap_test tests[] = {
     {"lru", test_lru},
     {"pin", test_pin},
     {"auto", test_auto},
+    {"auto_overflow", test_auto_overflow},
     {"concurrency", test_concurrency},
     {"range", test_range},
     {"range_corruption", test_range_corruption},
