@@ -7,9 +7,10 @@
  * replies of every operation but ioctl (fs/ioctl.c replies to its own).
  * Threading: ops run on FUSE worker threads. A LOOKUP that goes to NFS is
  * answered from the origin I/O thread that gets its reply (lookup_call),
- * and so is a READ fetched without a chunk (read_call: no cache_dir, a
- * random reader or a file of one chunk or less); other ops may block on
- * the origin or the cache disk. Replies are sent
+ * and so is a READ whose bytes were not at hand (read_call,
+ * sfs_pf_read_async): one fetched without a chunk, and one waiting for a
+ * chunk being fetched or loaded, answered by the thread that completes
+ * it; other ops may block on the origin or the cache disk. Replies are sent
  * with no lock held. READDIRPLUS entries are added from the origin I/O
  * thread that decoded the reply (the FUSE buffer is private to the request
  * until we reply).
@@ -757,8 +758,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 }
 
-/* A read answered from the I/O thread that got its bytes (a fetch without
- * a chunk: see sfs_pf_read_async); sfs_pf_read_async keeps the copy. */
+/* A read answered from the thread that got its bytes (a fetch without a
+ * chunk, or the chunk it waited for: see sfs_pf_read_async), which keeps
+ * the copy. */
 struct read_call {
 	struct sfs_fs *fs;
 	fuse_req_t req;

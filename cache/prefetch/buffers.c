@@ -11,12 +11,12 @@
 
 /*
  * Chunk buffers. A chunk of SFS_CHUNK_BYTES gets a pooled buffer (1 MiB
- * buffers come from mmap: the pool saves a map, an unmap and 256 page
- * faults per chunk). A shorter one (a small file, a file's tail) gets a
- * buffer of its length rounded up to 4 KiB, from malloc: a 1 KiB file held
- * a 1 MiB buffer while its cache write waited, so 256 of them spent a
- * 256 MiB budget and the next small files were not cached. The budget is
- * in bytes over both kinds: max_buffers pooled buffers' worth.
+ * buffers come from iobuf's huge-page arena, common/iobuf.h: the pool
+ * saves taking and giving one back, and the page faults of a fresh one). A shorter one (a small
+ * file, a file's tail) gets a buffer of its length rounded up to 4 KiB, from malloc: a 1 KiB file
+ * held a 1 MiB buffer while its cache write waited, so 256 of them spent a 256 MiB budget and the
+ * next small files were not cached. The budget is in bytes over both kinds: max_buffers pooled
+ * buffers' worth.
  */
 uint32_t chunk_buf_bytes(uint32_t len)
 {

@@ -15,7 +15,8 @@
  * Threading: all functions may be called from any thread except where noted.
  * sfs_prefetch_read() blocks until the chunks it needs are fetched; fetch
  * completions run on origin I/O threads and never block. Each file has one
- * mutex (leaf lock); the buffer pool has one (leaf, never held with a file's).
+ * mutex; the buffer pool has one, a leaf, which may be taken with a file's
+ * held (chunk_start) but never the other way round.
  */
 #ifndef SFS_PREFETCH_H
 #define SFS_PREFETCH_H
@@ -158,11 +159,13 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 typedef void (*sfs_pf_read_done)(void *arg, ssize_t n, const struct sfs_pf_view *v);
 
 /*
- * sfs_pf_read, except that a read whose bytes must come from the origin
+ * sfs_pf_read, except that a read whose bytes are not at hand is answered
+ * from the thread that gets them: one that must come from the origin
  * without a chunk (no store: a reader that jumps around, or a file of one
- * chunk or less) is answered from the I/O thread that gets the reply: it
- * returns -EINPROGRESS and done(copy, ...) runs once, later, on that thread
- * (or before it returns when the pool is closing). Any other return is as
+ * chunk or less) from the I/O thread that gets the reply, one that waits
+ * for a chunk being fetched or loaded from the thread that completes it.
+ * Then it returns -EINPROGRESS and done(copy, ...) runs once, later, on
+ * that thread (or before it returns when the pool is closing). Any other return is as
  * sfs_pf_read's, and done is not called. The fetch holds the file until
  * done has returned; its view pins nothing (no sfs_pf_view_release).
  */

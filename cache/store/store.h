@@ -38,7 +38,8 @@
  * one byte per chunk; while it is referenced, also its open fds and 520
  * bytes per chunk it has read (the records; none for objects over ~2 GiB,
  * whose records are read from the page cache each time), until the last
- * reference goes. A packed version costs one segment index entry (24-48 bytes) and
+ * reference goes. A packed version costs one segment index entry (16 bytes, 20-32 with
+ * the table's load) and
  * nothing else unless referenced.
  *
  * Threading: every function may be called from any thread. One lock

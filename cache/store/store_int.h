@@ -47,7 +47,7 @@
  *       │                          │   └──── recs[n_chunks]     520 B/chunk, only
  *       └── lru_head ... lru_tail ─┘                            while referenced
  *                                                                (objects <= ~2 GiB)
- *       └── seg ──> segment.c: key -> record index (24-48 B per packed version)
+ *       └── seg ──> segment.c: key -> record index (16 B entry per packed version)
  *
  * A hash of objects by key and an LRU list of the per-file objects (least
  * recently used first, each with its last use in CLOCK_MONOTONIC ms), both
