@@ -42,7 +42,7 @@ static uint64_t default_mem_max(void)
 
 static uint64_t mem_prefetch(uint64_t mem_max)
 {
-	uint64_t b = (mem_max / 4) & ~((1ull << 20) - 1);
+	uint64_t b = (mem_max / SFS_MEM_PREFETCH_SHARE) & ~((1ull << 20) - 1);
 	return b < (4ull << 20) ? 4ull << 20 : b;
 }
 static uint64_t mem_inodes(uint64_t mem_max) { return mem_max / 4 / SFS_MEM_INODE_BYTES; }
@@ -135,7 +135,7 @@ static const struct sfs_opt_def opt_table[] = {
 	     "(at most max_threads; the rest are parked); 0: libfuse's loop instead"},
     {SIZE("mem_max", mem_max, 1u << 20, 1ull << 44), .def_fn = default_mem_max, .meta = "SIZE",
      .help = "the daemon's memory budget, K/M/G/T suffixes: prefetch_mem, inode_max, "
-	     "listing_max and namespace_max not given are derived from it (a quarter, a quarter "
+	     "listing_max and namespace_max not given are derived from it (a sixth, a quarter "
 	     "at ~460 B per inode, an eighth at ~200 B per name); at least 64M",
      .def_help = "1/16 of RAM, 256M..8G"},
     {UINT("inode_max", inode_max, 0, 1u << 30), .def_fn = default_inode_max, .meta = "N",
@@ -146,7 +146,7 @@ static const struct sfs_opt_def opt_table[] = {
      .def_help = "mem_max / 4 / 460"},
     {SIZE("prefetch_mem", prefetch_mem, 4u << 20, 1ull << 40), .def_fn = default_prefetch_mem,
      .meta = "SIZE", .given = offsetof(struct sfs_options, prefetch_mem_given),
-     .help = "memory for fetch buffers in flight, K/M/G/T suffixes", .def_help = "mem_max / 4"},
+     .help = "memory for fetch buffers in flight, K/M/G/T suffixes", .def_help = "mem_max / 6"},
     {SIZE("prefetch_max", prefetch_max, 0, 1ull << 50), .def = 2ull << 30, .meta = "SIZE",
      .help = "largest file that prefetch=shard fetches whole on open"},
     {CHOICE("prefetch", prefetch, prefetch_choices), .def = SFS_PREFETCH_SHARD,

@@ -28,7 +28,11 @@
 #define SFS_MEM_MAX_DEFAULT_MAX (8ull << 30)
 #define SFS_MEM_MAX_MIN		(64ull << 20)
 #define SFS_MEM_INODE_BYTES	460
-#define SFS_MEM_NAME_BYTES	200
+/* prefetch_mem is this share: the buffers it bounds come on huge pages whose
+ * free halves iobuf keeps too (shardfs_memory_bytes{kind="chunk_buffers_kept"}),
+ * so they hold up to half as much again: about a quarter in all. */
+#define SFS_MEM_PREFETCH_SHARE 6
+#define SFS_MEM_NAME_BYTES     200
 
 /* Kernel entry/attr timeout under immutable: a year, i.e. never revalidate. */
 #define SFS_IMMUTABLE_TIMEOUT_S (365.0 * 86400)

@@ -500,16 +500,16 @@ static void test_mem_max(void)
 	ok(def >= (256ull << 20) && def <= (8ull << 30), "default mem_max %lluM within 256M..8G",
 	   (unsigned long long)(def >> 20));
 	int rc = parse(ARGV("h1:/ifs", "/mnt"), &o, err, sizeof(err));
-	ok(rc == 0 && o.mem_max == def && o.prefetch_mem == (def / 4 & ~(mib - 1)) &&
+	ok(rc == 0 && o.mem_max == def && o.prefetch_mem == (def / 6 & ~(mib - 1)) &&
 	       o.inode_max == def / 4 / 460 && o.listing_max == def / 8 / 200 &&
 	       o.namespace_max == def / 8 / 200,
 	   "defaults derived from mem_max: prefetch_mem %llu, inode_max %u, listing_max %llu",
 	   (unsigned long long)o.prefetch_mem, o.inode_max, (unsigned long long)o.listing_max);
 	sfs_options_free(&o);
 	rc = parse(ARGV("-o", "mem_max=128M", "h1:/ifs", "/mnt"), &o, err, sizeof(err));
-	ok(rc == 0 && o.prefetch_mem == 32 * mib && o.inode_max == (128u << 20) / 4 / 460 &&
+	ok(rc == 0 && o.prefetch_mem == 21 * mib && o.inode_max == (128u << 20) / 4 / 460 &&
 	       o.listing_max == (128ull << 20) / 8 / 200,
-	   "mem_max=128M: prefetch_mem 32M, inode_max %u, listing_max %llu", o.inode_max,
+	   "mem_max=128M: prefetch_mem 21M, inode_max %u, listing_max %llu", o.inode_max,
 	   (unsigned long long)o.listing_max);
 	sfs_options_free(&o);
 	rc = parse(ARGV("-o", "mem_max=128M,prefetch_mem=1G,inode_max=5", "h1:/ifs", "/mnt"), &o,
@@ -633,7 +633,7 @@ static void test_usage(void)
 		}
 		ok(listed, "--help lists '%s'", t[i].name);
 	}
-	ok(strstr(text, "(1..16, default 2)") && strstr(text, "(4M..1T, default: mem_max / 4)") &&
+	ok(strstr(text, "(1..16, default 2)") && strstr(text, "(4M..1T, default: mem_max / 6)") &&
 	       strstr(text, "(default shard)") && strstr(text, "(default auto)") &&
 	       strstr(text, "default: the mounting user's") && strstr(text, "(default)"),
 	   "--help shows ranges and defaults from the table");
