@@ -14,7 +14,10 @@
  *   reused   POL_GHOST_REUSE ghost hits (a chunk offered again after it was
  *            refused or evicted) or a warm-up, within idle_ms
  *
- * Once the cache is full, a write of dataset d may evict dataset x != d
+ * While the cache has room, a dataset takes it, except what other datasets
+ * being offered bytes now still lack of an equal share once it holds its
+ * own (reserved_for_others). Once the cache is full, a write of dataset d
+ * may evict dataset x != d
  * when x is idle (not read for idle_ms); or, d being reused, when x is not
  * in use (not read for idle_ms / 20), or x is in use but holds more than an
  * equal share of the cache among the datasets in use while d holds less.
@@ -250,12 +253,44 @@ static enum sfs_store_refusal refusal(sfs_store *s, const struct pol_ds *d, uint
 	return reused(s, d, now) ? SFS_STORE_REFUSED_SHARE : SFS_STORE_REFUSED_SCAN;
 }
 
+static bool hungry(const sfs_store *s, const struct pol_ds *d, uint64_t now)
+{
+	return d->last_offer_ms && now - d->last_offer_ms < idle_ms(s) / 20;
+}
+
+/*
+ * Whether the free space left after d takes need is what other hungry
+ * datasets (offered bytes now) still lack of an equal share, while d holds
+ * its share already: then it is theirs. Datasets filling the cache together
+ * split it equally in their first pass, instead of the faster reader's
+ * taking more and giving it back in the next epoch. Caller holds lock.
+ */
+static bool reserved_for_others(sfs_store *s, const struct pol_ds *d, uint64_t need, uint64_t now)
+{
+	uint64_t n = 1, lacking = 0;
+	for (size_t i = 0; i < s->n_pol_live; i++) {
+		const struct pol_ds *x = &s->pol[s->pol_live[i]];
+		n += x != d && hungry(s, x, now);
+	}
+	uint64_t share = s->capacity_bytes / n;
+	if (n == 1 || held(d) + need <= share)
+		return false;
+	for (size_t i = 0; i < s->n_pol_live; i++) {
+		const struct pol_ds *x = &s->pol[s->pol_live[i]];
+		if (x != d && hungry(s, x, now) && held(x) < share)
+			lacking += share - held(x);
+	}
+	uint64_t used = used_total(s) + s->queued_bytes + need;
+	return used > s->capacity_bytes || s->capacity_bytes - used < lacking;
+}
+
 int policy_admit(sfs_store *s, sfs_store_obj *o, uint32_t index, uint64_t need, uint32_t len,
 		 bool record)
 {
 	struct pol_ds *d = pol_get(s, o->dataset);
 	uint64_t now = sfs_now_ms();
 	struct pol_allow a;
+	enum sfs_store_refusal why;
 
 	if (record && ghost_take(s, o->key, index)) {
 		if (now - d->reuse_ms >= idle_ms(s))
@@ -263,12 +298,20 @@ int policy_admit(sfs_store *s, sfs_store_obj *o, uint32_t index, uint64_t need, 
 		d->ghost_hits++;
 		d->reuse_ms = now;
 	}
-	if (used_total(s) + s->queued_bytes + need <= s->capacity_bytes ||
-	    policy_allow(s, o->dataset, &a))
-		return 0;
+	if (record)
+		d->last_offer_ms = now;
+	if (used_total(s) + s->queued_bytes + need <= s->capacity_bytes) {
+		if (!reserved_for_others(s, d, need, now))
+			return 0;
+		why = SFS_STORE_REFUSED_SHARE;
+	} else {
+		if (policy_allow(s, o->dataset, &a))
+			return 0;
+		why = refusal(s, d, now);
+	}
 	if (record) {
 		ghost_put(s, o->key, index);
-		__atomic_fetch_add(&d->refused_bytes[refusal(s, d, now)], len, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&d->refused_bytes[why], len, __ATOMIC_RELAXED);
 	}
 	return -ENOSPC;
 }

@@ -198,13 +198,14 @@ struct write_job {
  * those of datasets the table had no room for).
  */
 struct pol_ds {
-	uint32_t id;	     /* protected by lock: set when first seen */
-	bool listed;	     /* protected by lock: in s->pol_live */
-	uint64_t obj_bytes;  /* protected by lock: per-file objects' chunk bytes */
-	uint64_t seg_bytes;  /* protected by lock: segments counted under it (seg_refresh) */
-	uint64_t reuse_ms;   /* protected by lock: last ghost hit or warm-up */
-	uint32_t ghost_hits; /* protected by lock: since reuse_ms was last idle_ms old */
-	uint64_t victim_max; /* protected by lock: policy_allow's bound for this dataset */
+	uint32_t id;		/* protected by lock: set when first seen */
+	bool listed;		/* protected by lock: in s->pol_live */
+	uint64_t obj_bytes;	/* protected by lock: per-file objects' chunk bytes */
+	uint64_t seg_bytes;	/* protected by lock: segments counted under it (seg_refresh) */
+	uint64_t reuse_ms;	/* protected by lock: last ghost hit or warm-up */
+	uint64_t last_offer_ms; /* protected by lock: last chunk offered (hungry) */
+	uint32_t ghost_hits;	/* protected by lock: since reuse_ms was last idle_ms old */
+	uint64_t victim_max;	/* protected by lock: policy_allow's bound for this dataset */
 	/* atomic: */
 	uint64_t last_read_ms; /* sfs_now_ms() of a reader's last bytes; 0 never */
 	uint64_t admitted_bytes, refused_bytes[SFS_STORE_REFUSALS];

@@ -2754,6 +2754,33 @@ static void test_auto_overflow(void)
 	tmp_remove();
 }
 
+/* Two datasets filling an empty cache together split it: the faster one
+ * stops at its share while the other is still being offered bytes. */
+static void test_auto_fill(void)
+{
+	diag("auto: two datasets filling the cache at once split it");
+	tmp_new();
+	sfs_store *s = NULL;
+	char err[256] = "";
+	int rc = sfs_store_open(&(struct sfs_store_conf){.dir = tpath("c"),
+							 .capacity_bytes = 4 * MiB,
+							 .policy = SFS_STORE_AUTO,
+							 .chunk_bytes = MiB},
+				&s, err, sizeof(err));
+	if (rc || sfs_store_start(s))
+		bail("sfs_store_open", rc);
+	uint32_t P = sfs_store_dataset(s, "/ifs/P"), Q = sfs_store_dataset(s, "/ifs/Q");
+	int q1 = auto_pass(s, Q, 100, 1), p3 = auto_pass(s, P, 200, 3),
+	    q2 = auto_pass(s, Q, 101, 1);
+	struct sfs_store_dataset p = auto_ds(s, P), q = auto_ds(s, Q);
+	ok(q1 == 1 && p3 == 2 && q2 == 1 && p.bytes == 2 * MiB && q.bytes == 2 * MiB &&
+	       p.refused_bytes[SFS_STORE_REFUSED_SHARE] == MiB,
+	   "Q 1, P 3 offered, Q 1 more: P admitted %d (want 2), Q %d; P holds %llu, Q %llu", p3,
+	   q1 + q2, (unsigned long long)p.bytes, (unsigned long long)q.bytes);
+	sfs_store_close(s);
+	tmp_remove();
+}
+
 static const struct tap_test tests[] = {
     {"open_lock", test_open_lock},
     {"bad_path", test_bad_path},
@@ -2768,6 +2795,7 @@ static const struct tap_test tests[] = {
     {"pin", test_pin},
     {"auto", test_auto},
     {"auto_overflow", test_auto_overflow},
+    {"auto_fill", test_auto_fill},
     {"concurrency", test_concurrency},
     {"range", test_range},
     {"range_corruption", test_range_corruption},
