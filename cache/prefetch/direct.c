@@ -466,13 +466,20 @@ static ssize_t chunk_read(struct sfs_pf_file *f, uint64_t off, uint64_t end, boo
 	bool waiting = done && (!seq || f->size <= SFS_CHUNK_BYTES) && n_want == 1 &&
 		       n_loads == 0 && !chunk_range_ready(want[0], off, end) &&
 		       waiter_add(f, want[0], off, end, done, arg, arg_len);
+	/* Once the waiter is registered another thread may answer it at once,
+	 * and the kernel may then close the file and drop its last open before
+	 * this thread is done with f below: hold f until then. */
+	if (waiting)
+		f->refs++;
 	pthread_mutex_unlock(&f->lock);
 	submit_chunks(f, started, n_started);
 	loader_queue(f->pf, ahead_loads, n_ahead_loads);
 	for (size_t i = 0; i < n_loads; i++)
 		load_chunk(f, loads[i]);
-	if (waiting)
+	if (waiting) {
+		sfs_pf_file_unref(f);
 		return -EINPROGRESS;
+	}
 
 	pthread_mutex_lock(&f->lock);
 	ssize_t ret = fill_view(f, off, end, want, n_want, v);
