@@ -2610,21 +2610,29 @@ static struct sfs_store_dataset auto_ds(sfs_store *s, uint32_t id)
 
 static void auto_sleep_ms(unsigned ms) { usleep(ms * 1000u); }
 
-static void test_auto(void)
+/* A started store under auto in tpath(dir): capacity cap, idle_ms idle (0:
+ * the default). */
+static sfs_store *auto_open(const char *dir, uint64_t cap, uint64_t idle)
 {
-	diag("auto: a stable part of a dataset larger than the cache; reuse, scans, shares, idle");
-	tmp_new();
-	const uint64_t cap = 4 * MiB, idle = 2000; /* in use: read within 100 ms */
 	sfs_store *s = NULL;
 	char err[256] = "";
-	int rc = sfs_store_open(&(struct sfs_store_conf){.dir = tpath("c"),
+	int rc = sfs_store_open(&(struct sfs_store_conf){.dir = tpath(dir),
 							 .capacity_bytes = cap,
 							 .policy = SFS_STORE_AUTO,
 							 .idle_ms = idle,
 							 .chunk_bytes = MiB},
 				&s, err, sizeof(err));
-	if (rc || sfs_store_start(s))
+	if (rc || (rc = sfs_store_start(s)))
 		bail("sfs_store_open", rc);
+	return s;
+}
+
+static void test_auto(void)
+{
+	diag("auto: a stable part of a dataset larger than the cache; reuse, scans, shares, idle");
+	tmp_new();
+	const uint64_t cap = 4 * MiB, idle = 2000; /* in use: read within 100 ms */
+	sfs_store *s = auto_open("c", cap, idle);
 	uint32_t A = sfs_store_dataset(s, "/ifs/A"), B = sfs_store_dataset(s, "/ifs/B");
 	uint32_t C = sfs_store_dataset(s, "/ifs/C");
 
@@ -2676,7 +2684,7 @@ static void test_auto(void)
 	sfs_store_obj *wo = sfs_store_obj_get(s, &w);
 	sfs_store_obj_wanted(wo);
 	sfs_store_dataset_read(s, C, 0, MiB);
-	rc = write_sync(wo, 310, 2 * MiB, 0);
+	int rc = write_sync(wo, 310, 2 * MiB, 0);
 	sfs_store_obj_put(wo);
 	ok(rc == 0 && auto_ds(s, C).reused, "a warm-up of C is admitted: %d", rc);
 	/* 4: past idle, anyone takes an idle dataset's space. */
@@ -2697,14 +2705,7 @@ static void test_auto(void)
 
 	/* A restart does not make the datasets read just before it idle: a
 	 * first pass after it is still a scan. */
-	rc = sfs_store_open(&(struct sfs_store_conf){.dir = tpath("c"),
-						     .capacity_bytes = cap,
-						     .policy = SFS_STORE_AUTO,
-						     .idle_ms = 600000,
-						     .chunk_bytes = MiB},
-			    &s, err, sizeof(err));
-	if (rc || sfs_store_start(s))
-		bail("sfs_store_open", rc);
+	s = auto_open("c", cap, 600000);
 	uint32_t E = sfs_store_dataset(s, "/ifs/E");
 	int r1 = auto_pass(s, E, 500, 1);
 	ok(r1 == 0 && auto_ds(s, E).refused_bytes[SFS_STORE_REFUSED_SCAN] == MiB,
@@ -2719,15 +2720,8 @@ static void test_auto_overflow(void)
 {
 	diag("auto: more datasets than the table holds");
 	tmp_new();
-	sfs_store *s = NULL;
-	char err[256] = "", name[64];
-	int rc = sfs_store_open(&(struct sfs_store_conf){.dir = tpath("c"),
-							 .capacity_bytes = 4 * MiB,
-							 .policy = SFS_STORE_AUTO,
-							 .chunk_bytes = MiB},
-				&s, err, sizeof(err));
-	if (rc || sfs_store_start(s))
-		bail("sfs_store_open", rc);
+	sfs_store *s = auto_open("c", 4 * MiB, 0);
+	char name[64];
 	uint32_t last = 0, n = 0;
 	for (int k = 0; k < 5000; k++) {
 		snprintf(name, sizeof(name), "/ifs/d%05d", k);
@@ -2747,7 +2741,7 @@ static void test_auto_overflow(void)
 	   (unsigned long long)u.bytes, (unsigned long long)l.bytes);
 	struct sfs_store_dataset *d = NULL;
 	size_t nd = 0;
-	rc = sfs_store_dataset_stats(s, &d, &nd);
+	int rc = sfs_store_dataset_stats(s, &d, &nd);
 	ok(rc == 0 && nd == 2, "the stats list the two: %zu", nd);
 	free(d);
 	sfs_store_close(s);
@@ -2760,15 +2754,7 @@ static void test_auto_fill(void)
 {
 	diag("auto: two datasets filling the cache at once split it");
 	tmp_new();
-	sfs_store *s = NULL;
-	char err[256] = "";
-	int rc = sfs_store_open(&(struct sfs_store_conf){.dir = tpath("c"),
-							 .capacity_bytes = 4 * MiB,
-							 .policy = SFS_STORE_AUTO,
-							 .chunk_bytes = MiB},
-				&s, err, sizeof(err));
-	if (rc || sfs_store_start(s))
-		bail("sfs_store_open", rc);
+	sfs_store *s = auto_open("c", 4 * MiB, 0);
 	uint32_t P = sfs_store_dataset(s, "/ifs/P"), Q = sfs_store_dataset(s, "/ifs/Q");
 	int q1 = auto_pass(s, Q, 100, 1), p3 = auto_pass(s, P, 200, 3),
 	    q2 = auto_pass(s, Q, 101, 1);
