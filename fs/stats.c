@@ -400,7 +400,8 @@ static void render_datasets(FILE *f, struct sfs_fs *fs)
 	       sfs_store_dataset_overflows(fs->store));
 	PER_DATASET("shardfs_cache_dataset_bytes", "gauge",
 		    "Bytes a dataset holds in the local cache (a segment of packed files is "
-		    "counted under its first file's dataset).",
+		    "counted under its files' dataset, under \"(unknown)\" when they are of "
+		    "several).",
 		    ds[k].bytes);
 	PER_DATASET("shardfs_cache_dataset_hit_bytes_total", "counter",
 		    "Bytes readers of a dataset got from the local cache.", ds[k].hit_bytes);

@@ -194,10 +194,10 @@ struct seg {
 	uint64_t last_use_ms; /* lock */
 	uint64_t n_live;      /* index entries pointing here; lock */
 	bool touched;	      /* an eviction took records from it; lock */
-	/* The dataset it counts under (tab_put; lock): its first record's,
-	 * also once records of other datasets were placed here. */
+	/* The dataset of its records (tab_put; lock): the first one's, and
+	 * mixed once a record of another dataset was placed here. */
 	uint32_t dataset;
-	bool has_dataset;
+	bool has_dataset, mixed;
 	uint64_t wend; /* end of the records written; writer only */
 };
 
@@ -400,6 +400,8 @@ static int tab_put(sfs_seg *sg, const struct idx_ent *ie, struct seg *s, uint32_
 	if (!s->has_dataset) {
 		s->dataset = sg->ds_ids[dsi];
 		s->has_dataset = true;
+	} else if (s->dataset != sg->ds_ids[dsi]) {
+		s->mixed = true;
 	}
 	sg->st.live_bytes += len;
 	return 0;
@@ -1027,11 +1029,9 @@ out:
 
 /* --- eviction ----------------------------------------------------------------- */
 
-/* The dataset a segment is counted under: its first record's (0 while it
- * has none). A segment shared by datasets read at the same time is
- * attributed to one of them, not to "unknown": a dataset nobody reads,
- * which any first pass (a scan) could evict. Caller holds lock. */
-static uint32_t seg_dataset(const struct seg *s) { return s->dataset; }
+/* The dataset a segment is counted under: its records' one dataset, or 0
+ * (unknown) when empty or mixed. Caller holds lock. */
+static uint32_t seg_dataset(const struct seg *s) { return s->mixed ? 0 : s->dataset; }
 
 /* The least recently used segment but act (ties: the older) whose dataset
  * and bytes ok() accepts (ok NULL: any). Caller holds lock. */

@@ -157,8 +157,8 @@ bool sfs_seg_coldest(sfs_seg *sg, uint64_t *last_use_ms, uint64_t *bytes);
  */
 uint64_t sfs_seg_evict_coldest(sfs_seg *sg);
 
-/* Whether a segment of `bytes` disk bytes counted under dataset `dataset`
- * (its first record's; 0 while empty) may be taken. Called under segment.c's
+/* Whether a segment of `bytes` disk bytes whose records are of dataset
+ * `dataset` (0: unknown or several) may be taken. Called under segment.c's
  * lock: must not call in. */
 typedef bool sfs_seg_dataset_fn(void *arg, uint32_t dataset, uint64_t bytes);
 
@@ -172,8 +172,7 @@ bool sfs_seg_coldest_of(sfs_seg *sg, sfs_seg_dataset_fn *ok, void *arg, uint64_t
 uint64_t sfs_seg_evict_seq(sfs_seg *sg, uint32_t seq);
 
 /* Call fn(arg, dataset, bytes) for every segment file (the one being
- * filled too): the dataset it counts under (its first record's) and its
- * disk bytes.
+ * filled too): its dataset (0 when unknown or several) and its disk bytes.
  * Under the lock (fn must not call in); a scan of the segment table, not
  * of the index. Any thread. */
 void sfs_seg_foreach_segment(sfs_seg *sg, void (*fn)(void *arg, uint32_t dataset, uint64_t bytes),

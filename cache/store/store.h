@@ -264,7 +264,7 @@ int sfs_store_list(sfs_store *store, struct sfs_store_dataset **out, size_t *n_o
  * The datasets seen since the store was opened (read, offered or holding
  * bytes), from the policy's own counters: no scan of the index, so cheap
  * enough for every render of the stats file. bytes counts a segment under
- * the dataset of its first record; objects and last_use_s are 0.
+ * the dataset of its records (0 when mixed); objects and last_use_s are 0.
  * *out is malloc'd. Returns 0 or -ENOMEM. Any thread.
  */
 int sfs_store_dataset_stats(sfs_store *store, struct sfs_store_dataset **out, size_t *n_out);
