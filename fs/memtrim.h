@@ -28,10 +28,8 @@
  * arenas, and an arena's free top is kept up to SFS_MEMTRIM_KEEP_TOP, so
  * that a buffer freed and allocated again is not unmapped and faulted in
  * again (each fault a VM exit on a paravirtualised guest); this thread's
- * trims give the memory back once reads stop. Measured (shardfs-bench
- * --small-files, cold with a cache): 3.2-4.1 page faults and 295-394 us of
- * daemon CPU per file before, 0.7-1.0 and 227-268 after, with the peak RSS
- * of that pass 57-61 MiB before and 69-93 after (README, sixteenth round). */
+ * trims give the memory back once reads stop. What it saves and costs is
+ * in packaging/doc/benchmarks.md (sixteenth round). */
 #define SFS_MEMTRIM_MMAP_MAX (4u << 20)
 #define SFS_MEMTRIM_KEEP_TOP (16u << 20)
 /* Under a small memory budget (mem_max) what the arenas keep is a share of

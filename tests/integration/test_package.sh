@@ -78,7 +78,8 @@ for d in "${DEBS[@]}"; do
 	dpkg-deb -c "$d" 2>/dev/null | awk '{print $6}' >>"$WORK/deb.files"
 done
 for f in ./usr/sbin/shardfs ./usr/bin/shardfs-stat ./usr/bin/shardfs-warm \
-	./usr/share/man/man8/shardfs.8.gz ./usr/share/man/man1/shardfs-stat.1.gz \
+	./usr/share/man/man8/shardfs.8.gz ./usr/share/man/man7/shardfs-stats.7.gz \
+	./usr/share/man/man1/shardfs-stat.1.gz \
 	./usr/share/man/man1/shardfs-warm.1.gz \
 	./usr/bin/shardfs-cache ./usr/share/man/man1/shardfs-cache.1.gz \
 	./usr/share/man/man1/shardfs-bench.1.gz ./usr/bin/shardfs-bench \
