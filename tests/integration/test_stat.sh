@@ -107,6 +107,20 @@ else
 	check "SIGINT ends it with 130 and no traceback (rc=$rc)" [ "$rc" = 130 -a ! -s "$WORK/err" ]
 fi
 
+# --- every metric the live daemon renders is in shardfs-stats(7) -------------------
+check "shardfs-stats(7) describes every metric of the live stats file" python3 - \
+	"$MNT/.shardfs/stats" "$SRC_ROOT" <<'PY'
+import os, re, sys
+sys.path.insert(0, os.path.join(sys.argv[2], "tests/docs"))
+import check_docs
+live = set(re.findall(r"^# TYPE (\S+) ", open(sys.argv[1]).read(), re.M))
+page = os.path.join(sys.argv[2], "packaging/man/shardfs-stats.7")
+named = {n for h in check_docs.man_headings(page) for n in re.findall(r"shardfs_[a-z0-9_]+", h)}
+missing = sorted(live - named)
+print("# %d live metrics; missing: %s" % (len(live), " ".join(missing) or "none"))
+sys.exit(1 if missing or len(live) < 50 else 0)
+PY
+
 # --- metrics the daemon may not report: from a stats file copy -----------------
 cp "$MNT/.shardfs/stats" "$WORK/copy.prom"
 grep -v '^shardfs_cache_\|^shardfs_stage_' "$WORK/copy.prom" >"$WORK/nocache.prom"
