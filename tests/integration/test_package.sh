@@ -113,6 +113,16 @@ check "the daemon packages leave the staging files to the new ones" \
 	bash -c "! dpkg-deb -c '$DEB' | grep -qE 'libshardfs|include/shardfs|dist-packages|stage_'"
 check "shardfs Depends on fuse3 (mount.fuse3)" \
 	bash -c "dpkg-deb -f '$DEB' Depends | grep -qE '(^|, )fuse3(,|$| )'"
+# lintian (installed by tools/install-deps): no error and no warning on any
+# of the packages (informational tags are left alone).
+if command -v lintian >/dev/null; then
+	lintian --tag-display-limit 0 "${DEBS[@]}" >"$WORK/lintian.log" 2>&1
+else
+	echo "E: lintian is not installed (tools/install-deps installs it)" >"$WORK/lintian.log"
+fi
+n_tags=$(grep -cE '^[EW]: ' "$WORK/lintian.log" || true)
+check "lintian: no error or warning on the .debs ($n_tags)" \
+	bash -c "! grep -E '^[EW]: ' '$WORK/lintian.log' | sed 's/^/# /' | grep ."
 check "build-deb left nothing in the work tree" [ "$(tree_state)" = "$tree_before" ]
 
 export DEBIAN_FRONTEND=noninteractive
