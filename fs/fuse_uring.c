@@ -274,8 +274,6 @@ int sfs_fuse_uring_start(struct fuse_session *se, int devfd, unsigned depth, siz
 	return 0;
 }
 
-bool sfs_fuse_uring_active(void) { return __atomic_load_n(&g_active, __ATOMIC_ACQUIRE); }
-
 unsigned long long sfs_fuse_uring_requests(void)
 {
 	return __atomic_load_n(&g_requests, __ATOMIC_RELAXED);

@@ -21,10 +21,12 @@
  *
  * The kernel offers FUSE_OVER_IO_URING in its INIT request when the fuse
  * module's enable_uring parameter is set; fusedev.c asks for it in the INIT
- * reply when sfs_fusedev_want_uring() was called, and starts this module
- * once that reply is written. Then every CPU has a queue (the kernel queues
- * a request on the queue of the CPU its caller runs on, and uses the ring
- * only once every queue has entries): a thread pinned to that CPU with its
+ * reply when this module's start and reply were registered with
+ * sfs_fusedev_want_uring(), and starts this module once that reply is
+ * written; only the binaries that register it link it (not the daemon).
+ * Then every CPU has a queue (the kernel queues a request on the queue of
+ * the CPU its caller runs on, and uses the ring only once every queue has
+ * entries): a thread pinned to that CPU with its
  * own io_uring (128-byte SQEs, for the command's 80-byte area) and `depth`
  * entries, each a header (struct fuse_uring_req_header) and a payload
  * buffer of the connection's largest request. An entry is registered
@@ -51,9 +53,6 @@
 
 struct fuse_session;
 
-/* FUSE_OVER_IO_URING (protocol 7.42), a flags2 bit of INIT. */
-#define SFS_FUSE_OVER_IO_URING_FLAGS2 (1u << (41 - 32))
-
 /* Start the queues on se's device fd, `depth` entries each, payload buffers
  * of payload_bytes (at least the connection's max_write and max_pages *
  * 4 KiB). Call right after the INIT reply that asked for the ring was
@@ -65,9 +64,6 @@ int sfs_fuse_uring_start(struct fuse_session *se, int devfd, unsigned depth, siz
  * request that came through the ring, commit it there, set *res to what a
  * writev of it would have returned and return true. Otherwise false. */
 bool sfs_fuse_uring_reply(const struct iovec *iov, int count, ssize_t *res);
-
-/* Whether the queues run (requests may come through them). */
-bool sfs_fuse_uring_active(void);
 
 /* Requests served through the ring so far. */
 unsigned long long sfs_fuse_uring_requests(void);

@@ -3,7 +3,6 @@
 #define FUSE_USE_VERSION 312
 #include "fusedev.h"
 #include "../cache/common/log.h"
-#include "fuse_uring.h"
 
 #include <errno.h>
 #include <fuse_lowlevel.h>
@@ -16,6 +15,8 @@
 
 /* Linux 6.6 (protocol 7.39); Debian 12's uapi headers are 7.38. */
 #define SFS_FUSE_DIRECT_IO_ALLOW_MMAP (1ull << 36)
+/* FUSE_OVER_IO_URING (protocol 7.42), a flags2 bit of INIT. */
+#define SFS_FUSE_OVER_IO_URING_FLAGS2 (1u << (41 - 32))
 /* Protocol 7.45: the server asks the kernel to drop the unused dentries of
  * the inodes named (struct fuse_notify_prune_out, then count node ids). */
 #define SFS_FUSE_NOTIFY_PRUNE 9
@@ -36,9 +37,10 @@ static uint32_t flags2_wanted;	     /* atomic: the flags2 bits to add to the rep
 static bool direct_io_mmap;	     /* atomic: the reply carried ALLOW_MMAP */
 static bool mount_direct_io;	     /* set before the loop */
 static uint32_t kernel_minor;	     /* atomic: the INIT request's protocol minor */
-static bool uring_wanted;	     /* set before the loop: sfs_fusedev_want_uring */
-static unsigned uring_depth;	     /* set before the loop */
 static struct fuse_session *session; /* set before the loop */
+/* Set before the loop (sfs_fusedev_want_uring); uring NULL: no ring. */
+static const struct sfs_fusedev_uring *uring;
+static unsigned uring_depth;
 
 /* The INIT request: what the kernel offers in flags2 that we want. */
 static void init_seen(const void *buf, size_t n)
@@ -50,8 +52,8 @@ static void init_seen(const void *buf, size_t n)
 	if (n >= sizeof(*h) + offsetof(struct fuse_init_in, flags2) + sizeof(in->flags2) &&
 	    (in->flags & FUSE_INIT_EXT))
 		want = in->flags2 & ((uint32_t)(SFS_FUSE_DIRECT_IO_ALLOW_MMAP >> 32) |
-				     (uring_wanted ? SFS_FUSE_OVER_IO_URING_FLAGS2 : 0));
-	if (uring_wanted && !(want & SFS_FUSE_OVER_IO_URING_FLAGS2))
+				     (uring ? SFS_FUSE_OVER_IO_URING_FLAGS2 : 0));
+	if (uring && !(want & SFS_FUSE_OVER_IO_URING_FLAGS2))
 		sfs_log(
 		    SFS_LOG_WARN, "fuse",
 		    "this kernel does not offer FUSE over io_uring (Linux 6.14+ with "
@@ -112,7 +114,7 @@ static ssize_t init_reply(int fd, const struct iovec *iov, int count, uint32_t w
 		size_t payload = out->max_write;
 		if ((size_t)out->max_pages * 4096 > payload)
 			payload = (size_t)out->max_pages * 4096;
-		sfs_fuse_uring_start(session, fd, uring_depth, payload);
+		uring->start(session, fd, uring_depth, payload);
 	}
 	return n;
 }
@@ -130,14 +132,14 @@ static ssize_t dev_writev(int fd, struct iovec *iov, int count, void *userdata)
 		}
 	}
 	ssize_t n;
-	if (sfs_fuse_uring_reply(iov, count, &n))
+	if (uring && uring->reply(iov, count, &n))
 		return n;
 	return writev(fd, iov, count);
 }
 
-void sfs_fusedev_want_uring(unsigned depth)
+void sfs_fusedev_want_uring(const struct sfs_fusedev_uring *ring, unsigned depth)
 {
-	uring_wanted = depth > 0;
+	uring = depth > 0 ? ring : NULL;
 	uring_depth = depth;
 }
 

@@ -12,9 +12,11 @@
  *   Arrow's memory_map); without it that mmap() fails with ENODEV. The
  *   kernel serves such a mapping through the page cache.
  *   FUSE_OVER_IO_URING (Linux 6.14+, the fuse module's enable_uring), only
- *   where sfs_fusedev_want_uring asked for it: requests then come through
- *   io_uring (fuse_uring.h), whose queues start once this reply is written,
- *   and replies to them are passed to fuse_uring instead of /dev/fuse.
+ *   where sfs_fusedev_want_uring registered a ring transport: requests then
+ *   come through io_uring, the transport's start hook runs once this reply
+ *   is written, and every reply is offered to its reply hook before
+ *   /dev/fuse. This module does not link a transport (fs/fuse_uring.c is
+ *   one; tools/shardfs-fusefloor registers it, the daemon does not).
  * Every other request and reply passes through unchanged: one read() or
  * writev() of the device, as libfuse makes them without hooks. Splice is
  * left to libfuse (no splice hooks: it uses plain splice()).
@@ -28,8 +30,23 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 
 struct fuse_session;
+
+/* A FUSE-over-io_uring transport (fuse_uring.h has one), as two hooks. */
+struct sfs_fusedev_uring {
+	/* Start the ring on the device fd, `depth` entries per queue, payloads
+	 * of payload_bytes; called once, on the thread that wrote the INIT
+	 * reply asking for it, right after that write. Returns 0 or -errno
+	 * (requests then stay on /dev/fuse). */
+	int (*start)(struct fuse_session *se, int devfd, unsigned depth, size_t payload_bytes);
+	/* Offered every reply but INIT's, from any thread: true if it answered
+	 * a request of the ring (then *res is what writev would have
+	 * returned), false to write it to /dev/fuse. */
+	bool (*reply)(const struct iovec *iov, int count, ssize_t *res);
+};
 
 /* Route the mounted session's device I/O through this module (call after
  * fuse_session_mount, before the loop). direct_io: the mount opens files
@@ -39,9 +56,9 @@ struct fuse_session;
 int sfs_fusedev_attach(struct fuse_session *se, bool direct_io);
 
 /* EXPERIMENTAL: ask for FUSE over io_uring where the kernel offers it,
- * with `depth` entries per CPU (fuse_uring.h); 0: do not. Call before
- * sfs_fusedev_attach. */
-void sfs_fusedev_want_uring(unsigned depth);
+ * served by `ring` (kept, not copied) with `depth` entries per CPU; a NULL
+ * ring or a depth of 0: do not. Call before sfs_fusedev_attach. */
+void sfs_fusedev_want_uring(const struct sfs_fusedev_uring *ring, unsigned depth);
 
 /* Whether the INIT reply carries FUSE_DIRECT_IO_ALLOW_MMAP: known once the
  * INIT request was read, before libfuse calls the filesystem's init (false

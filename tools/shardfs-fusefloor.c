@@ -258,7 +258,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (uring) {
-		sfs_fusedev_want_uring(16);
+		static const struct sfs_fusedev_uring ring = {.start = sfs_fuse_uring_start,
+							      .reply = sfs_fuse_uring_reply};
+		sfs_fusedev_want_uring(&ring, 16);
 		if (sfs_fusedev_attach(se, false) != 0)
 			fprintf(stderr, "shardfs-fusefloor: no custom I/O: no io_uring\n");
 	}
