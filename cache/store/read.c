@@ -10,11 +10,10 @@
 
 /*
  * A chunk did not check, or its file is gone: unless it was dropped since
- * *gen was sampled (gen NULL: whatever happened), make it ABSENT and clear
- * its record on disk so that a restart does not trust it. While the record
- * is cleared, without the lock, the chunk is WRITING (taken: not read, not
- * rewritten). Counts a checksum failure. Caller holds a reference, not the
- * lock.
+ * *gen was sampled, make it ABSENT and clear its record on disk so that a
+ * restart does not trust it. While the record is cleared, without the lock,
+ * the chunk is WRITING (taken: not read, not rewritten). Counts a checksum
+ * failure. Caller holds a reference, not the lock.
  */
 static void chunk_fail(sfs_store *s, sfs_store_obj *o, uint32_t index, const uint32_t *gen)
 {
@@ -24,7 +23,7 @@ static void chunk_fail(sfs_store *s, sfs_store_obj *o, uint32_t index, const uin
 	memset(&zero, 0, sizeof(zero));
 
 	pthread_mutex_lock(&s->lock);
-	bool live = index < o->n_chunks && chunk_cached(o, index) && (!gen || *gen == o->gen);
+	bool live = index < o->n_chunks && chunk_cached(o, index) && *gen == o->gen;
 	if (live) {
 		uint32_t len = chunk_len(o, index, s->chunk_shift);
 		obj_bytes_add(s, o, -(int64_t)len);
@@ -372,32 +371,7 @@ size_t sfs_store_range_bytes(const sfs_store_obj *o, uint64_t off, size_t len)
 	return (size_t)((end - start + 4095) & ~4095ull);
 }
 
-int sfs_store_chunk_fd(sfs_store_obj *o, uint32_t index, off_t *off, uint32_t *len)
-{
-	sfs_store *s = o->store;
-	int fd = -ENOENT;
-
-	/* Packed versions are never VERIFIED: they have no fd of their own. */
-	for (int tries = 0;; tries++) {
-		pthread_mutex_lock(&s->lock);
-		if (index >= o->n_chunks || o->state[index] != SFS_CHUNK_VERIFIED || o->fd >= 0 ||
-		    tries)
-			break;
-		pthread_mutex_unlock(&s->lock);
-		if (obj_open_fds(s, o) < 0)
-			return -ENOENT;
-	}
-	if (index < o->n_chunks && o->state[index] == SFS_CHUNK_VERIFIED && o->fd >= 0) {
-		fd = o->fd;
-		*off = (off_t)(o->data_off + ((uint64_t)index << s->chunk_shift));
-		*len = chunk_len(o, index, s->chunk_shift);
-		lru_touch(s, o);
-	}
-	pthread_mutex_unlock(&s->lock);
-	return fd;
-}
-
-/* Whether write_chunk refuses: -EAGAIN, -EEXIST, -ENOSPC (pin, auto), or
+/* Whether write_chunk_hashed refuses: -EAGAIN, -EEXIST, -ENOSPC (pin, auto), or
  * 0. record: a real offer (auto counts and remembers it; see policy_admit).
  * Caller holds lock. */
 static int write_refusal(sfs_store *s, sfs_store_obj *o, uint32_t index, uint32_t len, bool record)
@@ -438,12 +412,6 @@ bool sfs_store_would_take(sfs_store_obj *o, uint32_t index, uint32_t len)
 	return take;
 }
 
-int sfs_store_write_chunk(sfs_store_obj *o, uint32_t index, const void *buf, uint32_t len,
-			  void (*done)(void *arg, int err), void *arg)
-{
-	return sfs_store_write_chunk_hashed(o, index, buf, len, NULL, 0, done, arg);
-}
-
 int sfs_store_write_chunk_hashed(sfs_store_obj *o, uint32_t index, const void *buf, uint32_t len,
 				 const uint64_t *sub_xxh64, uint64_t known,
 				 void (*done)(void *arg, int err), void *arg)
@@ -480,11 +448,4 @@ int sfs_store_write_chunk_hashed(sfs_store_obj *o, uint32_t index, const void *b
 		pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
-}
-
-/* Packed versions are checked by every read (which drops a bad one itself);
- * for them this only counts. */
-void sfs_store_drop_chunk(sfs_store_obj *o, uint32_t index)
-{
-	chunk_fail(o->store, o, index, NULL);
 }

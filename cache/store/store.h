@@ -26,13 +26,12 @@
  * Chunk states: ABSENT -> WRITING -> VERIFIED (written by us this run), or
  * PRESENT (found on disk at startup) -> VERIFIED on the first read whose
  * checksum matches; a mismatch makes it ABSENT again (a miss, never an
- * error). Only VERIFIED chunks are served from their file descriptor.
- * Every read checks what it reads: read_chunk all sub-blocks of a chunk,
+ * error). Every read checks what it reads: read_chunk all sub-blocks of a chunk,
  * read_range only the sub-blocks its range touches (a range read leaves a
  * PRESENT chunk PRESENT). A packed version's one chunk is ABSENT, WRITING
- * (queued) or PRESENT (durable in a segment), never VERIFIED: it has no fd
- * of its own (sfs_store_chunk_fd says -ENOENT), and each read checks it
- * whole; a segment evicted under its holders makes it ABSENT (a miss).
+ * (queued) or PRESENT (durable in a segment), never VERIFIED: each read
+ * checks it whole; a segment evicted under its holders makes it ABSENT (a
+ * miss).
  *
  * Memory: a per-file object nobody holds costs its struct (~150 bytes) and
  * one byte per chunk; while it is referenced, also its open fds and 520
@@ -156,23 +155,16 @@ uint64_t sfs_store_cached_bytes(sfs_store *store, const struct sfs_file_version 
  */
 ssize_t sfs_store_read_chunk(sfs_store_obj *obj, uint32_t index, void *buf);
 
-/* For a VERIFIED chunk: the object's fd and the chunk's offset and length,
- * valid while the caller holds its reference. Returns the fd or -ENOENT. */
-int sfs_store_chunk_fd(sfs_store_obj *obj, uint32_t index, off_t *off, uint32_t *len);
-
 /*
  * Queue chunk `index` (len bytes at buf) for writing. done(arg, err) runs on
  * the writer thread once the bytes and record are durable (err 0) or the
  * write was dropped (-ENOSPC, -EIO, ...); buf must stay valid until then.
- * Returns 0 if queued; -EEXIST if the chunk is present or being written;
- * -ENOSPC if pin policy is full; -EAGAIN if the store is offline. done is
- * not called when it returns non-zero.
- */
-int sfs_store_write_chunk(sfs_store_obj *obj, uint32_t index, const void *buf, uint32_t len,
-			  void (*done)(void *arg, int err), void *arg);
-
-/*
- * As sfs_store_write_chunk, with the checksums of some of the chunk's
+ * Returns 0 if queued; -EINVAL for an index past the end or a len other
+ * than the chunk's; -EEXIST if the chunk is present or being written;
+ * -ENOSPC if pin policy is full (or auto did not admit it); -EAGAIN if the
+ * store is offline; -ENOMEM. done is not called when it returns non-zero.
+ *
+ * sub_xxh64 (NULL when known is 0): the checksums of some of the chunk's
  * 16 KiB sub-blocks (SFS_STORE_SUB_SHIFT) already computed by the caller,
  * as the bytes landed: bit k of known says sub_xxh64[k] is XXH3-64 of
  * sub-block k of buf (the last one as long as the chunk's end allows); the
@@ -185,9 +177,10 @@ int sfs_store_write_chunk_hashed(sfs_store_obj *obj, uint32_t index, const void 
 				 const uint64_t *sub_xxh64, uint64_t known,
 				 void (*done)(void *arg, int err), void *arg);
 
-/* Whether sfs_store_write_chunk of chunk index (len bytes) would queue it
- * now (online, not present or being written, room under pin): a hint, the
- * answer may change before the write. Takes the store lock briefly. */
+/* Whether sfs_store_write_chunk_hashed of chunk index (len bytes) would
+ * queue it now (online, not present or being written, room under pin): a
+ * hint, the answer may change before the write. Takes the store lock
+ * briefly. */
 bool sfs_store_would_take(sfs_store_obj *obj, uint32_t index, uint32_t len);
 
 /*
@@ -302,9 +295,5 @@ void sfs_store_key(const struct sfs_file_version *v, uint8_t key[16]);
  * Keys not cached are skipped. Returns 0 or -EAGAIN / -errno. */
 int sfs_store_evict_keys(sfs_store *store, const uint8_t (*keys)[16], size_t n,
 			 struct sfs_store_evicted *out);
-
-/* Count a checksum failure noticed elsewhere; make the chunk ABSENT (a
- * packed version's record is dropped by the read that finds it bad). */
-void sfs_store_drop_chunk(sfs_store_obj *obj, uint32_t index);
 
 #endif
