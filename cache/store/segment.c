@@ -813,8 +813,6 @@ int sfs_seg_append(sfs_seg *sg, const uint8_t key[16], const void *bytes, uint32
 	return 0;
 }
 
-uint64_t sfs_seg_pending_bytes(sfs_seg *sg) { return sg->wlen; }
-
 /* Creates the next segment file (and makes its name durable). Returns 0 and
  * the new segment (writer's reference held, not yet published), or -errno. */
 static int seg_create(sfs_seg *sg, struct seg **out)

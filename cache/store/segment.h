@@ -131,10 +131,6 @@ ssize_t sfs_seg_read(sfs_seg *sg, const uint8_t key[16], void *buf, size_t buf_l
 int sfs_seg_append(sfs_seg *sg, const uint8_t key[16], const void *bytes, uint32_t len,
 		   uint32_t dataset);
 
-/* Bytes sfs_seg_flush() would add to the disk for what is appended now
- * (records, padding, a new segment's start). For admission. */
-uint64_t sfs_seg_pending_bytes(sfs_seg *sg);
-
 /*
  * Make every appended record durable and visible: one write of the buffer
  * (two when it crosses into a new segment; a full segment is sealed and its
