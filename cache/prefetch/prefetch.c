@@ -170,16 +170,6 @@ int sfs_pf_file_open_version(sfs_prefetch *pf, const struct sfs_fh *fh,
 	return 0;
 }
 
-int sfs_pf_file_open(sfs_prefetch *pf, const struct sfs_fh *fh, uint64_t size, sfs_pf_file **out)
-{
-	struct sfs_file_version v = {.size = size};
-	int rc = sfs_pf_file_open_version(pf, fh, &v, out);
-
-	if (rc == 0)
-		(*out)->check_version = false;
-	return rc;
-}
-
 void sfs_pf_file_ref(sfs_pf_file *f)
 {
 	pthread_mutex_lock(&f->lock);

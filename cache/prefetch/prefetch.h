@@ -98,15 +98,12 @@ void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out);
 uint64_t sfs_prefetch_release_idle(sfs_prefetch *pf, uint64_t idle_ms);
 
 /*
- * Fetch state of one file (shared by every open of it). size is the file
- * size at open; reads are clamped to it. Returns 0 or -ENOMEM. The caller
- * holds one reference; drop it with sfs_pf_file_unref().
+ * Fetch state of one version of a file (shared by every open of it): reads
+ * are clamped to v->size, chunks are looked up in and written to the store
+ * under its key, and origin replies whose attributes show another version
+ * fail with -ESTALE instead of mixing bytes. Returns 0 or -ENOMEM. The
+ * caller holds one reference; drop it with sfs_pf_file_unref().
  */
-int sfs_pf_file_open(sfs_prefetch *pf, const struct sfs_fh *fh, uint64_t size, sfs_pf_file **out);
-
-/* The same for a known version of the file: chunks are looked up in and
- * written to the store under its key, and origin replies whose attributes
- * show another version fail with -ESTALE instead of mixing bytes. */
 int sfs_pf_file_open_version(sfs_prefetch *pf, const struct sfs_fh *fh,
 			     const struct sfs_file_version *v, sfs_pf_file **out);
 

@@ -12,7 +12,7 @@
  * prefetch, close origin.
  */
 #include "fake_origin.h"
-#include "prefetch.h"
+#include "prefetch_testing.h"
 #include "tap.h"
 
 #include <errno.h>
