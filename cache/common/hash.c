@@ -3,22 +3,20 @@
  * build's baseline (faster than the library's call: 6.7 against 8.5 us per
  * 110 KB); hash_avx2.c is the same header built with -mavx2. */
 #include "hash.h"
-
-#include <string.h>
+#include "hash_int.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #if defined(__x86_64__) && defined(SFS_HAVE_XXH3_AVX2)
-uint64_t sfs_xxh3_64_avx2(const void *p, size_t len); /* hash_avx2.c */
 #define HAVE_AVX2 1
 #else
 #define HAVE_AVX2 0
 #endif
 
-static uint64_t xxh3_generic(const void *p, size_t len) { return XXH3_64bits(p, len); }
+uint64_t sfs_xxh3_64_generic(const void *p, size_t len) { return XXH3_64bits(p, len); }
 
-static sfs_xxh3_fn impl = xxh3_generic;
+static sfs_xxh3_fn impl = sfs_xxh3_64_generic;
 static const char *impl_name = "generic";
 
 /* Before main: no thread can call sfs_xxh3_64 yet. */
@@ -36,14 +34,3 @@ __attribute__((constructor)) static void choose_impl(void)
 uint64_t sfs_xxh3_64(const void *p, size_t len) { return impl(p, len); }
 
 const char *sfs_xxh3_impl(void) { return impl_name; }
-
-sfs_xxh3_fn sfs_xxh3_by_name(const char *name)
-{
-	if (strcmp(name, "generic") == 0)
-		return xxh3_generic;
-#if HAVE_AVX2
-	if (strcmp(name, "avx2") == 0 && impl == sfs_xxh3_64_avx2)
-		return sfs_xxh3_64_avx2;
-#endif
-	return NULL;
-}

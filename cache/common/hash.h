@@ -24,9 +24,4 @@ uint64_t sfs_xxh3_64(const void *p, size_t len);
 /* The code sfs_xxh3_64 runs: "avx2" or "generic" (logged at mount). */
 const char *sfs_xxh3_impl(void);
 
-/* Each implementation by name, for the tests; NULL where this build or CPU
- * has none. */
-typedef uint64_t (*sfs_xxh3_fn)(const void *p, size_t len);
-sfs_xxh3_fn sfs_xxh3_by_name(const char *name);
-
 #endif

@@ -2,6 +2,8 @@
 /* hash_avx2 — XXH3-64 from libxxhash's header, built with -mavx2 (meson):
  * called only after hash.c saw the CPU has AVX2. Nothing else lives here,
  * as the compiler may use AVX2 anywhere in this file. */
+#include "hash_int.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -12,5 +14,4 @@
 #error "hash_avx2.c must be built with -mavx2"
 #endif
 
-uint64_t sfs_xxh3_64_avx2(const void *p, size_t len);
 uint64_t sfs_xxh3_64_avx2(const void *p, size_t len) { return XXH3_64bits(p, len); }
