@@ -33,6 +33,7 @@
  * rename() when compacted).
  */
 #include "namespace.h"
+#include "../common/fileio.h"
 #include "../common/hash.h"
 #include "../common/log.h"
 
@@ -480,22 +481,6 @@ static void pend_append(sfs_ns *ns, const uint8_t *rec, size_t len)
 
 /* --- the file ----------------------------------------------------------- */
 
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		if (w == 0)
-			return -EIO;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 /* The header for this export and root into buf (>= 1200 bytes). */
 static size_t header_encode(const sfs_ns *ns, uint8_t *buf)
 {
@@ -618,7 +603,7 @@ static int wbuf_add(int fd, uint8_t *buf, size_t *used, const uint8_t *rec, size
 	int rc = 0;
 
 	if (*used + len > (1u << 20)) {
-		rc = write_all(fd, buf, *used);
+		rc = sfs_write_all(fd, buf, *used);
 		*used = 0;
 	}
 	memcpy(buf + *used, rec, len);
@@ -668,7 +653,7 @@ static int rewrite(sfs_ns *ns)
 			total += DIRDONE_BYTES;
 		}
 	if (!rc)
-		rc = write_all(fd, buf, used);
+		rc = sfs_write_all(fd, buf, used);
 	if (!rc && fdatasync(fd) != 0)
 		rc = -errno;
 	if (!rc && rename(ns->tmp_path, ns->path) != 0)
@@ -704,7 +689,7 @@ int sfs_ns_flush(sfs_ns *ns)
 	pthread_mutex_unlock(&ns->lock);
 	if (len && ns->fd >= 0) {
 		off_t at = lseek(ns->fd, 0, SEEK_END);
-		rc = write_all(ns->fd, buf, len);
+		rc = sfs_write_all(ns->fd, buf, len);
 		if (!rc && fdatasync(ns->fd) != 0)
 			rc = -errno;
 		if (rc < 0) {

@@ -64,6 +64,7 @@
  * evicted segment (dead) is freed and its fd closed by the last unref.
  */
 #include "segment.h"
+#include "../common/fileio.h"
 #include "../common/hash.h"
 #include "../common/iobuf.h"
 #include "../common/log.h"
@@ -674,23 +675,6 @@ ssize_t sfs_seg_read(sfs_seg *sg, const uint8_t key[16], void *buf, size_t buf_l
 
 /* --- writing ------------------------------------------------------------------ */
 
-static int write_all(int fd, const uint8_t *p, size_t n, off_t off)
-{
-	while (n) {
-		ssize_t w = pwrite(fd, p, n, off);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		if (w == 0)
-			return -EIO;
-		p += w;
-		n -= (size_t)w;
-		off += w;
-	}
-	return 0;
-}
-
 /*
  * Writes DIR/NNNNNNNN.idx for segment seq: n entries, the records ending at
  * end_bytes. Temp file, fdatasync, rename, directory fsync. Returns 0 or
@@ -719,7 +703,7 @@ static int write_idx(sfs_seg *sg, uint32_t seq, const struct idx_ent *ents, uint
 		err = -errno;
 		goto err_free;
 	}
-	err = write_all(fd, buf, size, 0);
+	err = sfs_pwrite_all(fd, buf, size, 0);
 	if (!err && fdatasync(fd))
 		err = -errno;
 	close(fd);
@@ -858,7 +842,7 @@ static int write_run(sfs_seg *sg, struct seg *s, uint32_t i, uint32_t j)
 {
 	const struct pend *a = &sg->pend[i], *z = &sg->pend[j - 1];
 	uint64_t n = z->buf_off + rec_bytes(z->len) - a->buf_off;
-	int err = write_all(s->fd, sg->wbuf + a->buf_off, n, (off_t)a->file_off);
+	int err = sfs_pwrite_all(s->fd, sg->wbuf + a->buf_off, n, (off_t)a->file_off);
 	if (!err && fdatasync(s->fd))
 		err = -errno;
 	if (err)
