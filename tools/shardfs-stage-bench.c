@@ -37,7 +37,6 @@
  * Exit status: 0, 1 on a failure or a mismatch, 2 for bad usage, 77 when
  * FILE is not on a shardfs mount with staging.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -54,6 +53,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cudart_load.h"
 #include "shardfs_ioctl.h"
 
 #define REGION_MAX_BYTES (64ull << 20)
@@ -83,19 +83,10 @@ struct cudart {
 
 static struct cudart cu;
 
-/* Returns 0, or -1 with why (static text or dlerror's, copied) filled. */
+/* Returns 0, or -1 with why filled (cudart_load.h). */
 static int cudart_load(char *why, size_t why_len)
 {
-	static const char *const paths[] = {"libcudart.so.13",
-					    "libcudart.so.12",
-					    "libcudart.so",
-					    "/usr/local/cuda/lib64/libcudart.so.13",
-					    "/usr/local/cuda/lib64/libcudart.so.12",
-					    "/usr/local/cuda/lib64/libcudart.so"};
-	static const struct {
-		const char *names[2];
-		size_t off;
-	} syms[] = {
+	static const struct sfs_cudart_sym syms[] = {
 	    {{"cudaGetDeviceCount"}, offsetof(struct cudart, get_device_count)},
 	    {{"cudaGetErrorString"}, offsetof(struct cudart, get_error_string)},
 	    {{"cudaSetDevice"}, offsetof(struct cudart, set_device)},
@@ -110,26 +101,9 @@ static int cudart_load(char *why, size_t why_len)
 	     offsetof(struct cudart, get_device_properties)},
 	};
 
-	snprintf(why, why_len, "libcudart not found");
-	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]) && !cu.lib; i++) {
-		cu.lib = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-		const char *e = cu.lib ? NULL : dlerror();
-		if (i == 0 && e)
-			snprintf(why, why_len, "%s", e);
-	}
-	if (!cu.lib)
-		return -1;
-	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
-		void *sym = NULL;
-		for (int j = 0; j < 2 && !sym && syms[i].names[j]; j++)
-			sym = dlsym(cu.lib, syms[i].names[j]);
-		if (!sym) {
-			snprintf(why, why_len, "libcudart has no %s", syms[i].names[0]);
-			return -1;
-		}
-		memcpy((char *)&cu + syms[i].off, &sym, sizeof(sym));
-	}
-	return 0;
+	return sfs_cudart_load(syms, sizeof(syms) / sizeof(syms[0]), &cu, &cu.lib, why, why_len) < 0
+		   ? -1
+		   : 0;
 }
 
 /* --- helpers ------------------------------------------------------------- */

@@ -3,12 +3,11 @@
  * staging_cuda — the CUDA half of staging (see staging_cuda.h): GPUs by
  * UUID, CUDA IPC imports, and host-to-device copies through pinned buffers.
  *
- * The CUDA runtime (libcudart) is loaded with dlopen() at run time and never
- * linked, so the one daemon binary starts where there is no GPU, no driver
- * or no CUDA library at all (that is zero GPUs, not an error). The few CUDA
- * types and constants used here are declared below; a build with the
- * toolkit checks them against its headers (SFS_CUDA_CHECK_TYPES, compiled by
- * a meson check only). This is the only file that calls CUDA.
+ * The CUDA runtime (libcudart) is loaded with dlopen() at run time
+ * (cudart_load.h) and never linked, so the one daemon binary starts where there is no GPU, no
+ * driver or no CUDA library at all (that is zero GPUs, not an error). The few CUDA types and
+ * constants used here are declared below; a build with the toolkit checks them against its headers
+ * (SFS_CUDA_CHECK_TYPES, compiled by a meson check only). This is the only file that calls CUDA.
  * Does not own: regions and bounds (staging.c), the ioctl ABI (fs/).
  *
  *   struct sfs_cuda
@@ -44,6 +43,7 @@
  */
 #include "staging_cuda.h"
 #include "../common/log.h"
+#include "cudart_load.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -134,10 +134,7 @@ struct sfs_cudart {
 /* Symbol names: the first one the library has is used. CUDA 12 keeps the
  * 11.x cudaDeviceProp layout under the old name and exports _v2; 13 has
  * only the plain name (both put the UUID at the same offset). */
-static const struct {
-	const char *names[2];
-	size_t off;
-} cudart_syms[] = {
+static const struct sfs_cudart_sym cudart_syms[] = {
     {{"cudaGetDeviceCount"}, offsetof(struct sfs_cudart, get_device_count)},
     {{"cudaGetDeviceProperties_v2", "cudaGetDeviceProperties"},
      offsetof(struct sfs_cudart, get_device_properties)},
@@ -153,17 +150,6 @@ static const struct {
     {{"cudaGetErrorString"}, offsetof(struct sfs_cudart, get_error_string)},
     {{"cudaRuntimeGetVersion"}, offsetof(struct sfs_cudart, runtime_get_version)},
     {{"cudaDriverGetVersion"}, offsetof(struct sfs_cudart, driver_get_version)},
-};
-
-/* Tried in this order: the sonames through the loader's search path, then
- * the toolkit's default place. */
-static const char *const cudart_paths[] = {
-    "libcudart.so.13",
-    "libcudart.so.12",
-    "libcudart.so",
-    "/usr/local/cuda/lib64/libcudart.so.13",
-    "/usr/local/cuda/lib64/libcudart.so.12",
-    "/usr/local/cuda/lib64/libcudart.so",
 };
 
 /* --- state --------------------------------------------------------------- */
@@ -257,35 +243,15 @@ static int cuda_fail(struct sfs_cuda *cu, const char *what, unsigned gpu, sfs_cu
  * nothing loaded. */
 static int load_runtime(struct sfs_cuda *cu)
 {
-	char why[256] = "not found";
+	char why[256];
+	int rc = sfs_cudart_load(cudart_syms, sizeof(cudart_syms) / sizeof(cudart_syms[0]), &cu->rt,
+				 &cu->lib, why, sizeof(why));
 
-	for (size_t i = 0; i < sizeof(cudart_paths) / sizeof(cudart_paths[0]) && !cu->lib; i++) {
-		/* NODELETE: the runtime registers exit-time handlers; it must
-		 * never be unloaded under them. */
-		cu->lib = dlopen(cudart_paths[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-		const char *e = cu->lib ? NULL : dlerror();
-		if (i == 0 && e) /* the next dlopen() reuses dlerror()'s buffer */
-			snprintf(why, sizeof(why), "%s", e);
-	}
-	if (!cu->lib) {
-		sfs_log(SFS_LOG_INFO, "staging", "no CUDA runtime (libcudart: %s): 0 GPUs", why);
-		return -ENOTSUP;
-	}
-	for (size_t i = 0; i < sizeof(cudart_syms) / sizeof(cudart_syms[0]); i++) {
-		void *sym = NULL;
-		for (int j = 0; j < 2 && !sym && cudart_syms[i].names[j]; j++)
-			sym = dlsym(cu->lib, cudart_syms[i].names[j]);
-		if (!sym) {
-			sfs_log(SFS_LOG_WARN, "staging", "CUDA runtime without %s: 0 GPUs",
-				cudart_syms[i].names[0]);
-			dlclose(cu->lib);
-			cu->lib = NULL;
-			return -ENOTSUP;
-		}
-		/* POSIX: a function's address from dlsym() fits a function pointer. */
-		memcpy((char *)&cu->rt + cudart_syms[i].off, &sym, sizeof(sym));
-	}
-	return 0;
+	if (rc == -ENOENT)
+		sfs_log(SFS_LOG_INFO, "staging", "no CUDA runtime (%s): 0 GPUs", why);
+	else if (rc < 0)
+		sfs_log(SFS_LOG_WARN, "staging", "CUDA runtime unusable (%s): 0 GPUs", why);
+	return rc < 0 ? -ENOTSUP : 0;
 }
 
 /* cuMemGetAddressRange from the driver library, which a successful

@@ -4,9 +4,10 @@
  * real GPU: IPC import and its cache, copies of iovecs through the pinned
  * buffers, bounds, concurrency, close and reopen.
  *
- * Linked against staging_cuda.c (or its stub) and log.c; the CUDA runtime is
- * loaded with dlopen() here too, never linked. Skips (exit 77) with the
- * reason when the build has no CUDA, no libcudart is found or no GPU works.
+ * Linked against staging_cuda.c (or its stub), log.c and cudart_load.c; the
+ * CUDA runtime is loaded with dlopen() here too (cudart_load.h), never
+ * linked. Skips (exit 77) with the reason when the build has no CUDA, no
+ * libcudart is found or no GPU works.
  *
  * CUDA refuses to open an IPC handle in the process that exported it, so
  * the memory belongs to an exporter: this same binary run again
@@ -18,11 +19,11 @@
  * exporter's whole allocation with the image the test expects, so bytes
  * written outside a copy's range fail too.
  */
+#include "cudart_load.h"
 #include "log.h"
 #include "staging_cuda.h"
 #include "tap.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -57,19 +58,11 @@ struct rt {
 };
 static struct rt rt;
 
-/* Loads libcudart as staging_cuda.c does. Returns 0, or -1 with *why set. */
+/* Loads libcudart as staging_cuda.c does (cudart_load.h), once. Returns 0,
+ * or -1 with *why set (static text). */
 static int rt_load(const char **why)
 {
-	static const char *const paths[] = {"libcudart.so.13",
-					    "libcudart.so.12",
-					    "libcudart.so",
-					    "/usr/local/cuda/lib64/libcudart.so.13",
-					    "/usr/local/cuda/lib64/libcudart.so.12",
-					    "/usr/local/cuda/lib64/libcudart.so"};
-	static const struct {
-		const char *names[2];
-		size_t off;
-	} syms[] = {
+	static const struct sfs_cudart_sym syms[] = {
 	    {{"cudaGetDeviceCount"}, offsetof(struct rt, get_device_count)},
 	    {{"cudaGetErrorString"}, offsetof(struct rt, get_error_string)},
 	    {{"cudaSetDevice"}, offsetof(struct rt, set_device)},
@@ -82,29 +75,14 @@ static int rt_load(const char **why)
 	    {{"cudaGetDeviceProperties_v2", "cudaGetDeviceProperties"},
 	     offsetof(struct rt, get_device_properties)},
 	};
+	static char msg[256];
+	static int rc = 1; /* not tried yet */
 
-	static char first_error[256] = "libcudart not found";
-
-	*why = first_error;
-	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]) && !rt.lib; i++) {
-		rt.lib = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-		const char *e = rt.lib ? NULL : dlerror();
-		if (i == 0 && e) /* the next dlopen() reuses dlerror()'s buffer */
-			snprintf(first_error, sizeof(first_error), "%s", e);
-	}
-	if (!rt.lib)
-		return -1;
-	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
-		void *sym = NULL;
-		for (int j = 0; j < 2 && !sym && syms[i].names[j]; j++)
-			sym = dlsym(rt.lib, syms[i].names[j]);
-		if (!sym) {
-			*why = "libcudart lacks a function the test needs";
-			return -1;
-		}
-		memcpy((char *)&rt + syms[i].off, &sym, sizeof(sym));
-	}
-	return 0;
+	if (rc > 0)
+		rc = sfs_cudart_load(syms, sizeof(syms) / sizeof(syms[0]), &rt, &rt.lib, msg,
+				     sizeof(msg));
+	*why = msg;
+	return rc < 0 ? -1 : 0;
 }
 
 /* --- the exporter process ------------------------------------------------ */
