@@ -20,6 +20,7 @@
  * written outside a copy's range fail too.
  */
 #include "cudart_load.h"
+#include "fileio.h"
 #include "log.h"
 #include "staging_cuda.h"
 #include "tap.h"
@@ -94,20 +95,6 @@ struct hello {
 	char msg[112];
 };
 
-static int write_all(int fd, const void *p, size_t n)
-{
-	for (const char *c = p; n;) {
-		ssize_t w = write(fd, c, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		c += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 static int read_all(int fd, void *p, size_t n)
 {
 	for (char *c = p; n;) {
@@ -141,7 +128,7 @@ static int exporter_main(int argc, char **argv)
 	if (rt_load(&why) < 0) {
 		h.status = -1;
 		snprintf(h.msg, sizeof(h.msg), "%s", why);
-		write_all(1, &h, sizeof(h));
+		sfs_write_all(1, &h, sizeof(h));
 		return 1;
 	}
 	if ((e = rt.set_device(ord)) == 0 && (step = "cudaMalloc", e = rt.malloc(&p, size)) == 0 &&
@@ -155,14 +142,15 @@ static int exporter_main(int argc, char **argv)
 		h.status = e;
 		snprintf(h.msg, sizeof(h.msg), "%s: %s", step, rt.get_error_string(e));
 	}
-	if (write_all(1, &h, sizeof(h)) < 0 || e)
+	if (sfs_write_all(1, &h, sizeof(h)) < 0 || e)
 		return 1;
 
 	char cmd;
 	while (read_all(0, &cmd, 1) == 0 && cmd == 'R') {
 		uint8_t *buf = malloc(size);
 		int32_t st = buf ? rt.memcpy(buf, p, size, 2 /* cudaMemcpyDeviceToHost */) : -1;
-		if (write_all(1, &st, sizeof(st)) < 0 || (st == 0 && write_all(1, buf, size) < 0))
+		if (sfs_write_all(1, &st, sizeof(st)) < 0 ||
+		    (st == 0 && sfs_write_all(1, buf, size) < 0))
 			break;
 		free(buf);
 	}
@@ -222,7 +210,7 @@ static uint8_t *exporter_read(struct exporter *ex)
 	int32_t st;
 	uint8_t *buf = malloc(ex->size);
 
-	if (!buf || write_all(ex->cmd_fd, "R", 1) < 0 ||
+	if (!buf || sfs_write_all(ex->cmd_fd, "R", 1) < 0 ||
 	    read_all(ex->data_fd, &st, sizeof(st)) < 0 || st != 0 ||
 	    read_all(ex->data_fd, buf, ex->size) < 0) {
 		free(buf);
@@ -237,7 +225,7 @@ static int exporter_stop(struct exporter *ex)
 	int status = -1;
 
 	if (ex->cmd_fd > 0) {
-		write_all(ex->cmd_fd, "Q", 1);
+		sfs_write_all(ex->cmd_fd, "Q", 1);
 		close(ex->cmd_fd);
 	}
 	if (ex->data_fd > 0)
