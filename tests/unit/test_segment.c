@@ -18,12 +18,12 @@
  * concurrency test count what they saw and the main thread reports it.
  */
 #include "segment.h"
+#include "store_test_util.h"
 #include "tap.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -70,52 +70,6 @@ int __wrap_openat64(int dirfd, const char *path, int flags, ...)
 }
 
 /* --- helpers --------------------------------------------------------------- */
-
-static char tmp_root[256]; /* the current test's directory */
-static const char *tmp_base = "/tmp";
-
-static void bail(const char *what, int rc)
-{
-	printf("Bail out! %s: %d (%s)\n", what, rc, strerror(rc < 0 ? -rc : rc));
-	exit(1);
-}
-
-static void tmp_new(void)
-{
-	snprintf(tmp_root, sizeof(tmp_root), "%s/sfs-test-seg-XXXXXX", tmp_base);
-	if (!mkdtemp(tmp_root))
-		bail("mkdtemp", -errno);
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
-static void tmp_remove(void) { nftw(tmp_root, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
-
-/* Path of `rel` under the segment directory (static buffer, one of 4). */
-static const char *spath(const char *rel)
-{
-	static char bufs[4][512];
-	static int next;
-	char *b = bufs[next++ & 3];
-
-	snprintf(b, sizeof(bufs[0]), "%s/seg/%s", tmp_root, rel);
-	return b;
-}
-
-static uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
 
 static void key_of(uint32_t i, uint8_t key[16])
 {
@@ -207,21 +161,8 @@ static void check_range(sfs_seg *sg, uint32_t a, uint32_t b, uint32_t (*len)(uin
 	}
 }
 
-static int count_files(const char *ext)
-{
-	char dir[300];
-	snprintf(dir, sizeof(dir), "%s/seg", tmp_root);
-	DIR *d = opendir(dir);
-	struct dirent *de;
-	int n = 0;
-	while (d && (de = readdir(d))) {
-		size_t l = strlen(de->d_name);
-		n += l > 4 && !strcmp(de->d_name + l - 4, ext);
-	}
-	if (d)
-		closedir(d);
-	return n;
-}
+/* Files of the segment directory named *ext. */
+static int count_files(const char *ext) { return count_entries(tpath("seg"), ext); }
 
 static off_t file_size(const char *path)
 {
@@ -355,19 +296,6 @@ static off_t off_20(uint32_t i)
 	return off;
 }
 
-static void flip_byte(const char *path, off_t off)
-{
-	int fd = open(path, O_RDWR);
-	uint8_t b;
-	if (fd < 0 || pread(fd, &b, 1, off) != 1)
-		bail("flip open", -errno);
-	b ^= 0x5a;
-	if (pwrite(fd, &b, 1, off) != 1)
-		bail("flip write", -errno);
-	fsync(fd);
-	close(fd);
-}
-
 /* Recovery: torn tail (truncate), a bad byte in a record (scan stops). */
 static void test_torn_tail(void)
 {
@@ -377,20 +305,20 @@ static void test_torn_tail(void)
 	make_20();
 	/* the open segment got no .idx: remove none; cut record 15 in half */
 	ok(count_files(".idx") == 0, "one open segment, no .idx");
-	if (truncate(spath("00000000.seg"), off_20(15) + 5000))
+	if (truncate(tpath("seg/00000000.seg"), off_20(15) + 5000))
 		bail("truncate", -errno);
 	sfs_seg *sg = open_or_bail(0, 0);
 	check_range(sg, 0, 15, len_10k, &good, &miss, &bad);
 	ok(good == 15, "truncated mid-record 15: records 0..14 read (%u)", good);
 	check_range(sg, 15, 20, len_10k, &good, &miss, &bad);
 	ok(miss == 5, "records 15..19 are gone (%u misses, %u bad)", miss, bad);
-	ok(file_size(spath("00000000.seg")) == off_20(15), "the torn tail was cut off");
+	ok(file_size(tpath("seg/00000000.seg")) == off_20(15), "the torn tail was cut off");
 	sfs_seg_close(sg);
 	tmp_remove();
 
 	tmp_new();
 	make_20();
-	flip_byte(spath("00000000.seg"), off_20(17) + 64 + 1234);
+	flip_byte(tpath("seg/00000000.seg"), off_20(17) + 64 + 1234);
 	sg = open_or_bail(0, 0);
 	check_range(sg, 0, 17, len_10k, &good, &miss, &bad);
 	ok(good == 17, "a bad byte in record 17: records 0..16 read (%u)", good);
@@ -410,14 +338,14 @@ static void test_flip_while_open(void)
 	tmp_new();
 	make_20();
 	sfs_seg *sg = open_or_bail(0, 0); /* scanned: now has an .idx */
-	flip_byte(spath("00000000.seg"), off_20(5) + 64 + 77);
+	flip_byte(tpath("seg/00000000.seg"), off_20(5) + 64 + 77);
 	key_of(5, key);
 	ok(sfs_seg_read(sg, key, read_buf, MiB + 4096, &data) == -EBADMSG,
 	   "flipped byte: -EBADMSG");
 	ok(sfs_seg_read(sg, key, read_buf, MiB + 4096, &data) == -ENOENT &&
 	       !sfs_seg_lookup(sg, key, NULL),
 	   "then -ENOENT (the entry is dropped)");
-	flip_byte(spath("00000000.seg"), off_20(6) + 30); /* in the header: the length */
+	flip_byte(tpath("seg/00000000.seg"), off_20(6) + 30); /* in the header: the length */
 	key_of(6, key);
 	ok(sfs_seg_read(sg, key, read_buf, MiB + 4096, &data) == -EBADMSG,
 	   "flipped header byte: -EBADMSG");
@@ -445,19 +373,19 @@ static void test_bad_idx(void)
 		bail("flush", -EIO);
 	sfs_seg_close(sg);
 	ok(count_files(".idx") >= 3, "several sealed segments (%d .idx)", count_files(".idx"));
-	flip_byte(spath("00000001.idx"), 40);
-	flip_byte(spath("00000002.idx"), 3);
-	int fd = open(spath("0000abcd.idx"), O_CREAT | O_WRONLY, 0600);
+	flip_byte(tpath("seg/00000001.idx"), 40);
+	flip_byte(tpath("seg/00000002.idx"), 3);
+	int fd = open(tpath("seg/0000abcd.idx"), O_CREAT | O_WRONLY, 0600);
 	close(fd);
-	fd = open(spath("00000001.idx.tmp"), O_CREAT | O_WRONLY, 0600);
+	fd = open(tpath("seg/00000001.idx.tmp"), O_CREAT | O_WRONLY, 0600);
 	close(fd);
-	fd = open(spath("junk"), O_CREAT | O_WRONLY, 0600);
+	fd = open(tpath("seg/junk"), O_CREAT | O_WRONLY, 0600);
 	close(fd);
 	sg = open_or_bail(MiB, 0);
 	check_range(sg, 0, 40, len_100k, &good, &miss, &bad);
 	ok(good == 40, "corrupted .idx files: rebuilt by scanning (%u good)", good);
-	ok(file_size(spath("0000abcd.idx")) < 0 && file_size(spath("00000001.idx.tmp")) < 0 &&
-	       file_size(spath("junk")) < 0,
+	ok(file_size(tpath("seg/0000abcd.idx")) < 0 &&
+	       file_size(tpath("seg/00000001.idx.tmp")) < 0 && file_size(tpath("seg/junk")) < 0,
 	   "files that are not ours are removed");
 	sfs_seg_close(sg);
 	sg = open_or_bail(MiB, 0);
@@ -481,13 +409,13 @@ static void test_deleted_seg(void)
 		bail("flush", -EIO);
 	sfs_seg_close(sg);
 	sg = open_or_bail(MiB, 0); /* no fd open yet */
-	unlink(spath("00000001.seg"));
+	unlink(tpath("seg/00000001.seg"));
 	check_range(sg, 0, 40, len_100k, &good, &miss, &bad);
 	ok(!bad && miss > 0 && good + miss == 40, "deleted segment: %u good, %u miss, %u bad", good,
 	   miss, bad);
 	check_range(sg, 0, 40, len_100k, &good, &miss, &bad);
 	ok(!bad, "again: %u good, %u miss", good, miss);
-	unlink(spath("00000002.seg")); /* its fd is open now: still the same bytes */
+	unlink(tpath("seg/00000002.seg")); /* its fd is open now: still the same bytes */
 	check_range(sg, 0, 40, len_100k, &good, &miss, &bad);
 	ok(!bad, "deleted while its fd is open: %u good, %u miss", good, miss);
 	sfs_seg_close(sg);
@@ -539,7 +467,7 @@ static void test_evict(void)
 	ok(st1.objects == 36 && st1.segments == 4 && st1.disk_bytes == st0.disk_bytes - freed &&
 	       st1.evicted_segments == 1 && st1.evicted_bytes == freed,
 	   "stats: objects, segments, disk bytes, evictions");
-	ok(file_size(spath("00000000.seg")) < 0 && file_size(spath("00000000.idx")) < 0,
+	ok(file_size(tpath("seg/00000000.seg")) < 0 && file_size(tpath("seg/00000000.idx")) < 0,
 	   "its files are unlinked");
 	/* now 1 (read 9), 2, 3 and 4 (just read): the next is 1 */
 	sleep_ms(3);
@@ -638,7 +566,7 @@ static void test_evict_where(void)
 	sg = open_or_bail(MiB, 0);
 	ok(reads_as(sg, 45, after_ids), "after a restart the evicted records stay gone, the others "
 					"read byte-exact");
-	ok(unlink(spath("00000001.idx")) == 0, "segment 1's summary deleted");
+	ok(unlink(tpath("seg/00000001.idx")) == 0, "segment 1's summary deleted");
 	uint32_t ids2[] = {12, UINT32_MAX};
 	rc = sfs_seg_evict_where(sg, match_ids, ids2, &ev);
 	key_of(12, key);
@@ -846,7 +774,7 @@ static void test_flush_failure(void)
 	ok(good == 5, "what was there still reads");
 	for (uint32_t i = 5; i < 8; i++)
 		put(sg, i, len_100k(i));
-	ok(sfs_seg_flush(sg) == 0 && file_size(spath("00000001.seg")) > 0,
+	ok(sfs_seg_flush(sg) == 0 && file_size(tpath("seg/00000001.seg")) > 0,
 	   "appended again: into a new segment");
 
 	fsize_limit(MiB); /* 6 more records fit segment 1; the 1 MiB one in 2 does not */
@@ -854,7 +782,7 @@ static void test_flush_failure(void)
 		put(sg, i, len_fail(i));
 	rc = sfs_seg_flush(sg);
 	fsize_limit(RLIM_INFINITY);
-	ok(rc == -EFBIG && !visible(sg, 8, 15) && file_size(spath("00000002.seg")) < 0,
+	ok(rc == -EFBIG && !visible(sg, 8, 15) && file_size(tpath("seg/00000002.seg")) < 0,
 	   "a flush failing in its new segment: nothing visible, the new file removed");
 	for (uint32_t i = 8; i < 15; i++)
 		put(sg, i, len_fail(i));
@@ -871,7 +799,7 @@ static void test_flush_failure(void)
 	for (uint32_t i = 0; i < 15; i++)
 		live += len_fail(i);
 	ok(st.live_bytes == live, "live bytes count each object once");
-	ok(file_size(spath("00000000.seg")) == 6 * (off_t)rec_bytes(len_100k(0)),
+	ok(file_size(tpath("seg/00000000.seg")) == 6 * (off_t)rec_bytes(len_100k(0)),
 	   "segment 0 cut after its last good record");
 	sfs_seg_close(sg);
 	tmp_remove();
@@ -930,7 +858,7 @@ static void test_scale(void)
 	struct sfs_seg_stats st;
 
 	tmp_new();
-	mkdir(spath(""), 0700);
+	mkdir(tpath("seg/"), 0700);
 	memcpy(buf, head, 32);
 	for (uint32_t i = 0; i < n; i++) {
 		uint8_t *e = buf + 32 + (size_t)i * 40;
@@ -940,11 +868,11 @@ static void test_scale(void)
 	}
 	uint64_t sum = XXH3_64bits(buf, size - 8);
 	memcpy(buf + size - 8, &sum, 8);
-	int fd = open(spath("00000000.idx"), O_CREAT | O_WRONLY, 0600);
+	int fd = open(tpath("seg/00000000.idx"), O_CREAT | O_WRONLY, 0600);
 	if (fd < 0 || write(fd, buf, size) != (ssize_t)size)
 		bail("write idx", -errno);
 	close(fd);
-	fd = open(spath("00000000.seg"), O_CREAT | O_WRONLY, 0600);
+	fd = open(tpath("seg/00000000.seg"), O_CREAT | O_WRONLY, 0600);
 	if (fd < 0 || ftruncate(fd, (off_t)n * 4096))
 		bail("sparse seg", -errno);
 	close(fd);
@@ -1101,12 +1029,12 @@ static void test_far_offset(void)
 	if (put(sg, 1, 3000) || put(sg, 2, 3000) || sfs_seg_flush(sg))
 		bail("put", -EIO);
 	sfs_seg_close(sg);
-	int src = open(spath("00000000.seg"), O_RDONLY); /* a fresh directory's first */
+	int src = open(tpath("seg/00000000.seg"), O_RDONLY); /* a fresh directory's first */
 	tmp_remove();
 
 	tmp_new();
-	mkdir(spath(""), 0700);
-	int dst = open(spath("00000000.seg"), O_CREAT | O_WRONLY, 0600);
+	mkdir(tpath("seg/"), 0700);
+	int dst = open(tpath("seg/00000000.seg"), O_CREAT | O_WRONLY, 0600);
 	uint8_t idx[32 + 2 * 40 + 8] = {0};
 	uint64_t head[4] = {0x3249474553534653ull, 2ull << 32, (last + 2) * 4096, 0};
 	memcpy(idx, head, 32);
@@ -1122,7 +1050,7 @@ static void test_far_offset(void)
 	}
 	uint64_t sum = XXH3_64bits(idx, sizeof(idx) - 8);
 	memcpy(idx + sizeof(idx) - 8, &sum, 8);
-	int fd = open(spath("00000000.idx"), O_CREAT | O_WRONLY, 0600);
+	int fd = open(tpath("seg/00000000.idx"), O_CREAT | O_WRONLY, 0600);
 	if (fd < 0 || write(fd, idx, sizeof(idx)) != (ssize_t)sizeof(idx))
 		bail("write idx", -errno);
 	close(fd);

@@ -25,12 +25,12 @@
  */
 #include "store.h"
 #include "log.h"
+#include "store_test_util.h"
 #include "tap.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
@@ -45,51 +45,6 @@
 #define REC_BYTES (8 * (MiB / SUB) + 8)
 
 /* --- helpers --------------------------------------------------------------- */
-
-static char tmp_root[256]; /* the current test's directory */
-
-static void bail(const char *what, int rc)
-{
-	printf("Bail out! %s: %d (%s)\n", what, rc, strerror(rc < 0 ? -rc : rc));
-	exit(1);
-}
-
-static void tmp_new(void)
-{
-	snprintf(tmp_root, sizeof(tmp_root), "/tmp/sfs-test-store-XXXXXX");
-	if (!mkdtemp(tmp_root))
-		bail("mkdtemp", -errno);
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
-static void tmp_remove(void) { nftw(tmp_root, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
-
-/* Path of `rel` under the current test's directory (static buffer, one of 4). */
-static const char *tpath(const char *rel)
-{
-	static char bufs[4][512];
-	static int next;
-	char *b = bufs[next++ & 3];
-
-	snprintf(b, sizeof(bufs[0]), "%s/%s", tmp_root, rel);
-	return b;
-}
-
-static uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
 
 /* Bytes [off, off + len) of synthetic file `seed`; off is a multiple of 8. */
 static void fill(uint32_t seed, uint64_t off, uint8_t *buf, size_t len)
@@ -1313,19 +1268,6 @@ static void test_range(void)
 }
 
 /* Flips one byte of the object file at `at`. */
-static void flip_byte(const char *path, off_t at)
-{
-	uint8_t byte;
-	int fd = open(path, O_RDWR);
-
-	if (fd < 0 || pread(fd, &byte, 1, at) != 1)
-		bail("flip: pread", -errno);
-	byte ^= 0x10;
-	if (pwrite(fd, &byte, 1, at) != 1)
-		bail("flip: pwrite", -errno);
-	close(fd);
-}
-
 static void test_range_corruption(void)
 {
 	diag("read_range: a flipped byte in one sub-block is a miss for its chunk only");
@@ -1551,17 +1493,9 @@ static void test_range_concurrency(void)
 static int count_seg_files(const char *dir)
 {
 	char path[512];
-	struct dirent *e;
-	int n = 0;
 
 	snprintf(path, sizeof(path), "%s/segments", dir);
-	DIR *d = opendir(path);
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
+	return count_entries(path, "");
 }
 
 static sfs_store *store_open_seg(const char *dir, uint64_t capacity, enum sfs_store_policy policy,
