@@ -3,33 +3,58 @@
 #include "fileio.h"
 
 #include <errno.h>
-#include <stdint.h>
+#include <string.h>
 #include <unistd.h>
 
-/* off < 0: write(2) at the file offset; else pwrite(2) at off. */
-static int write_loop(int fd, const uint8_t *p, size_t n, off_t off)
+/* Writes the k iovecs at p whole, advancing them (the caller's copy):
+ * writev(2) at the file offset when off < 0, else pwritev(2) at off. */
+static int write_loop(int fd, struct iovec *p, int k, off_t off)
 {
-	while (n) {
-		ssize_t w = off < 0 ? write(fd, p, n) : pwrite(fd, p, n, off);
-		if (w < 0 && errno == EINTR)
+	for (;;) {
+		while (k && p->iov_len == 0)
+			p++, k--;
+		if (!k)
+			return 0;
+		ssize_t n = off < 0 ? writev(fd, p, k) : pwritev(fd, p, k, off);
+		if (n < 0 && errno == EINTR)
 			continue;
-		if (w < 0)
+		if (n < 0)
 			return -errno;
-		if (w == 0)
+		if (n == 0)
 			return -EIO;
-		p += w;
-		n -= (size_t)w;
 		if (off >= 0)
-			off += w;
+			off += n;
+		while (k && (size_t)n >= p->iov_len) {
+			n -= (ssize_t)p->iov_len;
+			p++, k--;
+		}
+		if (k) {
+			p->iov_base = (char *)p->iov_base + n;
+			p->iov_len -= (size_t)n;
+		}
 	}
-	return 0;
 }
 
-int sfs_write_all(int fd, const void *buf, size_t n) { return write_loop(fd, buf, n, -1); }
+int sfs_write_all(int fd, const void *buf, size_t n)
+{
+	struct iovec v = {(void *)buf, n};
+
+	return write_loop(fd, &v, 1, -1);
+}
 
 int sfs_pwrite_all(int fd, const void *buf, size_t n, off_t off)
 {
-	if (off < 0)
+	struct iovec v = {(void *)buf, n};
+
+	return off < 0 ? -EINVAL : write_loop(fd, &v, 1, off);
+}
+
+int sfs_pwritev_all(int fd, const struct iovec *iov, int n_iov, off_t off)
+{
+	struct iovec v[SFS_FILEIO_IOV_MAX];
+
+	if (n_iov < 0 || n_iov > SFS_FILEIO_IOV_MAX || off < 0)
 		return -EINVAL;
-	return write_loop(fd, buf, n, off);
+	memcpy(v, iov, (size_t)n_iov * sizeof(*iov));
+	return write_loop(fd, v, n_iov, off);
 }

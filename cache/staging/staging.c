@@ -6,6 +6,7 @@
  */
 #include "staging.h"
 #include "staging_cuda.h"
+#include "../common/fileio.h"
 #include "../common/log.h"
 
 #include <errno.h>
@@ -157,33 +158,9 @@ int sfs_stage_region_cuda(sfs_staging *st, const uint8_t handle[64], const uint8
  * Returns 0 or -errno (ENOSPC: a full /dev/shm, not our crash). */
 static int shm_put(sfs_stage_region *r, uint64_t off, const struct iovec *iov, int n_iov)
 {
-	struct iovec v[3], *p = v;
-	int k = n_iov;
-	off_t at = (off_t)(r->obj_off + off);
-
 	if (n_iov > 3)
 		return -EINVAL;
-	memcpy(v, iov, (size_t)n_iov * sizeof(*iov));
-	while (k) {
-		ssize_t n = pwritev(r->fd, p, k, at);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EIO;
-		at += n;
-		while (k && (size_t)n >= p->iov_len) {
-			n -= (ssize_t)p->iov_len;
-			p++;
-			k--;
-		}
-		if (k) {
-			p->iov_base = (char *)p->iov_base + n;
-			p->iov_len -= (size_t)n;
-		}
-	}
-	return 0;
+	return sfs_pwritev_all(r->fd, iov, n_iov, (off_t)(r->obj_off + off));
 }
 
 static void shm_release(sfs_stage_region *r) { close(r->fd); }
