@@ -85,6 +85,31 @@ struct sfs_fs {
 	uint64_t stage_errors[SFS_STAGE_E_COUNT];      /* atomic */
 };
 
+/*
+ * Node ids: FUSE_ROOT_ID for the export root, two fixed ids for the virtual
+ * .shardfs/ tree, and the inode table's ids (inode.h: slot offsets, never
+ * below 64 KiB) for the rest, so that every id means the same to a process
+ * that adopts the table. sfs_fs_inode returns NULL for an id it never gave.
+ */
+#define SFS_CTL_DIR_ID 2
+#define SFS_STATS_ID   3
+
+static inline struct sfs_inode *sfs_fs_inode(struct sfs_fs *fs, uint64_t ino)
+{
+	return ino == FUSE_ROOT_ID     ? sfs_inode_root(fs->inodes)
+	       : ino == SFS_CTL_DIR_ID ? fs->ctl_dir
+	       : ino == SFS_STATS_ID   ? fs->stats_file
+				       : sfs_inode_by_id(fs->inodes, ino);
+}
+
+static inline uint64_t sfs_fs_ino(struct sfs_fs *fs, const struct sfs_inode *i)
+{
+	return i == sfs_inode_root(fs->inodes) ? FUSE_ROOT_ID
+	       : i == fs->ctl_dir	       ? SFS_CTL_DIR_ID
+	       : i == fs->stats_file	       ? SFS_STATS_ID
+					       : sfs_inode_id(fs->inodes, i);
+}
+
 #define SFS_MAX_REGIONS 16 /* per open file */
 
 /* The kernel's readahead for buffered FUSE reads (op_init), 1 MiB requests. */

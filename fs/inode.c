@@ -3,7 +3,7 @@
  * inode — open hash of inodes keyed by (fsid, fileid). See inode.h.
  */
 #include "inode.h"
-#include "../cache/common/iobuf.h"
+#include "inode_slab.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -14,52 +14,20 @@
 #include <sys/stat.h>
 
 /*
- * Inodes come from a slab of their own: SLAB_PAGE-aligned pages of
- * SLAB_SLOT-byte slots, for handles up to SLAB_FH_MAX bytes (a longer one
- * is calloc'd). The kernel's inodes churn by the hundred thousand (a walk,
+ * Inodes live in slots of a slab of their own (inode_slab.h): pages of
+ * fixed-size slots inside one shared-memory region, a size class for
+ * handles up to SLAB_FH_SMALL bytes and one for the rest (up to
+ * SFS_FH_MAX). The kernel's inodes churn by the hundred thousand (a walk,
  * inode_max's pruning), and from malloc they lay among the daemon's
  * short-lived buffers and listings, so what FORGETs freed stayed in pages
- * that other live chunks pinned. A page left empty is unmapped, one spare
- * kept. Its own lock (a leaf): inodes are freed outside the table lock.
+ * that other live chunks pinned. A node id is the slot's offset in the
+ * region, so that a process that adopts the region answers for the ids the
+ * kernel holds (sfs_inode_table_adopt).
  */
-/* Under AddressSanitizer a slot is poisoned while free, so that a use of a
- * forgotten inode is caught as it would be with malloc. */
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SFS_INODE_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define SFS_INODE_ASAN 1
-#endif
-#ifdef SFS_INODE_ASAN
-#include <sanitizer/asan_interface.h>
-#define SLOT_POISON(p, n)   ASAN_POISON_MEMORY_REGION((p), (n))
-#define SLOT_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
-#else
-#define SLOT_POISON(p, n)   ((void)(p), (void)(n))
-#define SLOT_UNPOISON(p, n) ((void)(p), (void)(n))
-#endif
-
-#define SLAB_PAGE   (64u << 10)
-#define SLAB_FH_MAX 36u
-#define SLAB_HEAD   64u
-
-struct slab_page {
-	struct slab_page *prev, *next; /* in the partial list while it has free slots */
-	void *free;		       /* free slots, linked through their first word */
-	uint32_t used;		       /* slots handed out */
-};
-_Static_assert(sizeof(struct slab_page) <= SLAB_HEAD, "the page header fits before the slots");
-
-struct inode_slab {
-	pthread_mutex_t lock;
-	struct slab_page *partial; /* protected by lock: pages with a free slot */
-	struct slab_page *spare;   /* protected by lock: an empty page kept */
-};
+#define SLAB_FH_SMALL 36u
 
 struct sfs_inode_table {
-	struct inode_slab slab;
+	struct sfs_inode_slab slab;
 	pthread_mutex_t lock;
 	struct sfs_inode **buckets; /* protected by lock */
 	size_t n_buckets, n_inodes; /* protected by lock */
@@ -98,115 +66,28 @@ static size_t inode_size(uint32_t fh_len)
 	return n > sizeof(struct sfs_inode) ? n : sizeof(struct sfs_inode);
 }
 
-#define SLAB_SLOT  ((offsetof(struct sfs_inode, fh) + SLAB_FH_MAX + 7) & ~(size_t)7)
-#define SLAB_SLOTS ((SLAB_PAGE - SLAB_HEAD) / SLAB_SLOT)
+/* Slot sizes of the two classes, and the fingerprint of what a slot holds
+ * that an adopted region must match (another build may order the fields
+ * otherwise). */
+static const struct sfs_inode_slab_conf slab_conf = {
+    .slot_bytes = {(offsetof(struct sfs_inode, fh) + SLAB_FH_SMALL + 7) & ~(size_t)7,
+		   (offsetof(struct sfs_inode, fh) + SFS_FH_MAX + 7) & ~(size_t)7},
+    .layout = ((uint64_t)sizeof(struct sfs_inode) << 48) |
+	      ((uint64_t)offsetof(struct sfs_inode, fh) << 32) |
+	      ((uint64_t)offsetof(struct sfs_inode, nlookup) << 24) |
+	      ((uint64_t)offsetof(struct sfs_inode, attr) << 16) |
+	      ((uint64_t)offsetof(struct sfs_inode, dataset) << 8) | 1u,
+};
 
-static struct slab_page *slab_page_of(const void *slot)
+/* A new inode for handle fh (not empty: virtual inodes are not in the
+ * slab), live once fh_len is set. NULL on ENOMEM. */
+static struct sfs_inode *inode_new(struct sfs_inode_slab *sl, const struct sfs_fh *fh)
 {
-	return (struct slab_page *)((uintptr_t)slot & ~(uintptr_t)(SLAB_PAGE - 1));
-}
-
-static void slab_unlink(struct inode_slab *sl, struct slab_page *p)
-{
-	if (p->prev)
-		p->prev->next = p->next;
-	else
-		sl->partial = p->next;
-	if (p->next)
-		p->next->prev = p->prev;
-	p->prev = p->next = NULL;
-}
-
-static void slab_push(struct inode_slab *sl, struct slab_page *p)
-{
-	p->prev = NULL;
-	p->next = sl->partial;
-	if (p->next)
-		p->next->prev = p;
-	sl->partial = p;
-}
-
-/* A SLAB_PAGE-aligned page from mmap with every slot on its free list, or
- * NULL. */
-static struct slab_page *slab_page_map(void)
-{
-	uint8_t *a = sfs_map_aligned(SLAB_PAGE, SLAB_PAGE, 0);
-	if (a == MAP_FAILED)
-		return NULL;
-	struct slab_page *p = (struct slab_page *)a; /* zero-filled */
-	for (size_t i = SLAB_SLOTS; i-- > 0;) {
-		void *slot = a + SLAB_HEAD + i * SLAB_SLOT;
-		memcpy(slot, &p->free, sizeof(void *));
-		p->free = slot;
-	}
-	SLOT_POISON(a + SLAB_HEAD, SLAB_PAGE - SLAB_HEAD);
-	return p;
-}
-
-static void slab_page_unmap(struct slab_page *p)
-{
-	SLOT_UNPOISON((uint8_t *)p + SLAB_HEAD, SLAB_PAGE - SLAB_HEAD);
-	munmap(p, SLAB_PAGE);
-}
-
-/* A zeroed slot, or NULL on ENOMEM. */
-static void *slab_alloc(struct inode_slab *sl)
-{
-	void *slot = NULL;
-
-	pthread_mutex_lock(&sl->lock);
-	struct slab_page *p = sl->partial;
-	if (!p) {
-		p = sl->spare ? sl->spare : slab_page_map();
-		sl->spare = NULL;
-		if (p)
-			slab_push(sl, p);
-	}
-	if (p) {
-		slot = p->free;
-		SLOT_UNPOISON(slot, SLAB_SLOT);
-		memcpy(&p->free, slot, sizeof(void *));
-		if (++p->used == SLAB_SLOTS)
-			slab_unlink(sl, p);
-	}
-	pthread_mutex_unlock(&sl->lock);
-	if (slot)
-		memset(slot, 0, SLAB_SLOT);
-	return slot;
-}
-
-static void slab_free(struct inode_slab *sl, void *slot)
-{
-	struct slab_page *p = slab_page_of(slot), *unmap = NULL;
-
-	pthread_mutex_lock(&sl->lock);
-	memcpy(slot, &p->free, sizeof(void *));
-	SLOT_POISON(slot, SLAB_SLOT);
-	p->free = slot;
-	if (p->used-- == SLAB_SLOTS)
-		slab_push(sl, p);
-	if (!p->used) {
-		slab_unlink(sl, p);
-		if (sl->spare)
-			unmap = p;
-		else
-			sl->spare = p; /* every slot back on its free list */
-	}
-	pthread_mutex_unlock(&sl->lock);
-	if (unmap)
-		slab_page_unmap(unmap);
-}
-
-static bool from_slab(uint32_t fh_len) { return fh_len && fh_len <= SLAB_FH_MAX; }
-
-static struct sfs_inode *inode_new(struct inode_slab *sl, const struct sfs_fh *fh)
-{
-	struct sfs_inode *ino =
-	    from_slab(fh->len) ? slab_alloc(sl) : calloc(1, inode_size(fh->len));
+	struct sfs_inode *ino = sfs_inode_slab_alloc(sl, inode_size(fh->len));
 
 	if (ino) {
-		ino->fh_len = (uint8_t)fh->len;
 		memcpy(ino->fh, fh->data, fh->len);
+		__atomic_store_n(&ino->fh_len, (uint8_t)fh->len, __ATOMIC_RELEASE);
 	}
 	return ino;
 }
@@ -280,40 +161,145 @@ static size_t bucket_of(const sfs_inode_table *t, uint64_t fsid, uint64_t fileid
 	return (size_t)(h >> 17) & (t->n_buckets - 1);
 }
 
-int sfs_inode_table_open(const struct sfs_fh *root_fh, sfs_inode_table **out)
+/* A table around an opened or adopted slab: buckets and locks. Returns
+ * NULL on ENOMEM. */
+static sfs_inode_table *table_new(void)
 {
 	sfs_inode_table *t = calloc(1, sizeof(*t));
 
 	if (!t)
-		return -ENOMEM;
+		return NULL;
 	t->n_buckets = 1024;
 	t->buckets = calloc(t->n_buckets, sizeof(*t->buckets));
 	if (!t->buckets) {
 		free(t);
-		return -ENOMEM;
-	}
-	pthread_mutex_init(&t->slab.lock, NULL);
-	t->root = inode_new(&t->slab, root_fh);
-	if (!t->root) {
-		pthread_mutex_destroy(&t->slab.lock);
-		free(t->buckets);
-		free(t);
-		return -ENOMEM;
+		return NULL;
 	}
 	pthread_mutex_init(&t->lock, NULL);
 	pthread_mutex_init(&t->closed_lock, NULL);
-	*out = t;
-	return 0;
+	return t;
 }
 
-static void inode_free(struct inode_slab *sl, struct sfs_inode *ino)
+static void table_free(sfs_inode_table *t)
+{
+	free(t->buckets);
+	free(t->closed);
+	pthread_mutex_destroy(&t->lock);
+	pthread_mutex_destroy(&t->closed_lock);
+	free(t);
+}
+
+int sfs_inode_table_open(const struct sfs_fh *root_fh, sfs_inode_table **out)
+{
+	sfs_inode_table *t = table_new();
+	int err;
+
+	if (!t)
+		return -ENOMEM;
+	if ((err = sfs_inode_slab_open(&t->slab, &slab_conf)) < 0)
+		goto err_table;
+	t->root = inode_new(&t->slab, root_fh);
+	if (!t->root) {
+		err = -ENOMEM;
+		goto err_slab;
+	}
+	sfs_inode_slab_set_root_id(&t->slab, sfs_inode_slab_id(&t->slab, t->root));
+	*out = t;
+	return 0;
+err_slab:
+	sfs_inode_slab_close(&t->slab);
+err_table:
+	table_free(t);
+	return err;
+}
+
+static struct sfs_inode *find_locked(sfs_inode_table *t, const struct inode_key *k);
+static void maybe_grow(sfs_inode_table *t);
+
+/* sfs_inode_slab_adopt's keep(): whether a slot of the adopted region holds
+ * an inode the kernel may still refer to (a handle, and lookups, or the
+ * root), which then goes into the table; what meant something only to the
+ * other process (its pointers, its opens) is reset. A slot the other
+ * process was filling or freeing when it stopped has fh_len 0 or nlookup 0
+ * and is freed. */
+static bool adopt_slot(void *slot, void *arg)
+{
+	sfs_inode_table *t = arg;
+	struct sfs_inode *ino = slot;
+	bool root = sfs_inode_slab_id(&t->slab, slot) == sfs_inode_slab_root_id(&t->slab);
+
+	if (ino->fh_len == 0 || ino->fh_len > SFS_FH_MAX || (!root && ino->nlookup == 0))
+		return false;
+	ino->pf = NULL;
+	ino->n_open = 0;
+	ino->hash_next = NULL;
+	if (root) {
+		t->root = ino;
+		return true;
+	}
+	struct inode_key k = {ino->fsid, ino->fileid};
+	if (!ino->orphaned && find_locked(t, &k))
+		ino->orphaned = true; /* two for one key: a reuse cut short */
+	if (ino->orphaned) {
+		ino->hash_next = t->orphans;
+		t->orphans = ino;
+	} else {
+		size_t b = bucket_of(t, k.fsid, k.fileid);
+		ino->hash_next = t->buckets[b];
+		t->buckets[b] = ino;
+	}
+	t->n_inodes++;
+	t->bytes += inode_size(ino->fh_len);
+	maybe_grow(t);
+	return true;
+}
+
+int sfs_inode_table_adopt(int region_fd, const struct sfs_fh *root_fh, sfs_inode_table **out)
+{
+	sfs_inode_table *t = table_new();
+	int err;
+
+	if (!t)
+		return -ENOMEM;
+	if ((err = sfs_inode_slab_adopt(&t->slab, &slab_conf, region_fd)) < 0)
+		goto err_table;
+	struct sfs_inode *root = sfs_inode_slab_at(&t->slab, sfs_inode_slab_root_id(&t->slab));
+	if (!root || !root->fh_len || !fh_is(root, root_fh)) {
+		err = -ESTALE; /* another export's inodes: leave them as they are */
+		goto err_slab;
+	}
+	/* Single-threaded until returned: find_locked and maybe_grow need no lock. */
+	sfs_inode_slab_rebuild(&t->slab, adopt_slot, t);
+	*out = t;
+	return 0;
+err_slab:
+	sfs_inode_slab_close(&t->slab);
+err_table:
+	table_free(t);
+	return err;
+}
+
+int sfs_inode_table_region_fd(const sfs_inode_table *t) { return t->slab.fd; }
+
+uint64_t sfs_inode_id(const sfs_inode_table *t, const struct sfs_inode *ino)
+{
+	return sfs_inode_slab_id(&t->slab, ino);
+}
+
+struct sfs_inode *sfs_inode_by_id(const sfs_inode_table *t, uint64_t id)
+{
+	struct sfs_inode *ino = sfs_inode_slab_at(&t->slab, id);
+
+	return ino && __atomic_load_n(&ino->fh_len, __ATOMIC_ACQUIRE) ? ino : NULL;
+}
+
+/* Free an inode: its fetch state, then its slot, made not live first. */
+static void inode_free(struct sfs_inode_slab *sl, struct sfs_inode *ino)
 {
 	if (ino->pf)
 		sfs_pf_file_unref(ino->pf);
-	if (from_slab(ino->fh_len))
-		slab_free(sl, ino);
-	else
-		free(ino);
+	__atomic_store_n(&ino->fh_len, 0, __ATOMIC_RELEASE);
+	sfs_inode_slab_free(sl, ino);
 }
 
 void sfs_inode_table_close(sfs_inode_table *t)
@@ -321,23 +307,16 @@ void sfs_inode_table_close(sfs_inode_table *t)
 	if (!t)
 		return;
 	for (size_t b = 0; b < t->n_buckets; b++)
-		for (struct sfs_inode *i = t->buckets[b], *next; i; i = next) {
-			next = i->hash_next;
-			inode_free(&t->slab, i);
-		}
-	for (struct sfs_inode *i = t->orphans, *next; i; i = next) {
-		next = i->hash_next;
-		inode_free(&t->slab, i);
-	}
-	inode_free(&t->slab, t->root);
-	if (t->slab.spare)
-		slab_page_unmap(t->slab.spare);
-	pthread_mutex_destroy(&t->slab.lock);
-	free(t->buckets);
-	free(t->closed);
-	pthread_mutex_destroy(&t->lock);
-	pthread_mutex_destroy(&t->closed_lock);
-	free(t);
+		for (struct sfs_inode *i = t->buckets[b]; i; i = i->hash_next)
+			if (i->pf)
+				sfs_pf_file_unref(i->pf);
+	for (struct sfs_inode *i = t->orphans; i; i = i->hash_next)
+		if (i->pf)
+			sfs_pf_file_unref(i->pf);
+	if (t->root->pf)
+		sfs_pf_file_unref(t->root->pf);
+	sfs_inode_slab_close(&t->slab); /* every slot */
+	table_free(t);
 }
 
 struct sfs_inode *sfs_inode_root(sfs_inode_table *t) { return t->root; }
@@ -526,7 +505,7 @@ static void pick_closed(sfs_inode_table *t, uint64_t *ids, size_t *n, size_t max
 		for (size_t k = 0; k < got; k++) {
 			struct sfs_inode *ino = find_locked(t, &keys[k]);
 			if (ino && prune_candidate(ino, false))
-				ids[(*n)++] = (uint64_t)(uintptr_t)ino;
+				ids[(*n)++] = sfs_inode_id(t, ino);
 		}
 		if (got < want)
 			break; /* the queue is empty */
@@ -553,7 +532,7 @@ size_t sfs_inode_prune_pick(sfs_inode_table *t, uint64_t target, uint64_t *ids, 
 			size_t b = t->hand++ & (t->n_buckets - 1);
 			for (struct sfs_inode *i = t->buckets[b]; i && n < max; i = i->hash_next)
 				if (prune_candidate(i, true))
-					ids[n++] = (uint64_t)(uintptr_t)i;
+					ids[n++] = sfs_inode_id(t, i);
 		}
 		pthread_mutex_unlock(&t->lock); /* let lookups in between */
 		pthread_mutex_lock(&t->lock);

@@ -6,10 +6,15 @@
  * Owns: inode lifetime (created by lookup/readdirplus, freed when the
  * kernel's lookup count drops to zero via FORGET), the (fsid, fileid) index
  * that gives one file one node id, cached attributes and their expiry.
- * The FUSE node id of an inode is its address; the root is FUSE_ROOT_ID.
+ * The FUSE node id of an inode is its slot's offset in the table's
+ * shared-memory region (inode_slab.h), which outlives the process: a
+ * process that adopts the region (sfs_inode_table_adopt: a daemon started
+ * again on the same connection) finds each inode the kernel holds under the
+ * id the kernel knows. The root answers to FUSE_ROOT_ID too (fs/ops.c).
  * Memory is per inode the kernel remembers (struct sfs_inode and its
- * handle in a 208-byte slab slot, ~2 bucket pointers), never per byte; a
- * slab page all of whose inodes were forgotten goes back to the system.
+ * handle in a 208-byte slab slot, 240 for a handle over 36 bytes, ~2 bucket
+ * pointers), never per byte; a slab page all of whose inodes were forgotten
+ * goes back to the system.
  *
  * Threading: the table lock protects the index and every nlookup; each
  * inode's lock (sfs_inode_lock) protects its attr fields and open state.
@@ -125,6 +130,28 @@ typedef struct sfs_inode_table sfs_inode_table;
 
 int sfs_inode_table_open(const struct sfs_fh *root_fh, sfs_inode_table **out);
 void sfs_inode_table_close(sfs_inode_table *t);
+
+/*
+ * A table over the region of memfd region_fd (sfs_inode_table_region_fd of
+ * a table another process or an earlier table wrote; the caller keeps its
+ * fd): every inode the kernel may hold keeps its id, lookup count, handle
+ * and attributes; nothing is open (opens and fetch state were the other
+ * process's). The process that wrote the region must be gone, or have
+ * stopped using it for good (a handover): adopting rewrites its lists.
+ * Call before any other thread uses the table. Returns 0;
+ * -EINVAL when the region was written by a build with another inode
+ * layout; -ESTALE when its root is not root_fh (another export); -errno.
+ */
+int sfs_inode_table_adopt(int region_fd, const struct sfs_fh *root_fh, sfs_inode_table **out);
+
+/* The memfd that holds the table's inodes (owned by the table). */
+int sfs_inode_table_region_fd(const sfs_inode_table *t);
+
+/* An inode's node id (not the root's FUSE_ROOT_ID: fs/ops.c maps that),
+ * and the inode of a node id this table gave, or NULL for any other
+ * number (never one the kernel holds). Any thread, no lock. */
+uint64_t sfs_inode_id(const sfs_inode_table *t, const struct sfs_inode *ino);
+struct sfs_inode *sfs_inode_by_id(const sfs_inode_table *t, uint64_t id);
 
 struct sfs_inode *sfs_inode_root(sfs_inode_table *t);
 

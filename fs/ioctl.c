@@ -554,8 +554,7 @@ void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		  size_t out_bufsz)
 {
 	struct sfs_fs *fs = fuse_req_userdata(req);
-	struct sfs_inode *i =
-	    ino == FUSE_ROOT_ID ? sfs_inode_root(fs->inodes) : (struct sfs_inode *)(uintptr_t)ino;
+	struct sfs_inode *i = sfs_fs_inode(fs, ino);
 	struct sfs_open_file *of = (struct sfs_open_file *)(uintptr_t)fi->fh;
 	size_t out_len;
 

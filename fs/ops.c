@@ -33,16 +33,9 @@
 
 static struct sfs_fs *FS(fuse_req_t req) { return fuse_req_userdata(req); }
 
-static struct sfs_inode *I(struct sfs_fs *fs, fuse_ino_t ino)
-{
-	return ino == FUSE_ROOT_ID ? sfs_inode_root(fs->inodes)
-				   : (struct sfs_inode *)(uintptr_t)ino;
-}
+static struct sfs_inode *I(struct sfs_fs *fs, fuse_ino_t ino) { return sfs_fs_inode(fs, ino); }
 
-static fuse_ino_t INO(struct sfs_fs *fs, struct sfs_inode *i)
-{
-	return i == sfs_inode_root(fs->inodes) ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)i;
-}
+static fuse_ino_t INO(struct sfs_fs *fs, struct sfs_inode *i) { return sfs_fs_ino(fs, i); }
 
 static void op_count(struct sfs_fs *fs, enum sfs_fuse_op op)
 {

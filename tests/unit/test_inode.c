@@ -10,9 +10,12 @@
 #include "inode.h"
 #include "tap.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* --- fake neighbour: prefetch ---------------------------------------------- */
 
@@ -429,10 +432,10 @@ static void test_slab(void)
 
 /* The prune picker: CLOCK over the table, only closed files and symlinks,
  * the excess over the target at most, no id twice. */
-static bool has_id(const uint64_t *ids, size_t n, const struct sfs_inode *ino)
+static bool has_id(sfs_inode_table *t, const uint64_t *ids, size_t n, const struct sfs_inode *ino)
 {
 	for (size_t k = 0; k < n; k++)
-		if (ids[k] == (uint64_t)(uintptr_t)ino)
+		if (ids[k] == sfs_inode_id(t, ino))
 			return true;
 	return false;
 }
@@ -468,7 +471,7 @@ static void test_prune_pick(void)
 	ok(fine, "no inode picked twice");
 	fine = true;
 	for (int k = 0; k < 20; k++)
-		fine = fine && !has_id(ids, n, ino[k]);
+		fine = fine && !has_id(t, ids, n, ino[k]);
 	ok(fine, "directories and open files are never picked");
 	ok(sfs_inode_count(t) == N, "picking frees nothing (the kernel's FORGETs do)");
 
@@ -476,7 +479,7 @@ static void test_prune_pick(void)
 	 * rest, the even ones are looked up again: a second chance. */
 	for (size_t k = 0; k < n; k++)
 		for (int j = 20; j < N; j++)
-			if (ids[k] == (uint64_t)(uintptr_t)ino[j]) {
+			if (ids[k] == sfs_inode_id(t, ino[j])) {
 				sfs_inode_forget(t, ino[j], 1);
 				ino[j] = NULL;
 			}
@@ -490,7 +493,7 @@ static void test_prune_pick(void)
 	n = sfs_inode_prune_pick(t, N - 100 - 50, ids, 2 * N);
 	fine = n == 50;
 	for (int k = 20; k < N; k += 2)
-		fine = fine && !(ino[k] && has_id(ids, n, ino[k]));
+		fine = fine && !(ino[k] && has_id(t, ids, n, ino[k]));
 	ok(fine,
 	   "inodes looked up since the hand passed are passed over: 50 picked (%zu), none "
 	   "of them looked up again",
@@ -513,7 +516,7 @@ static void test_prune_pick(void)
 	n = sfs_inode_prune_pick(t, sfs_inode_count(t) - (uint64_t)closed, ids, 2 * N);
 	fine = n == (size_t)closed;
 	for (size_t k = 0; k < n; k++) {
-		const struct sfs_inode *p = (const struct sfs_inode *)(uintptr_t)ids[k];
+		const struct sfs_inode *p = sfs_inode_by_id(t, ids[k]);
 		fine = fine && p->fileid % 5 == 0;
 	}
 	ok(fine,
@@ -558,8 +561,8 @@ static void test_prune_closed(void)
 		sfs_inode_closed(t, ino[k]);
 	}
 	size_t n = sfs_inode_prune_pick(t, N - 3, ids, N);
-	ok(n == 3 && ids[0] == (uint64_t)(uintptr_t)ino[40] &&
-	       ids[1] == (uint64_t)(uintptr_t)ino[41] && ids[2] == (uint64_t)(uintptr_t)ino[42],
+	ok(n == 3 && ids[0] == sfs_inode_id(t, ino[40]) &&
+	       ids[1] == sfs_inode_id(t, ino[41]) && ids[2] == sfs_inode_id(t, ino[42]),
 	   "the files closed longest ago go first (%zu picked)", n);
 	/* 43 is looked up again after its close; 44 is forgotten by the kernel. */
 	struct sfs_fh fh43 = mkfh(1, 5043);
@@ -567,8 +570,8 @@ static void test_prune_closed(void)
 	sfs_inode_get(t, &fh43, &a43, 2);
 	sfs_inode_forget(t, ino[44], 1);
 	n = sfs_inode_prune_pick(t, sfs_inode_count(t) - 3, ids, N);
-	ok(n == 3 && ids[0] == (uint64_t)(uintptr_t)ino[45] &&
-	       ids[1] == (uint64_t)(uintptr_t)ino[46] && ids[2] == (uint64_t)(uintptr_t)ino[47],
+	ok(n == 3 && ids[0] == sfs_inode_id(t, ino[45]) &&
+	       ids[1] == sfs_inode_id(t, ino[46]) && ids[2] == sfs_inode_id(t, ino[47]),
 	   "a file looked up again since its close and one forgotten are passed over");
 	/* Ring of 8: 12 closes keep the last 8. */
 	for (int k = 60; k < 72; k++) {
@@ -576,7 +579,7 @@ static void test_prune_closed(void)
 		sfs_inode_closed(t, ino[k]);
 	}
 	n = sfs_inode_prune_pick(t, sfs_inode_count(t) - 1, ids, N);
-	ok(n == 1 && ids[0] == (uint64_t)(uintptr_t)ino[64],
+	ok(n == 1 && ids[0] == sfs_inode_id(t, ino[64]),
 	   "past the ring the oldest closes are dropped: the first picked is the 5th of 12");
 	sfs_inode_table_close(t);
 
@@ -598,7 +601,7 @@ static void test_prune_closed(void)
 	ino[50]->referenced = 0;
 	sfs_inode_closed(t, ino[50]); /* N + 1 inodes: queued */
 	n = sfs_inode_prune_pick(t, sfs_inode_count(t) - 1, ids, N);
-	ok(n == 1 && ids[0] == (uint64_t)(uintptr_t)ino[50],
+	ok(n == 1 && ids[0] == sfs_inode_id(t, ino[50]),
 	   "closes below the threshold were not queued, the one at it was");
 	sfs_inode_table_close(t);
 }
@@ -641,6 +644,116 @@ static void test_prune_kick(void)
 	sfs_inode_table_close(t);
 }
 
+/* A handle of len bytes naming (a, b). */
+static struct sfs_fh mkfh_len(uint64_t a, uint64_t b, uint32_t len)
+{
+	struct sfs_fh fh = mkfh(a, b);
+
+	fh.len = len;
+	for (uint32_t i = 24; i < len; i++)
+		fh.data[i] = (uint8_t)(i * 7 + b);
+	return fh;
+}
+
+/* What a restarted daemon needs of the inodes the kernel holds: the table
+ * adopted from the region (as a new process would, through the memfd)
+ * answers every id the old one gave with the same inode (key, handle, both
+ * sizes of it, lookup count, attributes), with nothing open; an orphan
+ * keeps its id but not its key; a slot the old process was filling when it
+ * stopped (no lookup yet) is freed; another export's region is refused,
+ * and so is a region of another layout. The adopted table then works on:
+ * lookups, forgets down to nothing, new inodes in the freed slots. */
+#define N_ADOPT 3000
+static void test_adopt(void)
+{
+	static uint64_t ids[N_ADOPT];
+	static struct sfs_fh fhs[N_ADOPT];
+	struct sfs_fh root_fh = mkfh(0, 1), other_root = mkfh(0, 2);
+	sfs_inode_table *a, *b;
+
+	ok(sfs_inode_table_open(&root_fh, &a) == 0, "adopt: the first table opens");
+	for (int k = 0; k < N_ADOPT; k++) {
+		fhs[k] = mkfh_len(7, 5000 + (uint64_t)k, k % 3 ? 28 : 60);
+		struct sfs_attr at = mkattr(7, 5000 + (uint64_t)k, (uint64_t)k * 11);
+		struct sfs_inode *ino = NULL;
+		for (int l = 0; l <= k % 3; l++)
+			ino = sfs_inode_get(a, &fhs[k], &at, 5);
+		ids[k] = sfs_inode_id(a, ino);
+	}
+	for (int k = 0; k < N_ADOPT; k += 4) /* holes in the pages */
+		sfs_inode_forget(a, sfs_inode_by_id(a, ids[k]), (uint64_t)(k % 3) + 1);
+	sfs_inode_by_id(a, ids[1])->pf = token(3); /* the old process's open */
+	sfs_inode_by_id(a, ids[1])->n_open = 2;
+	struct sfs_fh reused = mkfh_len(7, 99999, 28);
+	struct sfs_attr ra = mkattr(7, 5000 + 2, 1);
+	struct sfs_inode *fresh = sfs_inode_get(a, &reused, &ra, 6); /* fileid 5002 reused */
+	uint64_t fresh_id = sfs_inode_id(a, fresh);
+	struct sfs_fh torn_fh = mkfh(7, 123456);
+	struct sfs_attr torn_a = mkattr(7, 123456, 1);
+	struct sfs_inode *torn = sfs_inode_get(a, &torn_fh, &torn_a, 6);
+	uint64_t torn_id = sfs_inode_id(a, torn);
+	torn->nlookup = 0; /* as if the process died before counting it */
+	uint64_t count_a = sfs_inode_count(a);
+
+	ok(sfs_inode_table_adopt(sfs_inode_table_region_fd(a), &other_root, &b) == -ESTALE,
+	   "adopt: another export's region is refused (-ESTALE)");
+	int zero = memfd_create("not-inodes", MFD_CLOEXEC);
+	ok(zero >= 0 && ftruncate(zero, 1 << 20) == 0 &&
+	       sfs_inode_table_adopt(zero, &root_fh, &b) == -EINVAL,
+	   "adopt: a region of no table (or another layout) is refused (-EINVAL)");
+	close(zero);
+	int region = dup(sfs_inode_table_region_fd(a));
+	sfs_inode_table_close(a); /* the old process is gone; the memfd is not */
+	ok(sfs_inode_table_adopt(region, &root_fh, &b) == 0, "adopt: the region adopted");
+	close(region);
+	ok(sfs_inode_count(b) == count_a - 1,
+	   "adopt: every inode but the torn one (%llu of %llu)",
+	   (unsigned long long)sfs_inode_count(b), (unsigned long long)count_a);
+	ok(sfs_inode_by_id(b, torn_id) == NULL, "adopt: the torn slot is free");
+
+	bool same = true;
+	int live = 0;
+	for (int k = 0; k < N_ADOPT; k++) {
+		struct sfs_inode *ino = sfs_inode_by_id(b, ids[k]);
+		uint64_t want = k % 4 == 0 ? 0 : (uint64_t)(k % 3) + 1;
+		if (!want) {
+			same = same && (!ino || ino->fileid != 5000 + (uint64_t)k);
+			continue;
+		}
+		live++;
+		same = same && ino && ino->fileid == 5000 + (uint64_t)k && ino->fsid == 7 &&
+		       same_fh(ino, &fhs[k]) && ino->attr.size == (uint64_t)k * 11 &&
+		       (k == 2 ? ino->orphaned && ino->nlookup == want : ino->nlookup == want) &&
+		       !ino->pf && ino->n_open == 0;
+	}
+	ok(same, "adopt: %d inodes under their old ids, same key, handle (28 and 60 B), size, "
+		 "lookups; nothing open; forgotten ids not answered", live);
+	struct sfs_inode *root = sfs_inode_root(b);
+	ok(root && same_fh(root, &root_fh), "adopt: the root is the old root");
+
+	struct sfs_attr at = mkattr(7, 5000 + 5, 55);
+	struct sfs_inode *again = sfs_inode_get(b, &fhs[5], &at, 9);
+	ok(again && sfs_inode_id(b, again) == ids[5] && again->nlookup == 4,
+	   "adopt: a lookup of an adopted key finds the same inode (lookups 3 -> 4)");
+	struct sfs_inode *fr = sfs_inode_get(b, &reused, &ra, 9);
+	ok(fr && sfs_inode_id(b, fr) == fresh_id,
+	   "adopt: a reused fileid finds the new file, the orphan keeps its id only");
+
+	for (int k = 0; k < N_ADOPT; k++) {
+		struct sfs_inode *ino = sfs_inode_by_id(b, ids[k]);
+		if (ino && (ino->fileid == 5000 + (uint64_t)k))
+			sfs_inode_forget(b, ino, ino->nlookup);
+	}
+	sfs_inode_forget(b, fr, fr->nlookup);
+	ok(sfs_inode_count(b) == 0 && sfs_inode_bytes(b) == 0,
+	   "adopt: forgotten down to nothing (%llu left)", (unsigned long long)sfs_inode_count(b));
+	struct sfs_fh nf = mkfh(8, 1);
+	struct sfs_attr na = mkattr(8, 1, 1);
+	struct sfs_inode *n1 = sfs_inode_get(b, &nf, &na, 10);
+	ok(n1 && sfs_inode_by_id(b, sfs_inode_id(b, n1)) == n1, "adopt: new inodes after it");
+	sfs_inode_table_close(b);
+}
+
 int main(void)
 {
 	test_basic();
@@ -652,5 +765,6 @@ int main(void)
 	test_prune_pick();
 	test_prune_closed();
 	test_prune_kick();
+	test_adopt();
 	return tap_done();
 }
