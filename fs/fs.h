@@ -17,6 +17,7 @@
 #include "../cache/staging/staging.h"
 #include "inode.h"
 #include "jobs.h"
+#include "keeper.h"
 #include "options.h"
 
 /* FUSE operations we count, by name in the stats file. */
@@ -73,9 +74,11 @@ struct sfs_fs {
 	double attr_timeout_s;			/* set at start, then read-only */
 	uint64_t start_ns;			/* set at start, then read-only */
 	struct sfs_inode *ctl_dir, *stats_file; /* set at start: the virtual .shardfs/ tree */
-	uint64_t op_count[SFS_OP_COUNT];	/* atomic */
-	uint64_t read_bytes;			/* atomic: bytes replied to read() */
-	uint64_t read_errors;			/* atomic */
+	/* set at start: the keeper's state page (keeper.h), NULL without one */
+	struct sfs_keeper_state *keeper;
+	uint64_t op_count[SFS_OP_COUNT]; /* atomic */
+	uint64_t read_bytes;		 /* atomic: bytes replied to read() */
+	uint64_t read_errors;		 /* atomic */
 	uint64_t invalidations;		 /* atomic: kernel caches dropped for changed files */
 	uint64_t direct_opens;		 /* atomic: opens answered FOPEN_DIRECT_IO */
 	uint64_t inodes_pruned;		 /* atomic: inodes handed back past inode_max */
@@ -111,6 +114,13 @@ static inline uint64_t sfs_fs_ino(struct sfs_fs *fs, const struct sfs_inode *i)
 }
 
 #define SFS_MAX_REGIONS 16 /* per open file */
+
+struct sfs_open_file;
+/* The open file of fh on inode i: this process's, or, for a file a dead
+ * server opened (keeper.h), one made again for the version that open
+ * read (the inode's last opened one), kept under the old fh until its
+ * release. NULL on ENOMEM (or a fetch state that cannot be made). */
+struct sfs_open_file *sfs_fs_open_file(struct sfs_fs *fs, struct sfs_inode *i, uint64_t fh);
 
 /* The kernel's readahead for buffered FUSE reads (op_init), 1 MiB requests. */
 #define SFS_FUSE_MAX_READAHEAD (8u << 20)

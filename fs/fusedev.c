@@ -2,6 +2,7 @@
 /* fusedev — see fusedev.h. */
 #define FUSE_USE_VERSION 312
 #include "fusedev.h"
+#include "keeper.h"
 #include "../cache/common/log.h"
 
 #include <errno.h>
@@ -38,9 +39,17 @@ static bool direct_io_mmap;	     /* atomic: the reply carried ALLOW_MMAP */
 static bool mount_direct_io;	     /* set before the loop */
 static uint32_t kernel_minor;	     /* atomic: the INIT request's protocol minor */
 static struct fuse_session *session; /* set before the loop */
+/* With a keeper (keeper.h): where the INIT request is kept for a resumed
+ * server, and where this server says it has answered a request. */
+static struct sfs_keeper_state *keeper; /* set before the loop */
+static bool served;			/* atomic: keeper->served was set */
+static bool swallow_init;	 /* set before the loop: resuming, INIT is not the kernel's */
+#define SFS_FUSE_NOTIFY_RESEND 7 /* protocol 7.40 */
 /* Set before the loop (sfs_fusedev_want_uring); uring NULL: no ring. */
 static const struct sfs_fusedev_uring *uring;
 static unsigned uring_depth;
+
+static size_t iov_length(const struct iovec *iov, int count);
 
 /* The INIT request: what the kernel offers in flags2 that we want. */
 static void init_seen(const void *buf, size_t n)
@@ -68,6 +77,19 @@ static void init_seen(const void *buf, size_t n)
 	__atomic_store_n(&flags2_wanted, want, __ATOMIC_RELAXED);
 	__atomic_store_n(&kernel_minor, in->major == FUSE_KERNEL_VERSION ? in->minor : 0,
 			 __ATOMIC_RELAXED);
+	if (keeper && !swallow_init) {
+		size_t len = n < SFS_KEEPER_INIT_MAX ? n : SFS_KEEPER_INIT_MAX;
+		memcpy(keeper->init, buf, len);
+		keeper->init_len = (uint32_t)len;
+		keeper->kernel_minor = __atomic_load_n(&kernel_minor, __ATOMIC_RELAXED);
+		if (keeper->kernel_minor < SFS_FUSE_RESEND_MINOR)
+			sfs_log(
+			    SFS_LOG_WARN, "fuse",
+			    "crash recovery unavailable: this kernel (FUSE 7.%u) cannot resend "
+			    "unanswered requests (needs 7.40, Linux 6.9); a crash of the daemon "
+			    "ends the mount",
+			    keeper->kernel_minor);
+	}
 	__atomic_store_n(&init_unique, h->unique, __ATOMIC_RELEASE);
 }
 
@@ -127,9 +149,15 @@ static ssize_t dev_writev(int fd, struct iovec *iov, int count, void *userdata)
 		const struct fuse_out_header *h = iov[0].iov_base;
 		if (unique && count > 0 && iov[0].iov_len >= sizeof(*h) && h->unique == unique) {
 			__atomic_store_n(&init_done, true, __ATOMIC_RELAXED);
+			if (swallow_init) /* the kernel had its answer from the first server */
+				return (ssize_t)iov_length(iov, count);
 			return init_reply(fd, iov, count,
 					  __atomic_load_n(&flags2_wanted, __ATOMIC_RELAXED));
 		}
+	}
+	if (keeper && !__atomic_load_n(&served, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&served, true, __ATOMIC_RELAXED);
+		__atomic_store_n(&keeper->served, 1, __ATOMIC_RELAXED); /* not a crash loop */
 	}
 	ssize_t n;
 	if (uring && uring->reply(iov, count, &n))
@@ -150,6 +178,44 @@ int sfs_fusedev_attach(struct fuse_session *se, bool direct_io)
 	mount_direct_io = direct_io;
 	session = se;
 	return fuse_session_custom_io(se, &io, fuse_session_fd(se));
+}
+
+static size_t iov_length(const struct iovec *iov, int count)
+{
+	size_t n = 0;
+
+	for (int i = 0; i < count; i++)
+		n += iov[i].iov_len;
+	return n;
+}
+
+void sfs_fusedev_keep_init(struct sfs_keeper_state *k) { keeper = k; }
+
+int sfs_fusedev_resume(struct fuse_session *se, struct sfs_keeper_state *k)
+{
+	uint8_t req[SFS_KEEPER_INIT_MAX] __attribute__((aligned(8)));
+	size_t len = k->init_len;
+
+	if (len < sizeof(struct fuse_in_header) + offsetof(struct fuse_init_in, flags) ||
+	    len > sizeof(req) ||
+	    ((const struct fuse_in_header *)(const void *)k->init)->opcode != FUSE_INIT)
+		return -EPROTO;
+	keeper = k;
+	swallow_init = true;
+	memcpy(req, k->init, len);
+	init_seen(req, len);
+	/* libfuse answers everything before INIT with EIO: it gets the kernel's
+	 * INIT again (its reply goes nowhere, the kernel has the first one). */
+	fuse_session_process_buf(se, &(struct fuse_buf){.mem = req, .size = len});
+	if (!__atomic_load_n(&init_done, __ATOMIC_RELAXED))
+		return -EPROTO;
+	if (__atomic_load_n(&kernel_minor, __ATOMIC_RELAXED) < SFS_FUSE_RESEND_MINOR)
+		return -EOPNOTSUPP;
+	/* Every request the dead server read and left unanswered comes again. */
+	struct fuse_out_header h = {.len = sizeof(h), .error = SFS_FUSE_NOTIFY_RESEND};
+	if (write(fuse_session_fd(se), &h, sizeof(h)) < 0)
+		return -errno;
+	return 0;
 }
 
 bool sfs_fusedev_direct_io_mmap(void) { return __atomic_load_n(&direct_io_mmap, __ATOMIC_RELAXED); }

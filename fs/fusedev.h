@@ -60,6 +60,22 @@ int sfs_fusedev_attach(struct fuse_session *se, bool direct_io);
  * ring or a depth of 0: do not. Call before sfs_fusedev_attach. */
 void sfs_fusedev_want_uring(const struct sfs_fusedev_uring *ring, unsigned depth);
 
+struct sfs_keeper_state;
+
+/* With a keeper (keeper.h): keep the kernel's INIT request in k when it
+ * comes, and mark k served at this server's first reply. Before the loop. */
+void sfs_fusedev_keep_init(struct sfs_keeper_state *k);
+
+/*
+ * A resumed server, on the connection a dead one left (keeper.h), after
+ * sfs_fusedev_attach and before the loop: hand libfuse the INIT request
+ * kept in k (its reply is dropped: the kernel answered INIT once), then
+ * ask the kernel to send again every request read and not answered
+ * (FUSE_NOTIFY_RESEND). Returns 0; -EPROTO when no INIT was kept or libfuse
+ * refused it; -EOPNOTSUPP on a kernel before 7.40; -errno.
+ */
+int sfs_fusedev_resume(struct fuse_session *se, struct sfs_keeper_state *k);
+
 /* Whether the INIT reply carries FUSE_DIRECT_IO_ALLOW_MMAP: known once the
  * INIT request was read, before libfuse calls the filesystem's init (false
  * before that). */

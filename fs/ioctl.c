@@ -555,7 +555,7 @@ void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 {
 	struct sfs_fs *fs = fuse_req_userdata(req);
 	struct sfs_inode *i = sfs_fs_inode(fs, ino);
-	struct sfs_open_file *of = (struct sfs_open_file *)(uintptr_t)fi->fh;
+	struct sfs_open_file *of = sfs_fs_open_file(fs, i, fi->fh);
 	size_t out_len;
 
 	(void)arg;

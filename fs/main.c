@@ -9,6 +9,8 @@
  */
 #include "fs.h"
 #include "fusedev.h"
+#include "handles.h"
+#include "keeper.h"
 #include "../cache/common/hash.h"
 #include "memtrim.h"
 #include "workers.h"
@@ -278,9 +280,9 @@ static void close_origin(struct sfs_fs *fs)
  * not already a mount unless -o overmount or an autofs trigger (a systemd
  * .automount is meant to be mounted over). Returns 0, or -1 after saying
  * why. */
-static int check_target(struct sfs_options *o)
+static int check_target(struct sfs_options *o, bool resume)
 {
-	if (check_mountpoint(o->mountpoint))
+	if (!resume && check_mountpoint(o->mountpoint))
 		return -1;
 	char *abs_mnt = realpath(o->mountpoint, NULL);
 	if (!abs_mnt) {
@@ -290,7 +292,7 @@ static int check_target(struct sfs_options *o)
 	free(o->mountpoint);
 	o->mountpoint = abs_mnt;
 	char fstype[256];
-	if (!o->overmount && mounted_at(o->mountpoint, fstype, sizeof(fstype), NULL) &&
+	if (!resume && !o->overmount && mounted_at(o->mountpoint, fstype, sizeof(fstype), NULL) &&
 	    strcmp(fstype, "autofs") != 0) {
 		die("mountpoint '%s': already a %s mount (unmount it first, or -o overmount)",
 		    o->mountpoint, fstype);
@@ -318,7 +320,8 @@ static void open_listings(struct sfs_fs *fs, const struct sfs_options *o)
  * (immutable), the origin, the inode table, the job table and the store.
  * Returns 0, or -1 after saying why; what was opened stays in fs for
  * main's teardown. */
-static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, int n_addrs)
+static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, int n_addrs,
+			int resume_inode_fd)
 {
 	char err[512] = "";
 	int rc;
@@ -369,8 +372,13 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 	fs->stats_file = sfs_inode_virtual(SFS_INODE_STATS);
 	if (!fs->ctl_dir || !fs->stats_file)
 		rc = -ENOMEM;
-	if (rc < 0 || (rc = sfs_inode_table_open(sfs_origin_root(fs->origin), &fs->inodes)) < 0 ||
-	    (rc = prune_setup(fs, o->inode_max)) < 0 || (rc = sfs_jobs_open(NULL, &fs->jobs)) < 0) {
+	if (rc >= 0)
+		rc = resume_inode_fd >= 0
+			 ? sfs_inode_table_adopt(resume_inode_fd, sfs_origin_root(fs->origin),
+						 &fs->inodes)
+			 : sfs_inode_table_open(sfs_origin_root(fs->origin), &fs->inodes);
+	if (rc < 0 || (rc = prune_setup(fs, o->inode_max)) < 0 ||
+	    (rc = sfs_jobs_open(NULL, &fs->jobs)) < 0) {
 		fprintf(stderr, "shardfs: %s\n", strerror(-rc));
 		return -1;
 	}
@@ -436,7 +444,7 @@ static int start_daemon(struct sfs_fs *fs, struct sfs_options *o, int n_addrs)
 }
 
 /* The FUSE workers until unmounted or signalled. Returns the exit status. */
-static int run_loop(struct fuse_session *se, const struct sfs_options *o)
+static int run_loop(struct fuse_session *se, const struct sfs_options *o, bool kept)
 {
 	int rc;
 	if (o->active_threads) {
@@ -455,7 +463,9 @@ static int run_loop(struct fuse_session *se, const struct sfs_options *o)
 		 * than readers in flight, libfuse created and destroyed a thread
 		 * every few requests (8% of the daemon's CPU on small files). */
 		fuse_loop_cfg_set_idle_threads(lc, o->max_threads);
-		fuse_loop_cfg_set_clone_fd(lc, 1);
+		/* A cloned fd's unanswered requests fail when it closes: with a
+		 * keeper, every request must come through the fd the keeper holds. */
+		fuse_loop_cfg_set_clone_fd(lc, kept ? 0 : 1);
 		rc = fuse_session_loop_mt(se, lc);
 		fuse_loop_cfg_destroy(lc);
 	}
@@ -463,12 +473,45 @@ static int run_loop(struct fuse_session *se, const struct sfs_options *o)
 	return rc == 0 ? 0 : 1;
 }
 
-/* Create the FUSE session, mount, detach, serve until unmounted or
- * signalled, and take the session down. Returns the exit status. */
-static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *args, int n_addrs)
+/* How this process came to serve: mounted by itself, or resumed by its
+ * keeper on the connection a dead server left (keeper.h). */
+struct serve_mode {
+	bool resume;
+	int fuse_fd, state_fd; /* resume: the keeper's; else state_fd -1 until created */
+	char **argv;	       /* the command line, for the keeper's restarts */
+};
+
+/* Right after the mount, before any thread: the keeper state, then the
+ * fork into keeper and server (keeper.h). Without it (no memfd, no fork)
+ * the daemon serves as before: a crash takes the mount down. */
+static void start_keeper(struct sfs_fs *fs, struct sfs_options *o, struct fuse_session *se,
+			 struct serve_mode *m)
+{
+	int rc = sfs_keeper_state_create(&m->state_fd, &fs->keeper);
+
+	if (rc == 0)
+		rc = sfs_keeper_fork(fuse_session_fd(se), m->state_fd,
+				     sfs_inode_table_region_fd(fs->inodes), o->mountpoint,
+				     o->foreground, m->argv);
+	if (rc < 0) {
+		sfs_log(SFS_LOG_WARN, "main",
+			"no keeper (%s): a crash of this process ends the mount", strerror(-rc));
+		fs->keeper = NULL;
+		return;
+	}
+	fs->keeper->serving_pid = (int32_t)getpid();
+	sfs_fusedev_keep_init(fs->keeper);
+}
+
+/* Mount (or, resumed, take the keeper's connection), detach, serve until
+ * unmounted or signalled, and take the session down. Returns the exit
+ * status. */
+static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *args, int n_addrs,
+		 struct serve_mode *m)
 {
 	int status = 1;
 	struct fuse_session *se = fuse_session_new(args, &sfs_fuse_ops, sizeof(sfs_fuse_ops), fs);
+	char devfd[32];
 
 	if (!se) {
 		fprintf(stderr, "shardfs: cannot create the FUSE session\n");
@@ -478,7 +521,9 @@ static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *arg
 		fprintf(stderr, "shardfs: cannot install signal handlers\n");
 		goto out_session;
 	}
-	if (fuse_session_mount(se, o->mountpoint) != 0) {
+	/* Resumed: libfuse takes "/dev/fd/N" as an open connection, no mount. */
+	snprintf(devfd, sizeof(devfd), "/dev/fd/%d", m->fuse_fd);
+	if (fuse_session_mount(se, m->resume ? devfd : o->mountpoint) != 0) {
 		fprintf(stderr, "shardfs: cannot mount on '%s' (see the fuse: message above)\n",
 			o->mountpoint);
 		goto out_signals;
@@ -486,7 +531,7 @@ static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *arg
 	int rc = sfs_fusedev_attach(se, o->page_cache == SFS_PAGE_CACHE_NEVER);
 	if (rc < 0) /* not fatal: libfuse keeps its own device I/O */
 		sfs_log(SFS_LOG_WARN, "main", "cannot hook the FUSE device: %s", strerror(-rc));
-	if (fuse_daemonize(o->foreground) != 0) {
+	if (!m->resume && fuse_daemonize(o->foreground) != 0) {
 		fprintf(stderr, "shardfs: cannot detach from the terminal\n");
 		goto out_unmount;
 	}
@@ -495,12 +540,27 @@ static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *arg
 	else
 		sfs_log_use_timestamps(); /* a log now; refusals above stay one plain line */
 	fs->se = se;
+	if (m->resume) {
+		if ((rc = sfs_fusedev_resume(se, fs->keeper)) < 0) {
+			sfs_log(SFS_LOG_ERR, "main", "cannot resume the FUSE connection: %s",
+				strerror(-rc));
+			goto out_unmount;
+		}
+		sfs_log(SFS_LOG_WARN, "main",
+			"resumed %s on %s (serving process %u of this mount; %llu inodes the "
+			"kernel holds kept)",
+			o->source, o->mountpoint, fs->keeper->epoch,
+			(unsigned long long)sfs_inode_count(fs->inodes));
+	} else if (rc == 0) {
+		start_keeper(fs, o, se, m);
+	}
+	sfs_handles_set_epoch(fs->keeper ? fs->keeper->epoch : 0);
 	if (start_daemon(fs, o, n_addrs) == 0)
-		status = run_loop(se, o);
+		status = run_loop(se, o, fs->keeper != NULL);
 
 out_unmount:
 	sfs_memtrim_stop();
-	fuse_session_unmount(se);
+	fuse_session_unmount(se); /* resumed: nothing (libfuse did not mount) */
 out_signals:
 	fuse_remove_signal_handlers(se);
 out_session:
@@ -519,8 +579,16 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	char err[512] = "";
 	char **addrs = NULL;
-	int n_addrs = 0, status = 1;
+	int n_addrs = 0, status = 1, resume_inode_fd = -1;
+	struct serve_mode mode = {.argv = argv, .state_fd = -1, .fuse_fd = -1};
 
+	if (argc > 1 && strcmp(argv[1], "--keeper") == 0)
+		return sfs_keeper_main(argc, argv);
+	mode.resume = sfs_keeper_resume_fds(&mode.fuse_fd, &mode.state_fd, &resume_inode_fd);
+	if (mode.resume && !(fs.keeper = sfs_keeper_state_map(mode.state_fd))) {
+		fprintf(stderr, "shardfs: resumed without its keeper's state\n");
+		return 1;
+	}
 	if (sfs_options_parse(argc, argv, &o, err, sizeof(err)) != 0) {
 		fprintf(stderr, "shardfs: %s (see shardfs --help)\n", err);
 		sfs_options_free(&o);
@@ -537,7 +605,7 @@ int main(int argc, char **argv)
 	}
 	if (o.debug)
 		sfs_log_max_level = SFS_LOG_DEBUG;
-	if (check_target(&o) < 0)
+	if (check_target(&o, mode.resume) < 0)
 		goto out_opts;
 	n_addrs = sfs_resolve_hosts(o.hosts, &addrs, err, sizeof(err));
 	if (n_addrs < 0) {
@@ -545,13 +613,13 @@ int main(int argc, char **argv)
 		n_addrs = 0;
 		goto out_opts;
 	}
-	if (open_modules(&fs, &o, addrs, n_addrs) < 0)
+	if (open_modules(&fs, &o, addrs, n_addrs, resume_inode_fd) < 0)
 		goto out_modules;
 	if (build_fuse_args(&o, &args, argv[0]) != 0) {
 		fprintf(stderr, "shardfs: out of memory\n");
 		goto out_modules;
 	}
-	status = serve(&fs, &o, &args, n_addrs);
+	status = serve(&fs, &o, &args, n_addrs, &mode);
 
 out_modules:
 	fuse_opt_free_args(&args);

@@ -17,6 +17,7 @@
  */
 #include "fs.h"
 #include "fusedev.h"
+#include "handles.h"
 #include "pagecache.h"
 #include "memtrim.h"
 #include "shardfs_ioctl.h"
@@ -641,7 +642,7 @@ static void open_stats_file(fuse_req_t req, struct sfs_fs *fs, struct fuse_file_
 		return;
 	}
 	s->len = (size_t)n;
-	fi->fh = (uintptr_t)s;
+	fi->fh = sfs_handle_make(s);
 	fi->direct_io = 1; /* size is not known in advance */
 	fi->nonseekable = 0;
 	fuse_reply_open(req, fi);
@@ -739,7 +740,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	of->uid = fuse_req_ctx(req)->uid;
 	of->next_region_id = 1;
 	pthread_mutex_init(&of->lock, NULL);
-	fi->fh = (uintptr_t)of;
+	fi->fh = sfs_handle_make(of);
 	fi->keep_cache = unchanged;
 	fi->direct_io = of->direct = sfs_pc_open_direct(&fs->page_cache, v.size, first_epoch);
 	if (fi->direct_io)
@@ -749,6 +750,48 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		free(of);
 		file_closed(i, pf);
 	}
+}
+
+struct sfs_open_file *sfs_fs_open_file(struct sfs_fs *fs, struct sfs_inode *i, uint64_t fh)
+{
+	struct sfs_open_file *of = sfs_handle_get(fh);
+
+	if (of || sfs_inode_kind(i) != SFS_INODE_NFS || (of = sfs_handle_adopted(fh)))
+		return of;
+	/* A dead server's open: the version it read is the inode's last opened
+	 * one (the region kept it); never a newer one, so a reader gets no mix. */
+	struct sfs_attr a;
+	sfs_inode_lock(i);
+	sfs_inode_attr_get(i, &a);
+	if (i->have_opened) {
+		a.size = i->opened.size;
+		a.mtime =
+		    (struct timespec){.tv_sec = i->opened.mtime_s, .tv_nsec = i->opened.mtime_ns};
+		a.ctime =
+		    (struct timespec){.tv_sec = i->opened.ctime_s, .tv_nsec = i->opened.ctime_ns};
+	}
+	sfs_inode_unlock(i);
+	struct sfs_file_version v = version_of(&a, i);
+	sfs_pf_file *pf;
+	bool unchanged, changed, first_epoch;
+	if (open_fetch_state(fs, i, &v, &pf, &unchanged, &changed, &first_epoch) < 0)
+		return NULL;
+	sfs_pf_file_opened(pf);
+	struct sfs_open_file *mine = calloc(1, sizeof(*mine));
+	if (!mine) {
+		file_closed(i, pf);
+		return NULL;
+	}
+	mine->pf = pf;
+	mine->next_region_id = 1;
+	pthread_mutex_init(&mine->lock, NULL);
+	of = sfs_handle_adopt(fh, mine);
+	if (of != mine) { /* another thread was first, or ENOMEM */
+		pthread_mutex_destroy(&mine->lock);
+		free(mine);
+		file_closed(i, pf);
+	}
+	return of;
 }
 
 /* A read answered from the thread that got its bytes (a fetch without a
@@ -798,7 +841,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	op_count(fs, SFS_OP_READ);
 	if (sfs_inode_kind(i) == SFS_INODE_STATS) {
-		struct stats_snapshot *s = (struct stats_snapshot *)(uintptr_t)fi->fh;
+		struct stats_snapshot *s = sfs_handle_get(fi->fh);
+		if (!s) { /* opened from a server that died: its snapshot is gone */
+			fuse_reply_buf(req, NULL, 0);
+			return;
+		}
 		size_t from = (size_t)off < s->len ? (size_t)off : s->len;
 		size_t n = s->len - from < size ? s->len - from : size;
 		/* Replied from a copy this thread frees: the snapshot is freed by
@@ -816,7 +863,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		free(copy);
 		return;
 	}
-	struct sfs_open_file *of = (struct sfs_open_file *)(uintptr_t)fi->fh;
+	struct sfs_open_file *of = sfs_fs_open_file(fs, i, fi->fh);
+	if (!of) {
+		reply_err(req, -ENOMEM);
+		return;
+	}
 	sfs_pf_file *pf = of->pf;
 	struct sfs_pf_view v;
 	if (of->direct) { /* what its reader asks for (pagecache.h) */
@@ -839,11 +890,16 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 	op_count(fs, SFS_OP_RELEASE);
 	if (sfs_inode_kind(i) == SFS_INODE_STATS) {
-		struct stats_snapshot *s = (struct stats_snapshot *)(uintptr_t)fi->fh;
-		free(s->text);
+		struct stats_snapshot *s = sfs_handle_get(fi->fh);
+		if (s)
+			free(s->text);
 		free(s);
 	} else if (fi->fh) {
-		struct sfs_open_file *of = (struct sfs_open_file *)(uintptr_t)fi->fh;
+		struct sfs_open_file *of = sfs_handle_get(fi->fh);
+		if (!of && !(of = sfs_handle_drop(fi->fh))) { /* a dead server's, never used here */
+			fuse_reply_err(req, 0);
+			return;
+		}
 		sfs_open_file_drop_regions(of); /* regions belong to the open file */
 		if (of->direct)
 			sfs_pc_direct_closed(&fs->page_cache, of->direct_reads,
@@ -867,6 +923,25 @@ struct dir_handle {
 	uint64_t n_seen;   /* names recorded from offset 0 on, in order */
 	bool gap;	   /* a seek or an unrecorded name: do not mark complete */
 };
+
+/* The dir_handle of fh: this process's, or, for a directory a dead server
+ * opened (keeper.h), a fresh one adopted under its fh: the listing goes on
+ * from the kernel's offset as after a seek. NULL on ENOMEM. */
+static struct dir_handle *dir_handle_of(uint64_t fh)
+{
+	struct dir_handle *h = sfs_handle_get(fh);
+
+	if (h || (h = sfs_handle_adopted(fh)))
+		return h;
+	struct dir_handle *mine = calloc(1, sizeof(*mine));
+	if (!mine)
+		return NULL;
+	mine->gap = true;
+	h = sfs_handle_adopt(fh, mine);
+	if (h != mine)
+		free(mine);
+	return h;
+}
 
 struct dir_fill {
 	fuse_req_t req;
@@ -975,7 +1050,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		reply_err(req, -ENOMEM);
 		return;
 	}
-	fi->fh = (uintptr_t)h;
+	fi->fh = sfs_handle_make(h);
 	/* The kernel may keep listings until memory pressure: immutable, for
 	 * good; else (AUTO_INVAL_DATA) a listing read again from its start is
 	 * reused only while the directory's mtime, as of attributes at most
@@ -991,11 +1066,15 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct sfs_fs *fs = FS(req);
 	struct sfs_inode *i = I(fs, ino);
-	struct dir_handle *h = (struct dir_handle *)(uintptr_t)fi->fh;
+	struct dir_handle *h = dir_handle_of(fi->fh);
 	struct dir_fill d = {
 	    .req = req, .fs = fs, .plus = plus, .size = size, .now_ms = sfs_now_ms(), .dir = i};
 
 	op_count(fs, plus ? SFS_OP_READDIRPLUS : SFS_OP_READDIR);
+	if (!h) {
+		reply_err(req, -ENOMEM);
+		return;
+	}
 	d.buf = malloc(size);
 	if (!d.buf) {
 		reply_err(req, -ENOMEM);
@@ -1068,7 +1147,8 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	struct sfs_fs *fs = FS(req);
 
 	op_count(fs, SFS_OP_RELEASEDIR);
-	free((void *)(uintptr_t)fi->fh);
+	void *h = sfs_handle_get(fi->fh);
+	free(h ? h : sfs_handle_drop(fi->fh));
 	fuse_reply_err(req, 0);
 }
 

@@ -1,0 +1,329 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * keeper — see keeper.h. The keeper process uses no libfuse and starts no
+ * thread: a waitpid loop, a poll of the FUSE fd, and, after a crash loop,
+ * a read/write loop that answers EIO.
+ */
+#include "keeper.h"
+#include "../cache/common/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fuse.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define STATE_MAGIC	       0x6b65657065723031ull /* version 1 of this layout */
+#define SFS_FUSE_NOTIFY_RESEND 7		     /* protocol 7.40 */
+#define RESUME_ENV	       "SHARDFS_RESUME"
+
+const char *const sfs_restart_reason_names[SFS_RESTART_N] = {"crash", "wedge", "takeover"};
+
+int sfs_keeper_state_create(int *fd_out, struct sfs_keeper_state **state_out)
+{
+	int err, fd = memfd_create("shardfs-keeper", 0);
+
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, sizeof(struct sfs_keeper_state)) < 0) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	struct sfs_keeper_state *s = sfs_keeper_state_map(fd);
+	if (!s) {
+		close(fd);
+		return -ENOMEM;
+	}
+	s->magic = STATE_MAGIC;
+	s->epoch = 1;
+	*fd_out = fd;
+	*state_out = s;
+	return 0;
+}
+
+struct sfs_keeper_state *sfs_keeper_state_map(int fd)
+{
+	void *p =
+	    mmap(NULL, sizeof(struct sfs_keeper_state), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* Close every fd but stdin/out/err and the keep[] ones. */
+static void close_others(const int *keep, int n_keep)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int dfd = d ? dirfd(d) : -1;
+	int fds[1024], n = 0;
+
+	if (!d)
+		return;
+	for (struct dirent *e; (e = readdir(d)) && n < 1024;) {
+		int fd = atoi(e->d_name);
+		bool kept = fd <= 2 || fd == dfd || e->d_name[0] == '.';
+		for (int k = 0; k < n_keep; k++)
+			kept = kept || fd == keep[k];
+		if (!kept)
+			fds[n++] = fd;
+	}
+	closedir(d);
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+}
+
+static void no_cloexec(int fd) { fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) & ~FD_CLOEXEC); }
+
+int sfs_keeper_fork(int fuse_fd, int state_fd, int inode_fd, const char *mountpoint,
+		    bool foreground, char *const argv[])
+{
+	pid_t server = fork();
+
+	if (server < 0)
+		return -errno;
+	if (server == 0)
+		return 0;
+	/* The keeper: nothing of the server but the three fds. */
+	int keep[3] = {fuse_fd, state_fd, inode_fd};
+	close_others(keep, 3);
+	for (int k = 0; k < 3; k++)
+		no_cloexec(keep[k]);
+	size_t n_args = 0;
+	while (argv[n_args])
+		n_args++;
+	char **kargv = calloc(n_args + 10, sizeof(char *));
+	char fds[4][24];
+	snprintf(fds[0], sizeof(fds[0]), "%d", fuse_fd);
+	snprintf(fds[1], sizeof(fds[1]), "%d", state_fd);
+	snprintf(fds[2], sizeof(fds[2]), "%d", inode_fd);
+	snprintf(fds[3], sizeof(fds[3]), "%d", (int)server);
+	if (kargv) {
+		size_t i = 0;
+		kargv[i++] = argv[0];
+		kargv[i++] = "--keeper";
+		kargv[i++] = (char *)mountpoint;
+		for (int k = 0; k < 4; k++)
+			kargv[i++] = fds[k];
+		kargv[i++] = foreground ? "fg" : "bg";
+		kargv[i++] = "--";
+		for (size_t a = 0; a < n_args; a++)
+			kargv[i++] = argv[a];
+		execv("/proc/self/exe", kargv);
+	}
+	/* Cannot become the keeper: stay out of the server's way. The mount
+	 * stays the server's; a crash behaves as without a keeper. */
+	sfs_log(SFS_LOG_ERR, "keeper", "cannot start the keeper: %s", strerror(errno));
+	_exit(0);
+}
+
+bool sfs_keeper_resume_fds(int *fuse_fd, int *state_fd, int *inode_fd)
+{
+	const char *v = getenv(RESUME_ENV);
+
+	if (!v || sscanf(v, "%d,%d,%d", fuse_fd, state_fd, inode_fd) != 3)
+		return false;
+	unsetenv(RESUME_ENV); /* not for the processes it may start */
+	return *fuse_fd > 2 && *state_fd > 2 && *inode_fd > 2;
+}
+
+/* --- keeper mode ------------------------------------------------------------ */
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+}
+
+struct keeper {
+	const char *mountpoint;
+	int fuse_fd, state_fd, inode_fd;
+	struct sfs_keeper_state *state;
+	char **server_argv;
+	pid_t server;
+};
+
+/* Whether the FUSE connection is gone (unmounted or aborted). */
+static bool connection_gone(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP | POLLNVAL));
+}
+
+/* Start a server that resumes the connection. Returns its pid or -errno. */
+static pid_t spawn(struct keeper *k)
+{
+	char env[64];
+	pid_t pid = fork();
+
+	if (pid != 0)
+		return pid < 0 ? -errno : pid;
+	snprintf(env, sizeof(env), "%d,%d,%d", k->fuse_fd, k->state_fd, k->inode_fd);
+	setenv(RESUME_ENV, env, 1);
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
+	execv("/proc/self/exe", k->server_argv);
+	_exit(127);
+}
+
+/* Unmount what a resumed server could not (it knows no mountpoint). */
+static void unmount(const char *mnt)
+{
+	if (umount2(mnt, MNT_DETACH) == 0 || errno == EINVAL)
+		return;
+	pid_t pid = fork();
+	if (pid == 0) {
+		execlp("fusermount3", "fusermount3", "-u", "-z", mnt, (char *)NULL);
+		_exit(127);
+	}
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+}
+
+/* After a crash loop: every request still unanswered, and every new one,
+ * gets EIO until the mount goes. */
+static void answer_eio(int fd)
+{
+	size_t cap = (1u << 20) + 8192;
+	uint8_t *buf = malloc(cap);
+	struct fuse_out_header resend = {.len = sizeof(resend), .error = SFS_FUSE_NOTIFY_RESEND};
+
+	if (!buf)
+		return;
+	if (write(fd, &resend, sizeof(resend)) < 0)
+		sfs_log(SFS_LOG_WARN, "keeper", "cannot resend the dead server's requests: %s",
+			strerror(errno));
+	for (;;) {
+		ssize_t n = read(fd, buf, cap);
+		if (n < 0 && (errno == EINTR || errno == ENOENT || errno == EAGAIN))
+			continue;
+		if (n < (ssize_t)sizeof(struct fuse_in_header))
+			break; /* ENODEV: unmounted */
+		const struct fuse_in_header *in = (const void *)buf;
+		if (in->opcode == FUSE_FORGET || in->opcode == FUSE_BATCH_FORGET ||
+		    in->opcode == FUSE_INTERRUPT)
+			continue;
+		struct fuse_out_header out = {
+		    .len = sizeof(out), .error = -EIO, .unique = in->unique};
+		if (write(fd, &out, sizeof(out)) < 0 && errno == ENODEV)
+			break;
+	}
+	free(buf);
+}
+
+static const char *how_died(int st, char *buf, size_t len)
+{
+	if (WIFSIGNALED(st))
+		snprintf(buf, len, "killed by signal %d (%s)", WTERMSIG(st),
+			 strsignal(WTERMSIG(st)));
+	else
+		snprintf(buf, len, "exited with status %d", WEXITSTATUS(st));
+	return buf;
+}
+
+/* Wait for the server; restart it while that makes sense. Returns the
+ * keeper's exit status. */
+static int keep(struct keeper *k)
+{
+	unsigned deaths_unserved = 0;
+	char why[96];
+
+	for (;;) {
+		int st;
+		pid_t w = waitpid(k->server, &st, 0);
+		if (w < 0 && errno == EINTR) {
+			if (stop_requested)
+				kill(k->server, SIGTERM);
+			continue;
+		}
+		if (w < 0)
+			return 1;
+		bool gone = connection_gone(k->fuse_fd);
+		if (stop_requested || gone) {
+			if (!gone)
+				unmount(k->mountpoint);
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 0;
+		}
+		uint64_t served = __atomic_load_n(&k->state->served, __ATOMIC_RELAXED);
+		sfs_log(SFS_LOG_ERR, "keeper", "the serving process %d %s (%s)", (int)k->server,
+			how_died(st, why, sizeof(why)),
+			served ? "it had answered requests" : "before answering a request");
+		if (k->state->kernel_minor < SFS_FUSE_RESEND_MINOR) {
+			sfs_log(SFS_LOG_ERR, "keeper",
+				"cannot restart it: this kernel (FUSE 7.%u) cannot resend what it "
+				"had read (needs 7.40, Linux 6.9); the mount answers ENOTCONN "
+				"until unmounted",
+				k->state->kernel_minor);
+			return 1;
+		}
+		deaths_unserved = served ? 0 : deaths_unserved + 1;
+		if (deaths_unserved >= SFS_KEEPER_LOOP_DEATHS) {
+			sfs_log(SFS_LOG_ERR, "keeper",
+				"%u serving processes in a row died before answering a request: "
+				"no more restarts; every request fails with EIO until %s is "
+				"unmounted",
+				deaths_unserved, k->mountpoint);
+			k->state->serving_pid = 0;
+			answer_eio(k->fuse_fd);
+			return 1;
+		}
+		__atomic_store_n(&k->state->served, 0, __ATOMIC_RELAXED);
+		k->state->restarts[SFS_RESTART_CRASH]++;
+		k->state->epoch++;
+		pid_t pid = spawn(k);
+		if (pid < 0) {
+			sfs_log(SFS_LOG_ERR, "keeper", "cannot start a serving process: %s",
+				strerror((int)-pid));
+			answer_eio(k->fuse_fd);
+			return 1;
+		}
+		k->server = pid;
+		k->state->serving_pid = (int32_t)pid;
+		sfs_log(SFS_LOG_WARN, "keeper", "started serving process %d (restart %llu)",
+			(int)pid, (unsigned long long)k->state->restarts[SFS_RESTART_CRASH]);
+	}
+}
+
+int sfs_keeper_main(int argc, char **argv)
+{
+	/* argv: PROG --keeper MOUNTPOINT FUSE_FD STATE_FD INODE_FD SERVER_PID fg|bg --
+	 * SERVER_ARGV... */
+	if (argc < 10 || strcmp(argv[8], "--") != 0) {
+		fprintf(stderr, "shardfs: --keeper is started by shardfs itself\n");
+		return 2;
+	}
+	struct keeper k = {.mountpoint = argv[2],
+			   .fuse_fd = atoi(argv[3]),
+			   .state_fd = atoi(argv[4]),
+			   .inode_fd = atoi(argv[5]),
+			   .server = (pid_t)atoi(argv[6]),
+			   .server_argv = argv + 9};
+	k.state = sfs_keeper_state_map(k.state_fd);
+	if (!k.state || k.state->magic != STATE_MAGIC) {
+		fprintf(stderr, "shardfs: --keeper: no keeper state on fd %s\n", argv[4]);
+		return 2;
+	}
+	/* Log where the daemon logs: syslog once detached, stderr with -f. */
+	if (strcmp(argv[7], "fg") == 0)
+		sfs_log_use_timestamps();
+	else
+		sfs_log_use_syslog();
+	k.state->serving_pid = (int32_t)k.server;
+	struct sigaction sa = {.sa_handler = on_stop};
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	return keep(&k);
+}
