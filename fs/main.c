@@ -585,6 +585,13 @@ int main(int argc, char **argv)
 	if (argc > 1 && strcmp(argv[1], "--keeper") == 0)
 		return sfs_keeper_main(argc, argv);
 	mode.resume = sfs_keeper_resume_fds(&mode.fuse_fd, &mode.state_fd, &resume_inode_fd);
+	/* A fault for the tests (test_keeper.sh): a resumed server dies at its
+	 * start while the file this names exists, as a bad build would. */
+	const char *fault = getenv("SHARDFS_TEST_RESUME_FAULT");
+	if (mode.resume && fault && access(fault, F_OK) == 0) {
+		fprintf(stderr, "shardfs: %s exists: dying at start (a test's fault)\n", fault);
+		return 70;
+	}
 	if (mode.resume && !(fs.keeper = sfs_keeper_state_map(mode.state_fd))) {
 		fprintf(stderr, "shardfs: resumed without its keeper's state\n");
 		return 1;

@@ -580,6 +580,27 @@ static void render_memory(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_
 	    sfs_memtrim_count());
 }
 
+/* The keeper (keeper.h): who serves, how often it was restarted and why. */
+static void render_keeper(FILE *f, struct sfs_fs *fs)
+{
+	const struct sfs_keeper_state *k = fs->keeper;
+
+	metric(f, "shardfs_serving_pid", "gauge",
+	       "The process that serves the mount now (its keeper restarts it).",
+	       (uint64_t)getpid());
+	metric(f, "shardfs_crash_recovery", "gauge",
+	       "1 if a keeper holds the mount and the kernel resends what a dead server left "
+	       "unanswered (FUSE 7.40): a crash of the serving process costs a pause.",
+	       k && k->kernel_minor >= SFS_FUSE_RESEND_MINOR);
+	help(f, "shardfs_daemon_restarts_total", "counter",
+	     "Serving processes started on the mount's connection after the first, by reason.");
+	for (int r = 0; r < SFS_RESTART_N; r++)
+		fprintf(f, "shardfs_daemon_restarts_total{reason=\"%s\"} %llu\n",
+			sfs_restart_reason_names[r],
+			(unsigned long long)(k ? __atomic_load_n(&k->restarts[r], __ATOMIC_RELAXED)
+					       : 0));
+}
+
 ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 {
 	char *buf = NULL;
@@ -602,6 +623,7 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	fprintf(f, "shardfs_build_info{version=\"%s\"} 1\n", SFS_VERSION);
 	help(f, "shardfs_uptime_seconds", "gauge", "Seconds since the daemon mounted.");
 	fprintf(f, "shardfs_uptime_seconds %.3f\n", (double)(sfs_now_ns() - fs->start_ns) / 1e9);
+	render_keeper(f, fs);
 	render_nodes(f, fs);
 	render_fuse(f, fs);
 	render_prefetch(f, fs, &ps);

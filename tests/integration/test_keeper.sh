@@ -1,0 +1,104 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# The mount outlives its serving process (fs/keeper.c), on a real 2-node
+# cluster with a cache: four readers (whole shards, small files, random
+# records, a second shard reader) compare every byte with the export while
+# the serving process is killed with SIGKILL 10 times, 3 s apart, then
+# stopped (SIGSTOP) and killed 3 times: no read fails, no byte is wrong, the
+# restarts are counted, the mount stays one mount. Then a crash loop: a
+# serving process that dies at its start (a fault the daemon reads from
+# SHARDFS_TEST_RESUME_FAULT) three times in a row stops the restarts, reads
+# fail with EIO, and umount works; the keeper goes with the mount.
+. "$(dirname "$0")/lib.sh"
+sfs_require
+READER=$SRC_ROOT/tests/integration/keeper_reader.py
+
+mkdir -p "$EXPORT" "$WORK/cache"
+"$GENDATA" "$EXPORT" --shards 4 --shard-mib 16 --small 200 --classes 4 --small-kib 30 --seed 11 -q
+sfs_cluster_up 2
+export SHARDFS_TEST_RESUME_FAULT=$WORK/fault
+# page_cache=never: every read reaches the daemon, none is answered by the
+# kernel's page cache while the serving process is down.
+sfs_mount "cache_dir=$WORK/cache,nconnect=2,page_cache=never"
+
+# serving_pid: the serving process, from the stats file (waits for one).
+serving_pid() {
+	local p
+	for _ in $(seq 100); do
+		p=$(stat_value shardfs_serving_pid 2>/dev/null)
+		[ -n "$p" ] && kill -0 "$p" 2>/dev/null && { echo "$p"; return 0; }
+		sleep 0.05
+	done
+	return 1
+}
+keeper_pid() { pgrep -f "^$SHARDFS --keeper $MNT " | head -1; }
+
+# --- the process tree ------------------------------------------------------------
+S0=$(serving_pid)
+K=$(keeper_pid)
+check "a keeper holds the mount; the serving process ($S0) is its child" \
+	bash -c "[ -n '$K' ] && [ \"\$(ps -o ppid= -p '$S0' | tr -d ' ')\" = '$K' ]"
+check "stats: crash recovery available (kernel resends), no restart yet" \
+	bash -c "[ '$(stat_value shardfs_crash_recovery)' = 1 ] && [ '$(counter 'shardfs_daemon_restarts_total{reason="crash"}')' = 0 ]"
+
+# --- readers under kill -9 ---------------------------------------------------------
+exec 7<"$MNT/shards/train-00001-of-00004.tfrecord" # opened by the first serving process
+rm -f "$WORK/stop"
+for m in shards shards small records; do
+	python3 "$READER" "$m" "$MNT" "$EXPORT" "$WORK/stop" >"$WORK/reader-$m-$RANDOM.json" 2>&1 &
+done
+sleep 2
+kills=0
+for _ in $(seq 10); do
+	p=$(serving_pid) && kill -9 "$p" && kills=$((kills + 1))
+	sleep 3
+done
+for _ in $(seq 3); do
+	p=$(serving_pid) && kill -STOP "$p" && sleep 1 && kill -9 "$p" && kills=$((kills + 1))
+	sleep 3
+done
+touch "$WORK/stop"
+wait
+check "13 serving processes killed ($kills)" [ "$kills" = 13 ]
+check "the readers: every read answered, every byte right" python3 - "$WORK" <<'PY'
+import glob, json, sys
+bad = False
+for p in sorted(glob.glob(sys.argv[1] + "/reader-*.json")):
+    try:
+        r = json.loads(open(p).read().strip().splitlines()[-1])
+    except Exception as e:
+        print(f"# {p}: {e}: {open(p).read()[-400:]}")
+        bad = True
+        continue
+    print(f"# {r['mode']}: {r['reads']} reads, {r['bytes'] / 1e6:.1f} MB, {r['failed']} failed, "
+          f"{r['wrong']} wrong, longest call {r['max_call_s']:.3f} s {r['errors']}")
+    bad |= r["failed"] > 0 or r["wrong"] > 0 or r["reads"] == 0
+sys.exit(1 if bad else 0)
+PY
+check "stats: 13 crash restarts counted by the keeper" \
+	[ "$(counter 'shardfs_daemon_restarts_total{reason="crash"}')" = 13 ]
+check "one mount at $MNT, one keeper, one serving process" bash -c "
+	[ \$(awk -v m='$MNT' '\$2 == m' /proc/mounts | wc -l) = 1 ] &&
+	[ \$(pgrep -f '^$SHARDFS --keeper $MNT ' | wc -l) = 1 ] &&
+	[ \$(pgrep -P '$K' | wc -l) = 1 ]"
+check "a file opened before the kills reads byte-exact after them" \
+	bash -c "cat <&7 | cmp -s - '$EXPORT/shards/train-00001-of-00004.tfrecord'"
+exec 7<&-
+
+# --- a crash loop --------------------------------------------------------------------
+touch "$WORK/fault"
+kill -9 "$(serving_pid)"
+for _ in $(seq 100); do
+	[ -z "$(pgrep -P "$K")" ] && ! cat "$MNT/shards/train-00002-of-00004.tfrecord" >/dev/null 2>&1 && break
+	sleep 0.1
+done
+check "after 3 serving processes died at start: no more restarts, a read fails with EIO" \
+	bash -c "[ -z \"\$(pgrep -P '$K')\" ] && cat '$MNT/shards/train-00003-of-00004.tfrecord' 2>&1 >/dev/null | grep -q 'Input/output error'"
+t0=$(date +%s%N)
+umount "$MNT"
+rc=$?
+diag "umount took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+check "umount succeeds" [ "$rc" = 0 ]
+for _ in $(seq 50); do kill -0 "$K" 2>/dev/null || break; sleep 0.1; done
+check "the keeper exits with the mount" bash -c "! kill -0 '$K' 2>/dev/null"
+sfs_finish
