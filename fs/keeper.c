@@ -150,7 +150,10 @@ struct keeper {
 	struct sfs_keeper_state *state;
 	char **server_argv;
 	pid_t server;
+	unsigned conn_minor; /* the FUSE connection's number, for its waiting count */
 };
+
+#define KEEPER_POLL_MS 100
 
 /* Whether the FUSE connection is gone (unmounted or aborted). */
 static bool connection_gone(int fd)
@@ -232,6 +235,81 @@ static const char *how_died(int st, char *buf, size_t len)
 	return buf;
 }
 
+/* The FUSE connection's requests waiting for an answer
+ * (/sys/fs/fuse/connections/N/waiting, N the mount's device minor), or -1. */
+static long requests_waiting(const struct keeper *k)
+{
+	char path[96];
+	long n = -1;
+
+	if (!k->conn_minor)
+		return -1;
+	snprintf(path, sizeof(path), "/sys/fs/fuse/connections/%u/waiting", k->conn_minor);
+	FILE *f = fopen(path, "r");
+	if (f) {
+		if (fscanf(f, "%ld", &n) != 1)
+			n = -1;
+		fclose(f);
+	}
+	return n;
+}
+
+/* The mount's device minor from /proc/self/mountinfo (never a stat of the
+ * mount, which would wait for the server), or 0. */
+static unsigned mount_minor(const char *mnt)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	char line[4096], point[4096];
+	unsigned major, minor, found = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%*u %*u %u:%u %*s %4095s", &major, &minor, point) == 3 &&
+		    strcmp(point, mnt) == 0)
+			found = minor; /* the last: the one on top */
+	fclose(f);
+	return found;
+}
+
+/* Wait for the server to exit, or kill it when its heartbeat stopped for
+ * its wedge_ms. Returns waitpid's status; *wedged says whether it was
+ * killed for that. */
+static int wait_server(struct keeper *k, bool *wedged)
+{
+	uint64_t beat = 0, beat_at = sfs_now_ms();
+	int st;
+
+	*wedged = false;
+	for (;;) {
+		pid_t w = waitpid(k->server, &st, WNOHANG);
+		if (w == k->server || (w < 0 && errno != EINTR))
+			return w < 0 ? 0 : st;
+		if (stop_requested == 1 && !*wedged) {
+			kill(k->server, SIGTERM);
+			stop_requested = 2; /* asked once */
+		}
+		uint64_t now = sfs_now_ms(),
+			 b = __atomic_load_n(&k->state->heartbeat, __ATOMIC_RELAXED);
+		uint64_t wedge_ms = __atomic_load_n(&k->state->wedge_ms, __ATOMIC_ACQUIRE);
+		if (b != beat) {
+			beat = b;
+			beat_at = now;
+		} else if (b && wedge_ms && !*wedged && now - beat_at > wedge_ms) {
+			/* A heartbeat began and stopped: a deadlock, a stopped process. */
+			sfs_log(SFS_LOG_ERR, "keeper",
+				"the serving process %d is wedged (no heartbeat for %llu ms; %ld "
+				"requests waiting): killing it",
+				(int)k->server, (unsigned long long)(now - beat_at),
+				requests_waiting(k));
+			kill(k->server, SIGKILL);
+			*wedged = true;
+		}
+		struct timespec ts = {.tv_nsec = KEEPER_POLL_MS * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+}
+
 /* Wait for the server; restart it while that makes sense. Returns the
  * keeper's exit status. */
 static int keep(struct keeper *k)
@@ -240,25 +318,19 @@ static int keep(struct keeper *k)
 	char why[96];
 
 	for (;;) {
-		int st;
-		pid_t w = waitpid(k->server, &st, 0);
-		if (w < 0 && errno == EINTR) {
-			if (stop_requested)
-				kill(k->server, SIGTERM);
-			continue;
-		}
-		if (w < 0)
-			return 1;
+		bool wedged;
+		int st = wait_server(k, &wedged);
 		bool gone = connection_gone(k->fuse_fd);
-		if (stop_requested || gone) {
+		if ((stop_requested && !wedged) || gone) {
 			if (!gone)
 				unmount(k->mountpoint);
 			return WIFEXITED(st) ? WEXITSTATUS(st) : 0;
 		}
 		uint64_t served = __atomic_load_n(&k->state->served, __ATOMIC_RELAXED);
-		sfs_log(SFS_LOG_ERR, "keeper", "the serving process %d %s (%s)", (int)k->server,
-			how_died(st, why, sizeof(why)),
-			served ? "it had answered requests" : "before answering a request");
+		if (!wedged)
+			sfs_log(SFS_LOG_ERR, "keeper", "the serving process %d %s (%s)",
+				(int)k->server, how_died(st, why, sizeof(why)),
+				served ? "it had answered requests" : "before answering a request");
 		if (k->state->kernel_minor < SFS_FUSE_RESEND_MINOR) {
 			sfs_log(SFS_LOG_ERR, "keeper",
 				"cannot restart it: this kernel (FUSE 7.%u) cannot resend what it "
@@ -278,8 +350,10 @@ static int keep(struct keeper *k)
 			answer_eio(k->fuse_fd);
 			return 1;
 		}
+		enum sfs_restart_reason reason = wedged ? SFS_RESTART_WEDGE : SFS_RESTART_CRASH;
 		__atomic_store_n(&k->state->served, 0, __ATOMIC_RELAXED);
-		k->state->restarts[SFS_RESTART_CRASH]++;
+		__atomic_store_n(&k->state->heartbeat, 0, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&k->state->restarts[reason], 1, __ATOMIC_RELAXED);
 		k->state->epoch++;
 		pid_t pid = spawn(k);
 		if (pid < 0) {
@@ -290,8 +364,8 @@ static int keep(struct keeper *k)
 		}
 		k->server = pid;
 		k->state->serving_pid = (int32_t)pid;
-		sfs_log(SFS_LOG_WARN, "keeper", "started serving process %d (restart %llu)",
-			(int)pid, (unsigned long long)k->state->restarts[SFS_RESTART_CRASH]);
+		sfs_log(SFS_LOG_WARN, "keeper", "started serving process %d (after a %s)", (int)pid,
+			sfs_restart_reason_names[reason]);
 	}
 }
 
@@ -320,6 +394,7 @@ int sfs_keeper_main(int argc, char **argv)
 	else
 		sfs_log_use_syslog();
 	k.state->serving_pid = (int32_t)k.server;
+	k.conn_minor = mount_minor(k.mountpoint);
 	struct sigaction sa = {.sa_handler = on_stop};
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);

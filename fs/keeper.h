@@ -18,6 +18,9 @@
  * (FUSE_NOTIFY_RESEND, protocol 7.40, Linux 6.9+). Readers see a pause,
  * not an error.
  *
+ * A wedged server (its watchdog's heartbeat stopped for the server's
+ * wedge_ms: a deadlock, a SIGSTOP) is killed and replaced the same way.
+ *
  * A crash loop (SFS_KEEPER_LOOP_DEATHS servers in a row that died before
  * answering a request) stops the restarts: the keeper logs why once and
  * answers EIO to every request until the mount is unmounted. A kernel
@@ -53,8 +56,10 @@ struct sfs_keeper_state {
 	uint32_t kernel_minor;		   /* the first server, at INIT */
 	uint32_t epoch;			   /* the keeper: servers started, 1 for the first */
 	int32_t serving_pid;		   /* the keeper: the server now */
-	uint64_t served;		   /* atomic, the server: requests answered */
-	uint64_t restarts[SFS_RESTART_N];  /* the keeper */
+	uint64_t served;		   /* atomic, the server: 1 once it answered a request */
+	uint64_t restarts[SFS_RESTART_N];  /* atomic, the keeper */
+	uint64_t heartbeat;		   /* atomic, the server's watchdog (watchdog.h) */
+	uint64_t wedge_ms;		   /* atomic, the server: 0, or when to replace it */
 };
 
 /* A new state page in a memfd: *fd_out its fd (inherited by the children,

@@ -11,6 +11,7 @@
 #include "fusedev.h"
 #include "handles.h"
 #include "keeper.h"
+#include "watchdog.h"
 #include "../cache/common/hash.h"
 #include "memtrim.h"
 #include "workers.h"
@@ -437,6 +438,10 @@ static int start_daemon(struct sfs_fs *fs, struct sfs_options *o, int n_addrs)
 		o->source, o->mountpoint, n_addrs, o->nconnect, o->immutable ? ", immutable" : "");
 	if (o->cache_dir)
 		sfs_log(SFS_LOG_INFO, "main", "cache checksums: XXH3-64, %s code", sfs_xxh3_impl());
+	/* With a keeper, a heartbeat: a wedged process is replaced (watchdog.h). */
+	if (fs->keeper && (rc = sfs_watchdog_start(fs, o->wedge_timeout_s * 1000ull)) < 0)
+		sfs_log(SFS_LOG_WARN, "main", "no watchdog (%s): a wedged process is not replaced",
+			strerror(-rc));
 	tune_readahead(o->mountpoint);
 	if ((rc = sfs_memtrim_start(release_idle, fs)) < 0) /* not fatal: freed memory stays */
 		sfs_log(SFS_LOG_WARN, "main", "cannot start the memory trimmer: %s", strerror(-rc));
@@ -559,6 +564,7 @@ static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *arg
 		status = run_loop(se, o, fs->keeper != NULL);
 
 out_unmount:
+	sfs_watchdog_stop(); /* before the origin it watches closes */
 	sfs_memtrim_stop();
 	fuse_session_unmount(se); /* resumed: nothing (libfuse did not mount) */
 out_signals:

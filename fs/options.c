@@ -133,6 +133,10 @@ static const struct sfs_opt_def opt_table[] = {
     {UINT("active_threads", active_threads, 0, 1024), .def = 8, .meta = "N",
      .help = "FUSE workers taking requests while none waits for NFS or a chunk "
 	     "(at most max_threads; the rest are parked); 0: libfuse's loop instead"},
+    {UINT("wedge_timeout", wedge_timeout_s, 0, 3600), .def = 10, .meta = "SECONDS",
+     .help = "a serving process whose I/O threads or workers are stuck this long (not "
+	     "waiting for NFS: a deadlock, SIGSTOP) is killed and replaced by the mount's "
+	     "keeper, its readers' requests sent again; 0: never"},
     {SIZE("mem_max", mem_max, 1u << 20, 1ull << 44), .def_fn = default_mem_max, .meta = "SIZE",
      .help = "the daemon's memory budget, K/M/G/T suffixes: prefetch_mem, inode_max, "
 	     "listing_max and namespace_max not given are derived from it (a sixth, a quarter "

@@ -63,6 +63,8 @@ struct sfs_options {
 	unsigned io_threads;		    /* 0 = one per CPU */
 	unsigned max_threads;		    /* FUSE worker threads */
 	unsigned active_threads;	    /* of those, taking requests while none waits */
+	unsigned wedge_timeout_s;	    /* a serving process without a heartbeat this long is
+					       replaced by its keeper; 0: never */
 	unsigned inode_max;		    /* inodes the kernel may hold; 0: no limit */
 	uint64_t mem_max;		    /* the daemon's memory budget */
 	uint64_t prefetch_mem;		    /* budget for fetch buffers in memory */

@@ -36,16 +36,36 @@ struct pool {
 	bool ending;
 	int error;
 	uint64_t handoffs, at_limit;
-	pthread_t *threads; /* [max_threads] */
+	pthread_t *threads;  /* [max_threads] */
+	unsigned next_index; /* protected by lock: the next worker's slot in busy[] */
+	/* Per worker, for sfs_workers_stuck_ms: inside a request and not in a
+	 * declared wait (atomic), and how many such stretches it began (atomic). */
+	struct busy {
+		unsigned busy, seq;
+	} * busy; /* [max_threads] */
 };
 
 /* The running pool, for sfs_workers_get_stats (set and cleared by
- * sfs_workers_run while no worker runs). */
+ * sfs_workers_run while no worker runs; cleared under live_lock, which
+ * sfs_workers_stuck_ms holds while it reads the pool). */
 static struct pool *live_pool;
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The pool of this thread (NULL: not a worker) and its wait depth. */
+/* The pool of this thread (NULL: not a worker), its wait depth and slot. */
 static __thread struct pool *my_pool;
-static __thread unsigned my_depth;
+static __thread unsigned my_depth, my_index;
+
+/* This worker is inside a request (and not waiting for NFS or a chunk),
+ * or not. */
+static void busy_set(struct pool *p, bool busy)
+{
+	struct busy *b = &p->busy[my_index];
+
+	if (busy)
+		__atomic_store_n(&b->seq, __atomic_load_n(&b->seq, __ATOMIC_RELAXED) + 1,
+				 __ATOMIC_RELAXED);
+	__atomic_store_n(&b->busy, busy, __ATOMIC_RELEASE);
+}
 
 static void *worker_main(void *arg);
 
@@ -71,6 +91,7 @@ static void hook_begin(void)
 
 	if (!p || my_depth++)
 		return;
+	busy_set(p, false); /* a declared wait is not a wedge */
 	pthread_mutex_lock(&p->lock);
 	p->working--;
 	/* Only when no worker is waiting for a request: one that is takes the
@@ -96,6 +117,7 @@ static void hook_end(void)
 
 	if (!p || --my_depth)
 		return;
+	busy_set(p, true);
 	pthread_mutex_lock(&p->lock);
 	p->working++; /* parks after this request if there are enough */
 	pthread_mutex_unlock(&p->lock);
@@ -126,6 +148,7 @@ static void *worker_main(void *arg)
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
 	pthread_cleanup_push(free_buf, &fbuf);
 	pthread_mutex_lock(&p->lock);
+	my_index = p->next_index++;
 	for (;;) {
 		/* Surplus workers park, unless none is left to read requests. */
 		while (!p->ending && p->working > p->active &&
@@ -150,8 +173,11 @@ static void *worker_main(void *arg)
 		int res = fuse_session_receive_buf(p->se, &fbuf);
 		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
 		__atomic_fetch_sub(&p->reading, 1, __ATOMIC_RELAXED);
-		if (res > 0)
+		if (res > 0) {
+			busy_set(p, true);
 			fuse_session_process_buf(p->se, &fbuf);
+			busy_set(p, false);
+		}
 		pthread_mutex_lock(&p->lock);
 		if (res == -EINTR || res == -EAGAIN || res > 0)
 			continue;
@@ -173,6 +199,10 @@ int sfs_workers_run(struct fuse_session *se, unsigned max_threads, unsigned acti
 		return -EINVAL;
 	if (!(p.threads = calloc(max_threads, sizeof(*p.threads))))
 		return -ENOMEM;
+	if (!(p.busy = calloc(max_threads, sizeof(*p.busy)))) {
+		free(p.threads);
+		return -ENOMEM;
+	}
 	pthread_mutex_init(&p.lock, NULL);
 	pthread_cond_init(&p.park, NULL);
 	pthread_condattr_t ca;
@@ -210,13 +240,41 @@ int sfs_workers_run(struct fuse_session *se, unsigned max_threads, unsigned acti
 	for (unsigned i = 0; i < n; i++)
 		pthread_join(p.threads[i], NULL);
 	sfs_blocking_set_hooks(NULL);
+	pthread_mutex_lock(&live_lock);
 	__atomic_store_n(&live_pool, NULL, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&live_lock);
+	free(p.busy);
 	rc = p.error;
 	pthread_cond_destroy(&p.done);
 	pthread_cond_destroy(&p.park);
 	pthread_mutex_destroy(&p.lock);
 	free(p.threads);
 	return rc;
+}
+
+uint64_t sfs_workers_stuck_ms(uint64_t now_ms)
+{
+	/* The watchdog's view: per slot, the stretch it saw last and since when. */
+	static unsigned seen_seq[SFS_WORKERS_WATCH_MAX];
+	static uint64_t seen_since[SFS_WORKERS_WATCH_MAX];
+	uint64_t worst = 0;
+
+	pthread_mutex_lock(&live_lock);
+	struct pool *p = __atomic_load_n(&live_pool, __ATOMIC_ACQUIRE);
+	unsigned n = p ? p->max_threads : 0;
+	for (unsigned i = 0; i < n && i < SFS_WORKERS_WATCH_MAX; i++) {
+		bool busy = __atomic_load_n(&p->busy[i].busy, __ATOMIC_ACQUIRE);
+		unsigned seq = __atomic_load_n(&p->busy[i].seq, __ATOMIC_RELAXED);
+		if (!busy || seq != seen_seq[i] || !seen_since[i]) {
+			seen_seq[i] = seq;
+			seen_since[i] = busy ? now_ms : 0;
+			continue;
+		}
+		if (now_ms - seen_since[i] > worst)
+			worst = now_ms - seen_since[i];
+	}
+	pthread_mutex_unlock(&live_lock);
+	return worst;
 }
 
 void sfs_workers_get_stats(struct sfs_workers_stats *out)

@@ -45,4 +45,12 @@ struct sfs_workers_stats {
  * (the stats file), or any thread while sfs_workers_run runs. */
 void sfs_workers_get_stats(struct sfs_workers_stats *out);
 
+/* The watchdog (watchdog.h): how long the worker that has been longest in
+ * one request, outside a declared wait (cache/common/blocking.h), has been
+ * in it, as seen by the calls so far (call every few hundred ms from one
+ * thread; a stretch counts from the first call that saw it). 0 when none
+ * is, or no pool runs. */
+#define SFS_WORKERS_WATCH_MAX 1024 /* max_threads' own limit */
+uint64_t sfs_workers_stuck_ms(uint64_t now_ms);
+
 #endif

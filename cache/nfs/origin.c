@@ -882,6 +882,18 @@ void sfs_origin_submit(sfs_origin *pool, struct sfs_origin_req *req)
 	sfs_origin_submit_batch(pool, &req, 1);
 }
 
+uint64_t sfs_origin_stuck_ms(const sfs_origin *pool, uint64_t now_ms)
+{
+	uint64_t worst = 0;
+
+	for (unsigned i = 0; i < pool->n_threads; i++) {
+		uint64_t at = __atomic_load_n(&pool->threads[i].loop_ms, __ATOMIC_RELAXED);
+		if (at && now_ms > at && now_ms - at > worst)
+			worst = now_ms - at;
+	}
+	return worst;
+}
+
 size_t sfs_origin_node_count(const sfs_origin *pool) { return pool->n_nodes; }
 
 void sfs_origin_node_stats(const sfs_origin *pool, size_t i, struct sfs_origin_node_stats *out)

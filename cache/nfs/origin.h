@@ -212,6 +212,12 @@ struct sfs_origin_node_stats {
 };
 
 size_t sfs_origin_node_count(const sfs_origin *pool);
+
+/* How long the I/O thread that has gone longest without a turn of its
+ * loop has gone (each turns at least every 20 ms, whatever its sockets
+ * do): a thread stuck (a deadlock, a stopped process) shows here. 0 before
+ * the threads start. Any thread. */
+uint64_t sfs_origin_stuck_ms(const sfs_origin *pool, uint64_t now_ms);
 void sfs_origin_node_stats(const sfs_origin *pool, size_t node, struct sfs_origin_node_stats *out);
 
 /* Requests waiting for a connection slot right now. */

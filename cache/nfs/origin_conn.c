@@ -266,6 +266,7 @@ static void io_iterate(struct sfs_iothread *t, uint64_t *next_tick, int timeout_
 
 	io_poll(t, wait > timeout_ms ? timeout_ms : wait);
 	now = sfs_now_ms();
+	__atomic_store_n(&t->loop_ms, now, __ATOMIC_RELAXED); /* sfs_origin_stuck_ms */
 	if (now >= *next_tick) {
 		*next_tick = now + TICK_MS;
 		for (size_t i = 0; i < t->n_conns; i++)
@@ -285,6 +286,7 @@ void *origin_io_thread_main(void *arg)
 	pthread_setname_np(pthread_self(), "sfs-io"); /* top -H, perf --sort comm */
 	uint64_t next_tick = sfs_now_ms() + TICK_MS;
 
+	__atomic_store_n(&t->loop_ms, sfs_now_ms(), __ATOMIC_RELAXED);
 	while (!__atomic_load_n(&t->pool->stopping, __ATOMIC_ACQUIRE))
 		io_iterate(t, &next_tick, TICK_MS);
 	return NULL;

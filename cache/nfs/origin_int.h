@@ -131,6 +131,7 @@ struct sfs_iothread {
 	bool sleeping;	     /* atomic: in poll(); submitters wake it */
 	unsigned q_gen_seen; /* pool->q_gen when this thread last pulled */
 	unsigned index;
+	uint64_t loop_ms;	 /* atomic: when this thread last went round its loop */
 	struct sfs_conn **conns; /* owned conns, set at start */
 	size_t pull_start;	 /* rotates the first connection offered work */
 	size_t n_conns;

@@ -4,8 +4,9 @@
 # cluster with a cache: four readers (whole shards, small files, random
 # records, a second shard reader) compare every byte with the export while
 # the serving process is killed with SIGKILL 10 times, 3 s apart, then
-# stopped (SIGSTOP) and killed 3 times: no read fails, no byte is wrong, the
-# restarts are counted, the mount stays one mount. Then a crash loop: a
+# stopped (SIGSTOP) and killed 3 times, then stopped and left (a wedge: the
+# keeper replaces it after wedge_timeout) twice: no read fails, no byte is
+# wrong, the restarts are counted, the mount stays one mount. Then a crash loop: a
 # serving process that dies at its start (a fault the daemon reads from
 # SHARDFS_TEST_RESUME_FAULT) three times in a row stops the restarts, reads
 # fail with EIO, and umount works; the keeper goes with the mount.
@@ -19,7 +20,7 @@ sfs_cluster_up 2
 export SHARDFS_TEST_RESUME_FAULT=$WORK/fault
 # page_cache=never: every read reaches the daemon, none is answered by the
 # kernel's page cache while the serving process is down.
-sfs_mount "cache_dir=$WORK/cache,nconnect=2,page_cache=never"
+sfs_mount "cache_dir=$WORK/cache,nconnect=2,page_cache=never,wedge_timeout=3"
 
 # serving_pid: the serving process, from the stats file (waits for one).
 serving_pid() {
@@ -57,6 +58,14 @@ for _ in $(seq 3); do
 	p=$(serving_pid) && kill -STOP "$p" && sleep 1 && kill -9 "$p" && kills=$((kills + 1))
 	sleep 3
 done
+# A wedge: the serving process stopped and left so; its heartbeat stops and
+# the keeper replaces it after wedge_timeout (3 s).
+stops=0
+for _ in $(seq 2); do
+	p=$(serving_pid) && kill -STOP "$p" && stops=$((stops + 1))
+	for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+	sleep 2
+done
 touch "$WORK/stop"
 wait
 check "13 serving processes killed ($kills)" [ "$kills" = 13 ]
@@ -75,8 +84,8 @@ for p in sorted(glob.glob(sys.argv[1] + "/reader-*.json")):
     bad |= r["failed"] > 0 or r["wrong"] > 0 or r["reads"] == 0
 sys.exit(1 if bad else 0)
 PY
-check "stats: 13 crash restarts counted by the keeper" \
-	[ "$(counter 'shardfs_daemon_restarts_total{reason="crash"}')" = 13 ]
+check "stats: 13 crash restarts and $stops wedge restarts counted by the keeper" \
+	bash -c "[ '$(counter 'shardfs_daemon_restarts_total{reason="crash"}')' = 13 ] && [ '$(counter 'shardfs_daemon_restarts_total{reason="wedge"}')' = 2 ] && [ $stops = 2 ]"
 check "one mount at $MNT, one keeper, one serving process" bash -c "
 	[ \$(awk -v m='$MNT' '\$2 == m' /proc/mounts | wc -l) = 1 ] &&
 	[ \$(pgrep -f '^$SHARDFS --keeper $MNT ' | wc -l) = 1 ] &&
