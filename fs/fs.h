@@ -115,6 +115,14 @@ static inline uint64_t sfs_fs_ino(struct sfs_fs *fs, const struct sfs_inode *i)
 
 #define SFS_MAX_REGIONS 16 /* per open file */
 
+/* The first staging region id of an open file: the serving process's epoch
+ * (keeper.h; 0 without a keeper) in the top 32 bits, so that an id a dead
+ * process gave is told from this one's (ioctl.c, -EOWNERDEAD). */
+static inline uint64_t sfs_fs_first_region_id(const struct sfs_fs *fs)
+{
+	return ((uint64_t)(fs->keeper ? fs->keeper->epoch : 0) << 32) | 1;
+}
+
 struct sfs_open_file;
 /* The open file of fh on inode i: this process's, or, for a file a dead
  * server opened (keeper.h), one made again for the version that open

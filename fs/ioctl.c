@@ -56,7 +56,7 @@ static const struct stage_reason {
 } stage_reasons[] = {
     [SFS_STAGE_E_INVALID] = {"invalid", {EINVAL, ENOSPC}},
     [SFS_STAGE_E_RANGE] = {"out_of_range", {ERANGE}},
-    [SFS_STAGE_E_NOREGION] = {"no_region", {ENOENT}},
+    [SFS_STAGE_E_NOREGION] = {"no_region", {ENOENT, EOWNERDEAD}},
     [SFS_STAGE_E_PERM] = {"permission", {EPERM, EACCES}},
     [SFS_STAGE_E_UNSUPPORTED] = {"unsupported", {EOPNOTSUPP}},
     [SFS_STAGE_E_IO] = {"io", {0}},
@@ -203,7 +203,11 @@ static int do_register(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid,
 	return 0;
 }
 
-/* The region `id` of this open file, if `uid` may use it. Caller holds of->lock. */
+/* The region `id` of this open file, if `uid` may use it. Caller holds
+ * of->lock. A region id carries the epoch of the serving process that gave
+ * it (keeper.h) in its top 32 bits: an id of another epoch was registered
+ * with a process that died, and answers -EOWNERDEAD (register again: the
+ * helpers do), any other unknown one -ENOENT. */
 static int find_region(struct sfs_open_file *of, uint64_t id, uid_t uid, int *slot)
 {
 	for (int i = 0; i < SFS_MAX_REGIONS; i++)
@@ -213,7 +217,7 @@ static int find_region(struct sfs_open_file *of, uint64_t id, uid_t uid, int *sl
 			*slot = i;
 			return 0;
 		}
-	return -ENOENT;
+	return id && (id >> 32) != (of->next_region_id >> 32) ? -EOWNERDEAD : -ENOENT;
 }
 
 /* Place one range into region (its bounds checked): g->placed counts what

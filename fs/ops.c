@@ -738,7 +738,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	of->pf = pf;
 	of->uid = fuse_req_ctx(req)->uid;
-	of->next_region_id = 1;
+	of->next_region_id = sfs_fs_first_region_id(fs);
 	pthread_mutex_init(&of->lock, NULL);
 	fi->fh = sfs_handle_make(of);
 	fi->keep_cache = unchanged;
@@ -783,7 +783,7 @@ struct sfs_open_file *sfs_fs_open_file(struct sfs_fs *fs, struct sfs_inode *i, u
 		return NULL;
 	}
 	mine->pf = pf;
-	mine->next_region_id = 1;
+	mine->next_region_id = sfs_fs_first_region_id(fs);
 	pthread_mutex_init(&mine->lock, NULL);
 	of = sfs_handle_adopt(fh, mine);
 	if (of != mine) { /* another thread was first, or ENOMEM */

@@ -7,7 +7,10 @@ read) in seconds.
 
 usage: keeper_reader.py MODE MNT EXPORT STOP
 MODE: shards (whole files, 1 MiB reads), small (open, read, close each
-small file), records (random 4-200 KiB preads inside the shards).
+small file), records (random 4-200 KiB preads inside the shards), stage
+(one shard kept open with one shm region registered once, random ranges
+STAGEd into it: a region lost with a dead serving process is registered
+again by the shardfs module, unseen here).
 """
 import json
 import os
@@ -45,6 +48,30 @@ def failed(e, what):
 
 
 shards = files("shards", False)
+if mode == "stage":
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../tools/python"))
+    import shardfs
+    rel = shards[0]
+    with open(os.path.join(export, rel), "rb") as f:
+        want = f.read()
+    sf = open(os.path.join(mnt, rel), "rb")
+    region = shardfs.ShmRegion(sf, 1 << 20)
+    rng = random.Random(os.getpid())
+    while not os.path.exists(stop):
+        n = rng.randint(4 << 10, 1 << 20)
+        off = rng.randrange(0, len(want) - n)
+        try:
+            placed, _ = timed(region.stage, [(0, off, n)])
+            stats["reads"] += 1
+            stats["bytes"] += placed[0]
+            if placed[0] != n or bytes(region.buf[:n]) != want[off:off + n]:
+                stats["wrong"] += 1
+        except OSError as e:
+            failed(e, "stage")
+    region.close()
+    sf.close()
+    print(json.dumps(stats))
+    sys.exit(0)
 small = files("", True)
 truth = {}
 rng = random.Random(os.getpid())

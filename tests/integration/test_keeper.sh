@@ -1,8 +1,9 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # The mount outlives its serving process (fs/keeper.c), on a real 2-node
-# cluster with a cache: four readers (whole shards, small files, random
-# records, a second shard reader) compare every byte with the export while
+# cluster with a cache: five readers (whole shards twice, small files,
+# random records, STAGE into a shm region registered once) compare every
+# byte with the export while
 # the serving process is killed with SIGKILL 10 times, 3 s apart, then
 # stopped (SIGSTOP) and killed 3 times, then stopped and left (a wedge: the
 # keeper replaces it after wedge_timeout) twice: no read fails, no byte is
@@ -45,7 +46,7 @@ check "stats: crash recovery available (kernel resends), no restart yet" \
 # --- readers under kill -9 ---------------------------------------------------------
 exec 7<"$MNT/shards/train-00001-of-00004.tfrecord" # opened by the first serving process
 rm -f "$WORK/stop"
-for m in shards shards small records; do
+for m in shards shards small records stage; do
 	python3 "$READER" "$m" "$MNT" "$EXPORT" "$WORK/stop" >"$WORK/reader-$m-$RANDOM.json" 2>&1 &
 done
 sleep 2

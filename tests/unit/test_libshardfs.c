@@ -21,6 +21,9 @@ static uint8_t file[FILE_BYTES], region[REGION_BYTES];
 static unsigned lim_ranges = 64, n_stage_calls, n_query_calls;
 static uint64_t lim_bytes;
 static int fail_with; /* refuse every STAGE with this errno */
+/* The region id the fake daemon knows; a lower one was registered with a
+ * serving process that died (EOWNERDEAD), as after a keeper's restart. */
+static uint64_t live_id = 7;
 
 int __real_ioctl(int fd, unsigned long cmd, ...);
 int __wrap_ioctl(int fd, unsigned long cmd, ...);
@@ -51,8 +54,10 @@ int __wrap_ioctl(int fd, unsigned long cmd, ...)
 		n_stage_calls++;
 		if (fail_with)
 			return errno = fail_with, -1;
+		if (st->region_id < live_id)
+			return errno = EOWNERDEAD, -1;
 		if (st->size != sizeof(*st) || st->n_ranges == 0 || st->n_ranges > lim_ranges ||
-		    st->region_id != 7 || st->reserved0 || st->reserved[0] || st->reserved[3])
+		    st->region_id != live_id || st->reserved0 || st->reserved[0] || st->reserved[3])
 			return errno = EINVAL, -1;
 		for (unsigned k = 0; k < st->n_ranges; k++)
 			sum += st->ranges[k].length;
@@ -78,7 +83,7 @@ int __wrap_ioctl(int fd, unsigned long cmd, ...)
 		if (r->size != sizeof(*r) || r->kind != SHARDFS_REGION_SHM ||
 		    strcmp(r->shm_name, "/abc") != 0)
 			return errno = EINVAL, -1;
-		r->region_id = 7;
+		r->region_id = live_id;
 		return 0;
 	}
 	return errno = ENOTTY, -1;
@@ -110,6 +115,21 @@ int main(void)
 
 	err = shardfs_register_shm(1000, "abc", 0, REGION_BYTES, &rid);
 	ok(err == 0 && rid == 7, "register: name gets its leading slash, id back (%d)", err);
+
+	/* A target across a restart: the old id answers EOWNERDEAD, the target
+	 * registers again and stages; a bare region id just fails. */
+	struct shardfs_target tg;
+	struct shardfs_range one = {0, 500, 1000, 0};
+	err = shardfs_target_shm(1000, "/abc", 0, REGION_BYTES, &tg);
+	ok(err == 0 && tg.region.region_id == 7, "target: registered (%d)", err);
+	live_id = 9; /* the serving process died; its keeper started another */
+	err = shardfs_stage(1000, 7, &one, 1, &placed, NULL);
+	ok(err == -EOWNERDEAD, "after a restart a bare id fails with EOWNERDEAD (%d)", err);
+	memset(region, 0, sizeof(region));
+	err = shardfs_target_stage(1000, &tg, &one, 1, &placed, &path);
+	ok(err == 0 && tg.region.region_id == 9 && placed == 1000 && check_ranges(&one, 1),
+	   "target: registered again (id 9) and staged, bytes exact (%d)", err);
+	live_id = 7;
 
 	/* 200 ranges of 997 bytes: 64 + 64 + 64 + 8 */
 	for (unsigned i = 0; i < 200; i++)

@@ -70,37 +70,65 @@ static int do_register(int fd, struct shardfs_region *r, uint64_t *region_id)
 	return err;
 }
 
+/* REGISTER arguments of a shm region in r. Returns 0 or -errno. */
+static int shm_region(struct shardfs_region *r, const char *shm_name, uint64_t offset,
+		      uint64_t length)
+{
+	memset(r, 0, sizeof(*r));
+	r->kind = SHARDFS_REGION_SHM;
+	r->offset = offset;
+	r->length = length;
+	return shm_name_norm(shm_name, r->shm_name);
+}
+
 int shardfs_register_shm(int fd, const char *shm_name, uint64_t offset, uint64_t length,
 			 uint64_t *region_id)
 {
 	struct shardfs_region r;
-	int err;
+	int err = shm_region(&r, shm_name, offset, length);
 
-	memset(&r, 0, sizeof(r));
-	err = shm_name_norm(shm_name, r.shm_name);
-	if (err)
-		return err;
-	r.kind = SHARDFS_REGION_SHM;
-	r.offset = offset;
-	r.length = length;
-	return do_register(fd, &r, region_id);
+	return err ? err : do_register(fd, &r, region_id);
+}
+
+/* REGISTER arguments of a CUDA region in r. Returns 0 or -EINVAL. */
+static int cuda_region(struct shardfs_region *r, const void *ipc_handle64, const uint8_t uuid[16],
+		       uint64_t offset, uint64_t length, uint64_t alloc_size)
+{
+	if (!ipc_handle64 || !uuid)
+		return -EINVAL;
+	memset(r, 0, sizeof(*r));
+	r->kind = SHARDFS_REGION_CUDA;
+	r->offset = offset;
+	r->length = length;
+	r->alloc_size = alloc_size;
+	memcpy(r->cuda_ipc_handle, ipc_handle64, sizeof(r->cuda_ipc_handle));
+	memcpy(r->gpu_uuid, uuid, sizeof(r->gpu_uuid));
+	return 0;
 }
 
 int shardfs_register_cuda(int fd, const void *ipc_handle64, const uint8_t uuid[16], uint64_t offset,
 			  uint64_t length, uint64_t alloc_size, uint64_t *region_id)
 {
 	struct shardfs_region r;
+	int err = cuda_region(&r, ipc_handle64, uuid, offset, length, alloc_size);
 
-	if (!ipc_handle64 || !uuid)
-		return -EINVAL;
-	memset(&r, 0, sizeof(r));
-	r.kind = SHARDFS_REGION_CUDA;
-	r.offset = offset;
-	r.length = length;
-	r.alloc_size = alloc_size;
-	memcpy(r.cuda_ipc_handle, ipc_handle64, sizeof(r.cuda_ipc_handle));
-	memcpy(r.gpu_uuid, uuid, sizeof(r.gpu_uuid));
-	return do_register(fd, &r, region_id);
+	return err ? err : do_register(fd, &r, region_id);
+}
+
+int shardfs_target_shm(int fd, const char *shm_name, uint64_t offset, uint64_t length,
+		       struct shardfs_target *t)
+{
+	int err = shm_region(&t->region, shm_name, offset, length);
+
+	return err ? err : do_register(fd, &t->region, NULL);
+}
+
+int shardfs_target_cuda(int fd, const void *ipc_handle64, const uint8_t uuid[16], uint64_t offset,
+			uint64_t length, uint64_t alloc_size, struct shardfs_target *t)
+{
+	int err = cuda_region(&t->region, ipc_handle64, uuid, offset, length, alloc_size);
+
+	return err ? err : do_register(fd, &t->region, NULL);
 }
 
 /*
@@ -178,6 +206,19 @@ int shardfs_stage(int fd, uint64_t region_id, struct shardfs_range *ranges, unsi
 	if (path)
 		*path = bits;
 	return err;
+}
+
+int shardfs_target_stage(int fd, struct shardfs_target *t, struct shardfs_range *ranges, unsigned n,
+			 uint64_t *bytes_placed, uint32_t *path)
+{
+	int err = shardfs_stage(fd, t->region.region_id, ranges, n, bytes_placed, path);
+
+	if (err != -EOWNERDEAD)
+		return err;
+	/* The serving process that held the registration died and its keeper
+	 * started another: register again (a new id) and send it all again. */
+	err = do_register(fd, &t->region, NULL);
+	return err ? err : shardfs_stage(fd, t->region.region_id, ranges, n, bytes_placed, path);
 }
 
 int shardfs_unregister(int fd, uint64_t region_id)

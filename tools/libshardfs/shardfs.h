@@ -76,6 +76,27 @@ int shardfs_register_cuda(int fd, const void *ipc_handle64, const uint8_t uuid[1
 int shardfs_stage(int fd, uint64_t region_id, struct shardfs_range *ranges, unsigned n,
 		  uint64_t *bytes_placed, uint32_t *path);
 
+/*
+ * A staging target that outlives a restart of the mount's serving process
+ * (shardfs(8), CRASHES AND RESTARTS: a registration goes with the process
+ * that took it, and STAGE then answers -EOWNERDEAD). The caller keeps the
+ * struct (the library keeps no state): it holds the REGISTER arguments and,
+ * in region.region_id, the id the mount knows now.
+ * shardfs_target_shm / _cuda register as shardfs_register_shm / _cuda do;
+ * shardfs_target_stage stages as shardfs_stage does and, on -EOWNERDEAD,
+ * registers again (region.region_id changes) and stages again. Unregister
+ * with shardfs_unregister(fd, t->region.region_id). Return 0 or -errno.
+ */
+struct shardfs_target {
+	struct shardfs_region region;
+};
+int shardfs_target_shm(int fd, const char *shm_name, uint64_t offset, uint64_t length,
+		       struct shardfs_target *t);
+int shardfs_target_cuda(int fd, const void *ipc_handle64, const uint8_t uuid[16], uint64_t offset,
+			uint64_t length, uint64_t alloc_size, struct shardfs_target *t);
+int shardfs_target_stage(int fd, struct shardfs_target *t, struct shardfs_range *ranges, unsigned n,
+			 uint64_t *bytes_placed, uint32_t *path);
+
 /* Drop a region of the open file `fd`. Returns 0 or -errno (-ENOENT: no such
  * region on this open file). */
 int shardfs_unregister(int fd, uint64_t region_id);

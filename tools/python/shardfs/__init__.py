@@ -34,6 +34,7 @@ import mmap
 import os
 import secrets
 import struct
+import threading
 
 __all__ = [
     "ABI_VERSION", "CAP_SHM", "CAP_CUDA_IPC", "CAP_WARM", "REGION_SHM", "REGION_CUDA",
@@ -238,10 +239,45 @@ def _shm_name(name):
     return name
 
 
-def _register(f, kind, offset, length, alloc_size=0, shm_name=b"", handle=b"", uuid=b""):
-    buf = bytearray(struct.pack(REGION_FMT, REGION_SIZE, kind, 0, offset, length, alloc_size,
-                                shm_name, handle, uuid, 0, 0, 0, 0))
+# Registrations of this process, so that a region lost with a serving process
+# that died (the mount's keeper restarted it: STAGE answers EOWNERDEAD) is
+# registered again and the STAGE sent again, with the caller's region id
+# still valid: (fd, region id as returned) -> [REGISTER arguments, current id].
+_regions = {}
+_regions_lock = threading.Lock()
+
+
+def _register_call(f, args):
+    buf = bytearray(struct.pack(REGION_FMT, REGION_SIZE, args[0], 0, *args[1:], 0, 0, 0, 0))
     return struct.unpack(REGION_FMT, _ioctl(f, IOC_REGISTER, buf))[2]
+
+
+def _register(f, kind, offset, length, alloc_size=0, shm_name=b"", handle=b"", uuid=b""):
+    args = (kind, offset, length, alloc_size, shm_name, handle, uuid)
+    rid = _register_call(f, args)
+    with _regions_lock:
+        _regions[(_fd(f), rid)] = [args, rid]
+    return rid
+
+
+def _current_region(f, region_id):
+    """The region id the mount knows now for the caller's region_id."""
+    with _regions_lock:
+        r = _regions.get((_fd(f), region_id))
+    return r[1] if r else region_id
+
+
+def _register_again(f, region_id):
+    """After EOWNERDEAD: register the caller's region_id again; its new id, or None
+    when this process did not register it."""
+    with _regions_lock:
+        r = _regions.get((_fd(f), region_id))
+    if r is None:
+        return None
+    new = _register_call(f, r[0])
+    with _regions_lock:
+        r[1] = new
+    return new
 
 
 def register_shm(f, name, offset, length):
@@ -309,6 +345,7 @@ def stage(f, region_id, ranges):
     placed = [0] * len(ranges)
     path = 0
     max_ranges, max_bytes, asked = STAGE_MAX_RANGES, 0, False
+    mine, region_id, renewed = region_id, _current_region(f, region_id), False
     i, done = 0, 0  # next piece: ranges[i] from byte `done`
     while i < len(ranges):
         first = (i, done)
@@ -327,7 +364,15 @@ def stage(f, region_id, ranges):
                 i, done = i + 1, 0
         try:
             got, bits = _stage_call(f, region_id, pieces)
-        except OSError:
+        except OSError as e:
+            if e.errno == errno.EOWNERDEAD and not renewed:
+                # The serving process that held the region died; the mount's keeper
+                # started another. Register again and send this batch again.
+                new = _register_again(f, mine)
+                if new is not None:
+                    region_id, renewed = new, True
+                    i, done = first
+                    continue
             if not asked:
                 asked = True
                 try:
@@ -349,9 +394,17 @@ def stage(f, region_id, ranges):
 
 
 def unregister(f, region_id):
-    """SHARDFS_IOC_UNREGISTER. OSError(ENOENT) if there is no such region on this open file."""
-    buf = bytearray(struct.pack(UNREGISTER_FMT, UNREGISTER_SIZE, 0, region_id, 0, 0))
-    _ioctl(f, IOC_UNREGISTER, buf)
+    """SHARDFS_IOC_UNREGISTER. OSError(ENOENT) if there is no such region on this open file.
+    A region lost with a serving process that died (EOWNERDEAD) is gone already: no error."""
+    with _regions_lock:
+        r = _regions.pop((_fd(f), region_id), None)
+    buf = bytearray(struct.pack(UNREGISTER_FMT, UNREGISTER_SIZE, 0, r[1] if r else region_id,
+                                0, 0))
+    try:
+        _ioctl(f, IOC_UNREGISTER, buf)
+    except OSError as e:
+        if e.errno != errno.EOWNERDEAD:
+            raise
 
 
 def warm(f):
