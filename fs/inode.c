@@ -281,6 +281,16 @@ err_table:
 
 int sfs_inode_table_region_fd(const sfs_inode_table *t) { return t->slab.fd; }
 
+int sfs_inode_table_check_region(int region_fd)
+{
+	struct sfs_inode_slab sl;
+	int rc = sfs_inode_slab_adopt(&sl, &slab_conf, region_fd);
+
+	if (rc == 0)
+		sfs_inode_slab_close(&sl);
+	return rc;
+}
+
 uint64_t sfs_inode_id(const sfs_inode_table *t, const struct sfs_inode *ino)
 {
 	return sfs_inode_slab_id(&t->slab, ino);

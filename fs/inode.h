@@ -144,6 +144,10 @@ void sfs_inode_table_close(sfs_inode_table *t);
  */
 int sfs_inode_table_adopt(int region_fd, const struct sfs_fh *root_fh, sfs_inode_table **out);
 
+/* Whether the region of memfd region_fd could be adopted by this build
+ * (its layout fingerprint), without changing it. Returns 0 or -EINVAL. */
+int sfs_inode_table_check_region(int region_fd);
+
 /* The memfd that holds the table's inodes (owned by the table). */
 int sfs_inode_table_region_fd(const sfs_inode_table *t);
 

@@ -5,6 +5,7 @@
  * a read/write loop that answers EIO.
  */
 #include "keeper.h"
+#include "takeover.h"
 #include "../cache/common/log.h"
 
 #include <dirent.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -99,7 +101,7 @@ int sfs_keeper_fork(int fuse_fd, int state_fd, int inode_fd, const char *mountpo
 	size_t n_args = 0;
 	while (argv[n_args])
 		n_args++;
-	char **kargv = calloc(n_args + 10, sizeof(char *));
+	char **kargv = calloc(n_args + 11, sizeof(char *));
 	char fds[4][24];
 	snprintf(fds[0], sizeof(fds[0]), "%d", fuse_fd);
 	snprintf(fds[1], sizeof(fds[1]), "%d", state_fd);
@@ -113,6 +115,7 @@ int sfs_keeper_fork(int fuse_fd, int state_fd, int inode_fd, const char *mountpo
 		for (int k = 0; k < 4; k++)
 			kargv[i++] = fds[k];
 		kargv[i++] = foreground ? "fg" : "bg";
+		kargv[i++] = "-1"; /* no takeover requester to answer */
 		kargv[i++] = "--";
 		for (size_t a = 0; a < n_args; a++)
 			kargv[i++] = argv[a];
@@ -151,7 +154,11 @@ struct keeper {
 	char **server_argv;
 	pid_t server;
 	unsigned conn_minor; /* the FUSE connection's number, for its waiting count */
+	bool foreground;     /* logs to stderr, not syslog */
+	int listen_fd;	     /* takeover requests (takeover.h), or -1 */
 };
+
+static int takeover(struct keeper *k, int cfd);
 
 #define KEEPER_POLL_MS 100
 
@@ -305,9 +312,155 @@ static int wait_server(struct keeper *k, bool *wedged)
 			kill(k->server, SIGKILL);
 			*wedged = true;
 		}
+		int cfd = k->listen_fd >= 0 ? accept4(k->listen_fd, NULL, NULL, SOCK_CLOEXEC) : -1;
+		if (cfd >= 0) {
+			takeover(k, cfd); /* returns only when refused */
+			close(cfd);
+			continue;
+		}
 		struct timespec ts = {.tv_nsec = KEEPER_POLL_MS * 1000000L};
 		nanosleep(&ts, NULL);
 	}
+}
+
+/* Run `exe` on the request's command line in check mode (takeover.h): it
+ * must parse it and accept this mount's state and inode layouts. Returns
+ * true, or false with why (its one line, or how it ended) in why. */
+static bool check_new_binary(struct keeper *k, const struct sfs_takeover_req *r, char *why,
+			     size_t why_len)
+{
+	int pfd[2];
+	char env[64];
+
+	snprintf(why, why_len, "cannot run %s", r->exe);
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		return false;
+	pid_t pid = fork();
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		no_cloexec(k->state_fd);
+		no_cloexec(k->inode_fd);
+		snprintf(env, sizeof(env), "%d,%d", k->state_fd, k->inode_fd);
+		setenv(SFS_CHECK_RESUME_ENV, env, 1);
+		execv(r->exe, r->argv);
+		fprintf(stderr, "cannot run %s: %s\n", r->exe, strerror(errno));
+		_exit(127);
+	}
+	close(pfd[1]);
+	if (pid < 0) {
+		close(pfd[0]);
+		return false;
+	}
+	char out[400] = "";
+	size_t got = 0;
+	struct pollfd p = {.fd = pfd[0], .events = POLLIN};
+	while (got < sizeof(out) - 1 && poll(&p, 1, 10000) == 1) {
+		ssize_t n = read(pfd[0], out + got, sizeof(out) - 1 - got);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(pfd[0]);
+	int st = 0;
+	if (waitpid(pid, &st, WNOHANG) == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+	out[strcspn(out, "\n")] = '\0';
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return true;
+	snprintf(why, why_len, "%s cannot take this mount over: %s", r->exe,
+		 out[0] ? out : "it failed its check");
+	return false;
+}
+
+/* A takeover request on cfd: refuse it (answer, return), or stop the
+ * server and exec the requester's binary as this mount's keeper, which
+ * starts the new server and answers (never returns then). */
+static int takeover(struct keeper *k, int cfd)
+{
+	static struct sfs_takeover_req r; /* 64 KiB: not on the stack */
+	char why[480];
+	int rc = sfs_takeover_recv(cfd, &r);
+
+	if (rc < 0) {
+		sfs_takeover_reply(cfd, "refused: a malformed request (%s)\n", strerror(-rc));
+		return rc;
+	}
+	const char *source = sfs_takeover_source_of(k->server_argv);
+	if (r.uid != 0 && r.uid != getuid()) {
+		sfs_takeover_reply(cfd,
+				   "refused: %s is mounted by uid %u; only it or root may "
+				   "take it over\n",
+				   k->mountpoint, (unsigned)getuid());
+		return -EPERM;
+	}
+	if (!source || strcmp(source, r.source) != 0) {
+		sfs_takeover_reply(cfd, "refused: %s serves %s, not %s\n", k->mountpoint,
+				   source ? source : "?", r.source);
+		return -EINVAL;
+	}
+	if (!check_new_binary(k, &r, why, sizeof(why))) {
+		sfs_log(SFS_LOG_WARN, "keeper", "takeover refused: %s", why);
+		sfs_takeover_reply(cfd, "refused: %s\n", why);
+		return -EINVAL;
+	}
+	/* The old server stops taking requests and exits without unmounting;
+	 * what it read and did not answer goes to the next one (RESEND). */
+	sfs_log(SFS_LOG_INFO, "keeper", "takeover by %s: stopping serving process %d", r.exe,
+		(int)k->server);
+	kill(k->server, SIGUSR2);
+	int st;
+	for (int i = 0; i < 100 && waitpid(k->server, &st, WNOHANG) == 0; i++) {
+		struct timespec ts = {.tv_nsec = 50 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	if (kill(k->server, 0) == 0) {
+		kill(k->server, SIGKILL);
+		waitpid(k->server, &st, 0);
+	}
+	/* Become the new binary's keeper; it starts the server (pid 0). */
+	char fds[4][24];
+	size_t n_args = 0;
+	while (r.argv[n_args])
+		n_args++;
+	char **kargv = calloc(n_args + 12, sizeof(char *));
+	snprintf(fds[0], sizeof(fds[0]), "%d", k->fuse_fd);
+	snprintf(fds[1], sizeof(fds[1]), "%d", k->state_fd);
+	snprintf(fds[2], sizeof(fds[2]), "%d", k->inode_fd);
+	snprintf(fds[3], sizeof(fds[3]), "%d", cfd);
+	if (kargv) {
+		size_t i = 0;
+		kargv[i++] = r.argv[0];
+		kargv[i++] = "--keeper";
+		kargv[i++] = (char *)k->mountpoint;
+		for (int f = 0; f < 3; f++)
+			kargv[i++] = fds[f];
+		kargv[i++] = "0";
+		kargv[i++] = k->foreground ? "fg" : "bg";
+		kargv[i++] = fds[3];
+		kargv[i++] = "--";
+		for (size_t a = 0; a < n_args; a++)
+			kargv[i++] = r.argv[a];
+		no_cloexec(cfd);
+		if (k->listen_fd >= 0)
+			close(k->listen_fd); /* the new keeper binds it again */
+		execv(r.exe, kargv);
+	}
+	/* Cannot become the new keeper: serve on with this binary. */
+	sfs_log(SFS_LOG_ERR, "keeper", "takeover: cannot run %s: %s; serving on with this binary",
+		r.exe, strerror(errno));
+	sfs_takeover_reply(cfd, "refused: cannot run %s as the keeper: %s\n", r.exe,
+			   strerror(errno));
+	k->listen_fd = sfs_takeover_listen(k->mountpoint);
+	__atomic_store_n(&k->state->served, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&k->state->heartbeat, 0, __ATOMIC_RELAXED);
+	k->state->epoch++;
+	k->server = spawn(k);
+	k->state->serving_pid = (int32_t)k->server;
+	free(kargv);
+	return -ENOEXEC;
 }
 
 /* Wait for the server; restart it while that makes sense. Returns the
@@ -371,9 +524,10 @@ static int keep(struct keeper *k)
 
 int sfs_keeper_main(int argc, char **argv)
 {
-	/* argv: PROG --keeper MOUNTPOINT FUSE_FD STATE_FD INODE_FD SERVER_PID fg|bg --
-	 * SERVER_ARGV... */
-	if (argc < 10 || strcmp(argv[8], "--") != 0) {
+	/* argv: PROG --keeper MOUNTPOINT FUSE_FD STATE_FD INODE_FD SERVER_PID fg|bg
+	 * CLIENT_FD -- SERVER_ARGV...; SERVER_PID 0: start one now, for the
+	 * takeover requester on CLIENT_FD (else -1). */
+	if (argc < 11 || strcmp(argv[9], "--") != 0) {
 		fprintf(stderr, "shardfs: --keeper is started by shardfs itself\n");
 		return 2;
 	}
@@ -382,19 +536,46 @@ int sfs_keeper_main(int argc, char **argv)
 			   .state_fd = atoi(argv[4]),
 			   .inode_fd = atoi(argv[5]),
 			   .server = (pid_t)atoi(argv[6]),
-			   .server_argv = argv + 9};
+			   .server_argv = argv + 10,
+			   .foreground = strcmp(argv[7], "fg") == 0};
+	int client = atoi(argv[8]);
 	k.state = sfs_keeper_state_map(k.state_fd);
 	if (!k.state || k.state->magic != STATE_MAGIC) {
 		fprintf(stderr, "shardfs: --keeper: no keeper state on fd %s\n", argv[4]);
 		return 2;
 	}
 	/* Log where the daemon logs: syslog once detached, stderr with -f. */
-	if (strcmp(argv[7], "fg") == 0)
+	if (k.foreground)
 		sfs_log_use_timestamps();
 	else
 		sfs_log_use_syslog();
-	k.state->serving_pid = (int32_t)k.server;
 	k.conn_minor = mount_minor(k.mountpoint);
+	k.listen_fd = sfs_takeover_listen(k.mountpoint);
+	if (k.listen_fd < 0)
+		sfs_log(SFS_LOG_WARN, "keeper", "no takeover socket for %s: %s", k.mountpoint,
+			strerror(-k.listen_fd));
+	if (k.server == 0) { /* a takeover: this binary serves from now on */
+		__atomic_store_n(&k.state->served, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&k.state->heartbeat, 0, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&k.state->restarts[SFS_RESTART_TAKEOVER], 1, __ATOMIC_RELAXED);
+		k.state->epoch++;
+		k.server = spawn(&k);
+		if (k.server < 0) {
+			if (client >= 0)
+				sfs_takeover_reply(client,
+						   "refused: cannot start a serving process: %s\n",
+						   strerror((int)-k.server));
+			answer_eio(k.fuse_fd);
+			return 1;
+		}
+		sfs_log(SFS_LOG_WARN, "keeper", "serving process %d of %s took over", (int)k.server,
+			argv[0]);
+	}
+	if (client >= 0) {
+		sfs_takeover_reply(client, "ok %d\n", (int)k.server);
+		close(client);
+	}
+	k.state->serving_pid = (int32_t)k.server;
 	struct sigaction sa = {.sa_handler = on_stop};
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);

@@ -11,6 +11,7 @@
 #include "fusedev.h"
 #include "handles.h"
 #include "keeper.h"
+#include "takeover.h"
 #include "watchdog.h"
 #include "../cache/common/hash.h"
 #include "memtrim.h"
@@ -26,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -478,6 +480,19 @@ static int run_loop(struct fuse_session *se, const struct sfs_options *o, bool k
 	return rc == 0 ? 0 : 1;
 }
 
+/* SIGUSR2 from the keeper (takeover.h): stop taking requests and exit
+ * without unmounting, for the next binary. */
+static volatile sig_atomic_t handing_over;
+static struct fuse_session *signalled_session;
+
+static void on_handover(int sig)
+{
+	(void)sig;
+	handing_over = 1;
+	if (signalled_session)
+		fuse_session_exit(signalled_session); /* a flag: as libfuse's own handlers */
+}
+
 /* How this process came to serve: mounted by itself, or resumed by its
  * keeper on the connection a dead server left (keeper.h). */
 struct serve_mode {
@@ -559,9 +574,19 @@ static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *arg
 	} else if (rc == 0) {
 		start_keeper(fs, o, se, m);
 	}
+	if (fs->keeper) {
+		signalled_session = se;
+		sigaction(SIGUSR2, &(struct sigaction){.sa_handler = on_handover}, NULL);
+	}
 	sfs_handles_set_epoch(fs->keeper ? fs->keeper->epoch : 0);
 	if (start_daemon(fs, o, n_addrs) == 0)
 		status = run_loop(se, o, fs->keeper != NULL);
+	if (handing_over) {
+		/* What was read and not answered goes to the next binary (RESEND);
+		 * the cache recovers what was being written, as after a crash. */
+		sfs_log(SFS_LOG_INFO, "main", "handing %s over to the next binary", o->mountpoint);
+		_exit(SFS_TAKEOVER_EXIT);
+	}
 
 out_unmount:
 	sfs_watchdog_stop(); /* before the origin it watches closes */
@@ -576,6 +601,30 @@ out_session:
 	close_origin(fs);
 	fuse_session_destroy(se);
 	return status;
+}
+
+/* A takeover's check of this binary (takeover.h): the command line parsed
+ * already; the keeper's state and inode region must be of this build's
+ * layouts. One line and exit 1 when not. */
+static int check_resume(const char *fds, const char *fault)
+{
+	int state_fd, inode_fd, rc;
+
+	if (fault && access(fault, F_OK) == 0) {
+		printf("%s exists (a test's fault)\n", fault);
+		return 70;
+	}
+	if (sscanf(fds, "%d,%d", &state_fd, &inode_fd) != 2 || !sfs_keeper_state_map(state_fd)) {
+		printf("no keeper state\n");
+		return 1;
+	}
+	if ((rc = sfs_inode_table_check_region(inode_fd)) < 0) {
+		printf("its inode table layout differs from the running daemon's (%s): unmount "
+		       "and mount again to upgrade\n",
+		       strerror(-rc));
+		return 1;
+	}
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -618,6 +667,25 @@ int main(int argc, char **argv)
 	}
 	if (o.debug)
 		sfs_log_max_level = SFS_LOG_DEBUG;
+	const char *check = getenv(SFS_CHECK_RESUME_ENV);
+	if (check)
+		return check_resume(check, fault);
+	if (o.takeover && !mode.resume) {
+		/* Canonical, as the keeper has it; a path the caller may not
+		 * resolve (another user's mount) is taken as given. */
+		char *mnt = realpath(o.mountpoint, NULL);
+		if (!mnt && o.mountpoint[0] == '/')
+			mnt = strdup(o.mountpoint);
+		if (!mnt) {
+			fprintf(stderr, "shardfs: mountpoint '%s': %s\n", o.mountpoint,
+				strerror(errno));
+			status = 1;
+			goto out_opts;
+		}
+		status = sfs_takeover_request(mnt, o.source, argv);
+		free(mnt);
+		goto out_opts;
+	}
 	if (check_target(&o, mode.resume) < 0)
 		goto out_opts;
 	n_addrs = sfs_resolve_hosts(o.hosts, &addrs, err, sizeof(err));

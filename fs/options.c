@@ -116,6 +116,9 @@ static const struct sfs_opt_def opt_table[] = {
      .help = "allow_other WITHOUT that check: every local user reads whatever the NFS identity "
 	     "(uid=, gid=) can read, whatever the mode. Unsafe on shared nodes; only for "
 	     "single-tenant nodes whose users are all allowed to read the whole export"},
+    {FLAG("takeover", takeover, true),
+     .help = "do not mount: hand the live shardfs mount at MOUNTPOINT (of the same "
+	     "HOST:/EXPORT) over to this binary, under its readers (an upgrade)"},
     {FLAG("overmount", overmount, true),
      .help = "mount even if MOUNTPOINT is already a mount (stacks this mount on top; refused "
 	     "by default)"},

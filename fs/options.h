@@ -58,6 +58,8 @@ struct sfs_options {
 	bool allow_other, default_permissions;
 	bool allow_other_unchecked;	    /* allow_other without default_permissions (unsafe) */
 	bool overmount;			    /* mount on top of a mount already at MOUNTPOINT */
+	bool takeover;			    /* ask the keeper of the mount at MOUNTPOINT to serve
+					       it with this binary (takeover.h) */
 	bool direct_io;			    /* the flag: page_cache=never */
 	enum sfs_page_cache page_cache;	    /* page_cache=auto|always|never */
 	unsigned io_threads;		    /* 0 = one per CPU */
