@@ -401,6 +401,16 @@ static int takeover(struct keeper *k, int cfd)
 				   source ? source : "?", r.source);
 		return -EINVAL;
 	}
+	if (k->state->kernel_minor < SFS_FUSE_RESEND_MINOR) {
+		/* The old process would have to drain what it has taken first:
+		 * not built. */
+		sfs_takeover_reply(cfd,
+				   "refused: this kernel (FUSE 7.%u) cannot resend what the "
+				   "old process took (needs 7.40, Linux 6.9): unmount and mount "
+				   "again to upgrade\n",
+				   k->state->kernel_minor);
+		return -EOPNOTSUPP;
+	}
 	if (!check_new_binary(k, &r, why, sizeof(why))) {
 		sfs_log(SFS_LOG_WARN, "keeper", "takeover refused: %s", why);
 		sfs_takeover_reply(cfd, "refused: %s\n", why);
