@@ -20,7 +20,7 @@ import time
 
 mode, mnt, export, stop = sys.argv[1:5]
 stats = {"mode": mode, "reads": 0, "bytes": 0, "failed": 0, "wrong": 0, "max_call_s": 0.0,
-         "errors": []}
+         "errors": [], "slow": []}
 
 
 def timed(fn, *args):
@@ -28,7 +28,10 @@ def timed(fn, *args):
     try:
         return fn(*args)
     finally:
-        stats["max_call_s"] = max(stats["max_call_s"], time.monotonic() - t0)
+        d = time.monotonic() - t0
+        stats["max_call_s"] = max(stats["max_call_s"], d)
+        if d >= 0.05 and len(stats["slow"]) < 2000:  # (when it began, wall clock; how long)
+            stats["slow"].append((time.time() - d, d))
 
 
 def files(sub, small):

@@ -46,15 +46,17 @@ check "stats: crash recovery available (kernel resends), no restart yet" \
 # --- readers under kill -9 ---------------------------------------------------------
 exec 7<"$MNT/shards/train-00001-of-00004.tfrecord" # opened by the first serving process
 rm -f "$WORK/stop"
-for m in shards shards small records stage; do
+for m in shards shards small small records records records stage; do
 	python3 "$READER" "$m" "$MNT" "$EXPORT" "$WORK/stop" >"$WORK/reader-$m-$RANDOM.json" 2>&1 &
 done
 sleep 2
 kills=0
+echo "kill9 $(date +%s.%N)" >"$WORK/phases"
 for _ in $(seq 10); do
 	p=$(serving_pid) && kill -9 "$p" && kills=$((kills + 1))
 	sleep 3
 done
+echo "stop1s+kill9 $(date +%s.%N)" >>"$WORK/phases"
 for _ in $(seq 3); do
 	p=$(serving_pid) && kill -STOP "$p" && sleep 1 && kill -9 "$p" && kills=$((kills + 1))
 	sleep 3
@@ -62,17 +64,19 @@ done
 # A wedge: the serving process stopped and left so; its heartbeat stops and
 # the keeper replaces it after wedge_timeout (3 s).
 stops=0
+echo "wedge $(date +%s.%N)" >>"$WORK/phases"
 for _ in $(seq 2); do
 	p=$(serving_pid) && kill -STOP "$p" && stops=$((stops + 1))
 	for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
 	sleep 2
 done
+echo "end $(date +%s.%N)" >>"$WORK/phases"
 touch "$WORK/stop"
 wait
 check "13 serving processes killed ($kills)" [ "$kills" = 13 ]
 check "the readers: every read answered, every byte right" python3 - "$WORK" <<'PY'
 import glob, json, sys
-bad = False
+bad, slow = False, []
 for p in sorted(glob.glob(sys.argv[1] + "/reader-*.json")):
     try:
         r = json.loads(open(p).read().strip().splitlines()[-1])
@@ -83,6 +87,12 @@ for p in sorted(glob.glob(sys.argv[1] + "/reader-*.json")):
     print(f"# {r['mode']}: {r['reads']} reads, {r['bytes'] / 1e6:.1f} MB, {r['failed']} failed, "
           f"{r['wrong']} wrong, longest call {r['max_call_s']:.3f} s {r['errors']}")
     bad |= r["failed"] > 0 or r["wrong"] > 0 or r["reads"] == 0
+    slow.extend(r["slow"])
+# The longest call that began in each phase (a report: timings are not checked).
+phases = [(l.split()[0], float(l.split()[1])) for l in open(sys.argv[1] + "/phases")]
+for (name, t0), (_, t1) in zip(phases, phases[1:]):
+    d = max([d for s, d in slow if t0 <= s < t1] or [0])
+    print(f"# longest single call in phase {name}: {d:.3f} s")
 sys.exit(1 if bad else 0)
 PY
 check "stats: 13 crash restarts and $stops wedge restarts counted by the keeper" \
