@@ -76,6 +76,9 @@ struct sfs_fs {
 	struct sfs_inode *ctl_dir, *stats_file; /* set at start: the virtual .shardfs/ tree */
 	/* set at start: the keeper's state page (keeper.h), NULL without one */
 	struct sfs_keeper_state *keeper;
+	/* set at start: counters carried from the process that handed over
+	 * (carry.h), NULL if none */
+	struct sfs_carry *carry;
 	uint64_t op_count[SFS_OP_COUNT]; /* atomic */
 	uint64_t read_bytes;		 /* atomic: bytes replied to read() */
 	uint64_t read_errors;		 /* atomic */

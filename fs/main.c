@@ -10,6 +10,7 @@
 #include "fs.h"
 #include "fusedev.h"
 #include "handles.h"
+#include "carry.h"
 #include "keeper.h"
 #include "takeover.h"
 #include "watchdog.h"
@@ -561,6 +562,7 @@ static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *arg
 		sfs_log_use_timestamps(); /* a log now; refusals above stay one plain line */
 	fs->se = se;
 	if (m->resume) {
+		fs->carry = sfs_carry_load(m->state_fd, fs->keeper); /* after a takeover */
 		if ((rc = sfs_fusedev_resume(se, fs->keeper)) < 0) {
 			sfs_log(SFS_LOG_ERR, "main", "cannot resume the FUSE connection: %s",
 				strerror(-rc));
@@ -583,8 +585,12 @@ static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *arg
 		status = run_loop(se, o, fs->keeper != NULL);
 	if (handing_over) {
 		/* What was read and not answered goes to the next binary (RESEND);
-		 * the cache recovers what was being written, as after a crash. */
+		 * the cache recovers what was being written, as after a crash.
+		 * The counters go on in the next process (carry.h). */
 		sfs_log(SFS_LOG_INFO, "main", "handing %s over to the next binary", o->mountpoint);
+		if ((rc = sfs_carry_save(fs, m->state_fd, fs->keeper)) < 0)
+			sfs_log(SFS_LOG_WARN, "main", "counters not carried over: %s",
+				strerror(-rc));
 		_exit(SFS_TAKEOVER_EXIT);
 	}
 
@@ -714,6 +720,7 @@ out_modules:
 	sfs_jobs_close(fs.jobs);
 	sfs_ns_close(fs.ns); /* after the origin: its threads record listings */
 	sfs_ns_close(fs.listings);
+	sfs_carry_free(fs.carry);
 	sfs_addrs_free(addrs, (size_t)n_addrs);
 out_opts:
 	sfs_options_free(&o);

@@ -8,6 +8,7 @@
  * I/O under them); /proc/self/statm for the RSS.
  */
 #include "fs.h"
+#include "carry.h"
 #include "fusedev.h"
 #include "memtrim.h"
 #include "workers.h"
@@ -635,6 +636,10 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	render_memory(f, fs, &ps, &cs, &nss, &ls);
 	int rc = fs->jobs ? render_jobs(f, fs->jobs) : 0;
 	if (fclose(f) != 0 || rc < 0) {
+		free(buf);
+		return -ENOMEM;
+	}
+	if (fs->carry && sfs_carry_apply(fs->carry, &buf, &len) < 0) {
 		free(buf);
 		return -ENOMEM;
 	}

@@ -70,10 +70,21 @@ rm -f "$WORK/stop"
 for m in shards small records stage; do
 	python3 "$READER" "$m" "$MNT" "$EXPORT" "$WORK/stop" >"$WORK/reader-$m.json" 2>&1 &
 done
-sleep 2
+for _ in $(seq 100); do # until the readers have read through the mount
+	[ "$(counter shardfs_cache_hit_bytes_total)" != 0 ] && break
+	sleep 0.1
+done
+sleep 1
+before=$(counter shardfs_fuse_read_bytes_total)
+hits_before=$(counter shardfs_cache_hit_bytes_total)
 out=$(takeover "$WORK/new/shardfs" 2>&1); rc=$?
 diag "$out"
 S1=$(serving_pid)
+after=$(counter shardfs_fuse_read_bytes_total)
+hits_after=$(counter shardfs_cache_hit_bytes_total)
+diag "bytes read: $before before the takeover, $after after; cache hits $hits_before, $hits_after"
+check "the counters continue across the takeover (bytes read, cache hits)" \
+	python3 -c "import sys; sys.exit(0 if $after >= $before > 0 and $hits_after >= $hits_before > 0 else 1)"
 check "takeover: exit 0, a new serving process running the new binary" \
 	bash -c "[ $rc = 0 ] && [ '$S1' != '$S0' ] && [ '$(exe_of "$S1")' = '$WORK/new/shardfs' ]"
 sleep 3
