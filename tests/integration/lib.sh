@@ -94,6 +94,20 @@ sfs_mount() {
 	mountpoint -q "$MNT" || { echo "Bail out! not mounted"; exit 1; }
 }
 
+# daemon_pid: the mount's serving process (not its keeper, fs/keeper.h: the
+# one whose command line has no --keeper), where its memory, threads and
+# CPU are.
+daemon_pid() {
+	local p
+	for p in $(pgrep -f "shardfs .* $MNT( |\$)"); do
+		tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- ' --keeper ' || { echo "$p"; return 0; }
+	done
+	return 1
+}
+# daemon_kill: SIGKILL the whole daemon, keeper and serving process: a
+# crash the mount does not survive (the cache must).
+daemon_kill() { pkill -9 -f "shardfs .* $MNT( |\$)"; }
+
 sfs_umount() {
 	umount "$MNT" 2>/dev/null || umount -l "$MNT"
 	for _ in $(seq 50); do pgrep -f "shardfs .* $MNT( |\$)" >/dev/null || return 0; sleep 0.1; done

@@ -75,7 +75,6 @@ check "after restart: no checksum failures" [ "$(stat_value shardfs_cache_checks
 sfs_umount
 rm -rf "$CACHE"
 sfs_mount "cache_dir=$CACHE,cache_size=2G"
-pid=$(pgrep -f "shardfs .* $MNT( |\$)" | head -1)
 ( "$WARM" -q "$MNT/big" >/dev/null 2>&1 ) &
 # Killed once some chunks are durable (write_bytes), not once used_bytes,
 # which counts a batch's bytes when admitted (up to 64 MiB before its
@@ -86,7 +85,7 @@ for _ in $(seq 200); do
 	[ "${u:-0}" -ge $((8 * MB)) ] && break
 	sleep 0.02
 done
-kill -9 "$pid"
+daemon_kill
 umount -l "$MNT" 2>/dev/null
 wait
 kept=$(find "$CACHE/objects" -type f -exec stat -c %s {} + | head -1)

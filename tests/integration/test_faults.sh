@@ -78,9 +78,9 @@ check "all nodes down: failed after ${el}s (timeo x retrans = $((TIMEO_DS * RETR
 	python3 -c "import sys; sys.exit(not $el <= $TIMEO_DS * $RETRANS / 10 + 2)"
 check "all nodes down: daemon alive" daemon_alive
 check "all nodes down: stats file still served" grep -q "shardfs_node_up" "$MNT/.shardfs/stats"
-cpu0=$(awk '{print $14 + $15}' "/proc/$(pgrep -f "shardfs .* $MNT( |\$)" | head -1)/stat")
+cpu0=$(awk '{print $14 + $15}' "/proc/$(daemon_pid)/stat")
 sleep 3
-cpu1=$(awk '{print $14 + $15}' "/proc/$(pgrep -f "shardfs .* $MNT( |\$)" | head -1)/stat")
+cpu1=$(awk '{print $14 + $15}' "/proc/$(daemon_pid)/stat")
 check "all nodes down: daemon does not spin ($((cpu1 - cpu0)) ticks in 3 s)" [ $((cpu1 - cpu0)) -lt 30 ]
 "$CLUSTER" revive "$CID" all >/dev/null 2>&1
 ok_again=1

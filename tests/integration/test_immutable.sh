@@ -41,7 +41,7 @@ warm_exact() {
 listing() { (cd "$1" && find . -printf '%P %y %s\n' | sort); }
 same_listing() { diff <(listing "$EXPORT") <(listing "$MNT") >"$WORK/list.diff"; }
 kill_daemon() {
-	kill -9 "$(pgrep -f "shardfs .* $MNT( |\$)" | head -1)"
+	daemon_kill
 	umount -l "$MNT" 2>/dev/null
 	for _ in $(seq 50); do pgrep -f "shardfs .* $MNT( |\$)" >/dev/null || break; sleep 0.1; done
 }

@@ -45,7 +45,7 @@ echo "$(lsblk -no MAJ:MIN "$LOOP" | tr -d ' ') $((50 * 1000 * 1000))" >"$CG/blki
 sfs_cluster_up 4
 
 sfs_mount "cache_dir=$WORK/slow/cache,cache_size=1536M,prefetch_mem=${BUDGET_MB}M"
-pid=$(pgrep -f "shardfs .* $MNT( |\$)" | head -1)
+pid=$(daemon_pid)
 for t in /proc/"$pid"/task/*; do echo "${t##*/}" >"$CG/tasks"; done
 check "the daemon's threads are in the throttled cgroup" \
 	[ "$(wc -l <"$CG/tasks")" = "$(ls /proc/"$pid"/task | wc -l)" ]

@@ -71,7 +71,7 @@ check "100,000-entry directory lists every entry once" \
 check "100,000-entry directory names match" \
 	bash -c "cmp -s '$WORK/wide.got' <(ls -f '$EXPORT/wide' | grep -v '^\.\.\?$' | sort)"
 check "ls -l (readdirplus + stat) on the wide directory" bash -c "[ \$(ls -l '$MNT/wide' | grep -c entry-) = 100000 ]"
-rss=$(ps -o rss= -p "$(pgrep -f "shardfs .* $MNT( |\$)" | head -1)")
+rss=$(ps -o rss= -p "$(daemon_pid)")
 diag "daemon RSS after listing 100k entries: ${rss} KiB"
 
 # 16 concurrent readers over shards and small files.

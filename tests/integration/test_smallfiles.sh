@@ -249,7 +249,6 @@ cache_files() { find "$CACHE" -type f ! -name LOCK | wc -l; }
 object_files() { find "$CACHE/objects" -type f 2>/dev/null | wc -l; }
 # map: "records intact_files intact_bytes segments sealed" of the cache
 map() { $SF map "$CACHE" "$EXPORT" "$WORK/manifest"; }
-daemon_pid() { pgrep -f "shardfs .* $MNT( |\$)" | head -1; }
 le() { [ "$1" -le "$2" ]; }
 # section NAME: a diag line with the seconds so far (where the time goes)
 section() { diag "--- $1 (at ${SECONDS}s)"; }
@@ -371,7 +370,7 @@ for _ in $(seq 600); do
 	[ "${u:-0}" -ge $((PACKED_BYTES / 3)) ] && break
 	sleep 0.05
 done
-kill -9 "$pid"
+daemon_kill
 umount -l "$MNT" 2>/dev/null
 wait "$reader"
 read -r recs live live_bytes segs sealed < <(map)

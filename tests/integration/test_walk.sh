@@ -33,7 +33,7 @@ unset MALLOC_PERTURB_
 # A small budget: 8 writes waiting spent it when every 1 KiB file held a
 # 1 MiB buffer; at 4 KiB a file it holds 2,048.
 sfs_mount "cache_dir=$WORK/cache,prefetch_mem=8M"
-pid=$(pgrep -f "shardfs .* $MNT( |\$)" | head -1)
+pid=$(daemon_pid)
 rss() { awk '/^VmRSS:/ { print $2 * 1024 }' "/proc/$pid/status"; }
 rss0=$(rss)
 
