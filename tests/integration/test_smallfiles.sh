@@ -361,7 +361,6 @@ sfs_umount
 section "SIGKILL in the middle of a cold fill"
 rm -rf "$CACHE"
 sfs_mount "cache_dir=$CACHE,$SIZE_OPT"
-
 drop_caches
 ( $SF check-quiet "$MNT" "$WORK/manifest" small/ med/ >/dev/null 2>&1 ) &
 reader=$!
