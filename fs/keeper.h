@@ -60,7 +60,8 @@ struct sfs_keeper_state {
 	uint64_t restarts[SFS_RESTART_N];  /* atomic, the keeper */
 	uint64_t heartbeat;		   /* atomic, the server's watchdog (watchdog.h) */
 	uint64_t wedge_ms;		   /* atomic, the server: 0, or when to replace it */
-	uint64_t carry_len; /* atomic, the server: stats saved at a takeover (carry.h) */
+	uint64_t carry_len;    /* atomic, the server: stats saved at a takeover (carry.h) */
+	char mountpoint[4096]; /* the first server: the absolute mountpoint */
 };
 
 /* A new state page in a memfd: *fd_out its fd (inherited by the children,

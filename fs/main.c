@@ -286,7 +286,9 @@ static void close_origin(struct sfs_fs *fs)
  * why. */
 static int check_target(struct sfs_options *o, bool resume)
 {
-	if (!resume && check_mountpoint(o->mountpoint))
+	if (resume) /* our own live mount: no stat of it (it would wait for us) */
+		return 0;
+	if (check_mountpoint(o->mountpoint))
 		return -1;
 	char *abs_mnt = realpath(o->mountpoint, NULL);
 	if (!abs_mnt) {
@@ -296,7 +298,7 @@ static int check_target(struct sfs_options *o, bool resume)
 	free(o->mountpoint);
 	o->mountpoint = abs_mnt;
 	char fstype[256];
-	if (!resume && !o->overmount && mounted_at(o->mountpoint, fstype, sizeof(fstype), NULL) &&
+	if (!o->overmount && mounted_at(o->mountpoint, fstype, sizeof(fstype), NULL) &&
 	    strcmp(fstype, "autofs") != 0) {
 		die("mountpoint '%s': already a %s mount (unmount it first, or -o overmount)",
 		    o->mountpoint, fstype);
@@ -521,6 +523,7 @@ static void start_keeper(struct sfs_fs *fs, struct sfs_options *o, struct fuse_s
 		return;
 	}
 	fs->keeper->serving_pid = (int32_t)getpid();
+	snprintf(fs->keeper->mountpoint, sizeof(fs->keeper->mountpoint), "%s", o->mountpoint);
 	sfs_fusedev_keep_init(fs->keeper);
 }
 
@@ -691,6 +694,12 @@ int main(int argc, char **argv)
 		status = sfs_takeover_request(mnt, o.source, argv);
 		free(mnt);
 		goto out_opts;
+	}
+	if (mode.resume && fs.keeper->mountpoint[0] == '/') {
+		/* Absolute, as the first server resolved it: never resolved here,
+		 * where a stat of the mount would wait for this very process. */
+		free(o.mountpoint);
+		o.mountpoint = strdup(fs.keeper->mountpoint);
 	}
 	if (check_target(&o, mode.resume) < 0)
 		goto out_opts;

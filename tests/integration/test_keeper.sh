@@ -21,7 +21,9 @@ sfs_cluster_up 2
 export SHARDFS_TEST_RESUME_FAULT=$WORK/fault
 # page_cache=never: every read reaches the daemon, none is answered by the
 # kernel's page cache while the serving process is down.
-sfs_mount "cache_dir=$WORK/cache,nconnect=2,page_cache=never,wedge_timeout=3"
+# actimeo=1: the kernel's attributes of the mount root expire while it idles,
+# so a resumed server that looked at its own mountpoint would wait for itself.
+sfs_mount "cache_dir=$WORK/cache,nconnect=2,page_cache=never,wedge_timeout=3,actimeo=1"
 
 # serving_pid: the serving process, from the stats file (waits for one).
 serving_pid() {
@@ -104,6 +106,12 @@ check "one mount at $MNT, one keeper, one serving process" bash -c "
 check "a file opened before the kills reads byte-exact after them" \
 	bash -c "cat <&7 | cmp -s - '$EXPORT/shards/train-00001-of-00004.tfrecord'"
 exec 7<&-
+
+# --- a crash of an idle mount (the root's attributes expired) ----------------------
+sleep 2
+kill -9 "$(serving_pid)"
+check "after a crash of an idle mount, it lists and reads" \
+	bash -c "ls '$MNT/shards' >/dev/null && cmp -s '$MNT/shards/train-00000-of-00004.tfrecord' '$EXPORT/shards/train-00000-of-00004.tfrecord'"
 
 # --- a crash loop --------------------------------------------------------------------
 touch "$WORK/fault"
