@@ -136,12 +136,21 @@ int sfs_carry_apply(const struct sfs_carry *c, char **text, size_t *len)
 	size_t out_len = 0;
 	FILE *f = open_memstream(&out, &out_len);
 
-	if (!f)
-		return -ENOMEM;
+	if (!*text || !f) {
+		if (f)
+			fclose(f);
+		free(out);
+		return *text ? -ENOMEM : 0;
+	}
 	for (const char *line = *text, *end = *text + *len; line < end;) {
 		const char *nl = memchr(line, '\n', (size_t)(end - line));
 		size_t l = nl ? (size_t)(nl - line) : (size_t)(end - line);
-		const char *sp = memrchr(line, ' ', l);
+		const char *sp = NULL; /* the last space: before the value */
+		for (size_t i = l; i-- > 0;)
+			if (line[i] == ' ') {
+				sp = line + i;
+				break;
+			}
 		struct carried key = {0}, *hit = NULL;
 		char series[512];
 		if (line[0] != '#' && sp && (size_t)(sp - line) < sizeof(series)) {

@@ -98,6 +98,7 @@ static void page_format(struct sfs_inode_slab *sl, struct sfs_inode_slab_page *p
 	uint32_t sz = (uint32_t)sl->conf.slot_bytes[k];
 	uint8_t *a = (uint8_t *)p;
 
+	SLOT_UNPOISON(a, PAGE); /* the spare's or a hole's old poison */
 	memset(p, 0, PAGE_HEAD);
 	for (size_t i = slots_of(sz); i-- > 0;) {
 		void *slot = a + PAGE_HEAD + i * sz;
@@ -159,8 +160,18 @@ static int region_map(struct sfs_inode_slab *sl, int fd)
 	sl->fd = fd;
 	sl->base = a;
 	sl->head = a;
+	/* Under ASan, address space another mapping had here may keep its poison. */
+	SLOT_UNPOISON(a, (size_t)PAGE);
 	pthread_mutex_init(&sl->lock, NULL);
 	return 0;
+}
+
+/* Under ASan: the pages handed out so far, free of poison, before they are
+ * read whole (adopt) or unmapped (so that the next mapping there starts
+ * clean). */
+static void unpoison_all(struct sfs_inode_slab *sl)
+{
+	SLOT_UNPOISON(sl->base, (size_t)(sl->head->pages_high * PAGE));
 }
 
 int sfs_inode_slab_open(struct sfs_inode_slab *sl, const struct sfs_inode_slab_conf *conf)
@@ -237,6 +248,7 @@ int sfs_inode_slab_adopt(struct sfs_inode_slab *sl, const struct sfs_inode_slab_
 		err = -EINVAL;
 		goto err_unmap;
 	}
+	unpoison_all(sl);
 	return 0;
 err_unmap:
 	munmap(sl->base, REGION_BYTES);
@@ -268,6 +280,7 @@ void sfs_inode_slab_close(struct sfs_inode_slab *sl)
 {
 	if (!sl->base)
 		return;
+	unpoison_all(sl);
 	munmap(sl->base, REGION_BYTES);
 	close(sl->fd);
 	free(sl->holes);
@@ -341,6 +354,10 @@ void *sfs_inode_slab_at(const struct sfs_inode_slab *sl, uint64_t id)
 	uint32_t sz = __atomic_load_n(&page_at(sl, i)->slot_bytes, __ATOMIC_ACQUIRE);
 	if (!sz || (in - PAGE_HEAD) % sz || (in - PAGE_HEAD) / sz >= slots_of(sz))
 		return NULL;
+#ifdef SFS_INODE_ASAN
+	if (__asan_address_is_poisoned(sl->base + id))
+		return NULL; /* a free slot: what the caller would read is not an inode */
+#endif
 	return sl->base + id;
 }
 
