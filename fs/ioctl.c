@@ -206,8 +206,9 @@ static int do_register(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid,
 /* The region `id` of this open file, if `uid` may use it. Caller holds
  * of->lock. A region id carries the epoch of the serving process that gave
  * it (keeper.h) in its top 32 bits: an id of another epoch was registered
- * with a process that died, and answers -EOWNERDEAD (register again: the
- * helpers do), any other unknown one -ENOENT. */
+ * with a process that died if its epoch is an earlier one, and answers
+ * -EOWNERDEAD (register again: the helpers do); any other unknown id
+ * (999, say) -ENOENT. */
 static int find_region(struct sfs_open_file *of, uint64_t id, uid_t uid, int *slot)
 {
 	for (int i = 0; i < SFS_MAX_REGIONS; i++)
@@ -217,7 +218,8 @@ static int find_region(struct sfs_open_file *of, uint64_t id, uid_t uid, int *sl
 			*slot = i;
 			return 0;
 		}
-	return id && (id >> 32) != (of->next_region_id >> 32) ? -EOWNERDEAD : -ENOENT;
+	uint64_t epoch = id >> 32, now = of->next_region_id >> 32;
+	return epoch && epoch < now ? -EOWNERDEAD : -ENOENT; /* an earlier server's, or none */
 }
 
 /* Place one range into region (its bounds checked): g->placed counts what

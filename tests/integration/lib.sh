@@ -104,6 +104,17 @@ daemon_pid() {
 	done
 	return 1
 }
+# serving_pid: the serving process as the stats file names it (waits up to
+# 5 s for one that is alive: a keeper may be starting it).
+serving_pid() {
+	local p
+	for _ in $(seq 100); do
+		p=$(stat_value shardfs_serving_pid 2>/dev/null)
+		[ -n "$p" ] && kill -0 "$p" 2>/dev/null && { echo "$p"; return 0; }
+		sleep 0.05
+	done
+	return 1
+}
 # daemon_kill: SIGKILL the whole daemon, keeper and serving process: a
 # crash the mount does not survive (the cache must).
 daemon_kill() { pkill -9 -f "shardfs .* $MNT( |\$)"; }

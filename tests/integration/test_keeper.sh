@@ -17,6 +17,8 @@ READER=$SRC_ROOT/tests/integration/keeper_reader.py
 
 mkdir -p "$EXPORT" "$WORK/cache"
 "$GENDATA" "$EXPORT" --shards 4 --shard-mib 16 --small 200 --classes 4 --small-kib 30 --seed 11 -q
+mkdir "$EXPORT/big"
+for i in $(seq 3000); do echo "$i" >"$EXPORT/big/file-$i"; done
 sfs_cluster_up 2
 export SHARDFS_TEST_RESUME_FAULT=$WORK/fault
 # page_cache=never: every read reaches the daemon, none is answered by the
@@ -25,16 +27,6 @@ export SHARDFS_TEST_RESUME_FAULT=$WORK/fault
 # so a resumed server that looked at its own mountpoint would wait for itself.
 sfs_mount "cache_dir=$WORK/cache,nconnect=2,page_cache=never,wedge_timeout=3,actimeo=1"
 
-# serving_pid: the serving process, from the stats file (waits for one).
-serving_pid() {
-	local p
-	for _ in $(seq 100); do
-		p=$(stat_value shardfs_serving_pid 2>/dev/null)
-		[ -n "$p" ] && kill -0 "$p" 2>/dev/null && { echo "$p"; return 0; }
-		sleep 0.05
-	done
-	return 1
-}
 keeper_pid() { pgrep -f "^$SHARDFS --keeper $MNT " | head -1; }
 
 # --- the process tree ------------------------------------------------------------
@@ -106,6 +98,38 @@ check "one mount at $MNT, one keeper, one serving process" bash -c "
 check "a file opened before the kills reads byte-exact after them" \
 	bash -c "cat <&7 | cmp -s - '$EXPORT/shards/train-00001-of-00004.tfrecord'"
 exec 7<&-
+
+# --- a listing read in 4 KiB getdents calls, the server killed after the fifth ------
+check "a directory listed across a kill -9: every name once" python3 - "$MNT" "$EXPORT" <<'PY'
+import ctypes, os, signal, sys, time
+mnt, export = sys.argv[1:3]
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open(os.path.join(mnt, "big"), os.O_RDONLY | os.O_DIRECTORY)
+buf = ctypes.create_string_buffer(4096)
+names, calls = [], 0
+while True:
+    n = libc.syscall(217, fd, buf, 4096)  # getdents64
+    if n < 0:
+        print(f"# getdents64: errno {ctypes.get_errno()}")
+        sys.exit(1)
+    if n == 0:
+        break
+    calls += 1
+    raw, off = buf.raw, 0
+    while off < n:
+        reclen = int.from_bytes(raw[off + 16:off + 18], "little")
+        names.append(raw[off + 19:off + reclen].split(b"\0")[0].decode())
+        off += reclen
+    if calls == 5:
+        stats = open(os.path.join(mnt, ".shardfs/stats")).read().splitlines()
+        pid = int([l.split()[1] for l in stats if l.startswith("shardfs_serving_pid ")][0])
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.3)
+want = set(os.listdir(os.path.join(export, "big"))) | {".", ".."}
+print(f"# {calls} getdents64 calls, {len(names)} names, {len(want - set(names))} missing, "
+      f"{len(names) - len(set(names))} twice")
+sys.exit(0 if sorted(names) == sorted(want) else 1)
+PY
 
 # --- a crash of an idle mount (the root's attributes expired) ----------------------
 sleep 2

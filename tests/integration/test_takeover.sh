@@ -21,15 +21,6 @@ OPTS="cache_dir=$WORK/cache,nconnect=2,page_cache=never"
 sfs_mount "$OPTS"
 SOURCE=$ADDRS:/ifs
 
-serving_pid() {
-	local p
-	for _ in $(seq 100); do
-		p=$(stat_value shardfs_serving_pid 2>/dev/null)
-		[ -n "$p" ] && kill -0 "$p" 2>/dev/null && { echo "$p"; return 0; }
-		sleep 0.05
-	done
-	return 1
-}
 # refused DESCRIPTION RC OUTPUT PATTERN: a refusal: non-zero, one line naming
 # the cause.
 refused() {
