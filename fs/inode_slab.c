@@ -43,7 +43,8 @@ struct sfs_inode_slab_head {
 	uint64_t magic;
 	uint64_t layout;
 	uint64_t slot_bytes[SFS_INODE_SLAB_CLASSES];
-	uint64_t pages_high; /* pages handed out so far, the head included */
+	uint64_t pages_high; /* pages handed out so far, the head included; written
+				under the lock, read atomically without it */
 	uint64_t root_id;
 };
 
@@ -54,7 +55,7 @@ struct sfs_inode_slab_page {
 	struct sfs_inode_slab_page *prev, *next; /* in partial[] while a slot is free */
 	void *free;				 /* free slots, linked through their first word */
 	uint32_t used;				 /* slots handed out */
-	uint32_t slot_bytes;			 /* 0: not a slab page now */
+	uint32_t slot_bytes;			 /* atomic; 0: not a slab page now */
 	uint32_t klass;
 };
 _Static_assert(sizeof(struct sfs_inode_slab_page) <= PAGE_HEAD, "the page header fits");
@@ -98,8 +99,10 @@ static void page_format(struct sfs_inode_slab *sl, struct sfs_inode_slab_page *p
 	uint32_t sz = (uint32_t)sl->conf.slot_bytes[k];
 	uint8_t *a = (uint8_t *)p;
 
-	SLOT_UNPOISON(a, PAGE); /* the spare's or a hole's old poison */
-	memset(p, 0, PAGE_HEAD);
+	SLOT_UNPOISON(a, PAGE);	  /* the spare's or a hole's old poison */
+	p->prev = p->next = NULL; /* not slot_bytes: sfs_inode_slab_at reads it unlocked */
+	p->free = NULL;
+	p->used = 0;
 	for (size_t i = slots_of(sz); i-- > 0;) {
 		void *slot = a + PAGE_HEAD + i * sz;
 		memset(slot, 0, sz);
@@ -123,9 +126,12 @@ static struct sfs_inode_slab_page *page_take(struct sfs_inode_slab *sl)
 	}
 	if (sl->n_holes)
 		return page_at(sl, sl->holes[--sl->n_holes]);
-	if (sl->head->pages_high >= REGION_PAGES)
+	uint64_t high = sl->head->pages_high;
+	if (high >= REGION_PAGES)
 		return NULL;
-	return page_at(sl, sl->head->pages_high++);
+	/* sfs_inode_slab_at reads it without the lock */
+	__atomic_store_n(&sl->head->pages_high, high + 1, __ATOMIC_RELEASE);
+	return page_at(sl, high);
 }
 
 /* Give an empty page's memory back, keeping its index for reuse. Caller
@@ -138,7 +144,7 @@ static void page_release(struct sfs_inode_slab *sl, struct sfs_inode_slab_page *
 		size_t cap = sl->cap_holes ? sl->cap_holes * 2 : 64;
 		uint32_t *h = realloc(sl->holes, cap * sizeof(*h));
 		if (!h) { /* keep the page's memory; it is reused as the spare is */
-			p->slot_bytes = 0;
+			__atomic_store_n(&p->slot_bytes, 0, __ATOMIC_RELEASE);
 			return;
 		}
 		sl->holes = h;
