@@ -121,10 +121,15 @@ int sfs_keeper_fork(int fuse_fd, int state_fd, int inode_fd, const char *mountpo
 			kargv[i++] = argv[a];
 		execv("/proc/self/exe", kargv);
 	}
-	/* Cannot become the keeper: stay out of the server's way. The mount
-	 * stays the server's; a crash behaves as without a keeper. */
+	/* Cannot become the keeper: the mount stays the server's, and a crash
+	 * behaves as without a keeper. This process (the one systemd or the
+	 * shell started) waits for the server and ends with it, as the daemon
+	 * would have, instead of leaving early. */
 	sfs_log(SFS_LOG_ERR, "keeper", "cannot start the keeper: %s", strerror(errno));
-	_exit(0);
+	int st = 0;
+	while (waitpid(server, &st, 0) < 0 && errno == EINTR)
+		;
+	_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
 }
 
 bool sfs_keeper_resume_fds(int *fuse_fd, int *state_fd, int *inode_fd)
