@@ -216,6 +216,102 @@ struct shardfs_cache_evict_keys {
 };
 #define SHARDFS_IOC_CACHE_EVICT_KEYS _IOWR(SHARDFS_IOC_MAGIC, 0x22, struct shardfs_cache_evict_keys)
 
+/* --- SHARDFS_IOC_HINT_*: the order of the coming epoch -------------------
+ *
+ * A trainer that knows the order in which it will read tells it: an ordered
+ * list of items, each a whole file or a byte range of one, which the daemon
+ * fetches ahead of the reads, in order, within its memory budget and with
+ * its own concurrency, following the reads it sees (items the reader passed
+ * are dropped; nothing more than hint_window items ahead is fetched).
+ *
+ * A list is built in batches: BEGIN (a new pending list), APPEND (items,
+ * packed in buf), COMMIT (the pending list replaces the active one and the
+ * fetch starts at its first item). CANCEL drops both. A list belongs to the
+ * open file the calls were made on (the mount's root directory or any file
+ * of the mount) and goes away with that open's release; several open files
+ * (jobs, ranks) each have their own.
+ *
+ * An item, packed in shardfs_hint_append.buf: the fixed part, then the path
+ * (path_len bytes, relative to the mount's root, no NUL, no "." or ".."
+ * component, no leading or doubled '/'), then zeros up to item_bytes (a
+ * multiple of 8). A whole-file item has offset = length = 0.
+ *
+ * Paths that do not exist, are not regular files, or that the caller may not
+ * read (mode bits, as the kernel checks them on this mount) are skipped and
+ * counted; they never fail the list.
+ *
+ * errno values: EINVAL (a malformed batch: size, reserved words, an item
+ * that overruns buf or its item_bytes, an unknown kind, an empty or bad
+ * path; APPEND or COMMIT without BEGIN), E2BIG (the list would pass
+ * SHARDFS_HINT_MAX_ITEMS: the whole pending list is dropped), ENOMEM.
+ */
+#define SHARDFS_HINT_MAX_ITEMS (1u << 21) /* items in one list: 2,097,152 */
+#define SHARDFS_HINT_BUF       16320
+
+#define SHARDFS_HINT_FILE  0 /* the whole file */
+#define SHARDFS_HINT_RANGE 1 /* [offset, offset + length) of the file */
+
+struct shardfs_hint_item {
+	uint16_t item_bytes; /* this item with its path and padding */
+	uint16_t path_len;   /* 1..4095 */
+	uint16_t kind;	     /* SHARDFS_HINT_* */
+	uint16_t reserved0;  /* zero */
+	uint64_t offset;     /* RANGE: first byte */
+	uint64_t length;     /* RANGE: bytes, > 0 */
+	char path[];
+};
+
+struct shardfs_hint_begin {
+	uint32_t size;	      /* in: sizeof(struct shardfs_hint_begin) */
+	uint32_t reserved0;   /* in: zero */
+	uint64_t max_items;   /* out: SHARDFS_HINT_MAX_ITEMS */
+	uint64_t window;      /* out: items fetched ahead at most (hint_window) */
+	uint64_t reserved[4]; /* in: zero */
+};
+#define SHARDFS_IOC_HINT_BEGIN _IOWR(SHARDFS_IOC_MAGIC, 0x30, struct shardfs_hint_begin)
+
+struct shardfs_hint_append {
+	uint32_t size;	      /* in: sizeof(struct shardfs_hint_append) */
+	uint32_t n_items;     /* in: items packed in buf */
+	uint32_t used;	      /* in: bytes of buf they take */
+	uint32_t reserved0;   /* in: zero */
+	uint64_t reserved[2]; /* in: zero */
+	uint8_t buf[SHARDFS_HINT_BUF];
+};
+#define SHARDFS_IOC_HINT_APPEND _IOW(SHARDFS_IOC_MAGIC, 0x31, struct shardfs_hint_append)
+
+struct shardfs_hint_commit {
+	uint32_t size;	      /* in: sizeof(struct shardfs_hint_commit) */
+	uint32_t reserved0;   /* in: zero */
+	uint64_t n_items;     /* out: items in the list now active */
+	uint64_t reserved[4]; /* in: zero */
+};
+#define SHARDFS_IOC_HINT_COMMIT _IOWR(SHARDFS_IOC_MAGIC, 0x32, struct shardfs_hint_commit)
+
+struct shardfs_hint_cancel {
+	uint32_t size;	      /* in: sizeof(struct shardfs_hint_cancel) */
+	uint32_t reserved0;   /* in: zero */
+	uint64_t reserved[2]; /* in: zero */
+};
+#define SHARDFS_IOC_HINT_CANCEL _IOW(SHARDFS_IOC_MAGIC, 0x33, struct shardfs_hint_cancel)
+
+/* Progress of the active list of this open file (all zero without one). */
+struct shardfs_hint_status {
+	uint32_t size;		  /* in: sizeof(struct shardfs_hint_status) */
+	uint32_t active;	  /* out: 1 while items remain to be fetched or read */
+	uint64_t n_items;	  /* out: items in the list */
+	uint64_t position;	  /* out: items done with (read, skipped or dropped) */
+	uint64_t fetched_items;	  /* out: items fetched ahead */
+	uint64_t fetched_bytes;	  /* out: their bytes */
+	uint64_t read_items;	  /* out: of those, read by the reader */
+	uint64_t wasted_bytes;	  /* out: fetched ahead and dropped unread */
+	uint64_t cached_items;	  /* out: skipped: already in the cache */
+	uint64_t unknown_items;	  /* out: skipped: missing, not a file, or out of range */
+	uint64_t denied_items;	  /* out: skipped: the caller may not read them */
+	uint64_t reserved[4];	  /* in: zero */
+};
+#define SHARDFS_IOC_HINT_STATUS _IOWR(SHARDFS_IOC_MAGIC, 0x34, struct shardfs_hint_status)
+
 /* The extended attribute every regular file on a mount with a cache answers
  * with the cache key of its current version: 32 hex digits (ENODATA
  * otherwise). Reading it opens nothing and fetches nothing. */
