@@ -68,6 +68,7 @@ struct sfs_fs {
 	sfs_jobs *jobs;		  /* set at start, then read-only: per-job reads */
 	sfs_ns *ns;		  /* set at start; non-NULL iff immutable */
 	sfs_ns *listings;	  /* set at start: not immutable, directory listings (NULL: none) */
+	struct sfs_hints *hints;  /* set at start: epoch hints (hints.h) */
 	pthread_mutex_t statfs_lock;		/* immutable: guards the two below */
 	bool have_fsstat;			/* protected by statfs_lock */
 	struct sfs_fsstat fsstat;		/* protected by statfs_lock: first answer */
@@ -166,6 +167,10 @@ extern const struct fuse_lowlevel_ops sfs_fuse_ops;
 void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		  struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
 		  size_t out_bufsz);
+/* Not immutable: list directory `dir` (namespace key `key`) into
+ * fs->listings in the background, after sfs_ns_listing_wanted() said so.
+ * Any thread; never blocks. */
+void sfs_fs_listing_start(struct sfs_fs *fs, const struct sfs_fh *dir, uint64_t key);
 /* Drop an open file's regions (release). */
 void sfs_open_file_drop_regions(struct sfs_open_file *of);
 extern const char *const sfs_fuse_op_names[SFS_OP_COUNT];

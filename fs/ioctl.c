@@ -21,6 +21,7 @@
  * with a lock held.
  */
 #include "fs.h"
+#include "hints.h"
 #include "shardfs_ioctl.h"
 #include "../cache/common/blocking.h"
 #include "../cache/common/log.h"
@@ -555,13 +556,107 @@ static int file_ioctl(fuse_req_t req, struct sfs_fs *fs, struct sfs_inode *i,
 	return -ENOTTY;
 }
 
+/* --- SHARDFS_IOC_HINT_*: on any open file or directory of the mount ------ */
+
+static bool is_hint_cmd(unsigned int cmd)
+{
+	return cmd == SHARDFS_IOC_HINT_BEGIN || cmd == SHARDFS_IOC_HINT_APPEND ||
+	       cmd == SHARDFS_IOC_HINT_COMMIT || cmd == SHARDFS_IOC_HINT_CANCEL ||
+	       cmd == SHARDFS_IOC_HINT_STATUS;
+}
+
+/* Who sends a list: uid, groups and job of req's caller. */
+static void hint_sender(fuse_req_t req, struct sfs_fs *fs, struct sfs_hint_sender *s)
+{
+	const struct fuse_ctx *c = fuse_req_ctx(req);
+
+	s->uid = c->uid;
+	s->gid = c->gid;
+	int n = fuse_req_getgroups(req, SFS_HINT_GROUPS_MAX, s->groups);
+	s->n_groups = n < 0 ? 0 : n < SFS_HINT_GROUPS_MAX ? n : SFS_HINT_GROUPS_MAX;
+	sfs_jobs_label(fs->jobs, c->pid, c->uid, s->job);
+}
+
+/* The scratch of the hint ioctls: 16 KiB, not on a worker's stack. */
+union hint_ioctl_buf {
+	struct shardfs_hint_begin b;
+	struct shardfs_hint_append a;
+	struct shardfs_hint_commit c;
+	struct shardfs_hint_cancel x;
+	struct shardfs_hint_status s;
+	struct sfs_hint_sender sender;
+};
+
+/* Run a hint ioctl for the open file or directory fh; *out_len: bytes of
+ * buf to reply. Returns 0 or -errno. */
+static int hint_ioctl(fuse_req_t req, struct sfs_fs *fs, uint64_t fh, unsigned int cmd,
+		      union hint_ioctl_buf *buf, const void *in_buf, size_t in_bufsz,
+		      size_t out_bufsz, size_t *out_len)
+{
+	int rc;
+
+	*out_len = 0;
+	switch (cmd) {
+	case SHARDFS_IOC_HINT_BEGIN:
+		if ((rc = take_in(&buf->b, sizeof(buf->b), in_buf, in_bufsz, out_bufsz, true)))
+			return rc;
+		buf->b.max_items = SHARDFS_HINT_MAX_ITEMS;
+		buf->b.window = fs->opts->hint_window;
+		*out_len = sizeof(buf->b);
+		struct shardfs_hint_begin b = buf->b;
+		hint_sender(req, fs, &buf->sender);
+		rc = sfs_hints_begin(fs->hints, fh, &buf->sender);
+		buf->b = b;
+		return rc;
+	case SHARDFS_IOC_HINT_APPEND:
+		if ((rc = take_in(&buf->a, sizeof(buf->a), in_buf, in_bufsz, 0, false)))
+			return rc;
+		if (buf->a.reserved0 || !all_zero(buf->a.reserved, sizeof(buf->a.reserved)))
+			return -EINVAL;
+		return sfs_hints_append(fs->hints, fh, &buf->a);
+	case SHARDFS_IOC_HINT_COMMIT:
+		if ((rc = take_in(&buf->c, sizeof(buf->c), in_buf, in_bufsz, out_bufsz, true)))
+			return rc;
+		*out_len = sizeof(buf->c);
+		return sfs_hints_commit(fs->hints, fh, &buf->c.n_items);
+	case SHARDFS_IOC_HINT_CANCEL:
+		if ((rc = take_in(&buf->x, sizeof(buf->x), in_buf, in_bufsz, 0, false)))
+			return rc;
+		if (buf->x.reserved0 || !all_zero(buf->x.reserved, sizeof(buf->x.reserved)))
+			return -EINVAL;
+		return sfs_hints_cancel(fs->hints, fh);
+	default: /* SHARDFS_IOC_HINT_STATUS */
+		if ((rc = take_in(&buf->s, sizeof(buf->s), in_buf, in_bufsz, out_bufsz, true)))
+			return rc;
+		sfs_hints_status(fs->hints, fh, &buf->s);
+		*out_len = sizeof(buf->s);
+		return 0;
+	}
+}
+
+static void hint_ioctl_reply(fuse_req_t req, struct sfs_fs *fs, struct sfs_inode *i, uint64_t fh,
+			     unsigned int cmd, const void *in_buf, size_t in_bufsz,
+			     size_t out_bufsz)
+{
+	union hint_ioctl_buf *buf = malloc(sizeof(*buf));
+	size_t out_len;
+	int rc = !buf				       ? -ENOMEM
+		 : sfs_inode_kind(i) != SFS_INODE_NFS ? -ENOTTY
+		 : !fs->hints			       ? -ENOTTY
+		     : hint_ioctl(req, fs, fh, cmd, buf, in_buf, in_bufsz, out_bufsz, &out_len);
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_ioctl(req, 0, out_len ? (void *)buf : NULL, out_len);
+	free(buf);
+}
+
 void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		  struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
 		  size_t out_bufsz)
 {
 	struct sfs_fs *fs = fuse_req_userdata(req);
 	struct sfs_inode *i = sfs_fs_inode(fs, ino);
-	struct sfs_open_file *of = sfs_fs_open_file(fs, i, fi->fh);
 	size_t out_len;
 
 	(void)arg;
@@ -570,11 +665,17 @@ void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		stage_reply_err(req, fs, -EOPNOTSUPP); /* 32-bit callers: refused cleanly */
 		return;
 	}
+	if (is_hint_cmd(cmd)) { /* a list belongs to the open file or directory fh */
+		hint_ioctl_reply(req, fs, i, fi->fh, cmd, in_buf, in_bufsz, out_bufsz);
+		return;
+	}
 	if (cmd == SHARDFS_IOC_CACHE_LIST || cmd == SHARDFS_IOC_CACHE_EVICT ||
 	    cmd == SHARDFS_IOC_CACHE_EVICT_KEYS) {
 		cache_ioctl(req, fs, cmd, in_buf, in_bufsz, out_bufsz);
 		return;
 	}
+	struct sfs_open_file *of =
+	    flags & FUSE_IOCTL_DIR ? NULL : sfs_fs_open_file(fs, i, fi->fh);
 	if (sfs_inode_kind(i) != SFS_INODE_NFS || !of || flags & FUSE_IOCTL_DIR) {
 		fuse_reply_err(req, ENOTTY);
 		return;

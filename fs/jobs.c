@@ -290,6 +290,14 @@ static void resolve(sfs_jobs *j, pid_t pid, uid_t uid, char *label)
 	snprintf(label, SFS_JOBS_LABEL_MAX, "uid/%u", (unsigned)uid);
 }
 
+void sfs_jobs_label(sfs_jobs *j, pid_t pid, uid_t uid, char *label)
+{
+	if (j)
+		resolve(j, pid, uid, label);
+	else
+		snprintf(label, SFS_JOBS_LABEL_MAX, "uid/%u", (unsigned)uid);
+}
+
 /* --- the read path ------------------------------------------------------------ */
 
 /* Busy time as in /proc/diskstats' io_ticks: at every begin and end the time

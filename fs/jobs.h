@@ -65,6 +65,10 @@ void sfs_jobs_close(sfs_jobs *j); /* NULL is fine */
  */
 bool sfs_jobs_parse_cgroup(const char *text, char *label);
 
+/* The job label of a caller, as sfs_jobs_read_begin would count it (reads
+ * /proc/PID/cgroup; not cached). j may be NULL: "uid/<uid>". */
+void sfs_jobs_label(sfs_jobs *j, pid_t pid, uid_t uid, char *label);
+
 /* One read in progress: from sfs_jobs_read_begin to sfs_jobs_read_end. */
 struct sfs_job_read {
 	uint32_t slot, gen; /* the job: its table slot and the slot's generation */

@@ -8,6 +8,7 @@
  * fuse_daemonize() has forked (threads do not survive fork; its sockets do).
  */
 #include "fs.h"
+#include "hints.h"
 #include "fusedev.h"
 #include "handles.h"
 #include "carry.h"
@@ -275,6 +276,8 @@ static uint64_t release_idle(void *arg)
  * not answer. Before prefetch's close: completions touch its files. Once. */
 static void close_origin(struct sfs_fs *fs)
 {
+	sfs_hints_close(fs->hints); /* its fetchers call the origin and prefetch */
+	fs->hints = NULL;
 	sfs_prefetch_stop(fs->prefetch);
 	sfs_origin_close(fs->origin);
 	fs->origin = NULL;
@@ -432,6 +435,17 @@ static int start_daemon(struct sfs_fs *fs, struct sfs_options *o, int n_addrs)
 		     .shard_max_bytes = o->prefetch_max,
 		     .store = fs->store},
 		 fs->origin, &fs->prefetch)) < 0) {
+		sfs_log(SFS_LOG_ERR, "main", "cannot start: %s", strerror(-rc));
+		return -1;
+	}
+	/* Hints hold at most half of the fetch memory unread: readers' own
+	 * chunks and readahead keep the rest. */
+	if ((rc = sfs_hints_open(fs,
+				 &(struct sfs_hints_conf){.window = o->hint_window,
+							  .fetchers = o->hint_fetchers,
+							  .mem_bytes = o->prefetch_mem / 2,
+							  .check_perms = o->default_permissions},
+				 &fs->hints)) < 0) {
 		sfs_log(SFS_LOG_ERR, "main", "cannot start: %s", strerror(-rc));
 		return -1;
 	}

@@ -16,6 +16,7 @@
  * until we reply).
  */
 #include "fs.h"
+#include "hints.h"
 #include "fusedev.h"
 #include "handles.h"
 #include "pagecache.h"
@@ -397,7 +398,7 @@ static void listing_done(struct sfs_origin_req *r)
 	free(c);
 }
 
-static void listing_start(struct sfs_fs *fs, struct sfs_inode *dir, uint64_t key)
+void sfs_fs_listing_start(struct sfs_fs *fs, const struct sfs_fh *dir, uint64_t key)
 {
 	struct listing_call *c = calloc(1, sizeof(*c));
 
@@ -406,7 +407,7 @@ static void listing_start(struct sfs_fs *fs, struct sfs_inode *dir, uint64_t key
 		return;
 	}
 	c->fs = fs;
-	c->fh = sfs_inode_fh(dir);
+	c->fh = *dir;
 	c->dir = key;
 	listing_send(c, NULL);
 }
@@ -424,8 +425,10 @@ static bool lookup_from_listing(struct sfs_fs *fs, fuse_req_t req, struct sfs_in
 	struct sfs_attr a;
 	int rc = sfs_ns_lookup_listed(fs->listings, key, name, &fh, &a, &listed_ms);
 
-	if (rc == -ENODATA && sfs_ns_listing_wanted(fs->listings, key))
-		listing_start(fs, p, key);
+	if (rc == -ENODATA && sfs_ns_listing_wanted(fs->listings, key)) {
+		struct sfs_fh dir = sfs_inode_fh(p);
+		sfs_fs_listing_start(fs, &dir, key);
+	}
 	if (rc < 0)
 		return false;
 	reply_child(fs, req, p, name, &fh, &a, listed_ms);
@@ -901,6 +904,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 			return;
 		}
 		sfs_open_file_drop_regions(of); /* regions belong to the open file */
+		sfs_hints_release(fs->hints, fi->fh); /* and so do hint lists */
 		if (of->direct)
 			sfs_pc_direct_closed(&fs->page_cache, of->direct_reads,
 					     of->direct_read_bytes);
@@ -1147,6 +1151,7 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	struct sfs_fs *fs = FS(req);
 
 	op_count(fs, SFS_OP_RELEASEDIR);
+	sfs_hints_release(fs->hints, fi->fh); /* hint lists sent on the directory */
 	void *h = sfs_handle_get(fi->fh);
 	free(h ? h : sfs_handle_drop(fi->fh));
 	fuse_reply_err(req, 0);

@@ -156,6 +156,12 @@ static const struct sfs_opt_def opt_table[] = {
      .help = "memory for fetch buffers in flight, K/M/G/T suffixes", .def_help = "mem_max / 6"},
     {SIZE("prefetch_max", prefetch_max, 0, 1ull << 50), .def = 2ull << 30, .meta = "SIZE",
      .help = "largest file that prefetch=shard fetches whole on open"},
+    {UINT("hint_window", hint_window, 1, 65536), .def = 1024, .meta = "N",
+     .help = "epoch hints (SHARDFS_IOC_HINT_*): items of one list fetched ahead of its "
+	     "reader at most; all lists together hold at most half of prefetch_mem unread"},
+    {UINT("hint_fetchers", hint_fetchers, 1, 256), .def = 16, .meta = "N",
+     .help = "epoch hints: threads fetching hinted items (items in flight at once, for all "
+	     "lists), started at the first list"},
     {CHOICE("prefetch", prefetch, prefetch_choices), .def = SFS_PREFETCH_SHARD,
      .help = "shard: open() of a file up to prefetch_max fetches it whole into the cache; "
 	     "readahead: a window ahead of sequential readers only; off: only what readers ask "

@@ -76,6 +76,8 @@ struct sfs_options {
 	unsigned cache_idle_s;		    /* auto: a dataset not read this long is idle */
 	enum sfs_prefetch_mode prefetch;    /* prefetch=readahead|shard|off */
 	uint64_t prefetch_max;		    /* shard: files up to this size are fetched whole */
+	unsigned hint_window;		    /* epoch hints: items fetched ahead per list */
+	unsigned hint_fetchers;		    /* epoch hints: fetcher threads */
 	bool immutable;		/* files never change: no revalidation, namespace kept */
 	bool noimmutable;	/* refuse the immutable implied by a .snapshot/ path */
 	uint64_t namespace_max; /* immutable: names held at most (memory and cache_dir) */

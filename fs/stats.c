@@ -9,6 +9,7 @@
  */
 #include "fs.h"
 #include "carry.h"
+#include "hints.h"
 #include "fusedev.h"
 #include "memtrim.h"
 #include "workers.h"
@@ -602,6 +603,73 @@ static void render_keeper(FILE *f, struct sfs_fs *fs)
 					       : 0));
 }
 
+/* One labelled sample per job's hint lists. */
+#define PER_HINT_JOB(name, type, text, field)                                                      \
+	do {                                                                                       \
+		help(f, name, type, text);                                                         \
+		for (size_t k = 0; k < n; k++)                                                     \
+			fprintf(f, name "{job=\"%s\"} %llu\n", js[k].job,                          \
+				(unsigned long long)js[k].c.field);                                \
+	} while (0)
+
+/* Epoch hints (fs/hints.h): the lists alive, and per job what they asked
+ * for, fetched, got read and wasted. Returns 0 or -ENOMEM. */
+static int render_hints(FILE *f, struct sfs_fs *fs)
+{
+	struct sfs_hints_stats t;
+	struct sfs_hint_job_counts *js = malloc(SFS_HINT_JOBS_MAX * sizeof(*js));
+
+	if (!js)
+		return -ENOMEM;
+	size_t n = sfs_hints_stats(fs->hints, &t, js, SFS_HINT_JOBS_MAX);
+	metric(f, "shardfs_hint_lists", "gauge", "Hint lists with items left to fetch or read.",
+	       t.active_lists);
+	metric(f, "shardfs_hint_held_bytes", "gauge",
+	       "Bytes of hinted items fetched ahead and not yet read (at most half of prefetch_mem).",
+	       t.held_bytes);
+	metric(f, "shardfs_hint_list_memory_bytes", "gauge",
+	       "Memory of the hint lists' items and paths.", t.list_mem_bytes);
+	help(f, "shardfs_hint_refused_total", "counter",
+	     "Hint batches or lists refused: malformed (EINVAL) or too long (E2BIG).");
+	fprintf(f, "shardfs_hint_refused_total{reason=\"invalid\"} %llu\n",
+		(unsigned long long)t.refused_invalid);
+	fprintf(f, "shardfs_hint_refused_total{reason=\"too_long\"} %llu\n",
+		(unsigned long long)t.refused_too_long);
+	PER_HINT_JOB("shardfs_hint_lists_total", "counter", "Hint lists committed, by job.", lists);
+	PER_HINT_JOB("shardfs_hint_items_total", "counter", "Items in committed hint lists, by job.",
+		     items);
+	PER_HINT_JOB("shardfs_hint_item_bytes_total", "counter",
+		     "Bytes of the hinted items resolved (fetched ahead or found cached), by job.",
+		     item_bytes);
+	PER_HINT_JOB("shardfs_hint_fetched_items_total", "counter",
+		     "Hinted items fetched ahead of the reader (not in the cache), by job.",
+		     fetched_items);
+	PER_HINT_JOB("shardfs_hint_fetched_bytes_total", "counter",
+		     "Bytes of the hinted items fetched ahead, by job.", fetched_bytes);
+	PER_HINT_JOB("shardfs_hint_read_items_total", "counter",
+		     "Items fetched ahead that a reader then read, by job.", read_items);
+	PER_HINT_JOB("shardfs_hint_read_bytes_total", "counter",
+		     "Bytes of the items fetched ahead that a reader then read, by job.", read_bytes);
+	PER_HINT_JOB("shardfs_hint_wasted_bytes_total", "counter",
+		     "Bytes fetched ahead and dropped unread (passed by the reader, list replaced, "
+		     "cancelled or closed), by job.",
+		     wasted_bytes);
+	help(f, "shardfs_hint_skipped_items_total", "counter",
+	     "Hinted items not fetched, by job and reason: cached (in the local cache), unknown "
+	     "(missing, not a regular file, a range past its end), denied (the sender may not "
+	     "read it).");
+	for (size_t k = 0; k < n; k++) {
+		fprintf(f, "shardfs_hint_skipped_items_total{job=\"%s\",reason=\"cached\"} %llu\n",
+			js[k].job, (unsigned long long)js[k].c.cached_items);
+		fprintf(f, "shardfs_hint_skipped_items_total{job=\"%s\",reason=\"unknown\"} %llu\n",
+			js[k].job, (unsigned long long)js[k].c.unknown_items);
+		fprintf(f, "shardfs_hint_skipped_items_total{job=\"%s\",reason=\"denied\"} %llu\n",
+			js[k].job, (unsigned long long)js[k].c.denied_items);
+	}
+	free(js);
+	return 0;
+}
+
 ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 {
 	char *buf = NULL;
@@ -635,6 +703,8 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	render_staging(f, fs);
 	render_memory(f, fs, &ps, &cs, &nss, &ls);
 	int rc = fs->jobs ? render_jobs(f, fs->jobs) : 0;
+	if (rc == 0)
+		rc = render_hints(f, fs);
 	if (fclose(f) != 0 || rc < 0) {
 		free(buf);
 		return -ENOMEM;

@@ -84,6 +84,11 @@ void chunk_free_ptr(struct sfs_pf_file *f, struct pf_chunk *c)
  */
 static bool chunk_awaits_reader(const struct sfs_pf_file *f, const struct pf_chunk *c)
 {
+	/* Held by hint lists only (no reader has it open yet): a chunk the
+	 * store holds waits there, not in memory (the window of a hint list
+	 * may be a thousand files ahead of its reader). */
+	if (f->hint_holds && f->openers <= f->hint_holds)
+		return false;
 	return !f->warmed && f->rand_score < AWAIT_MAX_RAND_SCORE && !c->consumed &&
 	       c->index + AWAIT_BEHIND_CHUNKS >= f->next_seq;
 }
@@ -128,7 +133,9 @@ static void reclaim_from_other_files(sfs_prefetch *pf, struct sfs_pf_file *self)
 {
 	pthread_mutex_lock(&pf->files_lock);
 	for (struct sfs_pf_file *o = pf->files; o && buf_over_budget(pf); o = o->next) {
-		if (o == self || pthread_mutex_trylock(&o->lock) != 0)
+		/* A hinted file's chunks are what the next items need. */
+		if (o == self || __atomic_load_n(&o->hint_holds, __ATOMIC_RELAXED) ||
+		    pthread_mutex_trylock(&o->lock) != 0)
 			continue;
 		while (buf_over_budget(pf) && chunk_evict_one(o, o->next_seq, true)) {
 		}
@@ -263,6 +270,8 @@ static bool chunk_make_room(struct sfs_pf_file *f, uint64_t cur, bool demand)
 	 * of chunks fetched twice at window + 12). The memory budget is the
 	 * real bound. */
 	size_t limit = 2 * (size_t)pf->conf.window_chunks + 16;
+	if (f->hint_holds) /* items of a hint list: the budget alone bounds them */
+		limit = SIZE_MAX;
 
 	while (f->n_chunks >= limit)
 		if (!chunk_evict_one(f, cur, demand))
@@ -374,6 +383,7 @@ void file_free(struct sfs_pf_file *f)
 		pf->files = f->next;
 	if (f->next)
 		f->next->prev = f->prev;
+	vtable_remove(pf, f);
 	pthread_mutex_unlock(&pf->files_lock);
 	while (f->n_chunks)
 		chunk_free(f, f->n_chunks - 1);

@@ -560,6 +560,8 @@ ssize_t sfs_pf_read_async(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_p
 	if (((end - 1) >> SFS_CHUNK_SHIFT) - (off >> SFS_CHUNK_SHIFT) >= 3)
 		return -EINVAL;
 
+	if (__atomic_load_n(&f->hint_holds, __ATOMIC_RELAXED) && f->pf->observer)
+		f->pf->observer(f->pf->observer_arg, f, off, end);
 	if (arg_len > SFS_PF_ASYNC_ARG_MAX)
 		done = NULL; /* no room for the caller's context: answered here */
 	struct read_plan p = plan_read(f, off, end, done != NULL);

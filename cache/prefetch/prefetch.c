@@ -108,6 +108,7 @@ void sfs_prefetch_close(sfs_prefetch *pf)
 		sfs_iobuf_put(pf->over_bufs[i]);
 	sized_free_list(pf, sized_evict(pf, UINT64_MAX));
 	free(pf->free_bufs);
+	free(pf->vtable);
 	pthread_mutex_destroy(&pf->buf_lock);
 	pthread_mutex_destroy(&pf->files_lock);
 	pthread_cond_destroy(&pf->pump_cond);
@@ -143,9 +144,14 @@ void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out)
 int sfs_pf_file_open_version(sfs_prefetch *pf, const struct sfs_fh *fh,
 			     const struct sfs_file_version *v, sfs_pf_file **out)
 {
-	struct sfs_pf_file *f = calloc(1, sizeof(*f));
-
-	if (!f)
+	pthread_mutex_lock(&pf->files_lock);
+	struct sfs_pf_file *f = vtable_find(pf, fh, v); /* one fetch state per version */
+	pthread_mutex_unlock(&pf->files_lock);
+	if (f) {
+		*out = f;
+		return 0;
+	}
+	if (!(f = calloc(1, sizeof(*f))))
 		return -ENOMEM;
 	f->pf = pf;
 	f->fh = *fh;
@@ -164,6 +170,7 @@ int sfs_pf_file_open_version(sfs_prefetch *pf, const struct sfs_fh *fh,
 	if (pf->files)
 		pf->files->prev = f;
 	pf->files = f;
+	vtable_insert(pf, f);
 	pthread_mutex_unlock(&pf->files_lock);
 	count(&pf->stats.files_opened, 1);
 	*out = f;

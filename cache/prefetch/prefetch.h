@@ -126,6 +126,47 @@ void sfs_pf_file_unref(sfs_pf_file *f);
  * fetches in flight finish and are freed with the file. */
 void sfs_pf_file_drop_idle(sfs_pf_file *f);
 
+/* --- Hints (fs/hints.c): fetching ahead of a reader that told its order ---
+ *
+ * A hint list holds each file version it fetches ahead with
+ * sfs_pf_file_hint_hold() (an open of its own: the file's chunks stay for
+ * the reader, its store object stays, other files' demand does not evict
+ * them), starts the fetch of an item's range with sfs_pf_file_fetch_ahead()
+ * and lets go with sfs_pf_file_hint_release() once the reader read the item
+ * or passed it. Reads of a held file are reported to the observer.
+ */
+
+/* Called after each read of a file a hint list holds, on the reader's
+ * thread, with no prefetch lock held: [off, end) of f was asked for. */
+typedef void (*sfs_pf_read_observer)(void *arg, sfs_pf_file *f, uint64_t off, uint64_t end);
+/* Set once, before any read. */
+void sfs_prefetch_set_read_observer(sfs_prefetch *pf, sfs_pf_read_observer fn, void *arg);
+
+void sfs_pf_file_hint_hold(sfs_pf_file *f);
+/* Pairs with sfs_pf_file_hint_hold. Unlike sfs_pf_file_drop_idle, chunks
+ * of a file other opens still hold stay (they may be other items'); with
+ * no open left they go as at a last close. */
+void sfs_pf_file_hint_release(sfs_pf_file *f);
+
+/* What sfs_pf_file_fetch_ahead found or did for [off, end). */
+struct sfs_pf_ahead {
+	uint64_t started_bytes; /* chunk bytes it asked the origin for */
+	unsigned pending;	/* chunks it could not start yet (the budget) */
+	bool cached;		/* every chunk of the range is in the store */
+	bool busy;		/* chunks of the range are still being fetched or loaded */
+};
+
+/*
+ * Start fetching the chunks of [off, end) that are neither in memory nor in
+ * the store, as readahead (never a reader's demand), the range's own blocks
+ * first; then wait up to wait_ms for none of its chunks to be on its way.
+ * Chunks the budget has no room for are counted in out->pending: call
+ * again later. Returns 0, or -EINVAL for a range past the end of f. f must
+ * be held (sfs_pf_file_hint_hold).
+ */
+int sfs_pf_file_fetch_ahead(sfs_pf_file *f, uint64_t off, uint64_t end, unsigned wait_ms,
+			    struct sfs_pf_ahead *out);
+
 /* Bytes of a read, as up to three pieces of pinned chunk buffers, or one
  * piece of a scratch buffer the view holds (the direct path: no pins). */
 struct sfs_pf_view {

@@ -116,7 +116,11 @@ struct sfs_pf_file {
 	struct pf_chunk **chunks;
 	size_t n_chunks, cap_chunks;
 	struct pf_waiter *waiters;	 /* reads answered when their chunk's bytes land */
+	/* Holds of hint lists (sfs_pf_file_hint_hold), each also an opener;
+	 * written under lock, read without it on the read path (atomic). */
+	unsigned hint_holds;
 	struct sfs_pf_file *prev, *next; /* protected by pf->files_lock */
+	struct sfs_pf_file *vnext;	 /* protected by pf->files_lock: version table chain */
 };
 
 /* How an asynchronous read is answered: the caller's done() and its copy
@@ -162,6 +166,13 @@ struct sfs_prefetch {
 	size_t max_buffers;	       /* mem_bytes / SFS_CHUNK_BYTES, at least 2 */
 	pthread_mutex_t files_lock;    /* taken with a file's lock held; then only trylock */
 	struct sfs_pf_file *files;     /* protected by files_lock: every live file */
+	/* protected by files_lock: every live file by (fsid, fileid), chained
+	 * on vnext, so that every open of one version shares one fetch state
+	 * (a hint list's and the reader's); vcap is a power of two. */
+	struct sfs_pf_file **vtable;
+	size_t vcap, vcount;
+	sfs_pf_read_observer observer; /* set before reads start: hinted reads */
+	void *observer_arg;
 	pthread_mutex_t buf_lock;
 	void **free_bufs;	  /* protected by buf_lock */
 	size_t n_free, n_buffers; /* protected by buf_lock: pooled buffers */
@@ -249,6 +260,14 @@ struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint64_t cur
 			     bool loading, uint64_t head_from, uint64_t head_to);
 
 void file_free(struct sfs_pf_file *f);
+
+/* hinted.c: the version table (caller holds files_lock). */
+void vtable_insert(sfs_prefetch *pf, struct sfs_pf_file *f);
+void vtable_remove(sfs_prefetch *pf, struct sfs_pf_file *f);
+/* A live file of version v with handle fh, referenced for the caller, or
+ * NULL. Caller holds files_lock; files are only try-locked. */
+struct sfs_pf_file *vtable_find(sfs_prefetch *pf, const struct sfs_fh *fh,
+				const struct sfs_file_version *v);
 
 enum sfs_chunk_state store_state(struct sfs_pf_file *f, uint64_t index);
 

@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * prefetch/hinted — one fetch state per file version, and fetching ahead
+ * for hint lists (prefetch.h, "Hints"): the version table that lets a hint
+ * list's open and the reader's open of a version share its chunks, holds
+ * that keep a hinted file's chunks for its reader, the fetch of an item's
+ * range, and the observer that tells the hint lists what was read.
+ * prefetch_int.h has the structures and the lock order.
+ */
+#include "prefetch_int.h"
+
+#include <time.h>
+
+/* --- the version table (caller holds files_lock) ---------------------------- */
+
+static size_t vslot(const sfs_prefetch *pf, uint64_t fsid, uint64_t fileid)
+{
+	uint64_t h = (fileid ^ (fsid * 0x9E3779B97F4A7C15ull)) * 0xC2B2AE3D27D4EB4Full;
+	return (size_t)(h >> 32) & (pf->vcap - 1);
+}
+
+static void vtable_grow(sfs_prefetch *pf)
+{
+	size_t cap = pf->vcap ? pf->vcap * 2 : 256;
+	struct sfs_pf_file **t = calloc(cap, sizeof(*t));
+
+	if (!t)
+		return; /* chains grow longer; lookups stay correct */
+	struct sfs_pf_file **old = pf->vtable;
+	size_t old_cap = pf->vcap;
+	pf->vtable = t;
+	pf->vcap = cap;
+	for (size_t i = 0; i < old_cap; i++)
+		for (struct sfs_pf_file *f = old[i], *next; f; f = next) {
+			next = f->vnext;
+			size_t s = vslot(pf, f->version.fsid, f->version.fileid);
+			f->vnext = t[s];
+			t[s] = f;
+		}
+	free(old);
+}
+
+void vtable_insert(sfs_prefetch *pf, struct sfs_pf_file *f)
+{
+	if (pf->vcount >= pf->vcap)
+		vtable_grow(pf);
+	if (!pf->vcap)
+		return; /* no table (ENOMEM): this file is not shared */
+	size_t s = vslot(pf, f->version.fsid, f->version.fileid);
+	f->vnext = pf->vtable[s];
+	pf->vtable[s] = f;
+	pf->vcount++;
+}
+
+void vtable_remove(sfs_prefetch *pf, struct sfs_pf_file *f)
+{
+	if (!pf->vcap)
+		return;
+	for (struct sfs_pf_file **p = &pf->vtable[vslot(pf, f->version.fsid, f->version.fileid)];
+	     *p; p = &(*p)->vnext)
+		if (*p == f) {
+			*p = f->vnext;
+			pf->vcount--;
+			return;
+		}
+}
+
+static bool same_file_version(const struct sfs_pf_file *f, const struct sfs_fh *fh,
+			      const struct sfs_file_version *v)
+{
+	const struct sfs_file_version *w = &f->version;
+	return w->fsid == v->fsid && w->fileid == v->fileid && w->size == v->size &&
+	       w->mtime_s == v->mtime_s && w->mtime_ns == v->mtime_ns && w->ctime_s == v->ctime_s &&
+	       w->ctime_ns == v->ctime_ns && f->fh.len == fh->len &&
+	       !memcmp(f->fh.data, fh->data, fh->len);
+}
+
+struct sfs_pf_file *vtable_find(sfs_prefetch *pf, const struct sfs_fh *fh,
+				const struct sfs_file_version *v)
+{
+	if (!pf->vcap)
+		return NULL;
+	for (struct sfs_pf_file *f = pf->vtable[vslot(pf, v->fsid, v->fileid)]; f; f = f->vnext) {
+		if (!same_file_version(f, fh, v))
+			continue;
+		/* The lock order allows only a try under files_lock. A file
+		 * whose last reference went is being freed: not shared. */
+		if (pthread_mutex_trylock(&f->lock) != 0)
+			return NULL;
+		bool alive = f->refs > 0;
+		if (alive)
+			f->refs++;
+		pthread_mutex_unlock(&f->lock);
+		return alive ? f : NULL;
+	}
+	return NULL;
+}
+
+/* --- holds and fetching ahead ----------------------------------------------- */
+
+void sfs_prefetch_set_read_observer(sfs_prefetch *pf, sfs_pf_read_observer fn, void *arg)
+{
+	pf->observer = fn;
+	pf->observer_arg = arg;
+}
+
+void sfs_pf_file_hint_hold(sfs_pf_file *f)
+{
+	sfs_prefetch *pf = f->pf;
+
+	pthread_mutex_lock(&f->lock);
+	f->refs++;
+	if (f->openers++ == 0 && pf->conf.store && !f->obj)
+		f->obj = sfs_store_obj_get(pf->conf.store, &f->version); /* NULL: uncached */
+	__atomic_store_n(&f->hint_holds, f->hint_holds + 1, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&f->lock);
+}
+
+void sfs_pf_file_hint_release(sfs_pf_file *f)
+{
+	pthread_mutex_lock(&f->lock);
+	__atomic_store_n(&f->hint_holds, f->hint_holds - 1, __ATOMIC_RELAXED);
+	bool last_open = f->openers == 1;
+	pthread_mutex_unlock(&f->lock);
+	if (last_open) {
+		sfs_pf_file_drop_idle(f); /* what nobody read goes, as at a last close */
+	} else {
+		pthread_mutex_lock(&f->lock);
+		f->openers--;
+		pthread_mutex_unlock(&f->lock);
+	}
+	sfs_pf_file_unref(f);
+}
+
+/* Whether a chunk of [c0, c1] is still on its way (fetching or loading).
+ * Caller holds f->lock. */
+static bool range_busy(struct sfs_pf_file *f, uint64_t c0, uint64_t c1)
+{
+	for (size_t i = 0; i < f->n_chunks; i++) {
+		const struct pf_chunk *c = f->chunks[i];
+		if (c->index >= c0 && c->index <= c1 &&
+		    (c->state == CHUNK_FETCHING || c->state == CHUNK_LOADING))
+			return true;
+	}
+	return false;
+}
+
+/* Wait on f->cond until [c0, c1] is not busy or wait_ms passed. Caller
+ * holds f->lock. Returns whether it is still busy. */
+static bool wait_range(struct sfs_pf_file *f, uint64_t c0, uint64_t c1, unsigned wait_ms)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += wait_ms / 1000;
+	until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	bool busy;
+	while ((busy = range_busy(f, c0, c1)) &&
+	       pthread_cond_timedwait(&f->cond, &f->lock, &until) == 0) {
+	}
+	return busy && range_busy(f, c0, c1);
+}
+
+int sfs_pf_file_fetch_ahead(sfs_pf_file *f, uint64_t off, uint64_t end, unsigned wait_ms,
+			    struct sfs_pf_ahead *out)
+{
+	struct pf_chunk *started[SFS_PF_MAX_WINDOW];
+	size_t n = 0;
+
+	*out = (struct sfs_pf_ahead){.cached = true};
+	end = end < f->size ? end : f->size;
+	if (off >= end)
+		return -EINVAL;
+	uint64_t c0 = off >> SFS_CHUNK_SHIFT, c1 = (end - 1) >> SFS_CHUNK_SHIFT;
+	for (uint64_t ci = c0; ci <= c1;) {
+		pthread_mutex_lock(&f->lock);
+		for (; ci <= c1 && n < SFS_PF_MAX_WINDOW; ci++) {
+			if (store_state(f, ci) != SFS_CHUNK_ABSENT)
+				continue;
+			out->cached = false;
+			if (chunk_find(f, ci))
+				continue; /* in memory, or on its way */
+			struct pf_chunk *c =
+			    chunk_start(f, ci, f->next_seq, false, false, off, end);
+			if (!c) {
+				out->pending = (unsigned)(c1 - ci + 1);
+				ci = c1 + 1;
+				break;
+			}
+			out->started_bytes += c->fetch_len;
+			started[n++] = c;
+		}
+		pthread_mutex_unlock(&f->lock);
+		submit_chunks(f, started, n);
+		n = 0;
+	}
+	pthread_mutex_lock(&f->lock);
+	if (wait_ms) {
+		sfs_blocking_begin();
+		out->busy = wait_range(f, c0, c1, wait_ms);
+		sfs_blocking_end();
+	} else {
+		out->busy = range_busy(f, c0, c1);
+	}
+	pthread_mutex_unlock(&f->lock);
+	return 0;
+}

@@ -1,0 +1,846 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * hints — epoch hints fetched ahead of their readers. See hints.h for the
+ * contract.
+ *
+ *   sfs_hints ──lock──> pending lists (being built, one per owner)
+ *                       lists: active ones, and dead ones fetchers still work on
+ *   hint_list  ──────> items (immutable once committed), the window of slots
+ *                       [lo, next): item i in slots[i % window]
+ *
+ * An item's slot: TAKEN while a fetcher resolves and fetches it, then HELD
+ * (the fetcher's hold keeps its chunks for the reader) or DONE (skipped, or
+ * read before its fetch ended). The window moves on (advance) past DONE
+ * slots and past HELD ones that were read, or that lie a window behind the
+ * furthest item read (passed: their bytes are waste). A fetcher takes the
+ * next item only while next - lo < window and the bytes held unread by all
+ * lists stay under mem_bytes: a reader that stops stops the fetch within a
+ * window.
+ */
+#include "hints.h"
+#include "fs.h"
+#include "hint_list.h"
+#include "../cache/common/log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+enum slot_state { SLOT_FREE, SLOT_TAKEN, SLOT_HELD, SLOT_DONE };
+
+struct hint_slot {
+	sfs_pf_file *pf;   /* HELD: the fetcher's hold */
+	uint64_t off, end; /* TAKEN with pf, HELD: the item's bytes in the file */
+	uint8_t state;	   /* enum slot_state */
+	bool read;	   /* a reader asked for bytes of it */
+};
+
+/* A directory resolved for a list: its path (a prefix of items' paths). */
+struct hint_dir {
+	struct hint_dir *next;
+	uint64_t hash, key, seen_ms;
+	struct sfs_fh fh;
+	uint32_t mode, uid, gid;
+	uint16_t len;
+	char path[];
+};
+#define DIR_BUCKETS 1024
+#define DIR_MAX	    4096 /* directories kept per list; past it the table starts over */
+
+struct hint_list {
+	struct hint_list *next;
+	uint64_t owner;
+	struct sfs_hint_sender sender;
+	unsigned job; /* index in h->jobs */
+	struct sfs_hint_items items;
+	uint64_t lo, next_item, hi_read; /* hi_read: 1 + the furthest item read */
+	unsigned window_read;		 /* slots in [lo, next_item) marked read */
+	struct hint_slot *slots;	 /* window of them */
+	unsigned busy;			 /* fetchers on its items */
+	bool dead;			 /* replaced, cancelled or released */
+	struct sfs_hint_counts c;
+	struct hint_dir *dirs[DIR_BUCKETS];
+	unsigned n_dirs;
+};
+
+struct hint_pending {
+	struct hint_pending *next;
+	uint64_t owner;
+	struct sfs_hint_sender sender;
+	struct sfs_hint_items items;
+};
+
+struct sfs_hints {
+	struct sfs_fs *fs;
+	struct sfs_hints_conf conf;
+	pthread_mutex_t lock;
+	pthread_cond_t work; /* an item to take, or stop */
+	/* protected by lock */
+	struct hint_list *lists;
+	struct hint_pending *pending;
+	pthread_t *threads;
+	unsigned n_threads;
+	bool stop;
+	uint64_t held_bytes;
+	uint64_t list_mem;
+	struct sfs_hints_stats st;
+	struct sfs_hint_job_counts jobs[SFS_HINT_JOBS_MAX];
+	unsigned n_jobs;
+	unsigned owners; /* atomic: lists and pending lists, for release's fast path */
+};
+
+/* Add n to one counter of L, of its job and of the total. */
+#define COUNT(h, L, field, n)                                                                      \
+	do {                                                                                       \
+		(L)->c.field += (n);                                                               \
+		(h)->jobs[(L)->job].c.field += (n);                                                \
+		(h)->st.all.field += (n);                                                          \
+	} while (0)
+
+/* --- lists ------------------------------------------------------------------ */
+
+static unsigned job_index(sfs_hints *h, const char *label)
+{
+	for (unsigned j = 0; j < h->n_jobs; j++)
+		if (!strcmp(h->jobs[j].job, label))
+			return j;
+	if (h->n_jobs < SFS_HINT_JOBS_MAX - 1 ||
+	    (h->n_jobs == SFS_HINT_JOBS_MAX - 1 && !strcmp(label, "other"))) {
+		snprintf(h->jobs[h->n_jobs].job, sizeof(h->jobs[0].job), "%s", label);
+		return h->n_jobs++;
+	}
+	return job_index(h, "other"); /* the last slot */
+}
+
+static void dirs_clear(struct hint_list *L)
+{
+	for (size_t b = 0; b < DIR_BUCKETS; b++)
+		for (struct hint_dir *d = L->dirs[b], *n; d; d = n) {
+			n = d->next;
+			free(d);
+		}
+	memset(L->dirs, 0, sizeof(L->dirs));
+	L->n_dirs = 0;
+}
+
+static void list_free(sfs_hints *h, struct hint_list *L)
+{
+	h->list_mem -= sfs_hint_items_bytes(&L->items);
+	sfs_hint_items_free(&L->items);
+	dirs_clear(L);
+	free(L->slots);
+	free(L);
+	__atomic_fetch_sub(&h->owners, 1, __ATOMIC_RELAXED);
+}
+
+/* Let go of slot s's hold; its bytes leave held_bytes if nobody read them
+ * (counted as waste when wasted). Caller holds h->lock. */
+static void slot_release(sfs_hints *h, struct hint_list *L, struct hint_slot *s, bool wasted)
+{
+	if (s->state == SLOT_HELD && !s->read) {
+		h->held_bytes -= s->end - s->off;
+		if (wasted)
+			COUNT(h, L, wasted_bytes, s->end - s->off);
+	}
+	if (s->read)
+		L->window_read--;
+	if (s->pf)
+		sfs_pf_file_hint_release(s->pf);
+	*s = (struct hint_slot){.state = SLOT_FREE};
+}
+
+/* Mark L dead: its held items go (unread ones as waste); it is freed now,
+ * or by the last fetcher working on it. Caller holds h->lock. */
+static void list_kill(sfs_hints *h, struct hint_list *L)
+{
+	L->dead = true;
+	for (uint64_t i = L->lo; i < L->next_item; i++) {
+		struct hint_slot *s = &L->slots[i % h->conf.window];
+		if (s->state == SLOT_HELD || s->state == SLOT_DONE)
+			slot_release(h, L, s, true);
+	}
+	L->lo = L->next_item;
+	if (L->busy)
+		return;
+	for (struct hint_list **p = &h->lists; *p; p = &(*p)->next)
+		if (*p == L) {
+			*p = L->next;
+			break;
+		}
+	list_free(h, L);
+}
+
+static struct hint_list *list_of(sfs_hints *h, uint64_t owner)
+{
+	for (struct hint_list *L = h->lists; L; L = L->next)
+		if (L->owner == owner && !L->dead)
+			return L;
+	return NULL;
+}
+
+static struct hint_pending **pending_of(sfs_hints *h, uint64_t owner)
+{
+	struct hint_pending **p = &h->pending;
+	while (*p && (*p)->owner != owner)
+		p = &(*p)->next;
+	return p;
+}
+
+static void pending_drop(sfs_hints *h, struct hint_pending **p)
+{
+	struct hint_pending *q = *p;
+	*p = q->next;
+	sfs_hint_items_free(&q->items);
+	free(q);
+	__atomic_fetch_sub(&h->owners, 1, __ATOMIC_RELAXED);
+}
+
+static void *fetcher_main(void *arg);
+
+/* Start the fetchers with the first list. Caller holds h->lock. */
+static int start_fetchers(sfs_hints *h)
+{
+	if (h->threads)
+		return 0;
+	h->threads = calloc(h->conf.fetchers, sizeof(*h->threads));
+	if (!h->threads)
+		return -ENOMEM;
+	for (unsigned i = 0; i < h->conf.fetchers; i++) {
+		if (pthread_create(&h->threads[i], NULL, fetcher_main, h) != 0)
+			break;
+		h->n_threads++;
+	}
+	if (!h->n_threads) {
+		free(h->threads);
+		h->threads = NULL;
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+int sfs_hints_begin(sfs_hints *h, uint64_t owner, const struct sfs_hint_sender *s)
+{
+	struct hint_pending *q = calloc(1, sizeof(*q));
+
+	if (!q)
+		return -ENOMEM;
+	q->owner = owner;
+	q->sender = *s;
+	pthread_mutex_lock(&h->lock);
+	struct hint_pending **p = pending_of(h, owner);
+	if (*p)
+		pending_drop(h, p); /* a new BEGIN replaces the list being built */
+	q->next = h->pending;
+	h->pending = q;
+	__atomic_fetch_add(&h->owners, 1, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&h->lock);
+	return 0;
+}
+
+int sfs_hints_append(sfs_hints *h, uint64_t owner, const struct shardfs_hint_append *a)
+{
+	int rc = -EINVAL;
+
+	pthread_mutex_lock(&h->lock);
+	struct hint_pending **p = pending_of(h, owner);
+	if (*p && a->used <= sizeof(a->buf))
+		rc = sfs_hint_items_append(&(*p)->items, a->buf, a->used, a->n_items);
+	if (rc == -EINVAL || rc == -E2BIG) {
+		if (rc == -EINVAL)
+			h->st.refused_invalid++;
+		else
+			h->st.refused_too_long++;
+		if (*p)
+			pending_drop(h, p); /* a refused batch drops the whole list */
+	}
+	pthread_mutex_unlock(&h->lock);
+	return rc;
+}
+
+int sfs_hints_commit(sfs_hints *h, uint64_t owner, uint64_t *n_items)
+{
+	struct hint_list *L = calloc(1, sizeof(*L));
+	struct hint_slot *slots = calloc(h->conf.window, sizeof(*slots));
+	int rc = 0;
+
+	pthread_mutex_lock(&h->lock);
+	struct hint_pending **p = pending_of(h, owner);
+	if (!*p) {
+		h->st.refused_invalid++;
+		rc = -EINVAL;
+	} else if (!L || !slots || (rc = start_fetchers(h)) < 0) {
+		rc = rc ? rc : -ENOMEM;
+	} else {
+		struct hint_list *old = list_of(h, owner);
+		if (old)
+			list_kill(h, old); /* the new list replaces it */
+		struct hint_pending *q = *p;
+		*p = q->next;
+		L->owner = owner;
+		L->sender = q->sender;
+		L->items = q->items;
+		L->slots = slots;
+		L->job = job_index(h, q->sender.job);
+		free(q);
+		*n_items = L->items.n;
+		h->list_mem += sfs_hint_items_bytes(&L->items);
+		COUNT(h, L, lists, 1);
+		COUNT(h, L, items, L->items.n);
+		L->next = h->lists;
+		h->lists = L;
+		L = NULL;
+		slots = NULL;
+		pthread_cond_broadcast(&h->work);
+	}
+	pthread_mutex_unlock(&h->lock);
+	free(L);
+	free(slots);
+	return rc;
+}
+
+int sfs_hints_cancel(sfs_hints *h, uint64_t owner)
+{
+	pthread_mutex_lock(&h->lock);
+	struct hint_pending **p = pending_of(h, owner);
+	if (*p)
+		pending_drop(h, p);
+	struct hint_list *L = list_of(h, owner);
+	if (L)
+		list_kill(h, L);
+	pthread_mutex_unlock(&h->lock);
+	return 0;
+}
+
+void sfs_hints_release(sfs_hints *h, uint64_t owner)
+{
+	if (!h || !__atomic_load_n(&h->owners, __ATOMIC_RELAXED))
+		return;
+	sfs_hints_cancel(h, owner);
+}
+
+void sfs_hints_status(sfs_hints *h, uint64_t owner, struct shardfs_hint_status *out)
+{
+	pthread_mutex_lock(&h->lock);
+	struct hint_list *L = list_of(h, owner);
+	if (L) {
+		out->active = L->lo < L->items.n;
+		out->n_items = L->items.n;
+		out->position = L->lo;
+		out->fetched_items = L->c.fetched_items;
+		out->fetched_bytes = L->c.fetched_bytes;
+		out->read_items = L->c.read_items;
+		out->wasted_bytes = L->c.wasted_bytes;
+		out->cached_items = L->c.cached_items;
+		out->unknown_items = L->c.unknown_items;
+		out->denied_items = L->c.denied_items;
+	}
+	pthread_mutex_unlock(&h->lock);
+}
+
+/* --- the window ----------------------------------------------------------------- */
+
+/* Move L's window past the items done with. Caller holds h->lock. */
+static void advance(sfs_hints *h, struct hint_list *L)
+{
+	unsigned w = h->conf.window;
+
+	while (L->lo < L->next_item) {
+		struct hint_slot *s = &L->slots[L->lo % w];
+		/* Passed: the reader read an item a window further on, or most
+		 * of a full window after it (it may also have read this one
+		 * before it was held: reads are seen only on held files). */
+		bool passed = L->lo + w <= L->hi_read ||
+			      (L->next_item - L->lo >= w && L->window_read >= w - w / 4);
+		if (s->state == SLOT_DONE || (s->state == SLOT_HELD && (s->read || passed)))
+			slot_release(h, L, s, true);
+		else
+			break; /* being fetched, or held for a reader still to come */
+		L->lo++;
+	}
+}
+
+/* The next item of some list that may be fetched now: round robin over the
+ * lists, each within its window, all within mem_bytes. Caller holds
+ * h->lock; on true the slot is TAKEN and its list busy. */
+static bool take_item(sfs_hints *h, struct hint_list **out, uint64_t *idx)
+{
+	struct hint_list *pick = NULL;
+
+	for (struct hint_list *L = h->lists; L; L = L->next) {
+		if (L->dead)
+			continue;
+		advance(h, L);
+		if (L->next_item >= L->items.n || L->next_item - L->lo >= h->conf.window)
+			continue;
+		if (!pick || L->next_item - L->lo < pick->next_item - pick->lo)
+			pick = L; /* the list furthest behind its window goes first */
+	}
+	if (!pick || h->held_bytes >= h->conf.mem_bytes)
+		return false;
+	*idx = pick->next_item++;
+	struct hint_slot *s = &pick->slots[*idx % h->conf.window];
+	*s = (struct hint_slot){.state = SLOT_TAKEN};
+	pick->busy++;
+	*out = pick;
+	return true;
+}
+
+/* A reader asked for [off, end) of f, which some list holds: the items of
+ * it in windows are read. Prefetch's read observer: no prefetch lock held. */
+static void observe_read(void *arg, sfs_pf_file *f, uint64_t off, uint64_t end)
+{
+	sfs_hints *h = arg;
+	bool moved = false;
+
+	pthread_mutex_lock(&h->lock);
+	for (struct hint_list *L = h->lists; L; L = L->next)
+		for (uint64_t i = L->lo; i < L->next_item && !L->dead; i++) {
+			struct hint_slot *s = &L->slots[i % h->conf.window];
+			if (s->pf != f || s->read || off >= s->end || end <= s->off)
+				continue;
+			s->read = true;
+			L->window_read++;
+			if (s->state == SLOT_HELD) {
+				h->held_bytes -= s->end - s->off;
+				COUNT(h, L, read_items, 1);
+				COUNT(h, L, read_bytes, s->end - s->off);
+			}
+			if (i + 1 > L->hi_read)
+				L->hi_read = i + 1;
+			moved = true;
+		}
+	if (moved)
+		pthread_cond_signal(&h->work); /* the window may move: one more item */
+	pthread_mutex_unlock(&h->lock);
+}
+
+/* --- resolving a path as its sender -------------------------------------- */
+
+static bool in_groups(const struct sfs_hint_sender *s, uint32_t gid)
+{
+	if (s->gid == gid)
+		return true;
+	for (int k = 0; k < s->n_groups; k++)
+		if (s->groups[k] == gid)
+			return true;
+	return false;
+}
+
+/* Whether the sender may `want` (4 read, 1 search) an object of mode, uid,
+ * gid: the kernel's generic_permission, with root's override. */
+static bool sender_may(const sfs_hints *h, const struct sfs_hint_sender *s, uint32_t mode,
+		       uint32_t uid, uint32_t gid, unsigned want)
+{
+	if (!h->conf.check_perms || s->uid == 0)
+		return true;
+	unsigned bits = s->uid == uid ? mode >> 6 : in_groups(s, gid) ? mode >> 3 : mode;
+	return (bits & want) == want;
+}
+
+static uint64_t path_hash(const char *p, size_t n)
+{
+	uint64_t x = 1469598103934665603ull;
+	for (size_t i = 0; i < n; i++)
+		x = (x ^ (uint8_t)p[i]) * 1099511628211ull;
+	return x;
+}
+
+/* The resolved directory path[0, len) of L, if kept and not older than the
+ * attribute timeout. Caller holds h->lock; copies it out. */
+static bool dir_cached(sfs_hints *h, struct hint_list *L, const char *path, size_t len,
+		       struct hint_dir *out)
+{
+	uint64_t hash = path_hash(path, len), now = sfs_now_ms();
+	uint64_t ttl = (uint64_t)(h->fs->attr_timeout_s * 1000) + 1000;
+
+	for (struct hint_dir *d = L->dirs[hash % DIR_BUCKETS]; d; d = d->next)
+		if (d->hash == hash && d->len == len && !memcmp(d->path, path, len) &&
+		    now - d->seen_ms < ttl) {
+			memcpy(out, d, sizeof(*out));
+			return true;
+		}
+	return false;
+}
+
+static void dir_keep(sfs_hints *h, struct hint_list *L, const char *path, size_t len,
+		     const struct hint_dir *d)
+{
+	struct hint_dir *n = malloc(sizeof(*n) + len);
+	if (!n)
+		return;
+	*n = *d;
+	n->hash = path_hash(path, len);
+	n->len = (uint16_t)len;
+	n->seen_ms = sfs_now_ms();
+	memcpy(n->path, path, len);
+	pthread_mutex_lock(&h->lock);
+	if (L->n_dirs >= DIR_MAX)
+		dirs_clear(L);
+	n->next = L->dirs[n->hash % DIR_BUCKETS];
+	L->dirs[n->hash % DIR_BUCKETS] = n;
+	L->n_dirs++;
+	pthread_mutex_unlock(&h->lock);
+}
+
+/* Look name up in directory d as a reader's lookup would: the namespace
+ * (immutable), a current listing, else NFS (recorded in the namespace).
+ * A miss in a directory not listed counts towards its listing, so that the
+ * reader's own lookups there are answered without NFS. Returns 0 or -errno. */
+static int lookup_name(sfs_hints *h, const struct hint_dir *d, const char *name, struct sfs_fh *fh,
+		       struct sfs_attr *a)
+{
+	struct sfs_fs *fs = h->fs;
+	uint64_t listed_ms;
+	int rc;
+
+	if (fs->ns) {
+		if ((rc = sfs_ns_lookup(fs->ns, d->key, name, fh, a)) != -ENODATA)
+			return rc;
+	} else if (fs->listings) {
+		rc = sfs_ns_lookup_listed(fs->listings, d->key, name, fh, a, &listed_ms);
+		if (rc == 0)
+			return 0;
+		if (rc == -ENODATA && sfs_ns_listing_wanted(fs->listings, d->key))
+			sfs_fs_listing_start(fs, &d->fh, d->key);
+	}
+	struct sfs_origin_req r = {.op = SFS_ORIGIN_LOOKUP, .fh = d->fh, .name = name};
+	if ((rc = sfs_origin_call(fs->origin, &r)) < 0)
+		return rc;
+	*fh = r.out_fh;
+	if (!r.have_attr) {
+		r = (struct sfs_origin_req){.op = SFS_ORIGIN_GETATTR, .fh = *fh};
+		if ((rc = sfs_origin_call(fs->origin, &r)) < 0)
+			return rc;
+	}
+	*a = r.attr;
+	if (fs->ns)
+		sfs_ns_add(fs->ns, d->key, name, fh, a);
+	return 0;
+}
+
+static void dir_from(struct hint_dir *d, const struct sfs_fh *fh, const struct sfs_attr *a,
+		     uint64_t key)
+{
+	d->fh = *fh;
+	d->key = key;
+	d->mode = a->mode;
+	d->uid = a->uid;
+	d->gid = a->gid;
+}
+
+/* The directory path[0, len) (len 0: the root), each directory on the way
+ * searchable by the sender. Returns 0 or -errno (-EACCES: not searchable). */
+static int resolve_dir(sfs_hints *h, struct hint_list *L, const char *path, size_t len,
+		       struct hint_dir *out)
+{
+	pthread_mutex_lock(&h->lock);
+	bool hit = dir_cached(h, L, path, len, out);
+	pthread_mutex_unlock(&h->lock);
+	if (hit)
+		return 0;
+	struct sfs_attr a;
+	int rc;
+	if (len == 0) {
+		struct sfs_inode *root = sfs_inode_root(h->fs->inodes);
+		sfs_inode_lock(root);
+		sfs_inode_attr_get(root, &a);
+		sfs_inode_unlock(root);
+		struct sfs_fh fh = sfs_inode_fh(root);
+		dir_from(out, &fh, &a, SFS_NS_ROOT);
+	} else {
+		const char *slash = memrchr(path, '/', len);
+		size_t plen = slash ? (size_t)(slash - path) : 0;
+		struct hint_dir parent;
+		if ((rc = resolve_dir(h, L, path, plen, &parent)) < 0)
+			return rc;
+		char name[256];
+		size_t nlen = len - (slash ? plen + 1 : 0);
+		if (nlen >= sizeof(name))
+			return -ENAMETOOLONG;
+		memcpy(name, path + len - nlen, nlen);
+		name[nlen] = 0;
+		struct sfs_fh fh;
+		if ((rc = lookup_name(h, &parent, name, &fh, &a)) < 0)
+			return rc;
+		if (a.type != S_IFDIR)
+			return -ENOTDIR;
+		dir_from(out, &fh, &a, a.fileid);
+	}
+	if (!sender_may(h, &L->sender, out->mode, out->uid, out->gid, 1))
+		return -EACCES;
+	dir_keep(h, L, path, len, out);
+	return 0;
+}
+
+/* path[0, len) of L, readable by its sender: handle and attributes. */
+static int resolve_file(sfs_hints *h, struct hint_list *L, const char *path, size_t len,
+			struct sfs_fh *fh, struct sfs_attr *a)
+{
+	const char *slash = memrchr(path, '/', len);
+	size_t plen = slash ? (size_t)(slash - path) : 0;
+	struct hint_dir dir;
+	char name[256];
+	size_t nlen = len - (slash ? plen + 1 : 0);
+	int rc;
+
+	if (nlen >= sizeof(name))
+		return -ENAMETOOLONG;
+	if ((rc = resolve_dir(h, L, path, plen, &dir)) < 0)
+		return rc;
+	memcpy(name, path + len - nlen, nlen);
+	name[nlen] = 0;
+	if ((rc = lookup_name(h, &dir, name, fh, a)) < 0)
+		return rc;
+	if (a->type != S_IFREG)
+		return -EISDIR;
+	if (!sender_may(h, &L->sender, a->mode, a->uid, a->gid, 4))
+		return -EACCES;
+	return 0;
+}
+
+/* The dataset (cache/store/store.h) of a path: its top-level directory, or
+ * the export itself for a file at the root. */
+static uint32_t path_dataset(sfs_hints *h, const char *path, size_t len)
+{
+	struct sfs_fs *fs = h->fs;
+	const char *slash = memchr(path, '/', len);
+	char buf[2048];
+
+	if (!fs->store)
+		return 0;
+	if (!slash)
+		return fs->root_dataset;
+	if (sfs_export_join(fs->opts, path, (size_t)(slash - path), buf, sizeof(buf)) >=
+	    (int)sizeof(buf))
+		return 0;
+	return sfs_store_dataset(fs->store, buf);
+}
+
+/* --- fetching an item -------------------------------------------------------- */
+
+enum item_outcome { ITEM_FETCHED, ITEM_CACHED, ITEM_UNKNOWN, ITEM_DENIED };
+
+struct item_result {
+	enum item_outcome outcome;
+	sfs_pf_file *pf; /* FETCHED: held */
+	uint64_t off, end;
+};
+
+/* Whether L no longer needs item idx. Takes h->lock. */
+static bool item_gone(sfs_hints *h, struct hint_list *L, uint64_t idx)
+{
+	pthread_mutex_lock(&h->lock);
+	bool gone = h->stop || L->dead || idx + h->conf.window <= L->hi_read ||
+		    L->slots[idx % h->conf.window].read;
+	pthread_mutex_unlock(&h->lock);
+	return gone;
+}
+
+/* Resolve, skip or fetch item idx of L. No lock held. */
+static struct item_result fetch_item(sfs_hints *h, struct hint_list *L, uint64_t idx)
+{
+	const struct sfs_hint_item *it = &L->items.items[idx]; /* immutable */
+	const char *path = L->items.arena + it->path_off;
+	struct item_result r = {.outcome = ITEM_UNKNOWN};
+	struct sfs_fh fh;
+	struct sfs_attr a;
+	int rc = resolve_file(h, L, path, it->path_len, &fh, &a);
+
+	if (rc < 0) {
+		r.outcome = rc == -EACCES ? ITEM_DENIED : ITEM_UNKNOWN;
+		return r;
+	}
+	r.off = it->length ? it->offset : 0;
+	r.end = it->length ? it->offset + it->length : a.size;
+	r.end = r.end < a.size ? r.end : a.size;
+	if (r.off >= r.end) {
+		if (!it->length && !a.size)
+			r.outcome = ITEM_CACHED; /* an empty file: nothing to fetch */
+		return r;			 /* else a range past its end: unknown */
+	}
+	struct sfs_file_version v = {.dataset = path_dataset(h, path, it->path_len),
+				     .fsid = a.fsid,
+				     .fileid = a.fileid,
+				     .size = a.size,
+				     .mtime_s = a.mtime.tv_sec,
+				     .mtime_ns = (uint32_t)a.mtime.tv_nsec,
+				     .ctime_s = a.ctime.tv_sec,
+				     .ctime_ns = (uint32_t)a.ctime.tv_nsec};
+	sfs_pf_file *pf;
+	if (sfs_pf_file_open_version(h->fs->prefetch, &fh, &v, &pf) < 0)
+		return r;
+	sfs_pf_file_hint_hold(pf);
+	sfs_pf_file_unref(pf); /* the hold has its own reference */
+	/* Published before the fetch, so that a reader that gets there first
+	 * marks the item read. */
+	pthread_mutex_lock(&h->lock);
+	struct hint_slot *s = &L->slots[idx % h->conf.window];
+	s->pf = pf;
+	s->off = r.off;
+	s->end = r.end;
+	pthread_mutex_unlock(&h->lock);
+	struct sfs_pf_ahead ahead;
+	for (bool first = true;; first = false) {
+		sfs_pf_file_fetch_ahead(pf, r.off, r.end, 200, &ahead);
+		if (first && ahead.cached) {
+			r.outcome = ITEM_CACHED;
+			return r;
+		}
+		if ((!ahead.pending && !ahead.busy) || item_gone(h, L, idx))
+			break;
+		if (ahead.pending)
+			nanosleep(&(struct timespec){.tv_nsec = 5 * 1000 * 1000}, NULL);
+	}
+	r.outcome = ITEM_FETCHED;
+	r.pf = pf;
+	return r;
+}
+
+/* Record the outcome of item idx of L. Caller holds h->lock. */
+static void item_finish(sfs_hints *h, struct hint_list *L, uint64_t idx, struct item_result *r)
+{
+	struct hint_slot *s = &L->slots[idx % h->conf.window];
+	uint64_t bytes = r->end - r->off;
+
+	L->busy--;
+	if (r->outcome == ITEM_FETCHED || r->outcome == ITEM_CACHED)
+		COUNT(h, L, item_bytes, bytes);
+	if (r->outcome == ITEM_UNKNOWN)
+		COUNT(h, L, unknown_items, 1);
+	else if (r->outcome == ITEM_DENIED)
+		COUNT(h, L, denied_items, 1);
+	else if (r->outcome == ITEM_CACHED)
+		COUNT(h, L, cached_items, 1);
+	if (r->outcome != ITEM_FETCHED || L->dead) {
+		s->state = SLOT_DONE; /* released by advance (or list_kill) */
+		if (r->outcome == ITEM_FETCHED) {
+			COUNT(h, L, fetched_items, 1);
+			COUNT(h, L, fetched_bytes, bytes);
+			COUNT(h, L, wasted_bytes, s->read ? 0 : bytes);
+		}
+	} else {
+		COUNT(h, L, fetched_items, 1);
+		COUNT(h, L, fetched_bytes, bytes);
+		s->state = SLOT_HELD;
+		if (s->read) {
+			COUNT(h, L, read_items, 1);
+			COUNT(h, L, read_bytes, bytes);
+		} else {
+			h->held_bytes += bytes;
+		}
+	}
+	if (L->dead && !L->busy) {
+		if (s->pf)
+			sfs_pf_file_hint_release(s->pf);
+		s->pf = NULL;
+		for (struct hint_list **p = &h->lists; *p; p = &(*p)->next)
+			if (*p == L) {
+				*p = L->next;
+				break;
+			}
+		list_free(h, L);
+		return;
+	}
+	if (L->dead && s->pf) {
+		sfs_pf_file_hint_release(s->pf);
+		s->pf = NULL;
+		s->state = SLOT_FREE;
+	}
+	pthread_cond_signal(&h->work); /* a fetcher's place: one more item */
+}
+
+static void *fetcher_main(void *arg)
+{
+	sfs_hints *h = arg;
+	struct hint_list *L;
+	uint64_t idx;
+
+	pthread_mutex_lock(&h->lock);
+	while (!h->stop) {
+		if (!take_item(h, &L, &idx)) {
+			/* Woken by a commit, a read, an item done; the timeout
+			 * drops items readers passed meanwhile. */
+			struct timespec until;
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_nsec += 100 * 1000 * 1000;
+			if (until.tv_nsec >= 1000000000) {
+				until.tv_sec++;
+				until.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&h->work, &h->lock, &until);
+			continue;
+		}
+		pthread_mutex_unlock(&h->lock);
+		struct item_result r = fetch_item(h, L, idx);
+		pthread_mutex_lock(&h->lock);
+		item_finish(h, L, idx, &r);
+	}
+	pthread_mutex_unlock(&h->lock);
+	return NULL;
+}
+
+/* --- open, close, stats -------------------------------------------------------- */
+
+int sfs_hints_open(struct sfs_fs *fs, const struct sfs_hints_conf *conf, sfs_hints **out)
+{
+	sfs_hints *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return -ENOMEM;
+	h->fs = fs;
+	h->conf = *conf;
+	if (!h->conf.window)
+		h->conf.window = 1;
+	if (!h->conf.fetchers)
+		h->conf.fetchers = 1;
+	pthread_mutex_init(&h->lock, NULL);
+	pthread_cond_init(&h->work, NULL);
+	snprintf(h->jobs[SFS_HINT_JOBS_MAX - 1].job, sizeof(h->jobs[0].job), "other");
+	sfs_prefetch_set_read_observer(fs->prefetch, observe_read, h);
+	*out = h;
+	return 0;
+}
+
+void sfs_hints_close(sfs_hints *h)
+{
+	if (!h)
+		return;
+	pthread_mutex_lock(&h->lock);
+	h->stop = true;
+	pthread_cond_broadcast(&h->work);
+	pthread_mutex_unlock(&h->lock);
+	for (unsigned i = 0; i < h->n_threads; i++)
+		pthread_join(h->threads[i], NULL);
+	free(h->threads);
+	while (h->pending)
+		pending_drop(h, &h->pending);
+	while (h->lists)
+		list_kill(h, h->lists);
+	pthread_cond_destroy(&h->work);
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+}
+
+size_t sfs_hints_stats(sfs_hints *h, struct sfs_hints_stats *out, struct sfs_hint_job_counts *jobs,
+		       size_t max)
+{
+	size_t n = 0;
+
+	memset(out, 0, sizeof(*out));
+	if (!h)
+		return 0;
+	pthread_mutex_lock(&h->lock);
+	*out = h->st;
+	out->held_bytes = h->held_bytes;
+	out->list_mem_bytes = h->list_mem;
+	for (struct hint_list *L = h->lists; L; L = L->next)
+		out->active_lists += !L->dead && L->lo < L->items.n;
+	for (unsigned j = 0; j < SFS_HINT_JOBS_MAX && n < max; j++)
+		if (h->jobs[j].c.lists)
+			jobs[n++] = h->jobs[j];
+	pthread_mutex_unlock(&h->lock);
+	return n;
+}

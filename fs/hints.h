@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * hints — epoch hints: the ordered lists of files and ranges trainers send
+ * (SHARDFS_IOC_HINT_*, shardfs_ioctl.h), fetched ahead of their reads.
+ *
+ * Owns: the lists of the mount, each tied to the open file it was sent on
+ * (its fh) and dropped at that open's release; resolving each item's path
+ * as its sender (mode bits checked as the kernel checks them under
+ * default_permissions); the fetcher threads (hint_fetchers of them, started
+ * at the first list), which take the items of every list in order, a window
+ * at most ahead of what the reader has reached (hint_window items, and
+ * together no more than a share of the fetch memory), skip what the cache
+ * holds, and hold what they fetched for the reader (prefetch.h, "Hints");
+ * following the reads (an item read is done; an item a window behind the
+ * furthest read is dropped, its bytes counted as waste); the counters, per
+ * job and in all.
+ * Does not own: fetching and caching bytes (cache/prefetch, cache/store),
+ * the ioctl structs' plumbing (fs/ioctl.c).
+ *
+ * Threading: any thread. One mutex protects every list and counter; it is
+ * taken before a prefetch file's lock (holds are released under it) and
+ * never while a prefetch lock is held (the read observer is called with
+ * none). Fetchers resolve and fetch without it.
+ */
+#ifndef SFS_HINTS_H
+#define SFS_HINTS_H
+
+#include "shardfs_ioctl.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct sfs_fs;
+typedef struct sfs_hints sfs_hints;
+
+struct sfs_hints_conf {
+	unsigned window;    /* items of one list fetched ahead at most */
+	unsigned fetchers;  /* fetcher threads */
+	uint64_t mem_bytes; /* bytes fetched ahead and not yet read, all lists */
+	bool check_perms;   /* default_permissions: a hint reads only what its sender may */
+};
+
+/* Who sent a list: from the ioctl's request. */
+#define SFS_HINT_GROUPS_MAX 64
+struct sfs_hint_sender {
+	uid_t uid;
+	gid_t gid;
+	int n_groups; /* supplementary groups known (at most SFS_HINT_GROUPS_MAX) */
+	gid_t groups[SFS_HINT_GROUPS_MAX];
+	char job[64]; /* the job label (fs/jobs.h) */
+};
+
+/* Returns 0 and *out, or -ENOMEM. Threads start with the first list. */
+int sfs_hints_open(struct sfs_fs *fs, const struct sfs_hints_conf *conf, sfs_hints **out);
+/* Stop the fetchers (each finishes its item) and drop every list. Before
+ * the prefetch pool and the origin close. NULL is fine. */
+void sfs_hints_close(sfs_hints *h);
+
+/* The calls of one open file (owner: its fi->fh). Return 0 or -errno, as
+ * shardfs_ioctl.h lists them. */
+int sfs_hints_begin(sfs_hints *h, uint64_t owner, const struct sfs_hint_sender *s);
+int sfs_hints_append(sfs_hints *h, uint64_t owner, const struct shardfs_hint_append *a);
+int sfs_hints_commit(sfs_hints *h, uint64_t owner, uint64_t *n_items);
+int sfs_hints_cancel(sfs_hints *h, uint64_t owner);
+void sfs_hints_status(sfs_hints *h, uint64_t owner, struct shardfs_hint_status *out);
+/* The open file `owner` was released: its lists go. Cheap when it has none. */
+void sfs_hints_release(sfs_hints *h, uint64_t owner);
+
+/* Counters of one job's lists (alive or gone), or of all. */
+struct sfs_hint_counts {
+	uint64_t lists;		/* committed */
+	uint64_t items;		/* in committed lists */
+	uint64_t item_bytes;	/* of the items resolved */
+	uint64_t fetched_items; /* fetched ahead (not in the cache when taken) */
+	uint64_t fetched_bytes; /* their bytes */
+	uint64_t read_items;	/* of those, read by a reader */
+	uint64_t read_bytes;
+	uint64_t wasted_bytes; /* fetched ahead, dropped unread */
+	uint64_t cached_items; /* skipped: in the cache */
+	uint64_t unknown_items;
+	uint64_t denied_items;
+};
+
+struct sfs_hint_job_counts {
+	char job[64];
+	struct sfs_hint_counts c;
+};
+
+struct sfs_hints_stats {
+	uint64_t active_lists;	   /* lists with items left */
+	uint64_t held_bytes;	   /* fetched ahead, not yet read or dropped */
+	uint64_t list_mem_bytes;   /* memory of the lists' items and paths */
+	uint64_t refused_invalid;  /* batches or commits refused: EINVAL */
+	uint64_t refused_too_long; /* lists refused: E2BIG */
+	struct sfs_hint_counts all;
+};
+
+#define SFS_HINT_JOBS_MAX 64 /* jobs counted apart; more go under "other" */
+
+/* Totals into *out; up to max jobs' counters into jobs. Returns the number
+ * of jobs copied. h may be NULL (all zero). */
+size_t sfs_hints_stats(sfs_hints *h, struct sfs_hints_stats *out, struct sfs_hint_job_counts *jobs,
+		       size_t max);
+
+#endif
