@@ -640,9 +640,10 @@ static void hint_ioctl_reply(fuse_req_t req, struct sfs_fs *fs, struct sfs_inode
 {
 	union hint_ioctl_buf *buf = malloc(sizeof(*buf));
 	size_t out_len;
-	int rc = !buf				       ? -ENOMEM
+	int rc = !buf				      ? -ENOMEM
 		 : sfs_inode_kind(i) != SFS_INODE_NFS ? -ENOTTY
-		 : !fs->hints			       ? -ENOTTY
+		 : !fs->hints
+		     ? -ENOTTY
 		     : hint_ioctl(req, fs, fh, cmd, buf, in_buf, in_bufsz, out_bufsz, &out_len);
 	if (rc < 0)
 		fuse_reply_err(req, -rc);
@@ -674,8 +675,7 @@ void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		cache_ioctl(req, fs, cmd, in_buf, in_bufsz, out_bufsz);
 		return;
 	}
-	struct sfs_open_file *of =
-	    flags & FUSE_IOCTL_DIR ? NULL : sfs_fs_open_file(fs, i, fi->fh);
+	struct sfs_open_file *of = flags & FUSE_IOCTL_DIR ? NULL : sfs_fs_open_file(fs, i, fi->fh);
 	if (sfs_inode_kind(i) != SFS_INODE_NFS || !of || flags & FUSE_IOCTL_DIR) {
 		fuse_reply_err(req, ENOTTY);
 		return;

@@ -903,7 +903,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 			fuse_reply_err(req, 0);
 			return;
 		}
-		sfs_open_file_drop_regions(of); /* regions belong to the open file */
+		sfs_open_file_drop_regions(of);	      /* regions belong to the open file */
 		sfs_hints_release(fs->hints, fi->fh); /* and so do hint lists */
 		if (of->direct)
 			sfs_pc_direct_closed(&fs->page_cache, of->direct_reads,

@@ -297,18 +297,18 @@ struct shardfs_hint_cancel {
 
 /* Progress of the active list of this open file (all zero without one). */
 struct shardfs_hint_status {
-	uint32_t size;		  /* in: sizeof(struct shardfs_hint_status) */
-	uint32_t active;	  /* out: 1 while items remain to be fetched or read */
-	uint64_t n_items;	  /* out: items in the list */
-	uint64_t position;	  /* out: items done with (read, skipped or dropped) */
-	uint64_t fetched_items;	  /* out: items fetched ahead */
-	uint64_t fetched_bytes;	  /* out: their bytes */
-	uint64_t read_items;	  /* out: of those, read by the reader */
-	uint64_t wasted_bytes;	  /* out: fetched ahead and dropped unread */
-	uint64_t cached_items;	  /* out: skipped: already in the cache */
-	uint64_t unknown_items;	  /* out: skipped: missing, not a file, or out of range */
-	uint64_t denied_items;	  /* out: skipped: the caller may not read them */
-	uint64_t reserved[4];	  /* in: zero */
+	uint32_t size;		/* in: sizeof(struct shardfs_hint_status) */
+	uint32_t active;	/* out: 1 while items remain to be fetched or read */
+	uint64_t n_items;	/* out: items in the list */
+	uint64_t position;	/* out: items done with (read, skipped or dropped) */
+	uint64_t fetched_items; /* out: items fetched ahead */
+	uint64_t fetched_bytes; /* out: their bytes */
+	uint64_t read_items;	/* out: of those, read by the reader */
+	uint64_t wasted_bytes;	/* out: fetched ahead and dropped unread */
+	uint64_t cached_items;	/* out: skipped: already in the cache */
+	uint64_t unknown_items; /* out: skipped: missing, not a file, or out of range */
+	uint64_t denied_items;	/* out: skipped: the caller may not read them */
+	uint64_t reserved[4];	/* in: zero */
 };
 #define SHARDFS_IOC_HINT_STATUS _IOWR(SHARDFS_IOC_MAGIC, 0x34, struct shardfs_hint_status)
 

@@ -624,9 +624,10 @@ static int render_hints(FILE *f, struct sfs_fs *fs)
 	size_t n = sfs_hints_stats(fs->hints, &t, js, SFS_HINT_JOBS_MAX);
 	metric(f, "shardfs_hint_lists", "gauge", "Hint lists with items left to fetch or read.",
 	       t.active_lists);
-	metric(f, "shardfs_hint_held_bytes", "gauge",
-	       "Bytes of hinted items fetched ahead and not yet read (at most half of prefetch_mem).",
-	       t.held_bytes);
+	metric(
+	    f, "shardfs_hint_held_bytes", "gauge",
+	    "Bytes of hinted items fetched ahead and not yet read (at most half of prefetch_mem).",
+	    t.held_bytes);
 	metric(f, "shardfs_hint_list_memory_bytes", "gauge",
 	       "Memory of the hint lists' items and paths.", t.list_mem_bytes);
 	help(f, "shardfs_hint_refused_total", "counter",
@@ -636,8 +637,8 @@ static int render_hints(FILE *f, struct sfs_fs *fs)
 	fprintf(f, "shardfs_hint_refused_total{reason=\"too_long\"} %llu\n",
 		(unsigned long long)t.refused_too_long);
 	PER_HINT_JOB("shardfs_hint_lists_total", "counter", "Hint lists committed, by job.", lists);
-	PER_HINT_JOB("shardfs_hint_items_total", "counter", "Items in committed hint lists, by job.",
-		     items);
+	PER_HINT_JOB("shardfs_hint_items_total", "counter",
+		     "Items in committed hint lists, by job.", items);
 	PER_HINT_JOB("shardfs_hint_item_bytes_total", "counter",
 		     "Bytes of the hinted items resolved (fetched ahead or found cached), by job.",
 		     item_bytes);
@@ -649,7 +650,8 @@ static int render_hints(FILE *f, struct sfs_fs *fs)
 	PER_HINT_JOB("shardfs_hint_read_items_total", "counter",
 		     "Items fetched ahead that a reader then read, by job.", read_items);
 	PER_HINT_JOB("shardfs_hint_read_bytes_total", "counter",
-		     "Bytes of the items fetched ahead that a reader then read, by job.", read_bytes);
+		     "Bytes of the items fetched ahead that a reader then read, by job.",
+		     read_bytes);
 	PER_HINT_JOB("shardfs_hint_wasted_bytes_total", "counter",
 		     "Bytes fetched ahead and dropped unread (passed by the reader, list replaced, "
 		     "cancelled or closed), by job.",

@@ -115,7 +115,7 @@ struct sfs_pf_file {
 	uint64_t shard_next; /* next chunk the pump considers */
 	struct pf_chunk **chunks;
 	size_t n_chunks, cap_chunks;
-	struct pf_waiter *waiters;	 /* reads answered when their chunk's bytes land */
+	struct pf_waiter *waiters; /* reads answered when their chunk's bytes land */
 	/* Holds of hint lists (sfs_pf_file_hint_hold), each also an opener;
 	 * written under lock, read without it on the read path (atomic). */
 	unsigned hint_holds;

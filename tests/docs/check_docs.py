@@ -79,7 +79,7 @@ def man_headings(path, section=None):
 
 def stats_metrics(src):
     text = open(os.path.join(src, "fs/stats.c"), encoding="utf-8").read()
-    pat = r'\b(?:help|metric|PER_[A-Z]+)\(\s*(?:f\s*,\s*)?"(shardfs_[a-z0-9_]+)"'
+    pat = r'\b(?:help|metric|PER_[A-Z_]+)\(\s*(?:f\s*,\s*)?"(shardfs_[a-z0-9_]+)"'
     return set(re.findall(pat, text))
 
 
