@@ -886,7 +886,8 @@ def find_mount(path):
     """The mountpoint of the shardfs mount holding path (a file or directory on it):
     the highest directory above it on the same device (st_dev), symlinks resolved.
     The mount is checked to be shardfs by its type in /proc/self/mountinfo
-    (fuse.shardfs), or, without mountinfo, by SHARDFS_IOC_QUERY on its root.
+    (fuse.shardfs), or, without mountinfo or for a plain "fuse" type, by
+    SHARDFS_IOC_QUERY on its root.
     OSError(ENOTTY) when it is not one; OSError from stat for a path that cannot
     be reached."""
     cur = os.path.realpath(path)
@@ -897,7 +898,7 @@ def find_mount(path):
             break
         cur = parent
     fstype = _mountinfo_fstype(dev)
-    if fstype is None:
+    if fstype in (None, "fuse"):  # no mountinfo, or a FUSE mount made without subtype
         fd = os.open(cur, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             query(fd)
