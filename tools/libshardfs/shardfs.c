@@ -9,6 +9,9 @@
 #endif
 #include "shardfs.h"
 
+#include "shardfs_testing.h"
+
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -24,6 +27,8 @@ _Static_assert(sizeof(struct shardfs_region) % 8 == 0, "region: 8-byte multiple"
 _Static_assert(sizeof(struct shardfs_stage) % 8 == 0, "stage: 8-byte multiple");
 _Static_assert(sizeof(struct shardfs_stage) <= 16383, "stage: FUSE ioctl limit");
 _Static_assert(sizeof(struct shardfs_region) <= 16383, "region: FUSE ioctl limit");
+_Static_assert(sizeof(struct shardfs_hint_append) <= 16383, "hint append: FUSE ioctl limit");
+_Static_assert(sizeof(struct shardfs_hint_item) % 8 == 0, "hint item: 8-byte multiple");
 
 /* "/name" of at most 255 bytes in out[256] from name with or without the
  * leading slash. Returns 0, -EINVAL (NULL, empty) or -ENAMETOOLONG. */
@@ -236,6 +241,143 @@ int shardfs_warm(int fd, struct shardfs_warm *st)
 	memset(st, 0, sizeof(*st));
 	st->size = sizeof(*st);
 	return sfs_ioctl(fd, SHARDFS_IOC_WARM, st);
+}
+
+#define HINT_PATH_MAX 4095 /* shardfs_hint_item.path_len */
+
+/* The length of a path the hint ABI accepts (every component non-empty,
+ * none "." or ".."), or 0 for one it refuses. */
+static size_t hint_path_len(const char *path)
+{
+	size_t len, n;
+	const char *c, *end, *slash;
+
+	if (!path)
+		return 0;
+	len = strnlen(path, HINT_PATH_MAX + 1);
+	if (len == 0 || len > HINT_PATH_MAX)
+		return 0;
+	end = path + len;
+	for (c = path;; c = slash + 1) {
+		slash = memchr(c, '/', (size_t)(end - c));
+		n = (size_t)((slash ? slash : end) - c);
+		if (n == 0 || (c[0] == '.' && (n == 1 || (n == 2 && c[1] == '.'))))
+			return 0;
+		if (!slash)
+			return len;
+	}
+}
+
+int shardfs_hint_item_bytes(const struct shardfs_hint_spec *it)
+{
+	size_t len = hint_path_len(it->path);
+
+	if (len == 0)
+		return -EINVAL;
+	if (it->length == 0 ? it->offset != 0 : it->offset > UINT64_MAX - it->length)
+		return -EINVAL;
+	return (int)((sizeof(struct shardfs_hint_item) + len + 7) & ~(size_t)7);
+}
+
+size_t shardfs_hint_pack(const struct shardfs_hint_spec *items, size_t n, uint8_t *buf,
+			 size_t buf_bytes, uint32_t *used)
+{
+	size_t at = 0, k;
+
+	for (k = 0; k < n; k++) {
+		struct shardfs_hint_item h;
+		int bytes = shardfs_hint_item_bytes(&items[k]);
+
+		assert(bytes > 0);
+		if (at + (size_t)bytes > buf_bytes)
+			break;
+		memset(&h, 0, sizeof(h));
+		h.item_bytes = (uint16_t)bytes;
+		h.path_len = (uint16_t)strlen(items[k].path);
+		h.kind = items[k].length ? SHARDFS_HINT_RANGE : SHARDFS_HINT_FILE;
+		h.offset = items[k].offset;
+		h.length = items[k].length;
+		memcpy(buf + at, &h, sizeof(h));
+		memcpy(buf + at + sizeof(h), items[k].path, h.path_len);
+		memset(buf + at + sizeof(h) + h.path_len, 0,
+		       (size_t)bytes - sizeof(h) - h.path_len);
+		at += (size_t)bytes;
+	}
+	memset(buf + at, 0, buf_bytes - at);
+	*used = (uint32_t)at;
+	return k;
+}
+
+int shardfs_hint_cancel(int fd)
+{
+	struct shardfs_hint_cancel c;
+
+	memset(&c, 0, sizeof(c));
+	c.size = sizeof(c);
+	return sfs_ioctl(fd, SHARDFS_IOC_HINT_CANCEL, &c);
+}
+
+int shardfs_hint(int fd, const struct shardfs_hint_spec *items, size_t n, uint64_t *n_committed)
+{
+	struct shardfs_hint_begin b;
+	struct shardfs_hint_append a;
+	struct shardfs_hint_commit c;
+	size_t i;
+	int err;
+
+	if (n_committed)
+		*n_committed = 0;
+	if (n && !items)
+		return -EINVAL;
+	for (i = 0; i < n; i++)
+		if (shardfs_hint_item_bytes(&items[i]) < 0)
+			return -EINVAL;
+	if (n == 0)
+		return shardfs_hint_cancel(fd);
+
+	memset(&b, 0, sizeof(b));
+	b.size = sizeof(b);
+	err = sfs_ioctl(fd, SHARDFS_IOC_HINT_BEGIN, &b);
+	if (err)
+		return err;
+	if (b.max_items && n > b.max_items) {
+		err = -E2BIG;
+		goto err_cancel;
+	}
+	memset(&a, 0, sizeof(a));
+	for (i = 0; i < n;) {
+		uint32_t used;
+		size_t k = shardfs_hint_pack(items + i, n - i, a.buf, sizeof(a.buf), &used);
+
+		assert(k > 0); /* one item takes at most 24 + 4095 + 7 bytes */
+		a.size = sizeof(a);
+		a.n_items = (uint32_t)k;
+		a.used = used;
+		err = sfs_ioctl(fd, SHARDFS_IOC_HINT_APPEND, &a);
+		if (err)
+			goto err_cancel;
+		i += k;
+	}
+	memset(&c, 0, sizeof(c));
+	c.size = sizeof(c);
+	err = sfs_ioctl(fd, SHARDFS_IOC_HINT_COMMIT, &c);
+	if (err)
+		goto err_cancel;
+	if (n_committed)
+		*n_committed = c.n_items;
+	return 0;
+
+err_cancel:
+	/* The active list, if any, was the order of another epoch: drop both. */
+	shardfs_hint_cancel(fd);
+	return err;
+}
+
+int shardfs_hint_status(int fd, struct shardfs_hint_status *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->size = sizeof(*out);
+	return sfs_ioctl(fd, SHARDFS_IOC_HINT_STATUS, out);
 }
 
 int shardfs_shm_create(const char *name, size_t bytes, void **map)

@@ -6,11 +6,12 @@
  *
  * Owns: filling the ioctl structs (size field, zeroed reserved words),
  * splitting a long list of ranges into as many SHARDFS_IOC_STAGE calls as
- * it takes, and creating the POSIX shared-memory objects that a trainer
- * registers as targets. Does not own: the regions (they belong to the open
- * file on the mount and die with it) or any GPU memory (the caller exports
- * its allocation with cudaIpcGetMemHandle and passes the 64 bytes; this
- * library never links CUDA).
+ * it takes, packing an epoch's hint list into as few SHARDFS_IOC_HINT_APPEND
+ * batches as it fits in, and creating the POSIX shared-memory objects that
+ * a trainer registers as targets. Does not own: the regions and hint lists
+ * (they belong to the open file on the mount and die with it) or any GPU
+ * memory (the caller exports its allocation with cudaIpcGetMemHandle and
+ * passes the 64 bytes; this library never links CUDA).
  *
  * Threading: no state of its own; every function may be called from any
  * thread. Concurrent ioctls on one open file are serialised by the daemon.
@@ -104,6 +105,42 @@ int shardfs_unregister(int fd, uint64_t region_id);
 /* Start (first call) or poll fetching the whole file into the mount's local
  * cache; fills *st. Returns 0 or -errno (-ENOTSUP: the mount has no cache). */
 int shardfs_warm(int fd, struct shardfs_warm *st);
+
+/*
+ * Epoch hints (SHARDFS_IOC_HINT_*, rules in shardfs_ioctl.h): the order in
+ * which the caller will read, which the daemon fetches ahead. A list
+ * belongs to the open file `fd` (the mount's root directory opened
+ * O_RDONLY | O_DIRECTORY, or any file of the mount), replaces the list it
+ * had, and goes away when that open file is closed.
+ */
+struct shardfs_hint_spec {
+	const char *path; /* relative to the mount's root: no leading '/', no
+			     "." or ".." component, no doubled '/'; 1..4095 bytes */
+	uint64_t offset;  /* first byte of the range; 0 with length 0 */
+	uint64_t length;  /* bytes of the range; 0: the whole file */
+};
+
+/*
+ * Send items[0..n) as the open file's list, in that order: BEGIN, as many
+ * APPEND batches as they take (each filled as far as the next item allows),
+ * COMMIT. Every item is checked before the first ioctl: -EINVAL for a
+ * malformed one (path rules above, a NULL path, offset without length, a
+ * range past 2^64). n == 0 cancels the open file's list. If BEGIN reports
+ * fewer max_items than n, or an APPEND or COMMIT is refused, the lists are
+ * cancelled (the active one too) and the -errno returned (-E2BIG for the
+ * former). Sets *n_committed (may be NULL) to the items the active list now
+ * holds, 0 on failure. The batch buffer (16 KiB) is on the caller's stack.
+ * Returns 0 or -errno (-ENOTTY: not a shardfs mount, or a daemon without
+ * hints).
+ */
+int shardfs_hint(int fd, const struct shardfs_hint_spec *items, size_t n, uint64_t *n_committed);
+
+/* Drop the open file's hint lists, pending and active. Returns 0 or -errno. */
+int shardfs_hint_cancel(int fd);
+
+/* Progress of the open file's active hint list (all zero without one): fills
+ * *out (size set, reserved zeroed before the call). Returns 0 or -errno. */
+int shardfs_hint_status(int fd, struct shardfs_hint_status *out);
 
 /*
  * Create the shared-memory object `name` (as for shm_open(3); a missing

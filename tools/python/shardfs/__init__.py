@@ -18,22 +18,32 @@ the sizes, offsets and ioctl numbers against the C compiler.
     for d in shardfs.cache_list("/mnt/dataset"):        # the mount's cache, per dataset
         print(d.name, d.bytes, d.hit_bytes, d.miss_bytes)
     shardfs.cache_evict("/mnt/dataset", "/ifs/data/old-experiment")
+    root = os.open(shardfs.find_mount("/mnt/dataset"), os.O_RDONLY | os.O_DIRECTORY)
+    shardfs.hint(root, ["train/a.jpg", ("shards/s0.rec", 4096, 81920)])  # read order
+    print(shardfs.hint_status(root))                  # the list lives while root is open
 
 `f` is everywhere a file object or a file descriptor of a file opened on the
 mount. A region belongs to that open file and is dropped when it is closed.
-The cache_* calls take a path on the mount (the mountpoint, say) as well.
+The cache_* calls take a path on the mount (the mountpoint, say) as well; the
+hint_* calls do not (a hint list lives as long as the open file it was sent on).
+shardfs.torch (imported only when asked for) wraps a PyTorch sampler so that each
+epoch's order is hinted.
 Refusals of the mount raise OSError with its errno (see shardfs_ioctl.h);
 bad Python arguments raise ValueError or TypeError.
 """
 
+import bisect
 import collections
 import ctypes
 import errno
 import fcntl
+import itertools
 import mmap
+import operator
 import os
 import secrets
 import struct
+import sys
 import threading
 
 __all__ = [
@@ -43,7 +53,8 @@ __all__ = [
     "CACHE_EVICT_KEYS_MAX", "Query", "Warm", "CudaAllocation", "CacheDataset", "CacheList",
     "Evicted", "query", "register_shm", "register_cuda", "register_tensor", "cuda_allocation",
     "stage", "unregister", "warm", "path_names", "ShmRegion", "cache_list", "cache_evict",
-    "cache_purge", "cache_key", "cache_evict_keys",
+    "cache_purge", "cache_key", "cache_evict_keys", "HINT_MAX_ITEMS", "HINT_FILE", "HINT_RANGE",
+    "HintStatus", "hint", "hint_cancel", "hint_status", "find_mount",
 ]
 
 # --- constants of fs/shardfs_ioctl.h ---------------------------------------
@@ -63,6 +74,11 @@ CACHE_LIST_BUF = 16000
 EVICT_ALL, EVICT_MOUNT_PATH = 0x1, 0x2
 EVICT_PREFIX_MAX = 4096  # char prefix[4096], NUL included
 CACHE_EVICT_KEYS_MAX = 1000
+HINT_MAX_ITEMS = 1 << 21
+HINT_BUF = 16320
+HINT_FILE, HINT_RANGE = 0, 1
+HINT_PATH_MAX = 4095  # path_len 1..4095
+FSTYPE = "fuse.shardfs"  # the mount's type in /proc/self/mountinfo
 
 # --- struct layouts ----------------------------------------------------------
 # One (field, struct format) pair per C field, in order. '=' means native
@@ -106,6 +122,25 @@ _FIELDS = {
     "shardfs_cache_evict_keys": (
         ("size", "I"), ("n_keys", "I"), ("objects", "Q"), ("bytes", "Q"), ("disk_bytes", "Q"),
         ("reserved", "4Q"), ("keys", "%ds" % (16 * CACHE_EVICT_KEYS_MAX))),
+    # path[] is a flexible array member, as name[] above.
+    "shardfs_hint_item": (
+        ("item_bytes", "H"), ("path_len", "H"), ("kind", "H"), ("reserved0", "H"),
+        ("offset", "Q"), ("length", "Q"), ("path", "0s")),
+    "shardfs_hint_begin": (
+        ("size", "I"), ("reserved0", "I"), ("max_items", "Q"), ("window", "Q"),
+        ("reserved", "4Q")),
+    "shardfs_hint_append": (
+        ("size", "I"), ("n_items", "I"), ("used", "I"), ("reserved0", "I"), ("reserved", "2Q"),
+        ("buf", "%ds" % HINT_BUF)),
+    "shardfs_hint_commit": (
+        ("size", "I"), ("reserved0", "I"), ("n_items", "Q"), ("reserved", "4Q")),
+    "shardfs_hint_cancel": (
+        ("size", "I"), ("reserved0", "I"), ("reserved", "2Q")),
+    "shardfs_hint_status": (
+        ("size", "I"), ("active", "I"), ("n_items", "Q"), ("position", "Q"),
+        ("fetched_items", "Q"), ("fetched_bytes", "Q"), ("read_items", "Q"),
+        ("wasted_bytes", "Q"), ("cached_items", "Q"), ("unknown_items", "Q"),
+        ("denied_items", "Q"), ("reserved", "4Q")),
 }
 
 
@@ -125,6 +160,13 @@ CACHE_LIST_HDR_FMT = "=" + "".join(f for n, f in _FIELDS["shardfs_cache_list"] i
 CACHE_LIST_FMT = _fmt("shardfs_cache_list")
 CACHE_EVICT_FMT = _fmt("shardfs_cache_evict")
 CACHE_EVICT_KEYS_FMT = _fmt("shardfs_cache_evict_keys")
+HINT_ITEM_FMT = _fmt("shardfs_hint_item")
+HINT_BEGIN_FMT = _fmt("shardfs_hint_begin")
+HINT_APPEND_HDR_FMT = "=" + "".join(f for n, f in _FIELDS["shardfs_hint_append"] if n != "buf")
+HINT_APPEND_FMT = _fmt("shardfs_hint_append")
+HINT_COMMIT_FMT = _fmt("shardfs_hint_commit")
+HINT_CANCEL_FMT = _fmt("shardfs_hint_cancel")
+HINT_STATUS_FMT = _fmt("shardfs_hint_status")
 QUERY_SIZE = struct.calcsize(QUERY_FMT)
 REGION_SIZE = struct.calcsize(REGION_FMT)
 RANGE_SIZE = struct.calcsize(RANGE_FMT)
@@ -137,6 +179,13 @@ CACHE_LIST_HDR_SIZE = struct.calcsize(CACHE_LIST_HDR_FMT)
 CACHE_LIST_SIZE = struct.calcsize(CACHE_LIST_FMT)
 CACHE_EVICT_SIZE = struct.calcsize(CACHE_EVICT_FMT)
 CACHE_EVICT_KEYS_SIZE = struct.calcsize(CACHE_EVICT_KEYS_FMT)
+HINT_ITEM_SIZE = struct.calcsize(HINT_ITEM_FMT)
+HINT_BEGIN_SIZE = struct.calcsize(HINT_BEGIN_FMT)
+HINT_APPEND_HDR_SIZE = struct.calcsize(HINT_APPEND_HDR_FMT)
+HINT_APPEND_SIZE = struct.calcsize(HINT_APPEND_FMT)
+HINT_COMMIT_SIZE = struct.calcsize(HINT_COMMIT_FMT)
+HINT_CANCEL_SIZE = struct.calcsize(HINT_CANCEL_FMT)
+HINT_STATUS_SIZE = struct.calcsize(HINT_STATUS_FMT)
 
 
 def abi_layout():
@@ -184,12 +233,20 @@ IOC_WARM = _IOWR(IOC_MAGIC, 0x10, WARM_SIZE)
 IOC_CACHE_LIST = _IOWR(IOC_MAGIC, 0x20, CACHE_LIST_SIZE)
 IOC_CACHE_EVICT = _IOWR(IOC_MAGIC, 0x21, CACHE_EVICT_SIZE)
 IOC_CACHE_EVICT_KEYS = _IOWR(IOC_MAGIC, 0x22, CACHE_EVICT_KEYS_SIZE)
+IOC_HINT_BEGIN = _IOWR(IOC_MAGIC, 0x30, HINT_BEGIN_SIZE)
+IOC_HINT_APPEND = _IOW(IOC_MAGIC, 0x31, HINT_APPEND_SIZE)
+IOC_HINT_COMMIT = _IOWR(IOC_MAGIC, 0x32, HINT_COMMIT_SIZE)
+IOC_HINT_CANCEL = _IOW(IOC_MAGIC, 0x33, HINT_CANCEL_SIZE)
+IOC_HINT_STATUS = _IOWR(IOC_MAGIC, 0x34, HINT_STATUS_SIZE)
 
 IOCTLS = {"SHARDFS_IOC_QUERY": IOC_QUERY, "SHARDFS_IOC_REGISTER": IOC_REGISTER,
           "SHARDFS_IOC_STAGE": IOC_STAGE, "SHARDFS_IOC_UNREGISTER": IOC_UNREGISTER,
           "SHARDFS_IOC_WARM": IOC_WARM, "SHARDFS_IOC_CACHE_LIST": IOC_CACHE_LIST,
           "SHARDFS_IOC_CACHE_EVICT": IOC_CACHE_EVICT,
-          "SHARDFS_IOC_CACHE_EVICT_KEYS": IOC_CACHE_EVICT_KEYS}
+          "SHARDFS_IOC_CACHE_EVICT_KEYS": IOC_CACHE_EVICT_KEYS,
+          "SHARDFS_IOC_HINT_BEGIN": IOC_HINT_BEGIN, "SHARDFS_IOC_HINT_APPEND": IOC_HINT_APPEND,
+          "SHARDFS_IOC_HINT_COMMIT": IOC_HINT_COMMIT, "SHARDFS_IOC_HINT_CANCEL": IOC_HINT_CANCEL,
+          "SHARDFS_IOC_HINT_STATUS": IOC_HINT_STATUS}
 
 
 # --- the ioctls ---------------------------------------------------------------
@@ -603,6 +660,259 @@ def cache_evict_keys(target, keys):
             v = struct.unpack(CACHE_EVICT_KEYS_FMT, _ioctl(fd, IOC_CACHE_EVICT_KEYS, buf))
             objects, nbytes, disk = objects + v[2], nbytes + v[3], disk + v[4]
     return Evicted(0, objects, nbytes, disk)
+
+
+# --- epoch hints: the order of the coming reads --------------------------------
+# SHARDFS_IOC_HINT_*: a list of items (whole files or byte ranges, paths
+# relative to the mount's root) that the daemon fetches ahead, in order. The
+# list belongs to the open file the calls are made on and goes away when it
+# is closed; a new list on the same open file replaces the old one.
+#
+# An item is packed once into its record (the bytes it takes in an APPEND
+# buffer: fixed part, path, zeros up to a multiple of 8); sending a list is
+# then slicing a list of records into batches and joining each batch.
+
+HintStatus = collections.namedtuple(
+    "HintStatus", "active n_items position fetched_items fetched_bytes read_items "
+    "wasted_bytes cached_items unknown_items denied_items")
+HintStatus.__doc__ = (
+    "Progress of the active hint list of an open file (all zero without one): active "
+    "(items remain to be fetched or read), n_items in the list, position (items done "
+    "with: read, skipped or dropped), fetched_items / fetched_bytes ahead, read_items "
+    "(of those, read), wasted_bytes (fetched and dropped unread), and the items skipped: "
+    "cached_items (already cached), unknown_items (missing, not a file, out of range), "
+    "denied_items (the caller may not read them).")
+
+# The fixed part ("0s" of path[] would take an argument of its own).
+_HINT_ITEM = struct.Struct("=" + "".join(f for n, f in _FIELDS["shardfs_hint_item"] if n != "path"))
+_HINT_PAD = tuple(bytes(k) for k in range(8))
+_hint_file_hdrs = {}  # path_len -> the fixed part of a whole-file item
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+
+
+def _hint_path(path):
+    """path (str, bytes, os.PathLike) as the bytes an item carries; ValueError when
+    the ABI would refuse it."""
+    if isinstance(path, str):
+        p = path.encode(_FS_ENCODING, _FS_ERRORS)
+    elif isinstance(path, bytes):
+        p = path
+    else:
+        p = os.fsencode(path)  # TypeError for what is not a path
+    n = len(p)
+    why = None
+    if n == 0:
+        why = "empty path"
+    elif n > HINT_PATH_MAX:
+        why = "path longer than %d bytes" % HINT_PATH_MAX
+    elif p[0] == 0x2f:
+        why = "absolute path (paths are relative to the mount's root)"
+    elif p[-1] == 0x2f:
+        why = "path ends in '/'"
+    elif b"//" in p:
+        why = "doubled '/' in path"
+    elif b"\0" in p:
+        why = "NUL in path"
+    elif (p[0] == 0x2e or b"/." in p) and any(c in (b".", b"..") for c in p.split(b"/")):
+        why = "'.' or '..' component in path"
+    if why:
+        raise ValueError("%s: %r" % (why, path))
+    return p
+
+
+def _hint_record(path, offset=None, length=None):
+    """The packed item for a whole file (offset None) or for the range [offset,
+    offset + length) of it. ValueError for a malformed one."""
+    p = _hint_path(path)
+    n = len(p)
+    if offset is None:
+        hdr = _hint_file_hdrs.get(n)
+        if hdr is None:
+            hdr = _hint_file_hdrs[n] = _HINT_ITEM.pack(HINT_ITEM_SIZE + n + (-n) % 8, n,
+                                                       HINT_FILE, 0, 0, 0)
+        return hdr + p + _HINT_PAD[(-n) % 8]
+    offset, length = operator.index(offset), operator.index(length)
+    if offset < 0 or length <= 0 or offset + length > 1 << 64:
+        raise ValueError("bad range (offset %d, length %d) of %r: offset >= 0, length > 0"
+                         % (offset, length, path))
+    return (_HINT_ITEM.pack(HINT_ITEM_SIZE + n + (-n) % 8, n, HINT_RANGE, 0, offset, length)
+            + p + _HINT_PAD[(-n) % 8])
+
+
+def _hint_records(items):
+    """Records of items (paths, or (path, offset, length)); ValueError naming the first
+    malformed item."""
+    out = []
+    append, rec, hdrs, pad = out.append, _hint_record, _hint_file_hdrs, _HINT_PAD
+    for i, it in enumerate(items):
+        if type(it) is str:
+            # The common item, a plain relative path, without a call: what
+            # _hint_path would accept, or the general way below.
+            p = it.encode(_FS_ENCODING, _FS_ERRORS)
+            n = len(p)
+            if (0 < n <= HINT_PATH_MAX and p[0] != 0x2f and p[0] != 0x2e and p[-1] != 0x2f
+                    and b"//" not in p and b"/." not in p and b"\0" not in p):
+                hdr = hdrs.get(n)
+                if hdr is not None:
+                    append(hdr + p + pad[-n % 8])
+                    continue
+        try:
+            if isinstance(it, (tuple, list)):
+                if len(it) != 3:
+                    raise ValueError("expected a path or (path, offset, length), got %r"
+                                     % (it,))
+                append(rec(*it))
+            else:
+                append(rec(it))
+        except (ValueError, TypeError) as e:
+            raise type(e)("hint item %d: %s" % (i, e)) from None
+    return out
+
+
+def _hint_fd(target):
+    if isinstance(target, (str, bytes, os.PathLike)):
+        raise TypeError("a hint list lives as long as the open file it was sent on: pass "
+                        "an open file or descriptor on the mount, e.g. "
+                        "os.open(shardfs.find_mount(path), os.O_RDONLY | os.O_DIRECTORY), "
+                        "not a path")
+    return _fd(target)
+
+
+def _hint_cancel(fd):
+    _ioctl(fd, IOC_HINT_CANCEL, bytearray(struct.pack(HINT_CANCEL_FMT, HINT_CANCEL_SIZE,
+                                                      0, 0, 0)))
+
+
+def _hint_send(fd, records):
+    """BEGIN, APPEND records (packed items, in order) in as few batches as fit, COMMIT;
+    returns the n_items COMMIT answers. No records: CANCEL, 0. On any failure after
+    BEGIN the lists are cancelled (the active one too: it was the order of another
+    epoch) and the error raised; OSError(E2BIG) where the list is longer than BEGIN's
+    max_items, before any APPEND."""
+    if not records:
+        _hint_cancel(fd)
+        return 0
+    buf = bytearray(HINT_BEGIN_SIZE)
+    struct.pack_into("=I", buf, 0, HINT_BEGIN_SIZE)
+    max_items = struct.unpack(HINT_BEGIN_FMT, _ioctl(fd, IOC_HINT_BEGIN, buf))[2]
+    try:
+        if max_items and len(records) > max_items:
+            raise OSError(errno.E2BIG, "%d hint items, the mount takes %d per list"
+                          % (len(records), max_items))
+        # ends[k]: bytes of records[0..k]; a batch from record a takes every record
+        # that ends within HINT_BUF bytes of where a begins.
+        ends = list(itertools.accumulate(map(len, records)))
+        app = bytearray(HINT_APPEND_SIZE)
+        zeros = bytes(HINT_BUF)
+        a, base = 0, 0
+        while a < len(records):
+            b = bisect.bisect_right(ends, base + HINT_BUF, a)
+            assert b > a  # one item takes at most 24 + 4095 + 7 bytes
+            used = ends[b - 1] - base
+            struct.pack_into(HINT_APPEND_HDR_FMT, app, 0, HINT_APPEND_SIZE, b - a, used,
+                             0, 0, 0)
+            h = HINT_APPEND_HDR_SIZE
+            app[h:h + used] = b"".join(records[a:b])
+            app[h + used:] = zeros[used:]
+            _ioctl(fd, IOC_HINT_APPEND, app)
+            a, base = b, ends[b - 1]
+        buf = bytearray(HINT_COMMIT_SIZE)
+        struct.pack_into("=I", buf, 0, HINT_COMMIT_SIZE)
+        return struct.unpack(HINT_COMMIT_FMT, _ioctl(fd, IOC_HINT_COMMIT, buf))[2]
+    except BaseException:
+        try:
+            _hint_cancel(fd)
+        except OSError:
+            pass
+        raise
+
+
+def hint(target, items):
+    """SHARDFS_IOC_HINT_BEGIN/APPEND/COMMIT: tell the mount the order of the coming
+    reads; the daemon fetches the items ahead, in that order, following the reads.
+
+        fd = os.open(shardfs.find_mount(path), os.O_RDONLY | os.O_DIRECTORY)
+        shardfs.hint(fd, ["train/a.jpg", ("shards/s0.rec", 4096, 81920), ...])
+
+    target: an open file object or descriptor on the mount (its root directory, or
+    any file); not a path: the list belongs to that open file, replaces the list it
+    had, and goes away when it is closed, so keep it open while the reads go on.
+    items: in reading order, each a path (str, bytes or os.PathLike, relative to the
+    mount's root: no leading '/', no '.' or '..' component, no doubled '/') for the
+    whole file, or (path, offset, length) for a byte range (offset >= 0, length > 0).
+    Items are checked and packed before any ioctl: ValueError (TypeError) names the
+    first malformed one. They go out in as few APPEND calls as fit. No items: the
+    open file's list is cancelled.
+
+    Returns the number of items in the list now active. Paths that do not exist or
+    that the caller may not read do not fail the list (hint_status counts them).
+    OSError: E2BIG (more than HINT_MAX_ITEMS items), ENOTTY (not on a shardfs mount,
+    or a daemon without hints), EINVAL, ENOMEM; after a failure the open file has no
+    list."""
+    fd = _hint_fd(target)
+    return _hint_send(fd, _hint_records(items))
+
+
+def hint_cancel(target):
+    """SHARDFS_IOC_HINT_CANCEL: drop the open file's hint lists (pending and active);
+    prefetches in flight finish. target: an open file object or descriptor."""
+    _hint_cancel(_hint_fd(target))
+
+
+def hint_status(target):
+    """SHARDFS_IOC_HINT_STATUS: a HintStatus of the open file's active list (all zero
+    without one). target: an open file object or descriptor."""
+    buf = bytearray(HINT_STATUS_SIZE)
+    struct.pack_into("=I", buf, 0, HINT_STATUS_SIZE)
+    v = struct.unpack(HINT_STATUS_FMT, _ioctl(_hint_fd(target), IOC_HINT_STATUS, buf))
+    return HintStatus(bool(v[1]), *v[2:11])
+
+
+def _mountinfo_fstype(dev):
+    """The filesystem type of device `dev` in /proc/self/mountinfo, or None."""
+    want = "%d:%d" % (os.major(dev), os.minor(dev))
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split(" ")
+                if len(parts) > 2 and parts[2] == want and "-" in parts:
+                    return parts[parts.index("-") + 1]
+    except OSError:
+        pass
+    return None
+
+
+def find_mount(path):
+    """The mountpoint of the shardfs mount holding path (a file or directory on it):
+    the highest directory above it on the same device (st_dev), symlinks resolved.
+    The mount is checked to be shardfs by its type in /proc/self/mountinfo
+    (fuse.shardfs), or, without mountinfo or for a plain "fuse" type, by
+    SHARDFS_IOC_QUERY on its root.
+    OSError(ENOTTY) when it is not one; OSError from stat for a path that cannot
+    be reached."""
+    cur = os.path.realpath(path)
+    dev = os.stat(cur).st_dev
+    while True:
+        parent = os.path.dirname(cur)
+        if parent == cur or os.stat(parent).st_dev != dev:
+            break
+        cur = parent
+    fstype = _mountinfo_fstype(dev)
+    if fstype in (None, "fuse"):  # no mountinfo, or a FUSE mount made without subtype
+        fd = os.open(cur, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            query(fd)
+            return cur
+        except OSError as e:
+            raise OSError(errno.ENOTTY, "%s is not on a shardfs mount (its mount at %s "
+                          "answers no SHARDFS_IOC_QUERY: %s)" % (path, cur, e.strerror)) \
+                from None
+        finally:
+            os.close(fd)
+    if fstype != FSTYPE:
+        raise OSError(errno.ENOTTY, "%s is not on a shardfs mount (%s mounted at %s)"
+                      % (path, fstype, cur))
+    return cur
 
 
 # --- CUDA memory: the allocation behind a tensor -----------------------------
