@@ -8,6 +8,8 @@
  */
 #include "prefetch_int.h"
 
+#include <sched.h>
+
 /* --- chunks (caller holds file->lock) -------------------------------------- */
 
 struct pf_chunk *chunk_find(struct sfs_pf_file *f, uint64_t index)
@@ -385,6 +387,9 @@ void file_free(struct sfs_pf_file *f)
 		f->next->prev = f->prev;
 	vtable_remove(pf, f);
 	pthread_mutex_unlock(&pf->files_lock);
+	/* Unlinked: no new pin; one taken before may still look at f. */
+	while (__atomic_load_n(&f->vpins, __ATOMIC_ACQUIRE))
+		sched_yield();
 	while (f->n_chunks)
 		chunk_free(f, f->n_chunks - 1);
 	if (f->obj)

@@ -78,22 +78,26 @@ static bool same_file_version(const struct sfs_pf_file *f, const struct sfs_fh *
 struct sfs_pf_file *vtable_find(sfs_prefetch *pf, const struct sfs_fh *fh,
 				const struct sfs_file_version *v)
 {
-	if (!pf->vcap)
+	struct sfs_pf_file *f = NULL;
+
+	pthread_mutex_lock(&pf->files_lock);
+	for (f = pf->vcap ? pf->vtable[vslot(pf, v->fsid, v->fileid)] : NULL; f; f = f->vnext)
+		if (same_file_version(f, fh, v))
+			break;
+	/* The lock order puts f->lock before files_lock: pin f (file_free
+	 * waits for pins to go) and take its lock without files_lock. */
+	if (f)
+		__atomic_fetch_add(&f->vpins, 1, __ATOMIC_ACQUIRE);
+	pthread_mutex_unlock(&pf->files_lock);
+	if (!f)
 		return NULL;
-	for (struct sfs_pf_file *f = pf->vtable[vslot(pf, v->fsid, v->fileid)]; f; f = f->vnext) {
-		if (!same_file_version(f, fh, v))
-			continue;
-		/* The lock order allows only a try under files_lock. A file
-		 * whose last reference went is being freed: not shared. */
-		if (pthread_mutex_trylock(&f->lock) != 0)
-			return NULL;
-		bool alive = f->refs > 0;
-		if (alive)
-			f->refs++;
-		pthread_mutex_unlock(&f->lock);
-		return alive ? f : NULL;
-	}
-	return NULL;
+	pthread_mutex_lock(&f->lock);
+	bool alive = f->refs > 0; /* else it is being freed: not shared */
+	if (alive)
+		f->refs++;
+	pthread_mutex_unlock(&f->lock);
+	__atomic_fetch_sub(&f->vpins, 1, __ATOMIC_RELEASE);
+	return alive ? f : NULL;
 }
 
 /* --- holds and fetching ahead ----------------------------------------------- */

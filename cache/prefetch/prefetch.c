@@ -144,9 +144,7 @@ void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out)
 int sfs_pf_file_open_version(sfs_prefetch *pf, const struct sfs_fh *fh,
 			     const struct sfs_file_version *v, sfs_pf_file **out)
 {
-	pthread_mutex_lock(&pf->files_lock);
 	struct sfs_pf_file *f = vtable_find(pf, fh, v); /* one fetch state per version */
-	pthread_mutex_unlock(&pf->files_lock);
 	if (f) {
 		*out = f;
 		return 0;

@@ -121,6 +121,7 @@ struct sfs_pf_file {
 	unsigned hint_holds;
 	struct sfs_pf_file *prev, *next; /* protected by pf->files_lock */
 	struct sfs_pf_file *vnext;	 /* protected by pf->files_lock: version table chain */
+	unsigned vpins; /* atomic: vtable_find between files_lock and f->lock; file_free waits */
 };
 
 /* How an asynchronous read is answered: the caller's done() and its copy
@@ -265,7 +266,7 @@ void file_free(struct sfs_pf_file *f);
 void vtable_insert(sfs_prefetch *pf, struct sfs_pf_file *f);
 void vtable_remove(sfs_prefetch *pf, struct sfs_pf_file *f);
 /* A live file of version v with handle fh, referenced for the caller, or
- * NULL. Caller holds files_lock; files are only try-locked. */
+ * NULL. Takes files_lock, then (not under it) the file's lock. */
 struct sfs_pf_file *vtable_find(sfs_prefetch *pf, const struct sfs_fh *fh,
 				const struct sfs_file_version *v);
 
