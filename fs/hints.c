@@ -44,6 +44,7 @@ struct hint_dir {
 	uint64_t hash, key, seen_ms;
 	struct sfs_fh fh;
 	uint32_t mode, uid, gid;
+	int err; /* 0, or why the path is no directory the sender may search */
 	uint16_t len;
 	char path[];
 };
@@ -342,6 +343,19 @@ void sfs_hints_status(sfs_hints *h, uint64_t owner, struct shardfs_hint_status *
 
 /* --- the window ----------------------------------------------------------------- */
 
+/* How far ahead of L's oldest item still to be read the fetch may go: as
+ * far as the reader's own spread (its furthest read less that item: a
+ * DataLoader's workers read several batches at once) twice over, and at
+ * least four items per fetcher, at most hint_window. A reader of one item
+ * at a time keeps a few dozen items in memory, not a thousand. Caller
+ * holds h->lock. */
+static uint64_t window_of(const sfs_hints *h, const struct hint_list *L)
+{
+	uint64_t spread = L->hi_read > L->lo ? L->hi_read - L->lo : 0;
+	uint64_t w = 2 * spread + 4 * (uint64_t)h->conf.fetchers;
+	return w < h->conf.window ? w : h->conf.window;
+}
+
 /* Move L's window past the items done with. Caller holds h->lock. */
 static void advance(sfs_hints *h, struct hint_list *L)
 {
@@ -352,8 +366,9 @@ static void advance(sfs_hints *h, struct hint_list *L)
 		/* Passed: the reader read an item a window further on, or most
 		 * of a full window after it (it may also have read this one
 		 * before it was held: reads are seen only on held files). */
+		uint64_t eff = window_of(h, L);
 		bool passed = L->lo + w <= L->hi_read ||
-			      (L->next_item - L->lo >= w && L->window_read >= w - w / 4);
+			      (L->next_item - L->lo >= eff && L->window_read >= eff - eff / 4);
 		if (s->state == SLOT_DONE || (s->state == SLOT_HELD && (s->read || passed)))
 			slot_release(h, L, s, true);
 		else
@@ -373,7 +388,7 @@ static bool take_item(sfs_hints *h, struct hint_list **out, uint64_t *idx)
 		if (L->dead)
 			continue;
 		advance(h, L);
-		if (L->next_item >= L->items.n || L->next_item - L->lo >= h->conf.window)
+		if (L->next_item >= L->items.n || L->next_item - L->lo >= window_of(h, L))
 			continue;
 		if (!pick || L->next_item - L->lo < pick->next_item - pick->lo)
 			pick = L; /* the list furthest behind its window goes first */
@@ -410,7 +425,7 @@ static void observe_read(void *arg, sfs_pf_file *f, uint64_t off, uint64_t end)
 			}
 			if (i + 1 > L->hi_read)
 				L->hi_read = i + 1;
-			moved = true;
+			moved |= i == L->lo; /* only then can the window move on */
 		}
 	if (moved)
 		pthread_cond_signal(&h->work); /* the window may move: one more item */
@@ -531,48 +546,69 @@ static void dir_from(struct hint_dir *d, const struct sfs_fh *fh, const struct s
 	d->gid = a->gid;
 }
 
-/* The directory path[0, len) (len 0: the root), each directory on the way
- * searchable by the sender. Returns 0 or -errno (-EACCES: not searchable). */
-static int resolve_dir(sfs_hints *h, struct hint_list *L, const char *path, size_t len,
-		       struct hint_dir *out)
+/* The directory path[0, len) (len 0: the root), from the list's table or
+ * looked up. Returns 0 or -errno. */
+static int lookup_dir(sfs_hints *h, struct hint_list *L, const char *path, size_t len,
+		      struct hint_dir *out);
+
+/* Look directory path[0, len) up (not the root): its parent, then its
+ * name there. Returns 0 or -errno. */
+static int lookup_dir_name(sfs_hints *h, struct hint_list *L, const char *path, size_t len,
+			   struct hint_dir *out)
+{
+	const char *slash = memrchr(path, '/', len);
+	size_t plen = slash ? (size_t)(slash - path) : 0;
+	size_t nlen = len - (slash ? plen + 1 : 0);
+	struct hint_dir parent;
+	struct sfs_attr a;
+	struct sfs_fh fh;
+	char name[256];
+	int rc;
+
+	if (nlen >= sizeof(name))
+		return -ENAMETOOLONG;
+	if ((rc = lookup_dir(h, L, path, plen, &parent)) < 0)
+		return rc;
+	memcpy(name, path + len - nlen, nlen);
+	name[nlen] = 0;
+	if ((rc = lookup_name(h, &parent, name, &fh, &a)) < 0)
+		return rc;
+	if (a.type != S_IFDIR)
+		return -ENOTDIR;
+	dir_from(out, &fh, &a, a.fileid);
+	return 0;
+}
+
+static int lookup_dir(sfs_hints *h, struct hint_list *L, const char *path, size_t len,
+		      struct hint_dir *out)
 {
 	pthread_mutex_lock(&h->lock);
 	bool hit = dir_cached(h, L, path, len, out);
 	pthread_mutex_unlock(&h->lock);
 	if (hit)
-		return 0;
-	struct sfs_attr a;
-	int rc;
+		return out->err;
+	int rc = 0;
 	if (len == 0) {
 		struct sfs_inode *root = sfs_inode_root(h->fs->inodes);
+		struct sfs_attr a;
 		sfs_inode_lock(root);
 		sfs_inode_attr_get(root, &a);
 		sfs_inode_unlock(root);
 		struct sfs_fh fh = sfs_inode_fh(root);
 		dir_from(out, &fh, &a, SFS_NS_ROOT);
 	} else {
-		const char *slash = memrchr(path, '/', len);
-		size_t plen = slash ? (size_t)(slash - path) : 0;
-		struct hint_dir parent;
-		if ((rc = resolve_dir(h, L, path, plen, &parent)) < 0)
-			return rc;
-		char name[256];
-		size_t nlen = len - (slash ? plen + 1 : 0);
-		if (nlen >= sizeof(name))
-			return -ENAMETOOLONG;
-		memcpy(name, path + len - nlen, nlen);
-		name[nlen] = 0;
-		struct sfs_fh fh;
-		if ((rc = lookup_name(h, &parent, name, &fh, &a)) < 0)
-			return rc;
-		if (a.type != S_IFDIR)
-			return -ENOTDIR;
-		dir_from(out, &fh, &a, a.fileid);
+		rc = lookup_dir_name(h, L, path, len, out);
 	}
-	if (!sender_may(h, &L->sender, out->mode, out->uid, out->gid, 1))
-		return -EACCES;
-	dir_keep(h, L, path, len, out);
-	return 0;
+	if (rc == 0 && !sender_may(h, &L->sender, out->mode, out->uid, out->gid, 1))
+		rc = -EACCES;
+	/* A missing, wrong or closed directory is kept as such: the items
+	 * under it are skipped without asking NFS again (until the entry is
+	 * older than the attribute timeout). Other errors may pass. */
+	if (rc == 0 || rc == -ENOENT || rc == -ENOTDIR || rc == -EACCES) {
+		out->err = rc;
+		dir_keep(h, L, path, len, out);
+	}
+	return rc;
 }
 
 /* path[0, len) of L, readable by its sender: handle and attributes. */
@@ -588,7 +624,7 @@ static int resolve_file(sfs_hints *h, struct hint_list *L, const char *path, siz
 
 	if (nlen >= sizeof(name))
 		return -ENAMETOOLONG;
-	if ((rc = resolve_dir(h, L, path, plen, &dir)) < 0)
+	if ((rc = lookup_dir(h, L, path, plen, &dir)) < 0)
 		return rc;
 	memcpy(name, path + len - nlen, nlen);
 	name[nlen] = 0;
@@ -749,7 +785,7 @@ static void item_finish(sfs_hints *h, struct hint_list *L, uint64_t idx, struct 
 		s->pf = NULL;
 		s->state = SLOT_FREE;
 	}
-	pthread_cond_signal(&h->work); /* a fetcher's place: one more item */
+	/* No wake-up: this fetcher takes the next item itself. */
 }
 
 static void *fetcher_main(void *arg)
@@ -758,6 +794,7 @@ static void *fetcher_main(void *arg)
 	struct hint_list *L;
 	uint64_t idx;
 
+	pthread_setname_np(pthread_self(), "sfs-hint"); /* top -H, perf --sort comm */
 	pthread_mutex_lock(&h->lock);
 	while (!h->stop) {
 		if (!take_item(h, &L, &idx)) {

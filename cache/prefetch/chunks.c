@@ -86,11 +86,6 @@ void chunk_free_ptr(struct sfs_pf_file *f, struct pf_chunk *c)
  */
 static bool chunk_awaits_reader(const struct sfs_pf_file *f, const struct pf_chunk *c)
 {
-	/* Held by hint lists only (no reader has it open yet): a chunk the
-	 * store holds waits there, not in memory (the window of a hint list
-	 * may be a thousand files ahead of its reader). */
-	if (f->hint_holds && f->openers <= f->hint_holds)
-		return false;
 	return !f->warmed && f->rand_score < AWAIT_MAX_RAND_SCORE && !c->consumed &&
 	       c->index + AWAIT_BEHIND_CHUNKS >= f->next_seq;
 }
