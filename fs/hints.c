@@ -29,7 +29,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-enum slot_state { SLOT_FREE, SLOT_TAKEN, SLOT_HELD, SLOT_DONE };
+enum slot_state { SLOT_FREE, SLOT_TAKEN, SLOT_FLIGHT, SLOT_HELD, SLOT_DONE };
 
 struct hint_slot {
 	sfs_pf_file *pf;   /* HELD: the fetcher's hold */
@@ -48,8 +48,9 @@ struct hint_dir {
 	uint16_t len;
 	char path[];
 };
-#define DIR_BUCKETS 1024
-#define DIR_MAX	    4096 /* directories kept per list; past it the table starts over */
+#define SFS_HINT_THREADS 4 /* fetcher threads at most */
+#define DIR_BUCKETS	 1024
+#define DIR_MAX		 4096 /* directories kept per list; past it the table starts over */
 
 struct hint_list {
 	struct hint_list *next;
@@ -86,6 +87,8 @@ struct sfs_hints {
 	unsigned n_threads;
 	bool stop;
 	uint64_t held_bytes;
+	unsigned in_flight; /* items whose chunks are being fetched (SLOT_FLIGHT) */
+	unsigned waiting;   /* fetchers waiting for work */
 	uint64_t list_mem;
 	struct sfs_hints_stats st;
 	struct sfs_hint_job_counts jobs[SFS_HINT_JOBS_MAX];
@@ -160,7 +163,14 @@ static void list_kill(sfs_hints *h, struct hint_list *L)
 	L->dead = true;
 	for (uint64_t i = L->lo; i < L->next_item; i++) {
 		struct hint_slot *s = &L->slots[i % h->conf.window];
-		if (s->state == SLOT_HELD || s->state == SLOT_DONE)
+		if (s->state == SLOT_FLIGHT) { /* its fetch ends on its own */
+			h->in_flight--;
+			COUNT(h, L, fetched_items, 1);
+			COUNT(h, L, fetched_bytes, s->end - s->off);
+			if (!s->read)
+				COUNT(h, L, wasted_bytes, s->end - s->off);
+		}
+		if (s->state == SLOT_HELD || s->state == SLOT_DONE || s->state == SLOT_FLIGHT)
 			slot_release(h, L, s, true);
 	}
 	L->lo = L->next_item;
@@ -206,10 +216,13 @@ static int start_fetchers(sfs_hints *h)
 {
 	if (h->threads)
 		return 0;
-	h->threads = calloc(h->conf.fetchers, sizeof(*h->threads));
+	/* A thread waits only for a LOOKUP or for budget: a few start what
+	 * fetchers many items have in flight. */
+	unsigned n = h->conf.fetchers < SFS_HINT_THREADS ? h->conf.fetchers : SFS_HINT_THREADS;
+	h->threads = calloc(n, sizeof(*h->threads));
 	if (!h->threads)
 		return -ENOMEM;
-	for (unsigned i = 0; i < h->conf.fetchers; i++) {
+	for (unsigned i = 0; i < n; i++) {
 		if (pthread_create(&h->threads[i], NULL, fetcher_main, h) != 0)
 			break;
 		h->n_threads++;
@@ -393,7 +406,7 @@ static bool take_item(sfs_hints *h, struct hint_list **out, uint64_t *idx)
 		if (!pick || L->next_item - L->lo < pick->next_item - pick->lo)
 			pick = L; /* the list furthest behind its window goes first */
 	}
-	if (!pick || h->held_bytes >= h->conf.mem_bytes)
+	if (!pick || h->held_bytes >= h->conf.mem_bytes || h->in_flight >= h->conf.fetchers)
 		return false;
 	*idx = pick->next_item++;
 	struct hint_slot *s = &pick->slots[*idx % h->conf.window];
@@ -427,7 +440,7 @@ static void observe_read(void *arg, sfs_pf_file *f, uint64_t off, uint64_t end)
 				L->hi_read = i + 1;
 			moved |= i == L->lo; /* only then can the window move on */
 		}
-	if (moved)
+	if (moved && h->waiting)
 		pthread_cond_signal(&h->work); /* the window may move: one more item */
 	pthread_mutex_unlock(&h->lock);
 }
@@ -718,21 +731,65 @@ static struct item_result fetch_item(sfs_hints *h, struct hint_list *L, uint64_t
 	s->off = r.off;
 	s->end = r.end;
 	pthread_mutex_unlock(&h->lock);
+	/* Started, not waited for: the fetch observer sees its chunks land.
+	 * Only a budget with no room makes this thread wait and try again. */
 	struct sfs_pf_ahead ahead;
 	for (bool first = true;; first = false) {
-		sfs_pf_file_fetch_ahead(pf, r.off, r.end, 200, &ahead);
+		sfs_pf_file_fetch_ahead(pf, r.off, r.end, 0, &ahead);
 		if (first && ahead.cached) {
 			r.outcome = ITEM_CACHED;
 			return r;
 		}
-		if ((!ahead.pending && !ahead.busy) || item_gone(h, L, idx))
+		if (!ahead.pending || item_gone(h, L, idx))
 			break;
-		if (ahead.pending)
-			nanosleep(&(struct timespec){.tv_nsec = 5 * 1000 * 1000}, NULL);
+		nanosleep(&(struct timespec){.tv_nsec = 5 * 1000 * 1000}, NULL);
 	}
 	r.outcome = ITEM_FETCHED;
 	r.pf = pf;
 	return r;
+}
+
+/* Item s of L is fetched (its chunks landed, or it was cached by the time
+ * it was started): held for its reader, or already read. Caller holds
+ * h->lock. */
+static void slot_fetched(sfs_hints *h, struct hint_list *L, struct hint_slot *s)
+{
+	uint64_t bytes = s->end - s->off;
+
+	COUNT(h, L, fetched_items, 1);
+	COUNT(h, L, fetched_bytes, bytes);
+	s->state = SLOT_HELD;
+	if (s->read) {
+		COUNT(h, L, read_items, 1);
+		COUNT(h, L, read_bytes, bytes);
+	} else {
+		h->held_bytes += bytes;
+	}
+}
+
+/* A chunk of f, which some list holds, landed: the items of f in flight
+ * whose chunks all did are fetched. Prefetch's fetch observer, on an I/O
+ * thread with no prefetch lock held (the file locks taken here come after
+ * h->lock). */
+static void observe_fetched(void *arg, sfs_pf_file *f)
+{
+	sfs_hints *h = arg;
+	bool freed = false;
+
+	pthread_mutex_lock(&h->lock);
+	for (struct hint_list *L = h->lists; L; L = L->next)
+		for (uint64_t i = L->lo; i < L->next_item && !L->dead; i++) {
+			struct hint_slot *s = &L->slots[i % h->conf.window];
+			if (s->state != SLOT_FLIGHT || s->pf != f ||
+			    sfs_pf_file_range_busy(f, s->off, s->end))
+				continue;
+			h->in_flight--;
+			slot_fetched(h, L, s);
+			freed = true;
+		}
+	if (freed && h->waiting)
+		pthread_cond_signal(&h->work); /* room for one more in flight */
+	pthread_mutex_unlock(&h->lock);
 }
 
 /* Record the outcome of item idx of L. Caller holds h->lock. */
@@ -757,16 +814,11 @@ static void item_finish(sfs_hints *h, struct hint_list *L, uint64_t idx, struct 
 			COUNT(h, L, fetched_bytes, bytes);
 			COUNT(h, L, wasted_bytes, s->read ? 0 : bytes);
 		}
+	} else if (sfs_pf_file_range_busy(r->pf, r->off, r->end)) {
+		s->state = SLOT_FLIGHT; /* observe_fetched ends it (checked under h->lock) */
+		h->in_flight++;
 	} else {
-		COUNT(h, L, fetched_items, 1);
-		COUNT(h, L, fetched_bytes, bytes);
-		s->state = SLOT_HELD;
-		if (s->read) {
-			COUNT(h, L, read_items, 1);
-			COUNT(h, L, read_bytes, bytes);
-		} else {
-			h->held_bytes += bytes;
-		}
+		slot_fetched(h, L, s);
 	}
 	if (L->dead && !L->busy) {
 		if (s->pf)
@@ -807,7 +859,9 @@ static void *fetcher_main(void *arg)
 				until.tv_sec++;
 				until.tv_nsec -= 1000000000;
 			}
+			h->waiting++;
 			pthread_cond_timedwait(&h->work, &h->lock, &until);
+			h->waiting--;
 			continue;
 		}
 		pthread_mutex_unlock(&h->lock);
@@ -836,7 +890,7 @@ int sfs_hints_open(struct sfs_fs *fs, const struct sfs_hints_conf *conf, sfs_hin
 	pthread_mutex_init(&h->lock, NULL);
 	pthread_cond_init(&h->work, NULL);
 	snprintf(h->jobs[SFS_HINT_JOBS_MAX - 1].job, sizeof(h->jobs[0].job), "other");
-	sfs_prefetch_set_read_observer(fs->prefetch, observe_read, h);
+	sfs_prefetch_set_observers(fs->prefetch, observe_read, observe_fetched, h);
 	*out = h;
 	return 0;
 }

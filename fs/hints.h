@@ -6,8 +6,10 @@
  * Owns: the lists of the mount, each tied to the open file it was sent on
  * (its fh) and dropped at that open's release; resolving each item's path
  * as its sender (mode bits checked as the kernel checks them under
- * default_permissions); the fetcher threads (hint_fetchers of them, started
- * at the first list), which take the items of every list in order, a window
+ * default_permissions); the fetcher threads (up to 4, started at the
+ * first list), which start the fetches of the items of every list in order
+ * (hint_fetchers items in flight at most, their ends seen through
+ * prefetch's fetch observer), a window
  * at most ahead of what the reader has reached (hint_window items, and
  * together no more than a share of the fetch memory), skip what the cache
  * holds, and hold what they fetched for the reader (prefetch.h, "Hints");
@@ -37,7 +39,7 @@ typedef struct sfs_hints sfs_hints;
 
 struct sfs_hints_conf {
 	unsigned window;    /* items of one list fetched ahead at most */
-	unsigned fetchers;  /* fetcher threads */
+	unsigned fetchers;  /* items being fetched at once (threads: at most 4) */
 	uint64_t mem_bytes; /* bytes fetched ahead and not yet read, all lists */
 	bool check_perms;   /* default_permissions: a hint reads only what its sender may */
 };

@@ -160,8 +160,8 @@ static const struct sfs_opt_def opt_table[] = {
      .help = "epoch hints (SHARDFS_IOC_HINT_*): items of one list fetched ahead of its "
 	     "reader at most; all lists together hold at most half of prefetch_mem unread"},
     {UINT("hint_fetchers", hint_fetchers, 1, 256), .def = 16, .meta = "N",
-     .help = "epoch hints: threads fetching hinted items (items in flight at once, for all "
-	     "lists), started at the first list"},
+     .help = "epoch hints: hinted items being fetched at once, all lists together "
+	     "(independent of the readers' own concurrency)"},
     {CHOICE("prefetch", prefetch, prefetch_choices), .def = SFS_PREFETCH_SHARD,
      .help = "shard: open() of a file up to prefetch_max fetches it whole into the cache; "
 	     "readahead: a window ahead of sequential readers only; off: only what readers ask "

@@ -587,14 +587,22 @@ static void part_done(struct sfs_origin_req *req)
 	c->parts_done |= 1ull << (req - c->parts);
 	if (c->parts_pending > 1 && c->used)
 		pthread_cond_broadcast(&f->cond); /* a reader may wait for this part only */
+	bool hinted_done = false;
 	if (--c->parts_pending == 0) {
 		free_file = chunk_finish(f, c, true);
 		shard_pump(f, started, &n_started, SFS_PF_MAX_WINDOW);
+		hinted_done = f->hint_holds && f->pf->fetch_observer;
+		if (hinted_done)
+			f->refs++; /* for the observer: a hold may go meanwhile */
 	}
 	struct pf_waiter *ready = waiters_ready(f, c);
 	pthread_mutex_unlock(&f->lock);
 	submit_chunks(f, started, n_started);
 	waiters_answer(f, ready); /* before file_free: waiters hold f, so !free_file */
+	if (hinted_done) {
+		f->pf->fetch_observer(f->pf->observer_arg, f);
+		sfs_pf_file_unref(f);
+	}
 	if (free_file)
 		file_free(f);
 }

@@ -102,9 +102,11 @@ struct sfs_pf_file *vtable_find(sfs_prefetch *pf, const struct sfs_fh *fh,
 
 /* --- holds and fetching ahead ----------------------------------------------- */
 
-void sfs_prefetch_set_read_observer(sfs_prefetch *pf, sfs_pf_read_observer fn, void *arg)
+void sfs_prefetch_set_observers(sfs_prefetch *pf, sfs_pf_read_observer read,
+				sfs_pf_fetch_observer fetched, void *arg)
 {
-	pf->observer = fn;
+	pf->observer = read;
+	pf->fetch_observer = fetched;
 	pf->observer_arg = arg;
 }
 
@@ -147,6 +149,17 @@ static bool range_busy(struct sfs_pf_file *f, uint64_t c0, uint64_t c1)
 			return true;
 	}
 	return false;
+}
+
+bool sfs_pf_file_range_busy(sfs_pf_file *f, uint64_t off, uint64_t end)
+{
+	end = end < f->size ? end : f->size;
+	if (off >= end)
+		return false;
+	pthread_mutex_lock(&f->lock);
+	bool busy = range_busy(f, off >> SFS_CHUNK_SHIFT, (end - 1) >> SFS_CHUNK_SHIFT);
+	pthread_mutex_unlock(&f->lock);
+	return busy;
 }
 
 /* Wait on f->cond until [c0, c1] is not busy or wait_ms passed. Caller

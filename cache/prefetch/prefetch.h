@@ -139,8 +139,16 @@ void sfs_pf_file_drop_idle(sfs_pf_file *f);
 /* Called after each read of a file a hint list holds, on the reader's
  * thread, with no prefetch lock held: [off, end) of f was asked for. */
 typedef void (*sfs_pf_read_observer)(void *arg, sfs_pf_file *f, uint64_t off, uint64_t end);
+/* Called when a chunk of a file a hint list holds has been fetched (its
+ * bytes are in memory, or it failed), on the I/O thread that got them,
+ * with no prefetch lock held. */
+typedef void (*sfs_pf_fetch_observer)(void *arg, sfs_pf_file *f);
 /* Set once, before any read. */
-void sfs_prefetch_set_read_observer(sfs_prefetch *pf, sfs_pf_read_observer fn, void *arg);
+void sfs_prefetch_set_observers(sfs_prefetch *pf, sfs_pf_read_observer read,
+				sfs_pf_fetch_observer fetched, void *arg);
+
+/* Whether a chunk of [off, end) of f is still being fetched or loaded. */
+bool sfs_pf_file_range_busy(sfs_pf_file *f, uint64_t off, uint64_t end);
 
 void sfs_pf_file_hint_hold(sfs_pf_file *f);
 /* Pairs with sfs_pf_file_hint_hold. Unlike sfs_pf_file_drop_idle, chunks

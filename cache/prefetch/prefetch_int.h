@@ -172,7 +172,8 @@ struct sfs_prefetch {
 	 * (a hint list's and the reader's); vcap is a power of two. */
 	struct sfs_pf_file **vtable;
 	size_t vcap, vcount;
-	sfs_pf_read_observer observer; /* set before reads start: hinted reads */
+	sfs_pf_read_observer observer;	      /* set before reads start: hinted reads */
+	sfs_pf_fetch_observer fetch_observer; /* ... and hinted chunks fetched */
 	void *observer_arg;
 	pthread_mutex_t buf_lock;
 	void **free_bufs;	  /* protected by buf_lock */
