@@ -49,8 +49,24 @@ struct hint_dir {
 	char path[];
 };
 #define SFS_HINT_THREADS 4 /* fetcher threads at most */
-#define DIR_BUCKETS	 1024
-#define DIR_MAX		 4096 /* directories kept per list; past it the table starts over */
+/* Items resolved ahead of the fetch, per list: a reader's open of any of
+ * them is seen (sfs_hints_opened), so a reader that runs ahead of the fetch
+ * is noticed and the fetch skips to it instead of fetching behind it. */
+#define RES_AHEAD 2048
+#define RMAP_CAP  8192 /* (fsid, fileid) -> item, open addressing; cleared when half full */
+
+struct hint_resolved {
+	uint64_t idx1; /* item + 1; 0: none */
+	int rc;	       /* 0, or why the item is skipped */
+	struct sfs_fh fh;
+	struct sfs_attr a;
+};
+
+struct rmap_entry {
+	uint64_t key, idx1;
+};
+#define DIR_BUCKETS 1024
+#define DIR_MAX	    4096 /* directories kept per list; past it the table starts over */
 
 struct hint_list {
 	struct hint_list *next;
@@ -60,9 +76,13 @@ struct hint_list {
 	struct sfs_hint_items items;
 	uint64_t lo, next_item, hi_read; /* hi_read: 1 + the furthest item read */
 	unsigned window_read;		 /* slots in [lo, next_item) marked read */
-	struct hint_slot *slots;	 /* window of them */
-	unsigned busy;			 /* fetchers on its items */
-	bool dead;			 /* replaced, cancelled or released */
+	uint64_t resolved_to;		 /* items below it were resolved (ahead, or when taken) */
+	struct hint_resolved *ahead;	 /* RES_AHEAD: item i at i % RES_AHEAD; NULL: none yet */
+	struct rmap_entry *rmap;	 /* RMAP_CAP: whole-file items resolved, by file */
+	unsigned rmap_n;
+	struct hint_slot *slots; /* window of them */
+	unsigned busy;		 /* fetchers on its items */
+	bool dead;		 /* replaced, cancelled or released */
 	struct sfs_hint_counts c;
 	struct hint_dir *dirs[DIR_BUCKETS];
 	unsigned n_dirs;
@@ -135,6 +155,8 @@ static void list_free(sfs_hints *h, struct hint_list *L)
 	h->list_mem -= sfs_hint_items_bytes(&L->items);
 	sfs_hint_items_free(&L->items);
 	dirs_clear(L);
+	free(L->ahead);
+	free(L->rmap);
 	free(L->slots);
 	free(L);
 	__atomic_fetch_sub(&h->owners, 1, __ATOMIC_RELAXED);
@@ -184,6 +206,20 @@ static void list_kill(sfs_hints *h, struct hint_list *L)
 	list_free(h, L);
 }
 
+/* A fetcher is done with an item of L: a dead L goes with the last one.
+ * Caller holds h->lock. */
+static void list_unbusy(sfs_hints *h, struct hint_list *L)
+{
+	if (--L->busy || !L->dead)
+		return;
+	for (struct hint_list **p = &h->lists; *p; p = &(*p)->next)
+		if (*p == L) {
+			*p = L->next;
+			break;
+		}
+	list_free(h, L);
+}
+
 static struct hint_list *list_of(sfs_hints *h, uint64_t owner)
 {
 	for (struct hint_list *L = h->lists; L; L = L->next)
@@ -204,6 +240,7 @@ static void pending_drop(sfs_hints *h, struct hint_pending **p)
 {
 	struct hint_pending *q = *p;
 	*p = q->next;
+	h->list_mem -= sfs_hint_items_bytes(&q->items);
 	sfs_hint_items_free(&q->items);
 	free(q);
 	__atomic_fetch_sub(&h->owners, 1, __ATOMIC_RELAXED);
@@ -260,12 +297,25 @@ int sfs_hints_append(sfs_hints *h, uint64_t owner, const struct shardfs_hint_app
 
 	pthread_mutex_lock(&h->lock);
 	struct hint_pending **p = pending_of(h, owner);
-	if (*p && a->used <= sizeof(a->buf))
+	if (*p && a->used <= sizeof(a->buf)) {
+		size_t before = sfs_hint_items_bytes(&(*p)->items);
 		rc = sfs_hint_items_append(&(*p)->items, a->buf, a->used, a->n_items);
-	if (rc == -EINVAL || rc == -E2BIG) {
+		h->list_mem += sfs_hint_items_bytes(&(*p)->items) - before;
+		if (rc == 0 && h->list_mem > h->conf.list_mem_max) {
+			rc = -ENOMEM; /* the lists of all jobs hold their share of mem_max */
+			h->st.refused_memory++;
+			static struct sfs_log_ratelimit rl;
+			if (sfs_log_ratelimit(&rl, 60000))
+				sfs_log(SFS_LOG_WARN, "hints",
+					"a hint list was refused: the lists would hold more than "
+					"%llu MiB (mem_max / 8)",
+					(unsigned long long)(h->conf.list_mem_max >> 20));
+		}
+	}
+	if (rc < 0) {
 		if (rc == -EINVAL)
 			h->st.refused_invalid++;
-		else
+		else if (rc == -E2BIG)
 			h->st.refused_too_long++;
 		if (*p)
 			pending_drop(h, p); /* a refused batch drops the whole list */
@@ -300,7 +350,6 @@ int sfs_hints_commit(sfs_hints *h, uint64_t owner, uint64_t *n_items)
 		L->job = job_index(h, q->sender.job);
 		free(q);
 		*n_items = L->items.n;
-		h->list_mem += sfs_hint_items_bytes(&L->items);
 		COUNT(h, L, lists, 1);
 		COUNT(h, L, items, L->items.n);
 		L->next = h->lists;
@@ -379,9 +428,10 @@ static void advance(sfs_hints *h, struct hint_list *L)
 		/* Passed: the reader read an item a window further on, or most
 		 * of a full window after it (it may also have read this one
 		 * before it was held: reads are seen only on held files). */
-		uint64_t eff = window_of(h, L);
+		uint64_t eff = window_of(h, L), left = L->items.n - L->lo;
+		uint64_t full = eff < left ? eff : left; /* a full window, or the list's tail */
 		bool passed = L->lo + w <= L->hi_read ||
-			      (L->next_item - L->lo >= eff && L->window_read >= eff - eff / 4);
+			      (L->next_item - L->lo >= full && L->window_read >= full - full / 4);
 		if (s->state == SLOT_DONE || (s->state == SLOT_HELD && (s->read || passed)))
 			slot_release(h, L, s, true);
 		else
@@ -409,11 +459,29 @@ static bool take_item(sfs_hints *h, struct hint_list **out, uint64_t *idx)
 	if (!pick || h->held_bytes >= h->conf.mem_bytes || h->in_flight >= h->conf.fetchers)
 		return false;
 	*idx = pick->next_item++;
+	if (pick->resolved_to < pick->next_item)
+		pick->resolved_to = pick->next_item;
 	struct hint_slot *s = &pick->slots[*idx % h->conf.window];
 	*s = (struct hint_slot){.state = SLOT_TAKEN};
 	pick->busy++;
 	*out = pick;
 	return true;
+}
+
+/* Item i of L (slot s) was read. Returns whether the window may move.
+ * Caller holds h->lock. */
+static bool mark_read(sfs_hints *h, struct hint_list *L, uint64_t i, struct hint_slot *s)
+{
+	s->read = true;
+	L->window_read++;
+	if (s->state == SLOT_HELD) {
+		h->held_bytes -= s->end - s->off;
+		COUNT(h, L, read_items, 1);
+		COUNT(h, L, read_bytes, s->end - s->off);
+	}
+	if (i + 1 > L->hi_read)
+		L->hi_read = i + 1;
+	return i == L->lo; /* only then can the window move on */
 }
 
 /* A reader asked for [off, end) of f, which some list holds: the items of
@@ -427,21 +495,107 @@ static void observe_read(void *arg, sfs_pf_file *f, uint64_t off, uint64_t end)
 	for (struct hint_list *L = h->lists; L; L = L->next)
 		for (uint64_t i = L->lo; i < L->next_item && !L->dead; i++) {
 			struct hint_slot *s = &L->slots[i % h->conf.window];
-			if (s->pf != f || s->read || off >= s->end || end <= s->off)
-				continue;
-			s->read = true;
-			L->window_read++;
-			if (s->state == SLOT_HELD) {
-				h->held_bytes -= s->end - s->off;
-				COUNT(h, L, read_items, 1);
-				COUNT(h, L, read_bytes, s->end - s->off);
-			}
-			if (i + 1 > L->hi_read)
-				L->hi_read = i + 1;
-			moved |= i == L->lo; /* only then can the window move on */
+			if (s->pf == f && !s->read && off < s->end && end > s->off)
+				moved |= mark_read(h, L, i, s);
 		}
 	if (moved && h->waiting)
 		pthread_cond_signal(&h->work); /* the window may move: one more item */
+	pthread_mutex_unlock(&h->lock);
+}
+
+/* --- opens of files resolved ahead ------------------------------------------ */
+
+static uint64_t rmap_key(uint64_t fsid, uint64_t fileid)
+{
+	uint64_t k = (fileid ^ (fsid << 32 | fsid >> 32)) * 0x9E3779B97F4A7C15ull;
+	return k ? k : 1;
+}
+
+/* Remember that whole-file item idx of L is file (fsid, fileid). Caller
+ * holds h->lock. */
+static void rmap_put(struct hint_list *L, uint64_t fsid, uint64_t fileid, uint64_t idx)
+{
+	if (!L->rmap && !(L->rmap = calloc(RMAP_CAP, sizeof(*L->rmap))))
+		return;
+	if (L->rmap_n >= RMAP_CAP / 2) { /* older items than the window's, mostly */
+		memset(L->rmap, 0, RMAP_CAP * sizeof(*L->rmap));
+		L->rmap_n = 0;
+	}
+	uint64_t key = rmap_key(fsid, fileid);
+	for (size_t i = key & (RMAP_CAP - 1);; i = (i + 1) & (RMAP_CAP - 1)) {
+		struct rmap_entry *e = &L->rmap[i];
+		if (e->key == key || !e->key) {
+			L->rmap_n += !e->key;
+			e->key = key;
+			e->idx1 = idx + 1; /* a file named twice: its later item */
+			return;
+		}
+	}
+}
+
+static uint64_t rmap_get(const struct hint_list *L, uint64_t fsid, uint64_t fileid)
+{
+	if (!L->rmap)
+		return 0;
+	uint64_t key = rmap_key(fsid, fileid);
+	for (size_t i = key & (RMAP_CAP - 1);; i = (i + 1) & (RMAP_CAP - 1)) {
+		const struct rmap_entry *e = &L->rmap[i];
+		if (!e->key)
+			return 0;
+		if (e->key == key)
+			return e->idx1;
+	}
+}
+
+/* The reader opened item i of L, at or past the items being fetched: the
+ * fetch skips to it (at most a window past lo: slots are addressed by item
+ * modulo the window), those skipped counted as passed. Caller holds h->lock. */
+static void skip_to(sfs_hints *h, struct hint_list *L, uint64_t i)
+{
+	L->hi_read = i + 1 > L->hi_read ? i + 1 : L->hi_read;
+	advance(h, L); /* what lies a window behind i goes as passed */
+	if (L->lo == L->next_item) { /* nothing in the window: jump */
+		COUNT(h, L, passed_items, i + 1 - L->next_item);
+		L->lo = L->next_item = i + 1;
+		L->resolved_to = L->resolved_to > L->next_item ? L->resolved_to : L->next_item;
+		return;
+	}
+	uint64_t to = i + 1 < L->lo + h->conf.window ? i + 1 : L->lo + h->conf.window;
+
+	for (uint64_t j = L->next_item; j < to; j++)
+		L->slots[j % h->conf.window] = (struct hint_slot){.state = SLOT_DONE};
+	if (to > L->next_item)
+		COUNT(h, L, passed_items, to - L->next_item);
+	L->next_item = to > L->next_item ? to : L->next_item;
+	if (L->resolved_to < L->next_item)
+		L->resolved_to = L->next_item;
+}
+
+void sfs_hints_opened(sfs_hints *h, uint64_t fsid, uint64_t fileid)
+{
+	bool moved = false;
+
+	if (!h || !__atomic_load_n(&h->owners, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&h->lock);
+	for (struct hint_list *L = h->lists; L; L = L->next) {
+		uint64_t idx1 = L->dead ? 0 : rmap_get(L, fsid, fileid);
+		if (!idx1 || idx1 - 1 < L->lo || idx1 - 1 >= L->items.n)
+			continue;
+		uint64_t i = idx1 - 1;
+		if (i >= L->next_item) {
+			skip_to(h, L, i);
+			moved = true;
+		} else {
+			struct hint_slot *s = &L->slots[i % h->conf.window];
+			if (!s->read && s->state != SLOT_DONE && s->state != SLOT_FREE)
+				moved |= mark_read(h, L, i, s);
+		}
+		if (i + 1 > L->hi_read)
+			L->hi_read = i + 1;
+	}
+	if (moved && h->waiting)
+		pthread_cond_signal(&h->work);
 	pthread_mutex_unlock(&h->lock);
 }
 
@@ -688,6 +842,58 @@ static bool item_gone(sfs_hints *h, struct hint_list *L, uint64_t idx)
 	return gone;
 }
 
+/* Item idx of L as resolved ahead, if it was. Takes h->lock. */
+static bool take_resolved(sfs_hints *h, struct hint_list *L, uint64_t idx, int *rc,
+			  struct sfs_fh *fh, struct sfs_attr *a)
+{
+	bool hit = false;
+
+	pthread_mutex_lock(&h->lock);
+	struct hint_resolved *e = L->ahead ? &L->ahead[idx % RES_AHEAD] : NULL;
+	if (e && e->idx1 == idx + 1) {
+		*rc = e->rc;
+		*fh = e->fh;
+		*a = e->a;
+		e->idx1 = 0;
+		hit = true;
+	}
+	pthread_mutex_unlock(&h->lock);
+	return hit;
+}
+
+/* The next item of some list to resolve ahead of its fetch (RES_AHEAD
+ * at most past what is being fetched). Caller holds h->lock; on true the
+ * list is busy. */
+static bool take_resolve(sfs_hints *h, struct hint_list **out, uint64_t *idx)
+{
+	for (struct hint_list *L = h->lists; L; L = L->next)
+		if (!L->dead && L->resolved_to < L->items.n &&
+		    L->resolved_to < L->next_item + RES_AHEAD) {
+			*idx = L->resolved_to++;
+			L->busy++;
+			*out = L;
+			return true;
+		}
+	return false;
+}
+
+/* Resolve item idx of L ahead of its fetch; called without h->lock, returns
+ * with it held. */
+static void resolve_ahead(sfs_hints *h, struct hint_list *L, uint64_t idx)
+{
+	const struct sfs_hint_item *it = &L->items.items[idx]; /* immutable */
+	struct hint_resolved r = {.idx1 = idx + 1};
+
+	r.rc = resolve_file(h, L, L->items.arena + it->path_off, it->path_len, &r.fh, &r.a);
+	pthread_mutex_lock(&h->lock);
+	if (!L->dead && idx >= L->next_item &&
+	    (L->ahead || (L->ahead = calloc(RES_AHEAD, sizeof(*L->ahead)))))
+		L->ahead[idx % RES_AHEAD] = r;
+	if (!L->dead && r.rc == 0 && it->kind == SHARDFS_HINT_FILE)
+		rmap_put(L, r.a.fsid, r.a.fileid, idx);
+	list_unbusy(h, L);
+}
+
 /* Resolve, skip or fetch item idx of L. No lock held. */
 static struct item_result fetch_item(sfs_hints *h, struct hint_list *L, uint64_t idx)
 {
@@ -696,8 +902,15 @@ static struct item_result fetch_item(sfs_hints *h, struct hint_list *L, uint64_t
 	struct item_result r = {.outcome = ITEM_UNKNOWN};
 	struct sfs_fh fh;
 	struct sfs_attr a;
-	int rc = resolve_file(h, L, path, it->path_len, &fh, &a);
+	int rc;
 
+	if (!take_resolved(h, L, idx, &rc, &fh, &a)) {
+		rc = resolve_file(h, L, path, it->path_len, &fh, &a);
+		pthread_mutex_lock(&h->lock);
+		if (rc == 0 && it->kind == SHARDFS_HINT_FILE)
+			rmap_put(L, a.fsid, a.fileid, idx);
+		pthread_mutex_unlock(&h->lock);
+	}
 	if (rc < 0) {
 		r.outcome = rc == -EACCES ? ITEM_DENIED : ITEM_UNKNOWN;
 		return r;
@@ -798,7 +1011,6 @@ static void item_finish(sfs_hints *h, struct hint_list *L, uint64_t idx, struct 
 	struct hint_slot *s = &L->slots[idx % h->conf.window];
 	uint64_t bytes = r->end - r->off;
 
-	L->busy--;
 	if (r->outcome == ITEM_FETCHED || r->outcome == ITEM_CACHED)
 		COUNT(h, L, item_bytes, bytes);
 	if (r->outcome == ITEM_UNKNOWN)
@@ -820,23 +1032,12 @@ static void item_finish(sfs_hints *h, struct hint_list *L, uint64_t idx, struct 
 	} else {
 		slot_fetched(h, L, s);
 	}
-	if (L->dead && !L->busy) {
-		if (s->pf)
-			sfs_pf_file_hint_release(s->pf);
-		s->pf = NULL;
-		for (struct hint_list **p = &h->lists; *p; p = &(*p)->next)
-			if (*p == L) {
-				*p = L->next;
-				break;
-			}
-		list_free(h, L);
-		return;
-	}
 	if (L->dead && s->pf) {
 		sfs_pf_file_hint_release(s->pf);
 		s->pf = NULL;
 		s->state = SLOT_FREE;
 	}
+	list_unbusy(h, L);
 	/* No wake-up: this fetcher takes the next item itself. */
 }
 
@@ -849,25 +1050,22 @@ static void *fetcher_main(void *arg)
 	pthread_setname_np(pthread_self(), "sfs-hint"); /* top -H, perf --sort comm */
 	pthread_mutex_lock(&h->lock);
 	while (!h->stop) {
-		if (!take_item(h, &L, &idx)) {
-			/* Woken by a commit, a read, an item done; the timeout
-			 * drops items readers passed meanwhile. */
-			struct timespec until;
-			clock_gettime(CLOCK_REALTIME, &until);
-			until.tv_nsec += 100 * 1000 * 1000;
-			if (until.tv_nsec >= 1000000000) {
-				until.tv_sec++;
-				until.tv_nsec -= 1000000000;
-			}
+		if (take_item(h, &L, &idx)) {
+			pthread_mutex_unlock(&h->lock);
+			struct item_result r = fetch_item(h, L, idx);
+			pthread_mutex_lock(&h->lock);
+			item_finish(h, L, idx, &r);
+		} else if (take_resolve(h, &L, &idx)) {
+			pthread_mutex_unlock(&h->lock);
+			resolve_ahead(h, L, idx); /* returns with the lock */
+		} else {
+			/* Woken by a commit, a read, an open or a fetch that
+			 * ends; the timeout drops items readers passed meanwhile. */
+			struct timespec until = sfs_deadline(CLOCK_REALTIME, 100 * 1000);
 			h->waiting++;
 			pthread_cond_timedwait(&h->work, &h->lock, &until);
 			h->waiting--;
-			continue;
 		}
-		pthread_mutex_unlock(&h->lock);
-		struct item_result r = fetch_item(h, L, idx);
-		pthread_mutex_lock(&h->lock);
-		item_finish(h, L, idx, &r);
 	}
 	pthread_mutex_unlock(&h->lock);
 	return NULL;

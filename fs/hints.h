@@ -38,10 +38,11 @@ struct sfs_fs;
 typedef struct sfs_hints sfs_hints;
 
 struct sfs_hints_conf {
-	unsigned window;    /* items of one list fetched ahead at most */
-	unsigned fetchers;  /* items being fetched at once (threads: at most 4) */
-	uint64_t mem_bytes; /* bytes fetched ahead and not yet read, all lists */
-	bool check_perms;   /* default_permissions: a hint reads only what its sender may */
+	unsigned window;       /* items of one list fetched ahead at most */
+	unsigned fetchers;     /* items being fetched at once (threads: at most 4) */
+	uint64_t mem_bytes;    /* bytes fetched ahead and not yet read, all lists */
+	uint64_t list_mem_max; /* memory of all lists' items and paths (ENOMEM past it) */
+	bool check_perms;      /* default_permissions: a hint reads only what its sender may */
 };
 
 /* Who sent a list: from the ioctl's request. */
@@ -67,6 +68,10 @@ int sfs_hints_append(sfs_hints *h, uint64_t owner, const struct shardfs_hint_app
 int sfs_hints_commit(sfs_hints *h, uint64_t owner, uint64_t *n_items);
 int sfs_hints_cancel(sfs_hints *h, uint64_t owner);
 void sfs_hints_status(sfs_hints *h, uint64_t owner, struct shardfs_hint_status *out);
+/* A reader opened file (fsid, fileid): where a list names it among the
+ * items resolved ahead, the list's reader is there (the fetch skips to it
+ * if it was behind). Cheap when there is no list. Any thread. */
+void sfs_hints_opened(sfs_hints *h, uint64_t fsid, uint64_t fileid);
 /* The open file `owner` was released: its lists go. Cheap when it has none. */
 void sfs_hints_release(sfs_hints *h, uint64_t owner);
 
@@ -83,6 +88,7 @@ struct sfs_hint_counts {
 	uint64_t cached_items; /* skipped: in the cache */
 	uint64_t unknown_items;
 	uint64_t denied_items;
+	uint64_t passed_items; /* skipped: the reader got there before the fetch */
 };
 
 struct sfs_hint_job_counts {
@@ -93,9 +99,10 @@ struct sfs_hint_job_counts {
 struct sfs_hints_stats {
 	uint64_t active_lists;	   /* lists with items left */
 	uint64_t held_bytes;	   /* fetched ahead, not yet read or dropped */
-	uint64_t list_mem_bytes;   /* memory of the lists' items and paths */
+	uint64_t list_mem_bytes;   /* memory of the lists' items and paths, being built too */
 	uint64_t refused_invalid;  /* batches or commits refused: EINVAL */
 	uint64_t refused_too_long; /* lists refused: E2BIG */
+	uint64_t refused_memory;   /* lists refused: ENOMEM (list_mem_max) */
 	struct sfs_hint_counts all;
 };
 

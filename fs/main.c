@@ -444,6 +444,7 @@ static int start_daemon(struct sfs_fs *fs, struct sfs_options *o, int n_addrs)
 				 &(struct sfs_hints_conf){.window = o->hint_window,
 							  .fetchers = o->hint_fetchers,
 							  .mem_bytes = o->prefetch_mem / 2,
+							  .list_mem_max = o->mem_max / 8,
 							  .check_perms = o->default_permissions},
 				 &fs->hints)) < 0) {
 		sfs_log(SFS_LOG_ERR, "main", "cannot start: %s", strerror(-rc));

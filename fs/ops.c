@@ -733,6 +733,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
 	}
 	sfs_pf_file_opened(pf);
+	sfs_hints_opened(fs->hints, a.fsid, a.fileid); /* where a hint list's reader is */
 	struct sfs_open_file *of = calloc(1, sizeof(*of));
 	if (!of) {
 		file_closed(i, pf);

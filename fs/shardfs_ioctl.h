@@ -243,7 +243,9 @@ struct shardfs_cache_evict_keys {
  * errno values: EINVAL (a malformed batch: size, reserved words, an item
  * that overruns buf or its item_bytes, an unknown kind, an empty or bad
  * path; APPEND or COMMIT without BEGIN), E2BIG (the list would pass
- * SHARDFS_HINT_MAX_ITEMS: the whole pending list is dropped), ENOMEM.
+ * SHARDFS_HINT_MAX_ITEMS: the whole pending list is dropped), ENOMEM (the
+ * daemon's lists together would pass their share of its memory budget,
+ * mem_max / 8: the pending list is dropped).
  */
 #define SHARDFS_HINT_MAX_ITEMS (1u << 21) /* items in one list: 2,097,152 */
 #define SHARDFS_HINT_BUF       16320

@@ -631,11 +631,14 @@ static int render_hints(FILE *f, struct sfs_fs *fs)
 	metric(f, "shardfs_hint_list_memory_bytes", "gauge",
 	       "Memory of the hint lists' items and paths.", t.list_mem_bytes);
 	help(f, "shardfs_hint_refused_total", "counter",
-	     "Hint batches or lists refused: malformed (EINVAL) or too long (E2BIG).");
+	     "Hint batches or lists refused: malformed (EINVAL), too long (E2BIG), or past the "
+	     "lists' memory, mem_max / 8 (ENOMEM).");
 	fprintf(f, "shardfs_hint_refused_total{reason=\"invalid\"} %llu\n",
 		(unsigned long long)t.refused_invalid);
 	fprintf(f, "shardfs_hint_refused_total{reason=\"too_long\"} %llu\n",
 		(unsigned long long)t.refused_too_long);
+	fprintf(f, "shardfs_hint_refused_total{reason=\"memory\"} %llu\n",
+		(unsigned long long)t.refused_memory);
 	PER_HINT_JOB("shardfs_hint_lists_total", "counter", "Hint lists committed, by job.", lists);
 	PER_HINT_JOB("shardfs_hint_items_total", "counter",
 		     "Items in committed hint lists, by job.", items);
@@ -656,10 +659,12 @@ static int render_hints(FILE *f, struct sfs_fs *fs)
 		     "Bytes fetched ahead and dropped unread (passed by the reader, list replaced, "
 		     "cancelled or closed), by job.",
 		     wasted_bytes);
-	help(f, "shardfs_hint_skipped_items_total", "counter",
-	     "Hinted items not fetched, by job and reason: cached (in the local cache), unknown "
-	     "(missing, not a regular file, a range past its end), denied (the sender may not "
-	     "read it).");
+	help(
+	    f, "shardfs_hint_skipped_items_total", "counter",
+	    "Hinted items not fetched, by job and reason: cached (in the local cache), unknown "
+	    "(missing, not a regular file, a range past its end), denied (the sender may not "
+	    "read it), passed (the reader opened it before its fetch began: the fetch skips to the "
+	    "reader).");
 	for (size_t k = 0; k < n; k++) {
 		fprintf(f, "shardfs_hint_skipped_items_total{job=\"%s\",reason=\"cached\"} %llu\n",
 			js[k].job, (unsigned long long)js[k].c.cached_items);
@@ -667,6 +672,8 @@ static int render_hints(FILE *f, struct sfs_fs *fs)
 			js[k].job, (unsigned long long)js[k].c.unknown_items);
 		fprintf(f, "shardfs_hint_skipped_items_total{job=\"%s\",reason=\"denied\"} %llu\n",
 			js[k].job, (unsigned long long)js[k].c.denied_items);
+		fprintf(f, "shardfs_hint_skipped_items_total{job=\"%s\",reason=\"passed\"} %llu\n",
+			js[k].job, (unsigned long long)js[k].c.passed_items);
 	}
 	free(js);
 	return 0;

@@ -283,6 +283,33 @@ def phase_stop():
     ok(stats()["shardfs_hint_lists"] == 0, "closing the fd drops the list")
 
 
+def phase_jump():
+    """A reader that starts far into its list (or that the fetch fell behind):
+    its opens are seen among the items resolved ahead, the fetch skips to it
+    instead of fetching what it passed, and what it then reads was fetched
+    ahead."""
+    window = int(args[0])
+    paths = files_under("img")
+    random.Random(8).shuffle(paths)
+    fd = root_fd()
+    st0 = stats()
+    S.hint(fd, paths)
+    time.sleep(1)  # the first window fetched, the rest resolved ahead
+    part = paths[800:1100]
+    bad = read_all(part, threads=1)
+    s = wait_settled(fd)
+    st = stats()
+    passed = skipped(st, "passed") - skipped(st0, "passed")
+    nfs = st["shardfs_prefetch_fetched_bytes_total"] - st0["shardfs_prefetch_fetched_bytes_total"]
+    size = sum(os.path.getsize(os.path.join(exp, p)) for p in part)
+    ok(not bad, "the files read right", " ".join(bad[:5]))
+    ok(passed >= 700, f"items the reader skipped were passed, not fetched ({passed:.0f})")
+    ok(s.read_items >= 200, f"most of what it read was fetched ahead ({s.read_items} of 300)", str(s))
+    ok(nfs <= size + 3 * window * 125000, f"NFS bytes {nfs:.0f}: its 300 files ({size}) and a few "
+       "windows, not the 800 it skipped")
+    os.close(fd)
+
+
 def phase_killed():
     """A job killed mid-epoch: its list goes with its fd; fetching stops."""
     paths = files_under("img")
@@ -383,6 +410,23 @@ def phase_policy():
     os.close(fd)
 
 
+def phase_memcap():
+    """Lists together hold at most mem_max / 8: a list past it is refused
+    with ENOMEM, counted; a smaller one is taken afterwards."""
+    cap = int(args[0])
+    fd = root_fd()
+    st0 = stats()
+    n = cap // 40 + 1000  # 24-byte items with paths of ~20 bytes
+    big = ["img/c00/missing-%09d" % i for i in range(n)]
+    ok(raises(lambda: S.hint(fd, big), errno.ENOMEM), f"{n} items past {cap} bytes: ENOMEM")
+    st = stats()
+    ok(st['shardfs_hint_refused_total{reason="memory"}'] -
+       st0['shardfs_hint_refused_total{reason="memory"}'] == 1, "counted as memory")
+    ok(st["shardfs_hint_list_memory_bytes"] == 0, "nothing of it is kept")
+    ok(S.hint(fd, big[:1000]) == 1000, "a smaller list is taken")
+    os.close(fd)
+
+
 def phase_replace():
     """A second COMMIT replaces the list; CANCEL drops it."""
     paths = files_under("img")
@@ -400,5 +444,5 @@ def phase_replace():
 
 {"read": phase_read, "unknown": phase_unknown, "malformed": phase_malformed,
  "denied": phase_denied, "budget": phase_budget, "stop": phase_stop, "killed": phase_killed,
- "two_jobs": phase_two_jobs, "policy": phase_policy, "records": phase_records, "replace": phase_replace}[phase]()
+ "two_jobs": phase_two_jobs, "policy": phase_policy, "memcap": phase_memcap, "jump": phase_jump, "records": phase_records, "replace": phase_replace}[phase]()
 sys.exit(1 if T.failed else 0)

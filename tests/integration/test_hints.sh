@@ -7,7 +7,8 @@
 # a list past the limit (E2BIG); an unprivileged sender on an allow_other
 # mount (files it may not read are never fetched); a list larger than the
 # fetch memory; a reader that stops mid-epoch (fetching stops within a
-# window); a job killed mid-epoch (its list goes); two jobs with overlapping
+# window); a reader that jumps ahead (the fetch follows it); a job killed
+# mid-epoch (its list goes); a list past mem_max / 8 (ENOMEM); two jobs with overlapping
 # lists; records of a big file hinted as ranges; a full pinned cache (items
 # wait in memory, not admitted); replacing and cancelling.
 . "$(dirname "$0")/lib.sh"
@@ -60,8 +61,13 @@ run_phase replace
 fresh "prefetch_mem=16M"
 run_phase budget $(((8 << 20) + 16 * 120000))
 
+# All lists together: at most mem_max / 8 (here 8 MiB).
+fresh "mem_max=64M"
+run_phase memcap $((8 << 20))
+
 fresh "hint_window=100"
 run_phase stop 100
+run_phase jump 100
 run_phase killed
 
 fresh
