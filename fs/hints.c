@@ -20,6 +20,7 @@
 #include "hints.h"
 #include "fs.h"
 #include "hint_list.h"
+#include "hint_resolve.h"
 #include "../cache/common/log.h"
 
 #include <errno.h>
@@ -38,16 +39,6 @@ struct hint_slot {
 	bool read;	   /* a reader asked for bytes of it */
 };
 
-/* A directory resolved for a list: its path (a prefix of items' paths). */
-struct hint_dir {
-	struct hint_dir *next;
-	uint64_t hash, key, seen_ms;
-	struct sfs_fh fh;
-	uint32_t mode, uid, gid;
-	int err; /* 0, or why the path is no directory the sender may search */
-	uint16_t len;
-	char path[];
-};
 #define SFS_HINT_THREADS 4 /* fetcher threads at most */
 /* Items resolved ahead of the fetch, per list: a reader's open of any of
  * them is seen (sfs_hints_opened), so a reader that runs ahead of the fetch
@@ -65,13 +56,10 @@ struct hint_resolved {
 struct rmap_entry {
 	uint64_t key, idx1;
 };
-#define DIR_BUCKETS 1024
-#define DIR_MAX	    4096 /* directories kept per list; past it the table starts over */
 
 struct hint_list {
 	struct hint_list *next;
 	uint64_t owner;
-	struct sfs_hint_sender sender;
 	unsigned job; /* index in h->jobs */
 	struct sfs_hint_items items;
 	uint64_t lo, next_item, hi_read; /* hi_read: 1 + the furthest item read */
@@ -84,8 +72,7 @@ struct hint_list {
 	unsigned busy;		 /* fetchers on its items */
 	bool dead;		 /* replaced, cancelled or released */
 	struct sfs_hint_counts c;
-	struct hint_dir *dirs[DIR_BUCKETS];
-	unsigned n_dirs;
+	struct sfs_hint_dirs *dirs; /* directories resolved for it */
 };
 
 struct hint_pending {
@@ -139,22 +126,11 @@ static unsigned job_index(sfs_hints *h, const char *label)
 	return job_index(h, "other"); /* the last slot */
 }
 
-static void dirs_clear(struct hint_list *L)
-{
-	for (size_t b = 0; b < DIR_BUCKETS; b++)
-		for (struct hint_dir *d = L->dirs[b], *n; d; d = n) {
-			n = d->next;
-			free(d);
-		}
-	memset(L->dirs, 0, sizeof(L->dirs));
-	L->n_dirs = 0;
-}
-
 static void list_free(sfs_hints *h, struct hint_list *L)
 {
 	h->list_mem -= sfs_hint_items_bytes(&L->items);
 	sfs_hint_items_free(&L->items);
-	dirs_clear(L);
+	sfs_hint_dirs_free(L->dirs);
 	free(L->ahead);
 	free(L->rmap);
 	free(L->slots);
@@ -335,7 +311,8 @@ int sfs_hints_commit(sfs_hints *h, uint64_t owner, uint64_t *n_items)
 	if (!*p) {
 		h->st.refused_invalid++;
 		rc = -EINVAL;
-	} else if (!L || !slots || (rc = start_fetchers(h)) < 0) {
+	} else if (!L || !slots || (rc = start_fetchers(h)) < 0 ||
+		   !(L->dirs = sfs_hint_dirs_new(h->fs, &(*p)->sender, h->conf.check_perms))) {
 		rc = rc ? rc : -ENOMEM;
 	} else {
 		struct hint_list *old = list_of(h, owner);
@@ -344,7 +321,6 @@ int sfs_hints_commit(sfs_hints *h, uint64_t owner, uint64_t *n_items)
 		struct hint_pending *q = *p;
 		*p = q->next;
 		L->owner = owner;
-		L->sender = q->sender;
 		L->items = q->items;
 		L->slots = slots;
 		L->job = job_index(h, q->sender.job);
@@ -359,6 +335,8 @@ int sfs_hints_commit(sfs_hints *h, uint64_t owner, uint64_t *n_items)
 		pthread_cond_broadcast(&h->work);
 	}
 	pthread_mutex_unlock(&h->lock);
+	if (L)
+		sfs_hint_dirs_free(L->dirs);
 	free(L);
 	free(slots);
 	return rc;
@@ -553,7 +531,7 @@ static uint64_t rmap_get(const struct hint_list *L, uint64_t fsid, uint64_t file
 static void skip_to(sfs_hints *h, struct hint_list *L, uint64_t i)
 {
 	L->hi_read = i + 1 > L->hi_read ? i + 1 : L->hi_read;
-	advance(h, L); /* what lies a window behind i goes as passed */
+	advance(h, L);		     /* what lies a window behind i goes as passed */
 	if (L->lo == L->next_item) { /* nothing in the window: jump */
 		COUNT(h, L, passed_items, i + 1 - L->next_item);
 		L->lo = L->next_item = i + 1;
@@ -597,229 +575,6 @@ void sfs_hints_opened(sfs_hints *h, uint64_t fsid, uint64_t fileid)
 	if (moved && h->waiting)
 		pthread_cond_signal(&h->work);
 	pthread_mutex_unlock(&h->lock);
-}
-
-/* --- resolving a path as its sender -------------------------------------- */
-
-static bool in_groups(const struct sfs_hint_sender *s, uint32_t gid)
-{
-	if (s->gid == gid)
-		return true;
-	for (int k = 0; k < s->n_groups; k++)
-		if (s->groups[k] == gid)
-			return true;
-	return false;
-}
-
-/* Whether the sender may `want` (4 read, 1 search) an object of mode, uid,
- * gid: the kernel's generic_permission, with root's override. */
-static bool sender_may(const sfs_hints *h, const struct sfs_hint_sender *s, uint32_t mode,
-		       uint32_t uid, uint32_t gid, unsigned want)
-{
-	if (!h->conf.check_perms || s->uid == 0)
-		return true;
-	unsigned bits = s->uid == uid ? mode >> 6 : in_groups(s, gid) ? mode >> 3 : mode;
-	return (bits & want) == want;
-}
-
-static uint64_t path_hash(const char *p, size_t n)
-{
-	uint64_t x = 1469598103934665603ull;
-	for (size_t i = 0; i < n; i++)
-		x = (x ^ (uint8_t)p[i]) * 1099511628211ull;
-	return x;
-}
-
-/* The resolved directory path[0, len) of L, if kept and not older than the
- * attribute timeout. Caller holds h->lock; copies it out. */
-static bool dir_cached(sfs_hints *h, struct hint_list *L, const char *path, size_t len,
-		       struct hint_dir *out)
-{
-	uint64_t hash = path_hash(path, len), now = sfs_now_ms();
-	uint64_t ttl = (uint64_t)(h->fs->attr_timeout_s * 1000) + 1000;
-
-	for (struct hint_dir *d = L->dirs[hash % DIR_BUCKETS]; d; d = d->next)
-		if (d->hash == hash && d->len == len && !memcmp(d->path, path, len) &&
-		    now - d->seen_ms < ttl) {
-			memcpy(out, d, sizeof(*out));
-			return true;
-		}
-	return false;
-}
-
-static void dir_keep(sfs_hints *h, struct hint_list *L, const char *path, size_t len,
-		     const struct hint_dir *d)
-{
-	struct hint_dir *n = malloc(sizeof(*n) + len);
-	if (!n)
-		return;
-	*n = *d;
-	n->hash = path_hash(path, len);
-	n->len = (uint16_t)len;
-	n->seen_ms = sfs_now_ms();
-	memcpy(n->path, path, len);
-	pthread_mutex_lock(&h->lock);
-	if (L->n_dirs >= DIR_MAX)
-		dirs_clear(L);
-	n->next = L->dirs[n->hash % DIR_BUCKETS];
-	L->dirs[n->hash % DIR_BUCKETS] = n;
-	L->n_dirs++;
-	pthread_mutex_unlock(&h->lock);
-}
-
-/* Look name up in directory d as a reader's lookup would: the namespace
- * (immutable), a current listing, else NFS (recorded in the namespace).
- * A miss in a directory not listed counts towards its listing, so that the
- * reader's own lookups there are answered without NFS. Returns 0 or -errno. */
-static int lookup_name(sfs_hints *h, const struct hint_dir *d, const char *name, struct sfs_fh *fh,
-		       struct sfs_attr *a)
-{
-	struct sfs_fs *fs = h->fs;
-	uint64_t listed_ms;
-	int rc;
-
-	if (fs->ns) {
-		if ((rc = sfs_ns_lookup(fs->ns, d->key, name, fh, a)) != -ENODATA)
-			return rc;
-	} else if (fs->listings) {
-		rc = sfs_ns_lookup_listed(fs->listings, d->key, name, fh, a, &listed_ms);
-		if (rc == 0)
-			return 0;
-		if (rc == -ENODATA && sfs_ns_listing_wanted(fs->listings, d->key))
-			sfs_fs_listing_start(fs, &d->fh, d->key);
-	}
-	struct sfs_origin_req r = {.op = SFS_ORIGIN_LOOKUP, .fh = d->fh, .name = name};
-	if ((rc = sfs_origin_call(fs->origin, &r)) < 0)
-		return rc;
-	*fh = r.out_fh;
-	if (!r.have_attr) {
-		r = (struct sfs_origin_req){.op = SFS_ORIGIN_GETATTR, .fh = *fh};
-		if ((rc = sfs_origin_call(fs->origin, &r)) < 0)
-			return rc;
-	}
-	*a = r.attr;
-	if (fs->ns)
-		sfs_ns_add(fs->ns, d->key, name, fh, a);
-	return 0;
-}
-
-static void dir_from(struct hint_dir *d, const struct sfs_fh *fh, const struct sfs_attr *a,
-		     uint64_t key)
-{
-	d->fh = *fh;
-	d->key = key;
-	d->mode = a->mode;
-	d->uid = a->uid;
-	d->gid = a->gid;
-}
-
-/* The directory path[0, len) (len 0: the root), from the list's table or
- * looked up. Returns 0 or -errno. */
-static int lookup_dir(sfs_hints *h, struct hint_list *L, const char *path, size_t len,
-		      struct hint_dir *out);
-
-/* Look directory path[0, len) up (not the root): its parent, then its
- * name there. Returns 0 or -errno. */
-static int lookup_dir_name(sfs_hints *h, struct hint_list *L, const char *path, size_t len,
-			   struct hint_dir *out)
-{
-	const char *slash = memrchr(path, '/', len);
-	size_t plen = slash ? (size_t)(slash - path) : 0;
-	size_t nlen = len - (slash ? plen + 1 : 0);
-	struct hint_dir parent;
-	struct sfs_attr a;
-	struct sfs_fh fh;
-	char name[256];
-	int rc;
-
-	if (nlen >= sizeof(name))
-		return -ENAMETOOLONG;
-	if ((rc = lookup_dir(h, L, path, plen, &parent)) < 0)
-		return rc;
-	memcpy(name, path + len - nlen, nlen);
-	name[nlen] = 0;
-	if ((rc = lookup_name(h, &parent, name, &fh, &a)) < 0)
-		return rc;
-	if (a.type != S_IFDIR)
-		return -ENOTDIR;
-	dir_from(out, &fh, &a, a.fileid);
-	return 0;
-}
-
-static int lookup_dir(sfs_hints *h, struct hint_list *L, const char *path, size_t len,
-		      struct hint_dir *out)
-{
-	pthread_mutex_lock(&h->lock);
-	bool hit = dir_cached(h, L, path, len, out);
-	pthread_mutex_unlock(&h->lock);
-	if (hit)
-		return out->err;
-	int rc = 0;
-	if (len == 0) {
-		struct sfs_inode *root = sfs_inode_root(h->fs->inodes);
-		struct sfs_attr a;
-		sfs_inode_lock(root);
-		sfs_inode_attr_get(root, &a);
-		sfs_inode_unlock(root);
-		struct sfs_fh fh = sfs_inode_fh(root);
-		dir_from(out, &fh, &a, SFS_NS_ROOT);
-	} else {
-		rc = lookup_dir_name(h, L, path, len, out);
-	}
-	if (rc == 0 && !sender_may(h, &L->sender, out->mode, out->uid, out->gid, 1))
-		rc = -EACCES;
-	/* A missing, wrong or closed directory is kept as such: the items
-	 * under it are skipped without asking NFS again (until the entry is
-	 * older than the attribute timeout). Other errors may pass. */
-	if (rc == 0 || rc == -ENOENT || rc == -ENOTDIR || rc == -EACCES) {
-		out->err = rc;
-		dir_keep(h, L, path, len, out);
-	}
-	return rc;
-}
-
-/* path[0, len) of L, readable by its sender: handle and attributes. */
-static int resolve_file(sfs_hints *h, struct hint_list *L, const char *path, size_t len,
-			struct sfs_fh *fh, struct sfs_attr *a)
-{
-	const char *slash = memrchr(path, '/', len);
-	size_t plen = slash ? (size_t)(slash - path) : 0;
-	struct hint_dir dir;
-	char name[256];
-	size_t nlen = len - (slash ? plen + 1 : 0);
-	int rc;
-
-	if (nlen >= sizeof(name))
-		return -ENAMETOOLONG;
-	if ((rc = lookup_dir(h, L, path, plen, &dir)) < 0)
-		return rc;
-	memcpy(name, path + len - nlen, nlen);
-	name[nlen] = 0;
-	if ((rc = lookup_name(h, &dir, name, fh, a)) < 0)
-		return rc;
-	if (a->type != S_IFREG)
-		return -EISDIR;
-	if (!sender_may(h, &L->sender, a->mode, a->uid, a->gid, 4))
-		return -EACCES;
-	return 0;
-}
-
-/* The dataset (cache/store/store.h) of a path: its top-level directory, or
- * the export itself for a file at the root. */
-static uint32_t path_dataset(sfs_hints *h, const char *path, size_t len)
-{
-	struct sfs_fs *fs = h->fs;
-	const char *slash = memchr(path, '/', len);
-	char buf[2048];
-
-	if (!fs->store)
-		return 0;
-	if (!slash)
-		return fs->root_dataset;
-	if (sfs_export_join(fs->opts, path, (size_t)(slash - path), buf, sizeof(buf)) >=
-	    (int)sizeof(buf))
-		return 0;
-	return sfs_store_dataset(fs->store, buf);
 }
 
 /* --- fetching an item -------------------------------------------------------- */
@@ -884,7 +639,7 @@ static void resolve_ahead(sfs_hints *h, struct hint_list *L, uint64_t idx)
 	const struct sfs_hint_item *it = &L->items.items[idx]; /* immutable */
 	struct hint_resolved r = {.idx1 = idx + 1};
 
-	r.rc = resolve_file(h, L, L->items.arena + it->path_off, it->path_len, &r.fh, &r.a);
+	r.rc = sfs_hint_resolve(L->dirs, L->items.arena + it->path_off, it->path_len, &r.fh, &r.a);
 	pthread_mutex_lock(&h->lock);
 	if (!L->dead && idx >= L->next_item &&
 	    (L->ahead || (L->ahead = calloc(RES_AHEAD, sizeof(*L->ahead)))))
@@ -905,7 +660,7 @@ static struct item_result fetch_item(sfs_hints *h, struct hint_list *L, uint64_t
 	int rc;
 
 	if (!take_resolved(h, L, idx, &rc, &fh, &a)) {
-		rc = resolve_file(h, L, path, it->path_len, &fh, &a);
+		rc = sfs_hint_resolve(L->dirs, path, it->path_len, &fh, &a);
 		pthread_mutex_lock(&h->lock);
 		if (rc == 0 && it->kind == SHARDFS_HINT_FILE)
 			rmap_put(L, a.fsid, a.fileid, idx);
@@ -923,7 +678,7 @@ static struct item_result fetch_item(sfs_hints *h, struct hint_list *L, uint64_t
 			r.outcome = ITEM_CACHED; /* an empty file: nothing to fetch */
 		return r;			 /* else a range past its end: unknown */
 	}
-	struct sfs_file_version v = {.dataset = path_dataset(h, path, it->path_len),
+	struct sfs_file_version v = {.dataset = sfs_hint_path_dataset(h->fs, path, it->path_len),
 				     .fsid = a.fsid,
 				     .fileid = a.fileid,
 				     .size = a.size,
