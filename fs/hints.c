@@ -446,6 +446,20 @@ static bool take_item(sfs_hints *h, struct hint_list **out, uint64_t *idx)
 	return true;
 }
 
+/* Wake a waiting fetcher if L's window, after moving past what is done
+ * with, has room for a few items, so that a wake-up starts several (one per
+ * item read cost two context switches an item). Caller holds h->lock. */
+static void wake_for_window(sfs_hints *h, struct hint_list *L)
+{
+	if (!h->waiting)
+		return;
+	advance(h, L);
+	uint64_t w = window_of(h, L), used = L->next_item - L->lo;
+	uint64_t batch = w / 2 < 4 ? w / 2 : 4;
+	if (used + batch <= w || L->next_item + batch >= L->items.n)
+		pthread_cond_signal(&h->work);
+}
+
 /* Item i of L (slot s) was read. Returns whether the window may move.
  * Caller holds h->lock. */
 static bool mark_read(sfs_hints *h, struct hint_list *L, uint64_t i, struct hint_slot *s)
@@ -467,17 +481,18 @@ static bool mark_read(sfs_hints *h, struct hint_list *L, uint64_t i, struct hint
 static void observe_read(void *arg, sfs_pf_file *f, uint64_t off, uint64_t end)
 {
 	sfs_hints *h = arg;
-	bool moved = false;
 
 	pthread_mutex_lock(&h->lock);
-	for (struct hint_list *L = h->lists; L; L = L->next)
+	for (struct hint_list *L = h->lists; L; L = L->next) {
+		bool moved = false;
 		for (uint64_t i = L->lo; i < L->next_item && !L->dead; i++) {
 			struct hint_slot *s = &L->slots[i % h->conf.window];
 			if (s->pf == f && !s->read && off < s->end && end > s->off)
 				moved |= mark_read(h, L, i, s);
 		}
-	if (moved && h->waiting)
-		pthread_cond_signal(&h->work); /* the window may move: one more item */
+		if (moved)
+			wake_for_window(h, L);
+	}
 	pthread_mutex_unlock(&h->lock);
 }
 
@@ -551,8 +566,6 @@ static void skip_to(sfs_hints *h, struct hint_list *L, uint64_t i)
 
 void sfs_hints_opened(sfs_hints *h, uint64_t fsid, uint64_t fileid)
 {
-	bool moved = false;
-
 	if (!h || !__atomic_load_n(&h->owners, __ATOMIC_RELAXED))
 		return;
 	pthread_mutex_lock(&h->lock);
@@ -561,6 +574,7 @@ void sfs_hints_opened(sfs_hints *h, uint64_t fsid, uint64_t fileid)
 		if (!idx1 || idx1 - 1 < L->lo || idx1 - 1 >= L->items.n)
 			continue;
 		uint64_t i = idx1 - 1;
+		bool moved = false;
 		if (i >= L->next_item) {
 			skip_to(h, L, i);
 			moved = true;
@@ -571,9 +585,9 @@ void sfs_hints_opened(sfs_hints *h, uint64_t fsid, uint64_t fileid)
 		}
 		if (i + 1 > L->hi_read)
 			L->hi_read = i + 1;
+		if (moved)
+			wake_for_window(h, L);
 	}
-	if (moved && h->waiting)
-		pthread_cond_signal(&h->work);
 	pthread_mutex_unlock(&h->lock);
 }
 
@@ -755,8 +769,10 @@ static void observe_fetched(void *arg, sfs_pf_file *f)
 			slot_fetched(h, L, s);
 			freed = true;
 		}
-	if (freed && h->waiting)
-		pthread_cond_signal(&h->work); /* room for one more in flight */
+	/* Room for a few more in flight: one wake-up starts several. */
+	unsigned batch = h->conf.fetchers / 2 < 4 ? h->conf.fetchers / 2 : 4;
+	if (freed && h->waiting && h->in_flight + batch <= h->conf.fetchers)
+		pthread_cond_signal(&h->work);
 	pthread_mutex_unlock(&h->lock);
 }
 
