@@ -1655,6 +1655,96 @@ static void place_hashes(uint32_t max_read)
 static void test_place_256k(void) { place_hashes(256 * KiB); }
 static void test_place_100000(void) { place_hashes(100000); }
 
+/* --- hints: one fetch state per version, holds, fetching ahead --------------- */
+
+static unsigned observed_reads, observed_fetches;
+
+static void obs_read(void *arg, sfs_pf_file *f, uint64_t off, uint64_t end)
+{
+	__atomic_fetch_add(&observed_reads, 1, __ATOMIC_RELAXED);
+}
+
+static void obs_fetch(void *arg, sfs_pf_file *f)
+{
+	__atomic_fetch_add(&observed_fetches, 1, __ATOMIC_RELAXED);
+}
+
+/* Version (size, mtime) of file `seed`; the fake serves mtime 0 (another
+ * mtime is another version, whose fetches fail with ESTALE). */
+static sfs_pf_file *open_v(uint32_t seed, uint64_t size, int64_t mtime)
+{
+	struct sfs_fh fh;
+	struct sfs_file_version v = {.fsid = 1, .fileid = seed, .size = size, .mtime_s = mtime};
+	sfs_pf_file *f;
+
+	fake_fh(&fh, seed, size);
+	if (sfs_pf_file_open_version(pf, &fh, &v, &f)) {
+		printf("Bail out! sfs_pf_file_open_version\n");
+		exit(1);
+	}
+	return f;
+}
+
+static void test_hinted(void)
+{
+	const uint64_t size = 300 * KiB, big = 8 * MiB;
+	char why[256] = "";
+
+	setup(MiB, 0, 2, 64 * MiB, 16);
+	sfs_prefetch_set_observers(pf, obs_read, obs_fetch, NULL);
+	sfs_pf_file *a = open_v(21, size, 0), *b = open_v(21, size, 0), *c = open_v(21, size, 6);
+	ok(a == b, "hinted: two opens of one version share its fetch state");
+	ok(c != a, "hinted: another version has its own");
+
+	sfs_pf_file_hint_hold(a);
+	struct sfs_pf_ahead ah;
+	sfs_pf_file_fetch_ahead(a, 0, size, 2000, &ah);
+	ok(ah.started_bytes == size && !ah.busy && !ah.cached && !ah.pending,
+	   "hinted: fetch_ahead started the file's chunk and waited for it (%llu bytes)",
+	   (unsigned long long)ah.started_bytes);
+	ok(__atomic_load_n(&observed_fetches, __ATOMIC_RELAXED) == 1,
+	   "hinted: the fetch observer saw its chunk land");
+	sfs_pf_file_fetch_ahead(a, 0, size, 0, &ah);
+	ok(ah.started_bytes == 0 && !ah.busy, "hinted: a second call starts nothing");
+	uint64_t fetched = pstats().fetched_bytes;
+	struct tfile t = {.f = b, .seed = 21, .size = size, .server_size = size};
+	sfs_pf_file_opened(b); /* the reader's open, sharing a's state */
+	int bad = read_check(&t, 0, 128 * KiB, NULL, why, sizeof(why)) +
+		  read_check(&t, 128 * KiB, size - 128 * KiB, NULL, why, sizeof(why));
+	ok(!bad, "hinted: the reader's bytes are right %s", why);
+	ok(pstats().fetched_bytes == fetched, "hinted: the reader got the chunk fetched ahead");
+	ok(observed_reads == 2, "hinted: the read observer saw both reads (%u)", observed_reads);
+	sfs_pf_file_drop_idle(b);
+
+	/* A big file held for ranges: chunks past the per-file limit start,
+	 * and a range ahead is fetched without the rest of the file. */
+	sfs_pf_file *d = open_v(22, big, 0);
+	sfs_pf_file_hint_hold(d);
+	sfs_pf_file_fetch_ahead(d, 5 * MiB + 100, 5 * MiB + 110 * KiB, 2000, &ah);
+	ok(ah.started_bytes == MiB && !ah.busy, "hinted: a record's range fetches its chunk only");
+	t = (struct tfile){.f = d, .seed = 22, .size = big, .server_size = big};
+	unsigned reads = observed_reads;
+	fetched = pstats().fetched_bytes;
+	ok(!read_check(&t, 5 * MiB + 100, 110 * KiB - 100, NULL, why, sizeof(why)) &&
+	       pstats().fetched_bytes == fetched && observed_reads == reads + 1,
+	   "hinted: the record read from memory, seen by the observer %s", why);
+	sfs_pf_file_hint_release(d);
+	sfs_pf_file_unref(d);
+
+	/* Not held: reads are not reported. */
+	sfs_pf_file_hint_release(a);
+	reads = observed_reads;
+	sfs_pf_file_opened(a);
+	t = (struct tfile){.f = a, .seed = 21, .size = size, .server_size = size};
+	ok(!read_check(&t, 0, 4 * KiB, NULL, why, sizeof(why)) && observed_reads == reads,
+	   "hinted: reads of a file no list holds are not reported");
+	sfs_pf_file_drop_idle(a);
+	sfs_pf_file_unref(a);
+	sfs_pf_file_unref(b);
+	sfs_pf_file_unref(c);
+	teardown();
+}
+
 static const struct tap_test tests[] = {
     {"exact_1m", test_exact_1m},
     {"exact_256k", test_exact_256k},
@@ -1680,6 +1770,7 @@ static const struct tap_test tests[] = {
     {"scratch_tiny", test_scratch_tiny},
     {"place_256k", test_place_256k},
     {"place_100000", test_place_100000},
+    {"hinted", test_hinted},
 };
 
 /* With no arguments, runs every test; otherwise only the named ones. */
