@@ -1702,6 +1702,10 @@ static void test_hinted(void)
 	ok(ah.started_bytes == size && !ah.busy && !ah.cached && !ah.pending,
 	   "hinted: fetch_ahead started the file's chunk and waited for it (%llu bytes)",
 	   (unsigned long long)ah.started_bytes);
+	/* The observer runs after the chunk's lock is dropped: it may follow
+	 * the wait by a moment. */
+	for (int i = 0; i < 1000 && !__atomic_load_n(&observed_fetches, __ATOMIC_RELAXED); i++)
+		usleep(1000);
 	ok(__atomic_load_n(&observed_fetches, __ATOMIC_RELAXED) == 1,
 	   "hinted: the fetch observer saw its chunk land");
 	sfs_pf_file_fetch_ahead(a, 0, size, 0, &ah);
