@@ -476,37 +476,20 @@ static bool mark_read(sfs_hints *h, struct hint_list *L, uint64_t i, struct hint
 	return i == L->lo; /* only then can the window move on */
 }
 
-/* A reader asked for [off, end) of f, which some list holds: the items of
- * it in windows are read. Prefetch's read observer: no prefetch lock held. */
-static void observe_read(void *arg, sfs_pf_file *f, uint64_t off, uint64_t end)
-{
-	sfs_hints *h = arg;
-
-	pthread_mutex_lock(&h->lock);
-	for (struct hint_list *L = h->lists; L; L = L->next) {
-		bool moved = false;
-		for (uint64_t i = L->lo; i < L->next_item && !L->dead; i++) {
-			struct hint_slot *s = &L->slots[i % h->conf.window];
-			if (s->pf == f && !s->read && off < s->end && end > s->off)
-				moved |= mark_read(h, L, i, s);
-		}
-		if (moved)
-			wake_for_window(h, L);
-	}
-	pthread_mutex_unlock(&h->lock);
-}
-
 /* --- opens of files resolved ahead ------------------------------------------ */
 
-static uint64_t rmap_key(uint64_t fsid, uint64_t fileid)
+/* What a reader's open (a whole-file item) or read (a range item, at the
+ * range's first byte) of file (fsid, fileid) is matched by. */
+static uint64_t rmap_key(uint64_t fsid, uint64_t fileid, uint16_t kind, uint64_t off)
 {
 	uint64_t k = (fileid ^ (fsid << 32 | fsid >> 32)) * 0x9E3779B97F4A7C15ull;
+	k = (k ^ off ^ ((uint64_t)kind << 63)) * 0xC2B2AE3D27D4EB4Full;
 	return k ? k : 1;
 }
 
-/* Remember that whole-file item idx of L is file (fsid, fileid). Caller
- * holds h->lock. */
-static void rmap_put(struct hint_list *L, uint64_t fsid, uint64_t fileid, uint64_t idx)
+/* Remember that item idx of L has key `key` (rmap_key). Caller holds
+ * h->lock. */
+static void rmap_put(struct hint_list *L, uint64_t key, uint64_t idx)
 {
 	if (!L->rmap && !(L->rmap = calloc(RMAP_CAP, sizeof(*L->rmap))))
 		return;
@@ -514,7 +497,6 @@ static void rmap_put(struct hint_list *L, uint64_t fsid, uint64_t fileid, uint64
 		memset(L->rmap, 0, RMAP_CAP * sizeof(*L->rmap));
 		L->rmap_n = 0;
 	}
-	uint64_t key = rmap_key(fsid, fileid);
 	for (size_t i = key & (RMAP_CAP - 1);; i = (i + 1) & (RMAP_CAP - 1)) {
 		struct rmap_entry *e = &L->rmap[i];
 		if (e->key == key || !e->key) {
@@ -526,11 +508,10 @@ static void rmap_put(struct hint_list *L, uint64_t fsid, uint64_t fileid, uint64
 	}
 }
 
-static uint64_t rmap_get(const struct hint_list *L, uint64_t fsid, uint64_t fileid)
+static uint64_t rmap_get(const struct hint_list *L, uint64_t key)
 {
 	if (!L->rmap)
 		return 0;
-	uint64_t key = rmap_key(fsid, fileid);
 	for (size_t i = key & (RMAP_CAP - 1);; i = (i + 1) & (RMAP_CAP - 1)) {
 		const struct rmap_entry *e = &L->rmap[i];
 		if (!e->key)
@@ -564,13 +545,46 @@ static void skip_to(sfs_hints *h, struct hint_list *L, uint64_t i)
 		L->resolved_to = L->next_item;
 }
 
+/* A reader asked for [off, end) of f, which some list holds: the items of
+ * it in windows are read. Prefetch's read observer: no prefetch lock held. */
+static void observe_read(void *arg, sfs_pf_file *f, uint64_t off, uint64_t end)
+{
+	sfs_hints *h = arg;
+
+	pthread_mutex_lock(&h->lock);
+	for (struct hint_list *L = h->lists; L; L = L->next) {
+		bool moved = false, matched = false;
+		for (uint64_t i = L->lo; i < L->next_item && !L->dead; i++) {
+			struct hint_slot *s = &L->slots[i % h->conf.window];
+			if (s->pf == f && off < s->end && end > s->off) {
+				matched = true;
+				moved |= !s->read && mark_read(h, L, i, s);
+			}
+		}
+		/* A record past the fetch, resolved ahead: the reader is there. */
+		uint64_t fsid, fileid;
+		sfs_pf_file_id(f, &fsid, &fileid);
+		uint64_t idx1 = matched || L->dead
+				    ? 0
+				    : rmap_get(L, rmap_key(fsid, fileid, SHARDFS_HINT_RANGE, off));
+		if (idx1 && idx1 - 1 >= L->next_item && idx1 - 1 < L->items.n) {
+			skip_to(h, L, idx1 - 1);
+			moved = true;
+		}
+		if (moved)
+			wake_for_window(h, L);
+	}
+	pthread_mutex_unlock(&h->lock);
+}
+
 void sfs_hints_opened(sfs_hints *h, uint64_t fsid, uint64_t fileid)
 {
 	if (!h || !__atomic_load_n(&h->owners, __ATOMIC_RELAXED))
 		return;
 	pthread_mutex_lock(&h->lock);
 	for (struct hint_list *L = h->lists; L; L = L->next) {
-		uint64_t idx1 = L->dead ? 0 : rmap_get(L, fsid, fileid);
+		uint64_t idx1 =
+		    L->dead ? 0 : rmap_get(L, rmap_key(fsid, fileid, SHARDFS_HINT_FILE, 0));
 		if (!idx1 || idx1 - 1 < L->lo || idx1 - 1 >= L->items.n)
 			continue;
 		uint64_t i = idx1 - 1;
@@ -658,8 +672,8 @@ static void resolve_ahead(sfs_hints *h, struct hint_list *L, uint64_t idx)
 	if (!L->dead && idx >= L->next_item &&
 	    (L->ahead || (L->ahead = calloc(RES_AHEAD, sizeof(*L->ahead)))))
 		L->ahead[idx % RES_AHEAD] = r;
-	if (!L->dead && r.rc == 0 && it->kind == SHARDFS_HINT_FILE)
-		rmap_put(L, r.a.fsid, r.a.fileid, idx);
+	if (!L->dead && r.rc == 0)
+		rmap_put(L, rmap_key(r.a.fsid, r.a.fileid, it->kind, it->offset), idx);
 	list_unbusy(h, L);
 }
 
@@ -676,8 +690,8 @@ static struct item_result fetch_item(sfs_hints *h, struct hint_list *L, uint64_t
 	if (!take_resolved(h, L, idx, &rc, &fh, &a)) {
 		rc = sfs_hint_resolve(L->dirs, path, it->path_len, &fh, &a);
 		pthread_mutex_lock(&h->lock);
-		if (rc == 0 && it->kind == SHARDFS_HINT_FILE)
-			rmap_put(L, a.fsid, a.fileid, idx);
+		if (rc == 0)
+			rmap_put(L, rmap_key(a.fsid, a.fileid, it->kind, it->offset), idx);
 		pthread_mutex_unlock(&h->lock);
 	}
 	if (rc < 0) {

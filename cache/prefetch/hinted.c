@@ -151,6 +151,12 @@ static bool range_busy(struct sfs_pf_file *f, uint64_t c0, uint64_t c1)
 	return false;
 }
 
+void sfs_pf_file_id(const sfs_pf_file *f, uint64_t *fsid, uint64_t *fileid)
+{
+	*fsid = f->version.fsid; /* set at open, never changed */
+	*fileid = f->version.fileid;
+}
+
 bool sfs_pf_file_range_busy(sfs_pf_file *f, uint64_t off, uint64_t end)
 {
 	end = end < f->size ? end : f->size;

@@ -147,6 +147,9 @@ typedef void (*sfs_pf_fetch_observer)(void *arg, sfs_pf_file *f);
 void sfs_prefetch_set_observers(sfs_prefetch *pf, sfs_pf_read_observer read,
 				sfs_pf_fetch_observer fetched, void *arg);
 
+/* The file of f: (fsid, fileid) of its version. Any thread, no lock. */
+void sfs_pf_file_id(const sfs_pf_file *f, uint64_t *fsid, uint64_t *fileid);
+
 /* Whether a chunk of [off, end) of f is still being fetched or loaded. */
 bool sfs_pf_file_range_busy(sfs_pf_file *f, uint64_t off, uint64_t end);
 
