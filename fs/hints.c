@@ -69,6 +69,7 @@ struct hint_list {
 	struct rmap_entry *rmap;	 /* RMAP_CAP: whole-file items resolved, by file */
 	unsigned rmap_n;
 	struct hint_slot *slots; /* window of them */
+	unsigned window;	 /* conf.window: how many slots */
 	unsigned busy;		 /* fetchers on its items */
 	bool dead;		 /* replaced, cancelled or released */
 	struct sfs_hint_counts c;
@@ -95,7 +96,11 @@ struct sfs_hints {
 	bool stop;
 	uint64_t held_bytes;
 	unsigned in_flight; /* items whose chunks are being fetched (SLOT_FLIGHT) */
-	unsigned waiting;   /* fetchers waiting for work */
+	struct flight {
+		struct hint_list *L;
+		uint64_t idx;
+	} * flight;	  /* those items (conf.fetchers of room), for the fetch observer */
+	unsigned waiting; /* fetchers waiting for work */
 	uint64_t list_mem;
 	struct sfs_hints_stats st;
 	struct sfs_hint_job_counts jobs[SFS_HINT_JOBS_MAX];
@@ -154,6 +159,16 @@ static void slot_release(sfs_hints *h, struct hint_list *L, struct hint_slot *s,
 	*s = (struct hint_slot){.state = SLOT_FREE};
 }
 
+/* Item idx of L is in flight no more. Caller holds h->lock. */
+static void flight_remove(sfs_hints *h, struct hint_list *L, uint64_t idx)
+{
+	for (unsigned k = 0; k < h->in_flight; k++)
+		if (h->flight[k].L == L && h->flight[k].idx == idx) {
+			h->flight[k] = h->flight[--h->in_flight];
+			return;
+		}
+}
+
 /* Mark L dead: its held items go (unread ones as waste); it is freed now,
  * or by the last fetcher working on it. Caller holds h->lock. */
 static void list_kill(sfs_hints *h, struct hint_list *L)
@@ -162,7 +177,7 @@ static void list_kill(sfs_hints *h, struct hint_list *L)
 	for (uint64_t i = L->lo; i < L->next_item; i++) {
 		struct hint_slot *s = &L->slots[i % h->conf.window];
 		if (s->state == SLOT_FLIGHT) { /* its fetch ends on its own */
-			h->in_flight--;
+			flight_remove(h, L, i);
 			COUNT(h, L, fetched_items, 1);
 			COUNT(h, L, fetched_bytes, s->end - s->off);
 			if (!s->read)
@@ -323,6 +338,7 @@ int sfs_hints_commit(sfs_hints *h, uint64_t owner, uint64_t *n_items)
 		L->owner = owner;
 		L->items = q->items;
 		L->slots = slots;
+		L->window = h->conf.window;
 		L->job = job_index(h, q->sender.job);
 		free(q);
 		*n_items = L->items.n;
@@ -487,16 +503,8 @@ static uint64_t rmap_key(uint64_t fsid, uint64_t fileid, uint16_t kind, uint64_t
 	return k ? k : 1;
 }
 
-/* Remember that item idx of L has key `key` (rmap_key). Caller holds
- * h->lock. */
-static void rmap_put(struct hint_list *L, uint64_t key, uint64_t idx)
+static void rmap_insert(struct hint_list *L, uint64_t key, uint64_t idx)
 {
-	if (!L->rmap && !(L->rmap = calloc(RMAP_CAP, sizeof(*L->rmap))))
-		return;
-	if (L->rmap_n >= RMAP_CAP / 2) { /* older items than the window's, mostly */
-		memset(L->rmap, 0, RMAP_CAP * sizeof(*L->rmap));
-		L->rmap_n = 0;
-	}
 	for (size_t i = key & (RMAP_CAP - 1);; i = (i + 1) & (RMAP_CAP - 1)) {
 		struct rmap_entry *e = &L->rmap[i];
 		if (e->key == key || !e->key) {
@@ -506,6 +514,42 @@ static void rmap_put(struct hint_list *L, uint64_t key, uint64_t idx)
 			return;
 		}
 	}
+}
+
+/* The table again with only the items not done with: those in the window
+ * (by their held file) and those resolved ahead. Caller holds h->lock. */
+static void rmap_rebuild(struct hint_list *L)
+{
+	unsigned window = L->window;
+
+	memset(L->rmap, 0, RMAP_CAP * sizeof(*L->rmap));
+	L->rmap_n = 0;
+	for (uint64_t i = L->lo; i < L->next_item; i++) {
+		const struct hint_slot *s = &L->slots[i % window];
+		const struct sfs_hint_item *it = &L->items.items[i];
+		uint64_t fsid, fileid;
+		if (!s->pf)
+			continue;
+		sfs_pf_file_id(s->pf, &fsid, &fileid);
+		rmap_insert(L, rmap_key(fsid, fileid, it->kind, it->offset), i);
+	}
+	for (uint64_t i = L->next_item; L->ahead && i < L->resolved_to; i++) {
+		const struct hint_resolved *r = &L->ahead[i % RES_AHEAD];
+		const struct sfs_hint_item *it = &L->items.items[i];
+		if (r->idx1 == i + 1 && r->rc == 0)
+			rmap_insert(L, rmap_key(r->a.fsid, r->a.fileid, it->kind, it->offset), i);
+	}
+}
+
+/* Remember that item idx of L has key `key` (rmap_key). Caller holds
+ * h->lock. */
+static void rmap_put(struct hint_list *L, uint64_t key, uint64_t idx)
+{
+	if (!L->rmap && !(L->rmap = calloc(RMAP_CAP, sizeof(*L->rmap))))
+		return;
+	if (L->rmap_n >= RMAP_CAP / 2)
+		rmap_rebuild(L); /* most entries are of items done with */
+	rmap_insert(L, key, idx);
 }
 
 static uint64_t rmap_get(const struct hint_list *L, uint64_t key)
@@ -545,31 +589,35 @@ static void skip_to(sfs_hints *h, struct hint_list *L, uint64_t i)
 		L->resolved_to = L->next_item;
 }
 
-/* A reader asked for [off, end) of f, which some list holds: the items of
- * it in windows are read. Prefetch's read observer: no prefetch lock held. */
+/* A reader asked for [off, end) of f, which some list holds: its item is
+ * read (found by file and offset: rmap). Prefetch's read observer: no
+ * prefetch lock held. */
 static void observe_read(void *arg, sfs_pf_file *f, uint64_t off, uint64_t end)
 {
 	sfs_hints *h = arg;
+	uint64_t fsid, fileid;
 
+	sfs_pf_file_id(f, &fsid, &fileid);
+	/* The item: the file's whole-file item, else the range that starts at
+	 * off (a record's read starts at its first byte). */
+	uint64_t kfile = rmap_key(fsid, fileid, SHARDFS_HINT_FILE, 0);
+	uint64_t krange = rmap_key(fsid, fileid, SHARDFS_HINT_RANGE, off);
 	pthread_mutex_lock(&h->lock);
 	for (struct hint_list *L = h->lists; L; L = L->next) {
-		bool moved = false, matched = false;
-		for (uint64_t i = L->lo; i < L->next_item && !L->dead; i++) {
-			struct hint_slot *s = &L->slots[i % h->conf.window];
-			if (s->pf == f && off < s->end && end > s->off) {
-				matched = true;
-				moved |= !s->read && mark_read(h, L, i, s);
-			}
-		}
-		/* A record past the fetch, resolved ahead: the reader is there. */
-		uint64_t fsid, fileid;
-		sfs_pf_file_id(f, &fsid, &fileid);
-		uint64_t idx1 = matched || L->dead
-				    ? 0
-				    : rmap_get(L, rmap_key(fsid, fileid, SHARDFS_HINT_RANGE, off));
-		if (idx1 && idx1 - 1 >= L->next_item && idx1 - 1 < L->items.n) {
-			skip_to(h, L, idx1 - 1);
+		uint64_t idx1 = L->dead ? 0 : rmap_get(L, kfile);
+		if (!idx1 && !L->dead)
+			idx1 = rmap_get(L, krange);
+		if (!idx1 || idx1 - 1 < L->lo || idx1 - 1 >= L->items.n)
+			continue;
+		uint64_t i = idx1 - 1;
+		bool moved = false;
+		if (i >= L->next_item) { /* past the fetch: the reader is there */
+			skip_to(h, L, i);
 			moved = true;
+		} else {
+			struct hint_slot *s = &L->slots[i % h->conf.window];
+			if (!s->read && s->state != SLOT_DONE && s->state != SLOT_FREE)
+				moved = mark_read(h, L, i, s);
 		}
 		if (moved)
 			wake_for_window(h, L);
@@ -773,16 +821,17 @@ static void observe_fetched(void *arg, sfs_pf_file *f)
 	bool freed = false;
 
 	pthread_mutex_lock(&h->lock);
-	for (struct hint_list *L = h->lists; L; L = L->next)
-		for (uint64_t i = L->lo; i < L->next_item && !L->dead; i++) {
-			struct hint_slot *s = &L->slots[i % h->conf.window];
-			if (s->state != SLOT_FLIGHT || s->pf != f ||
-			    sfs_pf_file_range_busy(f, s->off, s->end))
-				continue;
-			h->in_flight--;
-			slot_fetched(h, L, s);
-			freed = true;
+	for (unsigned k = 0; k < h->in_flight;) {
+		struct hint_list *L = h->flight[k].L;
+		struct hint_slot *s = &L->slots[h->flight[k].idx % h->conf.window];
+		if (s->pf != f || sfs_pf_file_range_busy(f, s->off, s->end)) {
+			k++;
+			continue;
 		}
+		h->flight[k] = h->flight[--h->in_flight];
+		slot_fetched(h, L, s);
+		freed = true;
+	}
 	/* Room for a few more in flight: one wake-up starts several. */
 	unsigned batch = h->conf.fetchers / 2 < 4 ? h->conf.fetchers / 2 : 4;
 	if (freed && h->waiting && h->in_flight + batch <= h->conf.fetchers)
@@ -813,7 +862,7 @@ static void item_finish(sfs_hints *h, struct hint_list *L, uint64_t idx, struct 
 		}
 	} else if (sfs_pf_file_range_busy(r->pf, r->off, r->end)) {
 		s->state = SLOT_FLIGHT; /* observe_fetched ends it (checked under h->lock) */
-		h->in_flight++;
+		h->flight[h->in_flight++] = (struct flight){.L = L, .idx = idx};
 	} else {
 		slot_fetched(h, L, s);
 	}
@@ -870,6 +919,10 @@ int sfs_hints_open(struct sfs_fs *fs, const struct sfs_hints_conf *conf, sfs_hin
 		h->conf.window = 1;
 	if (!h->conf.fetchers)
 		h->conf.fetchers = 1;
+	if (!(h->flight = calloc(h->conf.fetchers, sizeof(*h->flight)))) {
+		free(h);
+		return -ENOMEM;
+	}
 	pthread_mutex_init(&h->lock, NULL);
 	pthread_cond_init(&h->work, NULL);
 	snprintf(h->jobs[SFS_HINT_JOBS_MAX - 1].job, sizeof(h->jobs[0].job), "other");
@@ -895,6 +948,7 @@ void sfs_hints_close(sfs_hints *h)
 		list_kill(h, h->lists);
 	pthread_cond_destroy(&h->work);
 	pthread_mutex_destroy(&h->lock);
+	free(h->flight);
 	free(h);
 }
 
