@@ -88,7 +88,8 @@ if runuser -u "$HUSER" -- python3 -c 'import shardfs' 2>/dev/null; then
 else
 	not_ok "the unprivileged user cannot import the shardfs module from $SRC_ROOT/tools/python"
 fi
-check "the daemon served through every phase (its serving process is alive)" serving_pid
+alive() { serving_pid >/dev/null; }
+check "the daemon served through every phase (its serving process is alive)" alive
 check "with every list closed, nothing is held" \
 	bash -c "[ \"\$(awk '\$1 == \"shardfs_hint_held_bytes\" { print \$2 }' '$MNT/.shardfs/stats')\" = 0 ]"
 sfs_umount
