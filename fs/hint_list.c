@@ -117,6 +117,25 @@ int sfs_hint_items_append(struct sfs_hint_items *l, const uint8_t *buf, size_t u
 	return 0;
 }
 
+void sfs_hint_items_shrink(struct sfs_hint_items *l)
+{
+	struct sfs_hint_item *items = l->n ? realloc(l->items, l->n * sizeof(*items)) : NULL;
+	char *arena = l->arena_len ? realloc(l->arena, l->arena_len) : NULL;
+
+	if (items || !l->n) {
+		if (!l->n)
+			free(l->items);
+		l->items = items;
+		l->cap = l->n;
+	}
+	if (arena || !l->arena_len) {
+		if (!l->arena_len)
+			free(l->arena);
+		l->arena = arena;
+		l->arena_cap = l->arena_len;
+	}
+}
+
 size_t sfs_hint_items_bytes(const struct sfs_hint_items *l)
 {
 	return l->cap * sizeof(*l->items) + l->arena_cap;

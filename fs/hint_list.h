@@ -44,6 +44,9 @@ int sfs_hint_items_append(struct sfs_hint_items *l, const uint8_t *buf, size_t u
  * or ".." component, no NUL. */
 int sfs_hint_path_ok(const char *path, size_t len);
 
+/* Give back what the arrays hold past their use (a list that is complete). */
+void sfs_hint_items_shrink(struct sfs_hint_items *l);
+
 /* Memory held by l's items and paths. */
 size_t sfs_hint_items_bytes(const struct sfs_hint_items *l);
 

@@ -336,6 +336,9 @@ int sfs_hints_commit(sfs_hints *h, uint64_t owner, uint64_t *n_items)
 		struct hint_pending *q = *p;
 		*p = q->next;
 		L->owner = owner;
+		size_t before = sfs_hint_items_bytes(&q->items);
+		sfs_hint_items_shrink(&q->items); /* doubling left up to half unused */
+		h->list_mem -= before - sfs_hint_items_bytes(&q->items);
 		L->items = q->items;
 		L->slots = slots;
 		L->window = h->conf.window;

@@ -158,6 +158,10 @@ static void test_limit(void)
 	rc = append(&l, b);
 	ok(rc == -E2BIG && l.n == before, "past SHARDFS_HINT_MAX_ITEMS: E2BIG, nothing added");
 	ok(l.arena_len == 2, "one path kept for every record");
+	sfs_hint_items_shrink(&l);
+	ok(sfs_hint_items_bytes(&l) == l.n * sizeof(struct sfs_hint_item) + 2 &&
+	       l.items[l.n - 1].path_len == 2,
+	   "shrunk to its use, items intact");
 	diag("list memory: %zu bytes for %zu items", sfs_hint_items_bytes(&l), l.n);
 	free(b);
 	sfs_hint_items_free(&l);
