@@ -4,17 +4,17 @@
  * (SHARDFS_IOC_HINT_*, shardfs_ioctl.h), fetched ahead of their reads.
  *
  * Owns: the lists of the mount, each tied to the open file it was sent on
- * (its fh) and dropped at that open's release; resolving each item's path
- * as its sender (mode bits checked as the kernel checks them under
- * default_permissions); the fetcher threads (up to 4, started at the
- * first list), which start the fetches of the items of every list in order
- * (hint_fetchers items in flight at most, their ends seen through
- * prefetch's fetch observer), a window
- * at most ahead of what the reader has reached (hint_window items, and
- * together no more than a share of the fetch memory), skip what the cache
- * holds, and hold what they fetched for the reader (prefetch.h, "Hints");
- * following the reads (an item read is done; an item a window behind the
- * furthest read is dropped, its bytes counted as waste); the counters, per
+ * (its fh) and dropped at that open's release; the fetcher threads (up to
+ * 4, started at the first list), which resolve items ahead (fs/hint_resolve.h,
+ * as their sender) and start the fetches of every list's items in order:
+ * hint_fetchers items in flight at most (their ends seen through prefetch's
+ * fetch observer), a window at most ahead of the reader (twice its spread,
+ * at most hint_window items; all lists together hold at most mem_bytes
+ * unread); what the cache holds is skipped, what was fetched is held for
+ * the reader (prefetch.h, "Hints"). Following the reads: a read of a held
+ * file, or an open of an item resolved ahead (sfs_hints_opened), marks its
+ * item read; an item a window behind the reader is dropped (its bytes are
+ * waste); a reader past the fetch makes it skip there. The counters, per
  * job and in all.
  * Does not own: fetching and caching bytes (cache/prefetch, cache/store),
  * the ioctl structs' plumbing (fs/ioctl.c).
