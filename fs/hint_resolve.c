@@ -185,27 +185,36 @@ static void dir_from(struct hint_dir *d, const struct sfs_fh *fh, const struct s
  * looked up. Returns 0 or -errno. */
 static int lookup_dir(struct sfs_hint_dirs *D, const char *path, size_t len, struct hint_dir *out);
 
-/* Look directory path[0, len) up (not the root): its parent, then its
- * name there. Returns 0 or -errno. */
-static int lookup_dir_name(struct sfs_hint_dirs *D, const char *path, size_t len,
-			   struct hint_dir *out)
+/* Look path[0, len) up (not the root): its directory (searchable by the
+ * sender), then its last name there. Returns 0 or -errno. */
+static int lookup_path(struct sfs_hint_dirs *D, const char *path, size_t len, struct sfs_fh *fh,
+		       struct sfs_attr *a)
 {
 	const char *slash = memrchr(path, '/', len);
 	size_t plen = slash ? (size_t)(slash - path) : 0;
 	size_t nlen = len - (slash ? plen + 1 : 0);
-	struct hint_dir parent;
-	struct sfs_attr a;
-	struct sfs_fh fh;
+	struct hint_dir dir;
 	char name[256];
 	int rc;
 
 	if (nlen >= sizeof(name))
 		return -ENAMETOOLONG;
-	if ((rc = lookup_dir(D, path, plen, &parent)) < 0)
+	if ((rc = lookup_dir(D, path, plen, &dir)) < 0)
 		return rc;
 	memcpy(name, path + len - nlen, nlen);
 	name[nlen] = 0;
-	if ((rc = lookup_name(D, &parent, name, &fh, &a)) < 0)
+	return lookup_name(D, &dir, name, fh, a);
+}
+
+/* Look directory path[0, len) up (not the root). Returns 0 or -errno. */
+static int lookup_dir_name(struct sfs_hint_dirs *D, const char *path, size_t len,
+			   struct hint_dir *out)
+{
+	struct sfs_attr a;
+	struct sfs_fh fh;
+	int rc = lookup_path(D, path, len, &fh, &a);
+
+	if (rc < 0)
 		return rc;
 	if (a.type != S_IFDIR)
 		return -ENOTDIR;
@@ -248,20 +257,9 @@ static int lookup_dir(struct sfs_hint_dirs *D, const char *path, size_t len, str
 int sfs_hint_resolve(struct sfs_hint_dirs *D, const char *path, size_t len, struct sfs_fh *fh,
 		     struct sfs_attr *a)
 {
-	const char *slash = memrchr(path, '/', len);
-	size_t plen = slash ? (size_t)(slash - path) : 0;
-	struct hint_dir dir;
-	char name[256];
-	size_t nlen = len - (slash ? plen + 1 : 0);
-	int rc;
+	int rc = lookup_path(D, path, len, fh, a);
 
-	if (nlen >= sizeof(name))
-		return -ENAMETOOLONG;
-	if ((rc = lookup_dir(D, path, plen, &dir)) < 0)
-		return rc;
-	memcpy(name, path + len - nlen, nlen);
-	name[nlen] = 0;
-	if ((rc = lookup_name(D, &dir, name, fh, a)) < 0)
+	if (rc < 0)
 		return rc;
 	if (a->type != S_IFREG)
 		return -EISDIR;
