@@ -346,6 +346,8 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 	    .uid = o->uid,
 	    .gid = o->gid,
 	    .n_threads = o->io_threads,
+	    .background_pct = o->warm_share,
+	    .background_rate = o->warm_rate,
 	};
 	struct sfs_fh saved_root;
 	if (o->immutable) {

@@ -162,6 +162,13 @@ static const struct sfs_opt_def opt_table[] = {
     {UINT("hint_fetchers", hint_fetchers, 1, 256), .def = 16, .meta = "N",
      .help = "epoch hints: hinted items being fetched at once, all lists together "
 	     "(independent of the readers' own concurrency)"},
+    {UINT("warm_share", warm_share, 1, 100), .def = 25, .meta = "PERCENT",
+     .help = "warm-ups (SHARDFS_IOC_WARM, shardfs-warm) fetch with at most this share of the "
+	     "NFS connections' request slots, and only slots readers leave free: the other "
+	     "nodes of a fleet reading the same cluster keep their pace; 100: no share"},
+    {SIZE("warm_rate", warm_rate, 0, 1ull << 44), .def = 0, .meta = "BYTES",
+     .help = "warm-ups fetch at most this many bytes per second, K/M/G suffixes; 0: no "
+	     "limit but warm_share"},
     {CHOICE("prefetch", prefetch, prefetch_choices), .def = SFS_PREFETCH_SHARD,
      .help = "shard: open() of a file up to prefetch_max fetches it whole into the cache; "
 	     "readahead: a window ahead of sequential readers only; off: only what readers ask "

@@ -78,6 +78,8 @@ struct sfs_options {
 	uint64_t prefetch_max;		    /* shard: files up to this size are fetched whole */
 	unsigned hint_window;		    /* epoch hints: items fetched ahead per list */
 	unsigned hint_fetchers;		    /* epoch hints: fetcher threads */
+	unsigned warm_share;		    /* warm-ups: percent of the NFS slots at most */
+	uint64_t warm_rate;		    /* warm-ups: bytes per second at most; 0: no limit */
 	bool immutable;		/* files never change: no revalidation, namespace kept */
 	bool noimmutable;	/* refuse the immutable implied by a .snapshot/ path */
 	uint64_t namespace_max; /* immutable: names held at most (memory and cache_dir) */

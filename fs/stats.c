@@ -135,6 +135,37 @@ static void render_node_calls(FILE *f, struct sfs_fs *fs)
 	}
 }
 
+/* Warm-ups' fetches, which yield to readers (warm_share, warm_rate). */
+static void render_background(FILE *f, struct sfs_fs *fs)
+{
+	struct sfs_origin_background_stats b;
+
+	sfs_origin_background_stats(fs->origin, &b);
+	metric(f, "shardfs_background_fetch_slots", "gauge",
+	       "Warm-up READs allowed in flight at once (warm_share of the connection slots; "
+	       "4294967295: no share).",
+	       b.slots);
+	metric(f, "shardfs_background_fetch_inflight", "gauge", "Warm-up READs in flight now.",
+	       b.inflight);
+	metric(f, "shardfs_background_fetch_queued", "gauge",
+	       "Warm-up READs waiting for a slot of their share, for the rate, or for readers' "
+	       "requests to go first.",
+	       b.queued);
+	metric(f, "shardfs_background_fetch_rate_limit_bytes", "gauge",
+	       "warm_rate: bytes per second warm-ups may fetch (0: no limit).", b.rate_limit);
+	metric(f, "shardfs_background_fetch_bytes_total", "counter",
+	       "Bytes warm-ups fetched from NFS.", b.read_bytes);
+	metric(f, "shardfs_background_fetch_requests_total", "counter", "Warm-up READs answered.",
+	       b.read_requests);
+	metric(f, "shardfs_background_fetch_promoted_total", "counter",
+	       "Warm-up READs a reader came to wait for, sent ahead of the rest of the warm-up.",
+	       b.promoted);
+	help(f, "shardfs_background_fetch_rate_limited_seconds_total", "counter",
+	     "Time warm-up READs waited for warm_rate.");
+	fprintf(f, "shardfs_background_fetch_rate_limited_seconds_total %.3f\n",
+		(double)b.rate_limited_ms / 1000);
+}
+
 /* Per node: health, traffic, hedges; then the request queue. */
 static void render_nodes(FILE *f, struct sfs_fs *fs)
 {
@@ -199,6 +230,7 @@ static void render_nodes(FILE *f, struct sfs_fs *fs)
 	render_node_calls(f, fs);
 	metric(f, "shardfs_origin_queue_depth", "gauge",
 	       "Requests waiting for a free connection slot.", sfs_origin_queue_depth(fs->origin));
+	render_background(f, fs);
 }
 
 /* The FUSE side: requests by operation, read bytes and errors, inodes. */

@@ -81,44 +81,60 @@ static void node_record_latency(struct sfs_node *node, uint64_t ns)
 
 /* --- the queue (caller holds pool->lock) ---------------------------------- */
 
+/* The queue req belongs in (or is in): its class's. */
+static struct sfs_origin_req **q_head_of(struct sfs_origin *pool, const struct sfs_origin_req *req,
+					 struct sfs_origin_req ***tail)
+{
+	*tail = req->background ? &pool->bg_tail : &pool->q_tail;
+	return req->background ? &pool->bg_head : &pool->q_head;
+}
+
 static void q_unlink(struct sfs_origin *pool, struct sfs_origin_req *req)
 {
+	struct sfs_origin_req **tail, **head = q_head_of(pool, req, &tail);
+
 	if (!req->queued)
 		return;
 	if (req->q_prev)
 		req->q_prev->q_next = req->q_next;
 	else
-		pool->q_head = req->q_next;
+		*head = req->q_next;
 	if (req->q_next)
 		req->q_next->q_prev = req->q_prev;
 	else
-		pool->q_tail = req->q_prev;
+		*tail = req->q_prev;
 	req->q_next = req->q_prev = NULL;
 	req->queued = false;
+	if (req->background)
+		pool->bg_len--;
 	__atomic_store_n(&pool->q_len, pool->q_len - 1, __ATOMIC_RELAXED);
 }
 
 static void q_push(struct sfs_origin *pool, struct sfs_origin_req *req, bool at_head)
 {
+	struct sfs_origin_req **tail, **head = q_head_of(pool, req, &tail);
+
 	assert(!req->queued && !req->completed);
 	req->queued = true;
 	if (at_head) {
 		req->q_prev = NULL;
-		req->q_next = pool->q_head;
-		if (pool->q_head)
-			pool->q_head->q_prev = req;
+		req->q_next = *head;
+		if (*head)
+			(*head)->q_prev = req;
 		else
-			pool->q_tail = req;
-		pool->q_head = req;
+			*tail = req;
+		*head = req;
 	} else {
 		req->q_next = NULL;
-		req->q_prev = pool->q_tail;
-		if (pool->q_tail)
-			pool->q_tail->q_next = req;
+		req->q_prev = *tail;
+		if (*tail)
+			(*tail)->q_next = req;
 		else
-			pool->q_head = req;
-		pool->q_tail = req;
+			*head = req;
+		*tail = req;
 	}
+	if (req->background)
+		pool->bg_len++;
 	__atomic_store_n(&pool->q_len, pool->q_len + 1, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&pool->q_gen, 1, __ATOMIC_SEQ_CST); /* see io_poll */
 }
@@ -271,21 +287,44 @@ static bool others_up(const struct sfs_origin *pool, const struct sfs_node *node
 	       (__atomic_load_n(&node->state, __ATOMIC_RELAXED) == SFS_NODE_UP ? 1u : 0u);
 }
 
-/* Pick the next request this connection may take. Caller holds pool->lock.
- * A request that timed out on this node goes elsewhere while any other node
- * is up; a slow node with its READ slots full takes no READ (SLOW_RATIO). */
+/* The first request of the queue from head this connection may take, among
+ * its first 64. Caller holds pool->lock. */
+static struct sfs_origin_req *q_scan(struct sfs_origin_req *head, const struct sfs_node *node,
+				     bool others, bool reads_ok)
+{
+	int scanned = 0;
+
+	for (struct sfs_origin_req *r = head; r && scanned < 64; r = r->q_next, scanned++)
+		if ((r->avoid_node != node->index || !others) &&
+		    (reads_ok || r->op != SFS_ORIGIN_READ))
+			return r;
+	return NULL;
+}
+
+/* Whether a background request may be sent now: a slot of its share and,
+ * under a rate, bytes left. Caller holds pool->lock. */
+static bool bg_may_send(struct sfs_origin *pool)
+{
+	if (__atomic_load_n(&pool->bg_inflight, __ATOMIC_RELAXED) >= pool->bg_slots)
+		return false;
+	return !pool->conf.background_rate || pool->bg_tokens > 0;
+}
+
+/* Pick the next request this connection may take: an ordinary one first,
+ * else a background one within its share (origin.h). Caller holds
+ * pool->lock. A request that timed out on this node goes elsewhere while
+ * any other node is up; a slow node with its READ slots full takes no READ
+ * (SLOW_RATIO). */
 static struct sfs_origin_req *q_pick(struct sfs_origin *pool, struct sfs_node *node)
 {
 	bool others = others_up(pool, node);
 	bool reads_ok = __atomic_load_n(&node->reads_inflight, __ATOMIC_RELAXED) <
 			__atomic_load_n(&node->read_slots, __ATOMIC_RELAXED);
-	int scanned = 0;
+	struct sfs_origin_req *r = q_scan(pool->q_head, node, others, reads_ok);
 
-	for (struct sfs_origin_req *r = pool->q_head; r && scanned < 64; r = r->q_next, scanned++)
-		if ((r->avoid_node != node->index || !others) &&
-		    (reads_ok || r->op != SFS_ORIGIN_READ))
-			return r;
-	return NULL;
+	if (!r && pool->bg_head && bg_may_send(pool))
+		r = q_scan(pool->bg_head, node, others, reads_ok);
+	return r;
 }
 
 /* The call's arguments, from the request. Caller holds pool->lock. A READ
@@ -357,6 +396,12 @@ bool origin_pull_one(struct sfs_conn *conn)
 	a->req = req;
 	a->req_next = req->attempts;
 	req->attempts = a;
+	a->background = req->background;
+	if (a->background) {
+		__atomic_fetch_add(&pool->bg_inflight, 1, __ATOMIC_RELAXED);
+		if (pool->conf.background_rate && req->op == SFS_ORIGIN_READ)
+			pool->bg_tokens -= (int64_t)a->args.count;
+	}
 	pthread_mutex_unlock(&pool->lock);
 	return conn_send(conn, a) == 0;
 }
@@ -432,6 +477,10 @@ static void reply_complete(struct sfs_attempt *a, struct sfs_origin_req *req, vo
 	} else if (result >= 0 || result == SFS_XPORT_CONTINUES) {
 		origin_count(&node->read_bytes, req->done_bytes - before);
 		origin_count(&node->read_requests, 1);
+		if (a->background) {
+			origin_count(&pool->bg_read_bytes, req->done_bytes - before);
+			origin_count(&pool->bg_read_requests, 1);
+		}
 	}
 	if (result == -EAGAIN || result == SFS_XPORT_CONTINUES) {
 		/* Claimed requests have no attempts left: this is the only owner. */
@@ -455,6 +504,8 @@ void sfs_origin_reply(struct sfs_attempt *a, enum sfs_xport_status st, const cha
 
 	a->in_use = false;
 	conn->n_busy--;
+	if (a->background) /* the flag stays for reply_complete's counters */
+		__atomic_fetch_sub(&pool->bg_inflight, 1, __ATOMIC_RELAXED);
 	if (a->is_read && !probe)
 		__atomic_sub_fetch(&node->reads_inflight, 1, __ATOMIC_RELAXED);
 	if (st != SFS_XPORT_OK) {
@@ -636,13 +687,15 @@ static void queue_expire(struct sfs_origin *pool, uint64_t now)
 	if (pool->conf.hard)
 		return;
 	pthread_mutex_lock(&pool->lock);
-	for (struct sfs_origin_req *r = pool->q_head, *next; r; r = next) {
-		next = r->q_next;
-		if (now >= r->deadline_ms && req_claim(pool, r)) {
-			r->q_next = expired; /* reuse the link for a private list */
-			expired = r;
+	for (int bg = 0; bg < 2; bg++)
+		for (struct sfs_origin_req *r = bg ? pool->bg_head : pool->q_head, *next; r;
+		     r = next) {
+			next = r->q_next;
+			if (now >= r->deadline_ms && req_claim(pool, r)) {
+				r->q_next = expired; /* reuse the link for a private list */
+				expired = r;
+			}
 		}
-	}
 	pthread_mutex_unlock(&pool->lock);
 	while (expired) {
 		struct sfs_origin_req *r = expired;
@@ -652,10 +705,37 @@ static void queue_expire(struct sfs_origin *pool, uint64_t now)
 	}
 }
 
+/* Refill the background rate's bytes for the time since the last tick, at
+ * most BG_BURST_MS worth (and at least one READ's), and wake a thread when
+ * background work waits for them. One thread does this. */
+static void bg_refill(struct sfs_origin *pool, uint64_t now)
+{
+	uint64_t rate = pool->conf.background_rate;
+
+	if (!rate)
+		return;
+	uint64_t ms = pool->bg_refill_ms ? now - pool->bg_refill_ms : 0;
+	int64_t cap = (int64_t)(rate * BG_BURST_MS / 1000);
+	int64_t one_read = (int64_t)sfs_origin_max_read(pool);
+	if (cap < one_read)
+		cap = one_read;
+	pool->bg_refill_ms = now;
+	pthread_mutex_lock(&pool->lock);
+	if (pool->bg_len && pool->bg_tokens <= 0)
+		origin_count(&pool->bg_rate_limited_ms, ms);
+	int64_t t = pool->bg_tokens + (int64_t)(rate * ms / 1000);
+	pool->bg_tokens = t > cap ? cap : t;
+	bool wake = pool->bg_len && pool->bg_tokens > 0;
+	pthread_mutex_unlock(&pool->lock);
+	if (wake)
+		origin_wake_some(pool, 1, NULL);
+}
+
 void origin_pool_tick(struct sfs_origin *pool, uint64_t now)
 {
 	queue_expire(pool, now);
 	nodes_set_read_slots(pool);
+	bg_refill(pool, now);
 }
 
 /* --- public API ----------------------------------------------------------- */
@@ -694,6 +774,11 @@ static struct sfs_origin *pool_alloc(const struct sfs_origin_conf *conf,
 	pool->nodes = calloc(pool->n_nodes, sizeof(*pool->nodes));
 	pool->n_conns = pool->n_nodes * conf->nconnect;
 	pool->conns = calloc(pool->n_conns, sizeof(*pool->conns));
+	pool->bg_slots = UINT32_MAX;
+	if (conf->background_pct && conf->background_pct < 100) {
+		size_t share = pool->n_conns * SFS_ORIGIN_CONN_DEPTH * conf->background_pct / 100;
+		pool->bg_slots = share ? (unsigned)share : 1;
+	}
 	if (!pool->conf.export_path || !pool->nodes || !pool->conns)
 		goto err_free;
 	for (size_t i = 0; i < pool->n_nodes; i++) {
@@ -856,16 +941,20 @@ void sfs_origin_submit_batch(sfs_origin *pool, struct sfs_origin_req **reqs, siz
 {
 	uint64_t now = sfs_now_ms();
 
-	for (size_t i = 0; i < n; i++)
-		req_reset(pool, reqs[i], now);
 	if (__atomic_load_n(&pool->stopping, __ATOMIC_ACQUIRE)) {
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; i < n; i++) {
+			req_reset(pool, reqs[i], now);
 			req_finish(reqs[i], -ESHUTDOWN);
+		}
 		return;
 	}
+	/* Reset under the lock: sfs_origin_promote may look at a request
+	 * whose owner is submitting it. */
 	pthread_mutex_lock(&pool->lock);
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		req_reset(pool, reqs[i], now);
 		q_push(pool, reqs[i], false);
+	}
 	pthread_mutex_unlock(&pool->lock);
 	/* One sleeping thread per request, not all of them: every thread has
 	 * connections to every node when nconnect >= threads (the default), and
@@ -925,4 +1014,37 @@ void sfs_origin_node_stats(const sfs_origin *pool, size_t i, struct sfs_origin_n
 size_t sfs_origin_queue_depth(sfs_origin *pool)
 {
 	return __atomic_load_n(&pool->q_len, __ATOMIC_RELAXED);
+}
+
+void sfs_origin_promote(sfs_origin *pool, struct sfs_origin_req *req)
+{
+	bool moved = false;
+
+	pthread_mutex_lock(&pool->lock);
+	if (req->background && !req->completed) {
+		bool queued = req->queued;
+		q_unlink(pool, req);
+		req->background = false;
+		if (queued)
+			q_push(pool, req, false);
+		moved = queued;
+		origin_count(&pool->bg_promoted, 1);
+	}
+	pthread_mutex_unlock(&pool->lock);
+	if (moved)
+		origin_wake_some(pool, 1, NULL);
+}
+
+void sfs_origin_background_stats(sfs_origin *pool, struct sfs_origin_background_stats *out)
+{
+	pthread_mutex_lock(&pool->lock);
+	out->queued = pool->bg_len;
+	pthread_mutex_unlock(&pool->lock);
+	out->slots = pool->bg_slots;
+	out->inflight = __atomic_load_n(&pool->bg_inflight, __ATOMIC_RELAXED);
+	out->rate_limit = pool->conf.background_rate;
+	out->read_bytes = __atomic_load_n(&pool->bg_read_bytes, __ATOMIC_RELAXED);
+	out->read_requests = __atomic_load_n(&pool->bg_read_requests, __ATOMIC_RELAXED);
+	out->promoted = __atomic_load_n(&pool->bg_promoted, __ATOMIC_RELAXED);
+	out->rate_limited_ms = __atomic_load_n(&pool->bg_rate_limited_ms, __ATOMIC_RELAXED);
 }

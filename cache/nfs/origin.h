@@ -22,6 +22,14 @@
  * Work pulling: submitted requests wait in one FIFO; each connection with a
  * free slot (SFS_ORIGIN_CONN_DEPTH per connection) pulls the next one. A
  * fast node empties its slots sooner and so carries more of the load.
+ *
+ * Background requests (req->background: warm-ups, which no reader waits
+ * for) wait in a second FIFO, pulled only when the first has nothing a
+ * connection may take, by at most background_pct of the pool's connection
+ * slots at once and, with background_rate, at most that many READ bytes
+ * per second. The daemons of a fleet share one cluster without talking to
+ * each other: this is one node's restraint. A reader that comes to wait for
+ * a background request promotes it (sfs_origin_promote).
  */
 #ifndef SFS_ORIGIN_H
 #define SFS_ORIGIN_H
@@ -95,6 +103,7 @@ struct sfs_origin_req {
 	uint32_t count;			      /* READ: bytes wanted (<= sfs_origin_max_read) */
 	void *buf;			      /* READ: destination of count bytes */
 	bool lend;			      /* READ: may lend the reply's bytes (data) */
+	bool background;		      /* READ: no reader waits (see the file comment) */
 	const char *name;		      /* LOOKUP: entry name (caller keeps it alive) */
 	uint64_t cookie;		      /* READDIRPLUS: resume cookie, 0 to start */
 	uint8_t dir_verf[SFS_DIR_VERF_BYTES]; /* READDIRPLUS: as the previous reply left it */
@@ -145,6 +154,11 @@ struct sfs_origin_conf {
 	/* Non-NULL: when no node answers at open, start anyway with this root
 	 * handle (saved by an earlier mount) and connect in the background. */
 	const struct sfs_fh *offline_root;
+	/* Background requests: percent of the connection slots they may hold
+	 * at once (at least one slot; 0 or 100: no limit), and READ bytes per
+	 * second (0: no limit). */
+	unsigned background_pct;
+	uint64_t background_rate;
 };
 
 typedef struct sfs_origin sfs_origin;
@@ -220,7 +234,28 @@ size_t sfs_origin_node_count(const sfs_origin *pool);
 uint64_t sfs_origin_stuck_ms(const sfs_origin *pool, uint64_t now_ms);
 void sfs_origin_node_stats(const sfs_origin *pool, size_t node, struct sfs_origin_node_stats *out);
 
-/* Requests waiting for a connection slot right now. */
+/* Requests waiting for a connection slot right now (both classes). */
 size_t sfs_origin_queue_depth(sfs_origin *pool);
+
+/*
+ * A reader now waits for req (submitted as background): from here on it
+ * is an ordinary request; if it is still queued it moves to the end of the
+ * ordinary queue. Nothing happens to a request that is not background, or
+ * completed. The caller keeps req alive (as for any submitted request) and
+ * may call this before it submits it. Any thread; takes the pool's leaf lock.
+ */
+void sfs_origin_promote(sfs_origin *pool, struct sfs_origin_req *req);
+
+struct sfs_origin_background_stats {
+	unsigned slots;		  /* background attempts allowed in flight at once */
+	unsigned inflight;	  /* background attempts in flight now */
+	size_t queued;		  /* background requests waiting */
+	uint64_t rate_limit;	  /* bytes per second, 0: none */
+	uint64_t read_bytes;	  /* bytes background READs brought in */
+	uint64_t read_requests;	  /* background READs answered */
+	uint64_t promoted;	  /* background requests a reader came to wait for */
+	uint64_t rate_limited_ms; /* time background READs waited for the rate */
+};
+void sfs_origin_background_stats(sfs_origin *pool, struct sfs_origin_background_stats *out);
 
 #endif

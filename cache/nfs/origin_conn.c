@@ -132,6 +132,7 @@ static void conn_probe(struct sfs_conn *conn, uint64_t now)
 
 	a->in_use = true;
 	a->probe = true;
+	a->background = false;
 	a->reissued = true;
 	a->is_read = false;
 	a->req = NULL;

@@ -8,6 +8,7 @@
  * Data structures:
  *
  *   sfs_origin ──lock──> queue: req <-> req <-> req     (FIFO; re-issues go to the head)
+ *               └─lock──> bg queue: req <-> req          (background, origin.h)
  *     │
  *     ├─ xp                  the transport's operations (origin_xport.h)
  *     ├─ nodes[n_nodes]      one per address: health state + atomic counters
@@ -58,6 +59,9 @@
 #define HEDGE_MIN_MS 40
 #define HEDGE_EARN   16
 #define HEDGE_BURST  32
+/* Background rate (origin.h): bytes saved up while idle, at most this long's
+ * worth, so a warm-up that pauses does not burst far above its rate. */
+#define BG_BURST_MS 100
 /* A node whose READ rate stays below SLOW_RATIO of the nodes' median gets
  * READ slots in proportion to its rate (at least one) of what the other
  * nodes have in flight: its READs then take about as long as theirs (a READ
@@ -80,6 +84,8 @@ struct sfs_attempt {
 	uint64_t sent_ns;	      /* owner thread: for the latency histogram */
 	bool in_use, probe, reissued; /* owner thread */
 	bool is_read, hedged;	      /* owner thread */
+	bool background;	      /* set under pool->lock at pull (cleared for a probe):
+					 counted in bg_inflight until the reply */
 	unsigned node_reads;	      /* owner thread: READs in flight on the node at send */
 };
 
@@ -174,6 +180,23 @@ struct sfs_origin {
 	 * connections full, a slow or stalled node) wait for a reply, a wake-up
 	 * or the next tick instead of spinning in poll(0). */
 	unsigned q_gen;
+
+	/* Background requests (origin.h): their own FIFO, linked through the
+	 * same q_next/q_prev (a request is in one queue at most; which one is
+	 * req->background, changed only under lock by promotion). */
+	struct sfs_origin_req *bg_head, *bg_tail; /* protected by lock */
+	size_t bg_len;				  /* protected by lock */
+	unsigned bg_slots;			  /* set at open */
+	unsigned bg_inflight;			  /* atomic; raised under lock at pull */
+	/* Rate: READ bytes background requests may still send; refilled per
+	 * tick, at most BG_BURST_MS worth; a READ goes while it is positive
+	 * and takes its count (it may go below zero: the debt is repaid). */
+	int64_t bg_tokens;	     /* protected by lock */
+	uint64_t bg_refill_ms;	     /* the tick's thread only */
+	uint64_t bg_read_bytes;	     /* atomic */
+	uint64_t bg_read_requests;   /* atomic */
+	uint64_t bg_promoted;	     /* atomic */
+	uint64_t bg_rate_limited_ms; /* atomic: the tick's time with work waiting for the rate */
 };
 
 static inline void origin_count(uint64_t *ctr, uint64_t n)

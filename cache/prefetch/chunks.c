@@ -242,6 +242,16 @@ static void chunk_add_parts(struct pf_chunk *c, uint64_t from, uint64_t to, uint
 	*n += k;
 }
 
+void chunk_promote(struct pf_chunk *c)
+{
+	if (!c->background || c->state != CHUNK_FETCHING)
+		return;
+	c->background = false;
+	for (unsigned p = 0; p < c->n_parts; p++)
+		if (!(c->parts_done & (1ull << p)))
+			sfs_origin_promote(c->file->pf->origin, &c->parts[p]);
+}
+
 /* The origin's READ size, at most a chunk (0: the origin did not say). */
 uint32_t pf_max_read(sfs_prefetch *pf)
 {
@@ -348,6 +358,9 @@ struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint64_t cur
 	c->len = c->fetch_len = len;
 	c->buf = buf;
 	c->readahead = !demand;
+	/* A warm-up's own fetches yield to readers (origin.h); a reader that
+	 * comes to wait for one promotes it (chunk_promote). */
+	c->background = !demand && !loading && f->warmed && !f->read_seen;
 	c->n_parts = n_parts;
 	c->parts_pending = n_parts;
 	unsigned n = 0;
@@ -360,6 +373,8 @@ struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint64_t cur
 		chunk_add_parts(c, start, end, max_read, hash, &n);
 	}
 	assert(n == n_parts);
+	for (unsigned p = 0; p < n_parts; p++)
+		c->parts[p].background = c->background;
 	f->chunks[f->n_chunks++] = c;
 	f->refs++; /* the fetch holds the file */
 	if (!loading)

@@ -252,8 +252,10 @@ static int claim_chunks(struct sfs_pf_file *f, uint64_t off, uint64_t end, bool 
 	for (uint64_t ci = c0; ci <= c1; ci++) {
 		struct pf_chunk *c;
 		for (;;) {
-			if ((c = chunk_find(f, ci)))
+			if ((c = chunk_find(f, ci))) {
+				chunk_promote(c); /* a warm-up's: a reader waits now */
 				break;
+			}
 			/* In the store: read and check it (every chunk is verified
 			 * each time it is loaded: XXH3 costs far less than the read). */
 			enum sfs_chunk_state st = store_state(f, ci);
@@ -458,6 +460,7 @@ static ssize_t chunk_read(struct sfs_pf_file *f, uint64_t off, uint64_t end, boo
 	uint64_t c0 = off >> SFS_CHUNK_SHIFT, c1 = (end - 1) >> SFS_CHUNK_SHIFT;
 
 	pthread_mutex_lock(&f->lock);
+	f->read_seen = true;
 	int n_want = claim_chunks(f, off, end, seq, want, started, &n_started, loads, &n_loads);
 	if (seq && f->pf->conf.mode != SFS_PREFETCH_OFF)
 		start_readahead(f, c0, c1, started, &n_started, ahead_loads, &n_ahead_loads);

@@ -78,6 +78,7 @@ struct pf_chunk {
 	uint16_t delivered;  /* bit b: a reader got bytes of 64 KiB block b */
 	bool consumed;	     /* a read ended at its last byte: the reader moved on */
 	bool readahead;	     /* started before anyone asked */
+	bool background;     /* its parts were submitted as background (origin.h) */
 	bool in_store;	     /* its bytes are durable in the store */
 	bool loaded;	     /* its bytes were read from the store */
 	sfs_store_obj *obj;  /* LOADING: the store object, referenced */
@@ -112,6 +113,7 @@ struct sfs_pf_file {
 	int rand_score;	     /* recent share of reads that were not steps, 0..256 */
 	bool shard;	     /* the pump fetches every chunk the store lacks */
 	bool warmed;	     /* sfs_pf_file_warm() started a whole-file fetch */
+	bool read_seen;	     /* a read came through the chunk path: fetches are a reader's */
 	uint64_t shard_next; /* next chunk the pump considers */
 	struct pf_chunk **chunks;
 	size_t n_chunks, cap_chunks;
@@ -257,6 +259,10 @@ void chunk_place(struct sfs_origin_req *r, void *dst, const void *src, uint32_t 
 uint32_t pf_max_read(sfs_prefetch *pf);
 
 unsigned parts_for(uint64_t from, uint64_t to, uint32_t max_read);
+/* A reader waits for c: if it is a warm-up's background fetch, its parts
+ * not yet landed go ahead of the rest of the warm-up (sfs_origin_promote).
+ * Caller holds c->file->lock. */
+void chunk_promote(struct pf_chunk *c);
 
 struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint64_t cur, bool demand,
 			     bool loading, uint64_t head_from, uint64_t head_to);

@@ -330,6 +330,7 @@ void sfs_origin_submit(sfs_origin *o, struct sfs_origin_req *req)
 	if (o->fail_n && n->seq >= o->fail_n && n->seq - o->fail_n < o->fail_count)
 		n->fail_err = o->fail_err;
 	o->st.bytes_requested += count;
+	o->st.background += req->background;
 	if (++o->st.outstanding > o->st.max_outstanding)
 		o->st.max_outstanding = o->st.outstanding;
 	if (off + count > o->st.max_end)
@@ -354,6 +355,17 @@ void sfs_origin_submit(sfs_origin *o, struct sfs_origin_req *req)
 	pthread_mutex_unlock(&o->lock);
 	if (hook)
 		hook(off, count, seq, hook_arg);
+}
+
+/* The fake serves in submission order: promotion only clears the flag. */
+void sfs_origin_promote(sfs_origin *o, struct sfs_origin_req *req)
+{
+	pthread_mutex_lock(&o->lock);
+	if (req->background) {
+		req->background = false;
+		o->st.promoted++;
+	}
+	pthread_mutex_unlock(&o->lock);
 }
 
 /* Batch submit of the real origin: the same, one at a time. */

@@ -46,6 +46,8 @@ struct fake_origin_stats {
 	uint64_t max_end;	  /* largest offset + count asked for since reset */
 	uint64_t wrong_thread;	  /* completions run on the submitting thread (must be 0) */
 	uint64_t lent;		  /* READs answered with lent bytes (req->lend) */
+	uint64_t background;	  /* submitted with req->background */
+	uint64_t promoted;	  /* background requests promoted (sfs_origin_promote) */
 };
 
 sfs_origin *fake_origin_new(const struct fake_origin_conf *conf);

@@ -688,10 +688,216 @@ static void test_ioerr_all(void)
 	test_ioerr(true, 0);
 }
 
+/* --- background requests: their share, their rate, promotion ---------------- */
+
+#define BG_READS 16
+#define FG_READS 6
+#define BG_SEED	 500 /* background READs' handles: seeds 500.., ordinary 600.. */
+#define FG_SEED	 600
+#define BG_DELAY 150 /* ms per READ reply: the order of sends is the evidence */
+#define BG_RSIZE 65536
+
+static struct {
+	pthread_mutex_t lock;
+	uint64_t order[4 * (BG_READS + FG_READS)]; /* seeds in the order sent (hedges too) */
+	unsigned n;
+} bg_sends = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int bg_hook(const struct sfs_xport_args *args, int node)
+{
+	(void)node;
+	if (args->op != SFS_ORIGIN_READ)
+		return 0;
+	uint64_t seed;
+	memcpy(&seed, args->fh.data, sizeof(seed)); /* fake_xport_fh: the seed first */
+	pthread_mutex_lock(&bg_sends.lock);
+	if (bg_sends.n < sizeof(bg_sends.order) / sizeof(bg_sends.order[0]))
+		bg_sends.order[bg_sends.n++] = seed;
+	pthread_mutex_unlock(&bg_sends.lock);
+	return 0;
+}
+
+/* n READs of 64 KiB (files seed.., one each) into jobs, background or not. */
+static void bg_jobs(struct job *jobs, unsigned n, uint64_t seed, bool background, struct waiter *w)
+{
+	for (unsigned i = 0; i < n; i++) {
+		struct job *j = &jobs[i];
+		memset(j, 0, sizeof(*j));
+		j->w = w;
+		j->size = BG_RSIZE;
+		j->req = (struct sfs_origin_req){.op = SFS_ORIGIN_READ,
+						 .fh = fake_xport_fh(seed + i, BG_RSIZE),
+						 .count = BG_RSIZE,
+						 .buf = malloc(BG_RSIZE),
+						 .background = background,
+						 .done = job_done,
+						 .arg = j};
+	}
+}
+
+static void bg_submit(sfs_origin *pool, struct job *jobs, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		sfs_origin_submit(pool, &jobs[i].req);
+}
+
+static const char *bg_check_free(struct job *jobs, unsigned n)
+{
+	const char *why = NULL;
+	for (unsigned i = 0; i < n; i++) {
+		why = why ? why : job_check(&jobs[i], false);
+		free(jobs[i].req.buf);
+	}
+	return why;
+}
+
+static void msleep(unsigned ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+	nanosleep(&ts, NULL);
+}
+
+/* Position of seed in the send order, or -1. */
+static int bg_sent_at(uint64_t seed)
+{
+	int at = -1;
+	pthread_mutex_lock(&bg_sends.lock);
+	for (unsigned k = 0; k < bg_sends.n && at < 0; k++)
+		if (bg_sends.order[k] == seed)
+			at = (int)k;
+	pthread_mutex_unlock(&bg_sends.lock);
+	return at;
+}
+
+/* 2 nodes x 1 connection x SFS_ORIGIN_CONN_DEPTH slots, a quarter of them
+ * for background READs: they never hold more, ordinary READs submitted
+ * behind them go first, and a promoted one leaves the background queue. */
+static void test_background_share(void)
+{
+	struct fake_xport_conf fc = {.reply_delay_ms = BG_DELAY, .send_hook = bg_hook};
+	struct sfs_origin_conf conf = make_conf(true, 100);
+	struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+	struct job bg[BG_READS], fg[FG_READS];
+	struct sfs_origin_background_stats st;
+	unsigned max_inflight = 0;
+	sfs_origin *pool;
+	char msg[256];
+
+	conf.rsize_bytes = BG_RSIZE;
+	conf.background_pct = 25;
+	bg_sends.n = 0;
+	fake_xport_setup(&fc);
+	if (sfs_origin_open_xport(&conf, &fake_xport_ops, &pool, msg, sizeof(msg)) < 0 ||
+	    sfs_origin_start(pool) < 0) {
+		ok(0, "open: %s", msg);
+		return;
+	}
+	bg_jobs(bg, BG_READS, BG_SEED, true, &w);
+	bg_jobs(fg, FG_READS, FG_SEED, false, &w);
+	w.pending = BG_READS + FG_READS;
+	bg_submit(pool, bg, BG_READS);
+	msleep(BG_DELAY / 5);
+	sfs_origin_background_stats(pool, &st);
+	unsigned slots = st.slots;
+	ok(slots == 2 && st.inflight == 2 && st.queued == BG_READS - 2,
+	   "a quarter of 8 slots: %u background READs in flight, %zu queued (slots %u)",
+	   st.inflight, st.queued, slots);
+	/* The last queued background READ is promoted: it goes next, ahead of
+	 * the 13 queued before it; then ordinary READs, sent at once. */
+	sfs_origin_promote(pool, &bg[BG_READS - 1].req);
+	bg_submit(pool, fg, FG_READS);
+	for (int k = 0; k < 4000 && w.pending; k++) {
+		sfs_origin_background_stats(pool, &st);
+		max_inflight = st.inflight > max_inflight ? st.inflight : max_inflight;
+		msleep(1);
+	}
+	ok(wait_pending(&w) == 0, "every READ completes");
+	ok(max_inflight <= slots, "background READs in flight never above their share (%u)",
+	   max_inflight);
+	int promoted_at = bg_sent_at(BG_SEED + BG_READS - 1), third_bg = -1;
+	for (unsigned i = 2; i < BG_READS - 1 && third_bg < 0; i++)
+		third_bg = bg_sent_at(BG_SEED + i);
+	int last_fg = -1;
+	for (unsigned i = 0; i < FG_READS; i++) {
+		int at = bg_sent_at(FG_SEED + i);
+		last_fg = at > last_fg ? at : last_fg;
+	}
+	ok(promoted_at == 2, "the promoted READ was sent right after the first two (at %d)",
+	   promoted_at);
+	ok(last_fg >= 0 && last_fg < third_bg,
+	   "ordinary READs submitted behind 13 queued background ones were all sent first "
+	   "(last at %d, next background at %d)",
+	   last_fg, third_bg);
+	sfs_origin_background_stats(pool, &st);
+	ok(st.promoted == 1 && st.read_requests == BG_READS - 1 &&
+	       st.read_bytes == (uint64_t)(BG_READS - 1) * BG_RSIZE,
+	   "stats: %llu promoted, %llu background READs, %llu bytes",
+	   (unsigned long long)st.promoted, (unsigned long long)st.read_requests,
+	   (unsigned long long)st.read_bytes);
+	const char *why = bg_check_free(bg, BG_READS);
+	why = why ? why : bg_check_free(fg, FG_READS);
+	ok(!why, "every byte right (%s)", why ? why : "yes");
+	sfs_origin_close(pool);
+}
+
+/* background_rate: 16 x 64 KiB at 1 MiB/s (no share limit) take about a
+ * second, not one reply delay; ordinary READs are not held by it. */
+static void test_background_rate(void)
+{
+	struct fake_xport_conf fc = {.reply_delay_ms = 5};
+	struct sfs_origin_conf conf = make_conf(true, 100);
+	struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+	struct waiter wf = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+	struct job bg[BG_READS], fg[FG_READS];
+	struct sfs_origin_background_stats st;
+	struct timespec t0, t1, tf;
+	sfs_origin *pool;
+	char msg[256];
+
+	conf.rsize_bytes = BG_RSIZE;
+	conf.background_rate = 1u << 20;
+	fake_xport_setup(&fc);
+	if (sfs_origin_open_xport(&conf, &fake_xport_ops, &pool, msg, sizeof(msg)) < 0 ||
+	    sfs_origin_start(pool) < 0) {
+		ok(0, "open: %s", msg);
+		return;
+	}
+	bg_jobs(bg, BG_READS, BG_SEED, true, &w);
+	bg_jobs(fg, FG_READS, FG_SEED, false, &wf);
+	w.pending = BG_READS;
+	wf.pending = FG_READS;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	bg_submit(pool, bg, BG_READS);
+	msleep(50);
+	bg_submit(pool, fg, FG_READS);
+	ok(wait_pending(&wf) == 0, "ordinary READs complete while the background waits");
+	clock_gettime(CLOCK_MONOTONIC, &tf);
+	ok(wait_pending(&w) == 0, "every background READ completes");
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	double sf = (double)(tf.tv_sec - t0.tv_sec) + (double)(tf.tv_nsec - t0.tv_nsec) / 1e9;
+	sfs_origin_background_stats(pool, &st);
+	/* A lower bound only: at most 100 ms worth goes at once, the rest at
+	 * the rate (a slow machine only makes it longer). */
+	ok(s >= 0.75, "1 MiB of background READs at 1 MiB/s took %.2f s (>= 0.75)", s);
+	ok(sf < s, "the ordinary READs were done first (%.2f s)", sf);
+	ok(st.rate_limited_ms > 0 && st.rate_limit == 1u << 20, "stats: %.2f s waited for the rate",
+	   (double)st.rate_limited_ms / 1000);
+	const char *why = bg_check_free(bg, BG_READS);
+	why = why ? why : bg_check_free(fg, FG_READS);
+	ok(!why, "every byte right (%s)", why ? why : "yes");
+	sfs_origin_close(pool);
+}
+
 static const struct tap_test tests[] = {
-    {"hedge_freed", test_hedge_freed},	   {"long_name", test_long_name},
-    {"slow_node", test_slow_node},	   {"stall", test_stall_hedged_together},
-    {"stall_avoided", test_stall_avoided}, {"ioerr", test_ioerr_all},
+    {"hedge_freed", test_hedge_freed},
+    {"long_name", test_long_name},
+    {"slow_node", test_slow_node},
+    {"stall", test_stall_hedged_together},
+    {"stall_avoided", test_stall_avoided},
+    {"ioerr", test_ioerr_all},
+    {"background_share", test_background_share},
+    {"background_rate", test_background_rate},
 };
 
 /* With no arguments, runs every test; otherwise only the named ones. */

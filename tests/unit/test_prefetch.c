@@ -1749,6 +1749,45 @@ static void test_hinted(void)
 	teardown();
 }
 
+/* A warm-up's fetches go to the origin as background (origin.h); a reader
+ * that comes to wait for one of its chunks promotes that chunk's READs. */
+static void test_warm_background(void)
+{
+	char dir[] = "/tmp/test_prefetch.XXXXXX";
+	sfs_store *store = store_setup(dir, 64 * MiB);
+	struct tfile t = topen(61, 16 * MiB, 16 * MiB);
+	bool active = false;
+
+	sfs_pf_file_opened(t.f);
+	fake_origin_hold_from(org, 8 * MiB);
+	struct fake_origin_stats s0 = ostats();
+	ok(sfs_pf_file_warm(t.f, &active) == 0 && active, "warm background: the warm-up starts");
+	for (int i = 0; i < 5000 && ostats().held < 8; i++)
+		usleep(1000);
+	struct fake_origin_stats s1 = ostats();
+	ok(s1.background - s0.background == 16 && s1.requests - s0.requests == 16,
+	   "warm background: its %llu READs went as background (%llu)",
+	   (unsigned long long)(s1.requests - s0.requests),
+	   (unsigned long long)(s1.background - s0.background));
+	struct waiter w = {.t = &t, .off = 12 * MiB + 64 * KiB};
+	pthread_t th;
+	pthread_create(&th, NULL, waiter_thread, &w);
+	for (int i = 0; i < 5000 && ostats().promoted == s1.promoted; i++)
+		usleep(1000);
+	struct fake_origin_stats s2 = ostats();
+	ok(s2.promoted - s1.promoted == 1,
+	   "warm background: a reader waiting for a chunk still being warmed promoted its READ "
+	   "(%llu)",
+	   (unsigned long long)(s2.promoted - s1.promoted));
+	fake_origin_release(org);
+	pthread_join(th, NULL);
+	ok(w.rc == 64 * KiB && !w.bad, "warm background: the reader got its bytes (rc %zd) %s",
+	   w.rc, w.why);
+	ok(wait_cached(&t), "warm background: the warm-up completes");
+	sfs_pf_file_unref(t.f);
+	store_teardown(store, dir);
+}
+
 static const struct tap_test tests[] = {
     {"exact_1m", test_exact_1m},
     {"exact_256k", test_exact_256k},
@@ -1775,6 +1814,7 @@ static const struct tap_test tests[] = {
     {"place_256k", test_place_256k},
     {"place_100000", test_place_100000},
     {"hinted", test_hinted},
+    {"warm_background", test_warm_background},
 };
 
 /* With no arguments, runs every test; otherwise only the named ones. */
