@@ -732,7 +732,13 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		__atomic_fetch_add(&fs->invalidations, 1, __ATOMIC_RELAXED);
 		fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
 	}
-	sfs_pf_file_opened(pf);
+	/* O_NONBLOCK, meaningless for a regular file, marks a tool's open
+	 * (shardfs-warm): no whole-file fetch for a reader, the tool's ioctl
+	 * says what it wants. */
+	if (fi->flags & O_NONBLOCK)
+		sfs_pf_file_opened_no_prefetch(pf);
+	else
+		sfs_pf_file_opened(pf);
 	sfs_hints_opened(fs->hints, a.fsid, a.fileid); /* where a hint list's reader is */
 	struct sfs_open_file *of = calloc(1, sizeof(*of));
 	if (!of) {

@@ -125,7 +125,12 @@ struct shardfs_unregister {
 
 /* The first call starts the fetch (whatever prefetch_max says); every call
  * returns at once with the state so far, so a caller polls until
- * cached_bytes == file_bytes or SHARDFS_WARM_ACTIVE clears.
+ * cached_bytes == file_bytes or SHARDFS_WARM_ACTIVE clears. The fetch is a
+ * background one: it takes at most the mount's warm_share of its NFS
+ * slots (and warm_rate), after readers' requests. Open the file with
+ * O_NONBLOCK so that the open itself starts no whole-file fetch for a
+ * reader (prefetch=shard); a plain open's is made the warm-up's where no
+ * read came yet.
  * Errors: ENOTSUP (the mount has no cache_dir), EINVAL. */
 struct shardfs_warm {
 	uint32_t size;	       /* in: sizeof(struct shardfs_warm) */

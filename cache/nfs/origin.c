@@ -1035,6 +1035,19 @@ void sfs_origin_promote(sfs_origin *pool, struct sfs_origin_req *req)
 		origin_wake_some(pool, 1, NULL);
 }
 
+void sfs_origin_demote(sfs_origin *pool, struct sfs_origin_req *req)
+{
+	pthread_mutex_lock(&pool->lock);
+	if (!req->background && !req->completed) {
+		bool queued = req->queued;
+		q_unlink(pool, req);
+		req->background = true;
+		if (queued)
+			q_push(pool, req, false);
+	}
+	pthread_mutex_unlock(&pool->lock);
+}
+
 void sfs_origin_background_stats(sfs_origin *pool, struct sfs_origin_background_stats *out)
 {
 	pthread_mutex_lock(&pool->lock);

@@ -245,6 +245,11 @@ size_t sfs_origin_queue_depth(sfs_origin *pool);
  * may call this before it submits it. Any thread; takes the pool's leaf lock.
  */
 void sfs_origin_promote(sfs_origin *pool, struct sfs_origin_req *req);
+/* The reverse, for a request nobody waits for after all (a warm-up asked
+ * for bytes an open's prefetch had queued): if still queued it moves to the
+ * end of the background queue; in flight or not yet submitted, it counts as
+ * background from its next send. Same rules as sfs_origin_promote. */
+void sfs_origin_demote(sfs_origin *pool, struct sfs_origin_req *req);
 
 struct sfs_origin_background_stats {
 	unsigned slots;		  /* background attempts allowed in flight at once */

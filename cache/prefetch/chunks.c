@@ -252,6 +252,16 @@ void chunk_promote(struct pf_chunk *c)
 			sfs_origin_promote(c->file->pf->origin, &c->parts[p]);
 }
 
+void chunk_demote(struct pf_chunk *c)
+{
+	if (c->background || c->state != CHUNK_FETCHING)
+		return;
+	c->background = true;
+	for (unsigned p = 0; p < c->n_parts; p++)
+		if (!(c->parts_done & (1ull << p)))
+			sfs_origin_demote(c->file->pf->origin, &c->parts[p]);
+}
+
 /* The origin's READ size, at most a chunk (0: the origin did not say). */
 uint32_t pf_max_read(sfs_prefetch *pf)
 {

@@ -210,7 +210,7 @@ static void start_shard(struct sfs_pf_file *f, bool rescan)
 	submit_chunks(f, started, n);
 }
 
-void sfs_pf_file_opened(sfs_pf_file *f)
+void sfs_pf_file_opened_no_prefetch(sfs_pf_file *f)
 {
 	sfs_prefetch *pf = f->pf;
 
@@ -218,6 +218,13 @@ void sfs_pf_file_opened(sfs_pf_file *f)
 	if (f->openers++ == 0 && pf->conf.store && !f->obj)
 		f->obj = sfs_store_obj_get(pf->conf.store, &f->version); /* NULL: uncached */
 	pthread_mutex_unlock(&f->lock);
+}
+
+void sfs_pf_file_opened(sfs_pf_file *f)
+{
+	sfs_prefetch *pf = f->pf;
+
+	sfs_pf_file_opened_no_prefetch(f);
 	/* Only with a store: without one, fetched chunks would have nowhere
 	 * to go but memory, and the readahead window does that job. */
 	if (pf->conf.mode == SFS_PREFETCH_SHARD && pf->conf.store &&
@@ -243,6 +250,10 @@ int sfs_pf_file_warm(sfs_pf_file *f, bool *active)
 		struct pf_chunk *c = f->chunks[i];
 		if (c->state == CHUNK_READY && chunk_storable(f, c) && chunk_offer(f, c))
 			f->refs++; /* the write's */
+		/* What the open's prefetch queued for a reader that has not read
+		 * is the warm-up's (the warm tool's own open started it). */
+		if (!f->read_seen && !c->used)
+			chunk_demote(c);
 	}
 	pthread_mutex_unlock(&f->lock);
 	if (first)

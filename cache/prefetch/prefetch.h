@@ -110,6 +110,9 @@ int sfs_pf_file_open_version(sfs_prefetch *pf, const struct sfs_fh *fh,
 /* An open of f: in SHARD mode a file up to shard_max_bytes starts its
  * whole-file fetch. */
 void sfs_pf_file_opened(sfs_pf_file *f);
+/* The same without the whole-file fetch: an open by a tool that says what
+ * it wants by ioctl (a warm-up's fetches must go as background ones). */
+void sfs_pf_file_opened_no_prefetch(sfs_pf_file *f);
 
 /* Fetch every chunk of f that the store lacks (warm-up), whatever its size;
  * only the first call starts it. Reports whether chunks are still being

@@ -263,6 +263,9 @@ unsigned parts_for(uint64_t from, uint64_t to, uint32_t max_read);
  * not yet landed go ahead of the rest of the warm-up (sfs_origin_promote).
  * Caller holds c->file->lock. */
 void chunk_promote(struct pf_chunk *c);
+/* c, fetched for nobody yet, becomes a warm-up's (sfs_origin_demote).
+ * Caller holds c->file->lock. */
+void chunk_demote(struct pf_chunk *c);
 
 struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint64_t cur, bool demand,
 			     bool loading, uint64_t head_from, uint64_t head_to);

@@ -368,6 +368,16 @@ void sfs_origin_promote(sfs_origin *o, struct sfs_origin_req *req)
 	pthread_mutex_unlock(&o->lock);
 }
 
+void sfs_origin_demote(sfs_origin *o, struct sfs_origin_req *req)
+{
+	pthread_mutex_lock(&o->lock);
+	if (!req->background) {
+		req->background = true;
+		o->st.demoted++;
+	}
+	pthread_mutex_unlock(&o->lock);
+}
+
 /* Batch submit of the real origin: the same, one at a time. */
 void sfs_origin_submit_batch(sfs_origin *pool, struct sfs_origin_req **reqs, size_t n)
 {

@@ -48,6 +48,7 @@ struct fake_origin_stats {
 	uint64_t lent;		  /* READs answered with lent bytes (req->lend) */
 	uint64_t background;	  /* submitted with req->background */
 	uint64_t promoted;	  /* background requests promoted (sfs_origin_promote) */
+	uint64_t demoted;	  /* requests made background (sfs_origin_demote) */
 };
 
 sfs_origin *fake_origin_new(const struct fake_origin_conf *conf);

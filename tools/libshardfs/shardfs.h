@@ -103,7 +103,9 @@ int shardfs_target_stage(int fd, struct shardfs_target *t, struct shardfs_range 
 int shardfs_unregister(int fd, uint64_t region_id);
 
 /* Start (first call) or poll fetching the whole file into the mount's local
- * cache; fills *st. Returns 0 or -errno (-ENOTSUP: the mount has no cache). */
+ * cache; fills *st. Returns 0 or -errno (-ENOTSUP: the mount has no cache).
+ * A background fetch (warm_share, warm_rate): open fd with O_NONBLOCK so
+ * that the open starts no reader's prefetch. */
 int shardfs_warm(int fd, struct shardfs_warm *st);
 
 /*

@@ -466,7 +466,9 @@ def unregister(f, region_id):
 
 def warm(f):
     """SHARDFS_IOC_WARM: start (first call) or poll fetching the whole file into the
-    mount's cache. Returns Warm(flags, file_bytes, cached_bytes, active)."""
+    mount's cache, as a background fetch (the mount's warm_share and warm_rate);
+    open the file with os.O_NONBLOCK so that the open starts no reader's prefetch.
+    Returns Warm(flags, file_bytes, cached_bytes, active)."""
     buf = bytearray(WARM_SIZE)
     struct.pack_into("=I", buf, 0, WARM_SIZE)
     _, flags, file_bytes, cached = struct.unpack(WARM_FMT, _ioctl(f, IOC_WARM, buf))[:4]
