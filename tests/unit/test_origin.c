@@ -751,6 +751,14 @@ static const char *bg_check_free(struct job *jobs, unsigned n)
 	return why;
 }
 
+static size_t waiter_pending(struct waiter *w)
+{
+	pthread_mutex_lock(&w->lock);
+	size_t n = w->pending;
+	pthread_mutex_unlock(&w->lock);
+	return n;
+}
+
 static void msleep(unsigned ms)
 {
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
@@ -806,7 +814,7 @@ static void test_background_share(void)
 	 * the 13 queued before it; then ordinary READs, sent at once. */
 	sfs_origin_promote(pool, &bg[BG_READS - 1].req);
 	bg_submit(pool, fg, FG_READS);
-	for (int k = 0; k < 4000 && w.pending; k++) {
+	for (int k = 0; k < 4000 && waiter_pending(&w); k++) {
 		sfs_origin_background_stats(pool, &st);
 		max_inflight = st.inflight > max_inflight ? st.inflight : max_inflight;
 		msleep(1);
