@@ -683,8 +683,21 @@ void origin_attempts_check(struct sfs_conn *conn, uint64_t now)
 static void queue_expire(struct sfs_origin *pool, uint64_t now)
 {
 	struct sfs_origin_req *expired = NULL;
+	uint64_t heard = 0;
 
 	if (pool->conf.hard)
+		return;
+	/* soft fails a request when no node answers, not when it waited its
+	 * turn behind others while the nodes answer: a fleet sharing a capped
+	 * cluster queues more than timeo x retrans worth (measured, 4 clients
+	 * on 4 x 200 Mbit/s: EIO on every client). So a queued request
+	 * expires once its deadline passed and no node has answered for as
+	 * long. */
+	for (size_t i = 0; i < pool->n_nodes; i++) {
+		uint64_t h = __atomic_load_n(&pool->nodes[i].last_heard_ms, __ATOMIC_RELAXED);
+		heard = h > heard ? h : heard;
+	}
+	if (now < heard + pool->fail_ms)
 		return;
 	pthread_mutex_lock(&pool->lock);
 	for (int bg = 0; bg < 2; bg++)

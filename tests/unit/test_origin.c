@@ -897,6 +897,49 @@ static void test_background_rate(void)
 	sfs_origin_close(pool);
 }
 
+/* soft: a request that waits its turn in the queue longer than timeo x
+ * retrans while the nodes answer is served, not failed (64 READs through 8
+ * slots at 100 ms each: 0.8 s of queue against a 0.5 s deadline). */
+static void test_soft_queue(void)
+{
+	struct fake_xport_conf fc = {.reply_delay_ms = 100};
+	struct sfs_origin_conf conf = make_conf(false, 5);
+	struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+	enum { N = 64 };
+	struct job *jobs = calloc(N, sizeof(*jobs));
+	sfs_origin *pool;
+	char msg[256];
+
+	conf.retrans = 1;
+	conf.rsize_bytes = BG_RSIZE;
+	fake_xport_setup(&fc);
+	if (!jobs || sfs_origin_open_xport(&conf, &fake_xport_ops, &pool, msg, sizeof(msg)) < 0 ||
+	    sfs_origin_start(pool) < 0) {
+		ok(0, "open: %s", msg);
+		free(jobs);
+		return;
+	}
+	bg_jobs(jobs, N, FG_SEED, false, &w);
+	w.pending = N;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	bg_submit(pool, jobs, N);
+	ok(wait_pending(&w) == 0, "soft queue: every READ completes");
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	unsigned failed = 0;
+	for (unsigned i = 0; i < N; i++)
+		failed += jobs[i].req.result < 0;
+	ok(failed == 0,
+	   "soft queue: none failed after waiting in the queue (%u of %d failed, "
+	   "%.2f s in all, deadline 0.5 s)",
+	   failed, N, s);
+	const char *why = bg_check_free(jobs, N);
+	ok(!why, "soft queue: every byte right (%s)", why ? why : "yes");
+	sfs_origin_close(pool);
+	free(jobs);
+}
+
 static const struct tap_test tests[] = {
     {"hedge_freed", test_hedge_freed},
     {"long_name", test_long_name},
@@ -906,6 +949,7 @@ static const struct tap_test tests[] = {
     {"ioerr", test_ioerr_all},
     {"background_share", test_background_share},
     {"background_rate", test_background_rate},
+    {"soft_queue", test_soft_queue},
 };
 
 /* With no arguments, runs every test; otherwise only the named ones. */
