@@ -11,7 +11,12 @@
 # A job names what to warm in its comment, as shardfs-warm=PATH[:PATH...]
 # (paths on a shardfs mount, directories or files):
 #   sbatch --comment=shardfs-warm=/mnt/dataset/imagenet/train job.sh
-# The site may also warm fixed paths for every job: SHARDFS_WARM_PATHS in
+# The site may also warm fixed paths for every job: SHARDFS_WARM_PATHS.
+#
+# Settings (the variables below) come from the first file that exists of:
+# $SHARDFS_PROLOG_DEFAULTS (when running it by hand: slurmd gives a prolog
+# only SLURM_* variables, not its own environment), shardfs-prolog.conf in
+# the directory of the slurm.conf that slurmd names (SLURM_CONF), and
 # /etc/default/shardfs-prolog.
 #
 # How: with `shardfs-warm` (package shardfs) when it is on the PATH: it asks
@@ -29,7 +34,13 @@
 # job's user (so file permissions apply), symlinks are not followed out of
 # the tree, and the whole warm-up is bounded by SHARDFS_WARM_TIMEOUT
 # seconds. It always exits 0: a failing prolog drains the node, and a cold
-# cache is only slower. What it did goes to syslog (tag shardfs-prolog).
+# cache is only slower.
+#
+# Messages ("job ID: ...", one line each) go to syslog (tag shardfs-prolog)
+# and to stderr, which slurmd 22.05 writes to its log at SlurmdDebug=debug2
+# or above ("prep/script: _run_subpath_command: prolog success rc:0
+# output:..."); at the default level it discards them. A background
+# warm-up's own messages go to syslog only.
 # warm, as_user and log run in a child bash (export -f).
 # shellcheck disable=SC2317
 set -u
@@ -40,13 +51,19 @@ SHARDFS_WARM_JOBS=""          # files warmed (or read) at once; empty: shardfs-w
                               # chooses (8 for shards, 64 for small files), cat 16
 SHARDFS_WARM_WAIT=1           # 1: the job waits; 0: warm in the background
 SHARDFS_WARM_TOOL=shardfs-warm  # a name that is not found selects the fallback
-# Settings for the site; slurmd's environment (not the user's) may name
-# another file.
-SHARDFS_PROLOG_DEFAULTS=${SHARDFS_PROLOG_DEFAULTS:-/etc/default/shardfs-prolog}
-# shellcheck disable=SC1090
-[ -r "$SHARDFS_PROLOG_DEFAULTS" ] && . "$SHARDFS_PROLOG_DEFAULTS"
+# slurmd runs a prolog with no PATH (bash then searches ".", slurmd's
+# working directory, too).
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+for f in "${SHARDFS_PROLOG_DEFAULTS:-}" "${SLURM_CONF:+$(dirname "$SLURM_CONF")/shardfs-prolog.conf}" \
+	/etc/default/shardfs-prolog; do
+	# shellcheck disable=SC1090
+	[ -n "$f" ] && [ -r "$f" ] && { . "$f"; break; }
+done
 
-log() { logger -t shardfs-prolog -- "job ${SLURM_JOB_ID:-?}: $*" 2>/dev/null || echo "shardfs-prolog: $*" >&2; }
+log() {
+	logger -t shardfs-prolog -- "job ${SLURM_JOB_ID:-?}: $*" 2>/dev/null
+	echo "shardfs-prolog: job ${SLURM_JOB_ID:-?}: $*" >&2
+}
 
 # The job's comment: in the environment on recent Slurm, else the job's
 # record from scontrol (the shardfs-warm= token is found wherever it is).
@@ -66,9 +83,9 @@ wanted_paths() {
 	} | sed '/^$/d' | sort -u
 }
 
-# on_shardfs PATH: true when PATH exists and lies on a shardfs mount.
+# on_shardfs PATH: true when PATH lies on a shardfs mount.
 on_shardfs() {
-	[ -e "$1" ] && [ "$(findmnt -n -o FSTYPE -T "$1" 2>/dev/null)" = fuse.shardfs ]
+	[ "$(findmnt -n -o FSTYPE -T "$1" 2>/dev/null)" = fuse.shardfs ]
 }
 
 # Run a command as the job's user (root when the job's uid is unknown).
@@ -100,7 +117,9 @@ warm() {
 main() {
 	local paths=() p t0
 	while IFS= read -r p; do
-		if on_shardfs "$p"; then
+		if [ ! -e "$p" ]; then
+			log "not warming $p: no such file or directory"
+		elif on_shardfs "$p"; then
 			paths+=("$p")
 		else
 			log "not warming $p: not on a shardfs mount"
