@@ -4,9 +4,10 @@
 # before the job starts, so the first epoch does not wait on the NFS cluster.
 #
 # Install: copy to /etc/slurm/prolog.d/50-shardfs-warm.sh (or name it in
-# slurm.conf: Prolog=/etc/slurm/prolog.d/*), mode 0755, on every node.
-# With PrologFlags=Alloc it runs when the job is allocated, not at its first
-# step.
+# slurm.conf: Prolog=/etc/slurm/prolog.d/*), mode 0755, on every node, with
+# epilog.sh beside it as the Epilog (it ends a background warm-up when the
+# job ends). With PrologFlags=Alloc it runs when the job is allocated, not at
+# its first step.
 #
 # A job names what to warm in its comment, as shardfs-warm=PATH[:PATH...]
 # (paths on a shardfs mount, directories or files):
@@ -34,7 +35,9 @@
 # job's user (so file permissions apply), symlinks are not followed out of
 # the tree, and the whole warm-up is bounded by SHARDFS_WARM_TIMEOUT
 # seconds. It always exits 0: a failing prolog drains the node, and a cold
-# cache is only slower.
+# cache is only slower. A warm-up in the background (SHARDFS_WARM_WAIT=0)
+# is its own session, recorded in SHARDFS_PROLOG_RUN_DIR/job_ID.pid for the
+# epilog.
 #
 # Messages ("job ID: ...", one line each) go to syslog (tag shardfs-prolog)
 # and to stderr, which slurmd 22.05 writes to its log at SlurmdDebug=debug2
@@ -51,6 +54,7 @@ SHARDFS_WARM_JOBS=""          # files warmed (or read) at once; empty: shardfs-w
                               # chooses (8 for shards, 64 for small files), cat 16
 SHARDFS_WARM_WAIT=1           # 1: the job waits; 0: warm in the background
 SHARDFS_WARM_TOOL=shardfs-warm  # a name that is not found selects the fallback
+SHARDFS_PROLOG_RUN_DIR=/run/shardfs-prolog  # background warm-ups, for the epilog
 # slurmd runs a prolog with no PATH (bash then searches ".", slurmd's
 # working directory, too).
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -114,8 +118,41 @@ warm() {
 	done
 }
 
+# stat_field PID N: field N (>= 3) of /proc/PID/stat: 6 is the session,
+# 22 the start time (clock ticks since boot, which tells the process from a
+# later one with its pid).
+stat_field() {
+	local s n=$2
+	s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	s=${s##*) }
+	# shellcheck disable=SC2086
+	set -- $s
+	[ $# -ge $((n - 2)) ] || return 1
+	shift $((n - 3))
+	echo "$1"
+}
+
+# background_started PID: wait (up to 5 s) until the background warm-up
+# leads its own session, then record "PID START_TIME" in
+# SHARDFS_PROLOG_RUN_DIR/job_ID.pid for the epilog. The wait matters:
+# slurmd kills the prolog's process group as soon as the prolog exits, and
+# a child that has not yet called setsid() is still in it.
+background_started() {
+	local f=$SHARDFS_PROLOG_RUN_DIR/job_${SLURM_JOB_ID:-0}.pid st
+	for _ in $(seq 50); do
+		[ "$(stat_field "$1" 6)" = "$1" ] && break
+		sleep 0.1
+	done
+	[ -n "${SLURM_JOB_ID:-}" ] || return 0
+	st=$(stat_field "$1" 22) || return 0 # already over
+	if ! { mkdir -p "$SHARDFS_PROLOG_RUN_DIR" && chmod 0700 "$SHARDFS_PROLOG_RUN_DIR" &&
+		echo "$1 $st" >"$f.tmp" && mv -f "$f.tmp" "$f"; }; then
+		log "cannot record the background warm-up in $f: the epilog will not end it"
+	fi
+}
+
 main() {
-	local paths=() p t0
+	local paths=() p t0 t
 	while IFS= read -r p; do
 		if [ ! -e "$p" ]; then
 			log "not warming $p: no such file or directory"
@@ -140,9 +177,12 @@ main() {
 	else
 		export -f warm as_user log
 		export SHARDFS_WARM_JOBS SHARDFS_WARM_TOOL
+		# Its own session, led by timeout: the epilog signals the group.
 		setsid timeout "$SHARDFS_WARM_TIMEOUT" bash -c 'warm "$@"' warm "${paths[@]}" \
 			</dev/null >/dev/null 2>&1 &
-		log "warming in the background (pid $!)"
+		t=$!
+		background_started "$t"
+		log "warming in the background (pid $t)"
 	fi
 }
 
