@@ -12,12 +12,15 @@
 #   - a job whose dataset does not exist: slurmd's log has the prolog's line,
 #     the job runs and fails on its own open, the node is not drained;
 #   - a background warm-up (SHARDFS_WARM_WAIT=0) over a capped cluster still
-#     runs while the job runs, and the epilog ends it when the job ends.
+#     runs while the job runs, and the epilog ends it when the job ends (and
+#     with it the daemon's fetching).
 # Job tracking: proctrack/cgroup and task/cgroup where slurmd can run them
 # (the job then lands in .../slurm_NODE/uid_U/job_ID/step_batch), else
 # proctrack/linuxproc with slurmd's error line as a diagnostic, and the job's
 # process is moved into that same layout under a cgroup hierarchy here, so
 # the per-job accounting is still checked. SFS_SLURM_CGROUP=0 forces that.
+# slurm_cleanup and job_over run from trap and wait_for:
+# shellcheck disable=SC2317
 . "$(dirname "$0")/lib.sh"
 sfs_require
 for c in munged slurmctld slurmd sbatch scontrol sinfo squeue scancel getfattr ss; do
@@ -312,7 +315,17 @@ check "slurmd's log: the epilog says so" \
 	grep -q "shardfs-epilog: job $id: ended the background warm-up (pid ${bgpid:-?})" "$SL/slurmd.log"
 check "the epilog removed the job's pid file" bash -c "[ -n '$bgpid' ] && [ ! -e '$SL/run/job_$id.pid' ]"
 check "the node is still idle, not drained (sinfo: $(node_state))" node_idle
+# Its files closed, the daemon fetches no more of them: with the cap off,
+# the fetches in flight end at once, nothing grows after, and the dataset
+# stays part-cached (a fetch that went on would finish it in a second).
 "$CLUSTER" cap "$CID" all off >/dev/null
+wait_idle
+f0=$(fetched)
+sleep 2
+f1=$(fetched)
+"$WARM" --check "$MNT/slow" >"$WORK/slow" 2>&1
+check "no fetching after the epilog ($((f1 - f0)) bytes in 2 s), the warm-up cut short ($(tail -1 "$WORK/slow"))" \
+	bash -c "[ '$f1' = '$f0' ] && grep -q ' [0-5]/6 files complete' '$WORK/slow'"
 
 grep -o "shardfs-[a-z]*: job .*" "$SL/slurmd.log" | sed 's/^/# slurmd: /'
 sfs_finish

@@ -3,11 +3,13 @@
 # Slurm node epilog, the partner of prolog.sh: when the job ends, end the
 # warm-up that the prolog left running in the background for it
 # (SHARDFS_WARM_WAIT=0), so a finished or cancelled job stops costing the
-# NFS cluster and the cache. What was already fetched stays in the cache.
+# NFS cluster: the warm-up's files close, and the daemon stops fetching a
+# file when its last open ends (fetches in flight finish). What was already
+# fetched stays in the cache.
 #
-# Install: copy to /etc/slurm/epilog.d/50-shardfs-warm.sh (or name it in
-# slurm.conf: Epilog=/etc/slurm/epilog.d/*), mode 0755, on every node that
-# has the prolog. It reads the prolog's settings file (the same lookup:
+# Install: as /etc/slurm/epilog.d/50-shardfs-warm.sh, mode 0755, on every
+# node that has the prolog, with Epilog=/etc/slurm/epilog.d/* in slurm.conf
+# (see prolog.sh). It reads the prolog's settings file (the same lookup:
 # $SHARDFS_PROLOG_DEFAULTS, shardfs-prolog.conf beside slurm.conf,
 # /etc/default/shardfs-prolog) for SHARDFS_PROLOG_RUN_DIR.
 #

@@ -3,11 +3,14 @@
 # Slurm node prolog: warm the job's dataset on this node's shardfs mount
 # before the job starts, so the first epoch does not wait on the NFS cluster.
 #
-# Install: copy to /etc/slurm/prolog.d/50-shardfs-warm.sh (or name it in
-# slurm.conf: Prolog=/etc/slurm/prolog.d/*), mode 0755, on every node, with
-# epilog.sh beside it as the Epilog (it ends a background warm-up when the
-# job ends). With PrologFlags=Alloc it runs when the job is allocated, not at
-# its first step.
+# Install, on every node: this file as /etc/slurm/prolog.d/50-shardfs-warm.sh
+# and epilog.sh (it ends a background warm-up when the job ends) as
+# /etc/slurm/epilog.d/50-shardfs-warm.sh, mode 0755, and in slurm.conf:
+#   Prolog=/etc/slurm/prolog.d/*
+#   Epilog=/etc/slurm/epilog.d/*
+#   PrologFlags=Alloc
+# (slurmd 22.05 runs every file such a glob names.) With PrologFlags=Alloc
+# the prolog runs when the job is allocated, not at its first step.
 #
 # A job names what to warm in its comment, as shardfs-warm=PATH[:PATH...]
 # (paths on a shardfs mount, directories or files):
