@@ -88,6 +88,7 @@ for f in ./usr/sbin/shardfs ./usr/bin/shardfs-stat ./usr/bin/shardfs-warm \
 	./usr/lib/shardfs/shardfs-smallread \
 	./usr/share/doc/shardfs/examples/systemd/mnt-dataset.mount \
 	./usr/share/doc/shardfs/examples/deploy/slurm/prolog.sh \
+	./usr/share/doc/shardfs/examples/deploy/slurm/epilog.sh \
 	./usr/lib/$MULTIARCH/libshardfs.so.1 ./usr/lib/$MULTIARCH/libshardfs.so.1.0.0 \
 	./usr/include/shardfs/shardfs.h ./usr/include/shardfs/shardfs_ioctl.h \
 	./usr/lib/$MULTIARCH/libshardfs.so ./usr/lib/$MULTIARCH/libshardfs.a \
