@@ -204,13 +204,13 @@ if [ "${SFS_SLURM_CGROUP:-1}" != 0 ] && slurm_start cgroup cgroup; then
 	else
 		CG_MODE=ours
 		diag "proctrack/cgroup: job $id (state $(job_state "$id"), node $(node_state)) shows no job_$id cgroup:" \
-			"$(tr '\n' ' ' <"$SL/out/probe" 2>/dev/null)"
-		grep -i 'error' "$SL/slurmd.log" 2>/dev/null | grep -iv pmix | tail -3 | sed 's/^/# slurmd: /'
+			"$({ tr '\n' ' ' <"$SL/out/probe"; } 2>/dev/null)"
+		grep 'error:' "$SL/slurmd.log" 2>/dev/null | grep -iv pmix | tail -3 | sed 's/^/# slurmd: /'
 	fi
 else
 	CG_MODE=ours
 	[ "${SFS_SLURM_CGROUP:-1}" = 0 ] && diag "SFS_SLURM_CGROUP=0: proctrack/linuxproc"
-	grep -i 'error' "$SL/slurmd.log" 2>/dev/null | grep -iv pmix | tail -3 | sed 's/^/# slurmd: /'
+	grep 'error:' "$SL/slurmd.log" 2>/dev/null | grep -iv pmix | tail -3 | sed 's/^/# slurmd: /'
 fi
 if [ "$CG_MODE" = ours ]; then
 	slurm_start linuxproc none || {
