@@ -373,7 +373,7 @@ PY
 else
 	not_ok "python3-yaml is missing (package python3-yaml)"
 fi
-for s in "$PKG/build-deb" "$PKG/build-rpm" "$PKG/deploy/slurm/prolog.sh" "$PKG/debian/rules"; do
+for s in "$PKG/build-deb" "$PKG/build-rpm" "$PKG/deploy/slurm/prolog.sh" "$PKG/deploy/slurm/epilog.sh" "$PKG/debian/rules"; do
 	case $s in
 	*/rules) check "make -n parses ${s#$PKG/}" bash -c "cd '$WORK' && make -n -f '$s' -p >/dev/null 2>&1 </dev/null; [ \$? -ne 2 ]" ;;
 	*) check "bash -n ${s#$PKG/}" bash -n "$s" ;;
