@@ -88,6 +88,7 @@ for f in ./usr/sbin/shardfs ./usr/bin/shardfs-stat ./usr/bin/shardfs-warm \
 	./usr/lib/shardfs/shardfs-smallread \
 	./usr/share/doc/shardfs/examples/systemd/mnt-dataset.mount \
 	./usr/share/doc/shardfs/examples/deploy/slurm/prolog.sh \
+	./usr/share/doc/shardfs/examples/deploy/slurm/epilog.sh \
 	./usr/lib/$MULTIARCH/libshardfs.so.1 ./usr/lib/$MULTIARCH/libshardfs.so.1.0.0 \
 	./usr/include/shardfs/shardfs.h ./usr/include/shardfs/shardfs_ioctl.h \
 	./usr/lib/$MULTIARCH/libshardfs.so ./usr/lib/$MULTIARCH/libshardfs.a \
@@ -372,7 +373,7 @@ PY
 else
 	not_ok "python3-yaml is missing (package python3-yaml)"
 fi
-for s in "$PKG/build-deb" "$PKG/build-rpm" "$PKG/deploy/slurm/prolog.sh" "$PKG/debian/rules"; do
+for s in "$PKG/build-deb" "$PKG/build-rpm" "$PKG/deploy/slurm/prolog.sh" "$PKG/deploy/slurm/epilog.sh" "$PKG/debian/rules"; do
 	case $s in
 	*/rules) check "make -n parses ${s#$PKG/}" bash -c "cd '$WORK' && make -n -f '$s' -p >/dev/null 2>&1 </dev/null; [ \$? -ne 2 ]" ;;
 	*) check "bash -n ${s#$PKG/}" bash -n "$s" ;;

@@ -3,15 +3,24 @@
 # Slurm node prolog: warm the job's dataset on this node's shardfs mount
 # before the job starts, so the first epoch does not wait on the NFS cluster.
 #
-# Install: copy to /etc/slurm/prolog.d/50-shardfs-warm.sh (or name it in
-# slurm.conf: Prolog=/etc/slurm/prolog.d/*), mode 0755, on every node.
-# With PrologFlags=Alloc it runs when the job is allocated, not at its first
-# step.
+# Install, on every node: this file as /etc/slurm/prolog.d/50-shardfs-warm.sh
+# and epilog.sh (it ends a background warm-up when the job ends) as
+# /etc/slurm/epilog.d/50-shardfs-warm.sh, mode 0755, and in slurm.conf:
+#   Prolog=/etc/slurm/prolog.d/*
+#   Epilog=/etc/slurm/epilog.d/*
+#   PrologFlags=Alloc
+# (slurmd 22.05 runs every file such a glob names.) With PrologFlags=Alloc
+# the prolog runs when the job is allocated, not at its first step.
 #
 # A job names what to warm in its comment, as shardfs-warm=PATH[:PATH...]
 # (paths on a shardfs mount, directories or files):
 #   sbatch --comment=shardfs-warm=/mnt/dataset/imagenet/train job.sh
-# The site may also warm fixed paths for every job: SHARDFS_WARM_PATHS in
+# The site may also warm fixed paths for every job: SHARDFS_WARM_PATHS.
+#
+# Settings (the variables below) come from the first file that exists of:
+# $SHARDFS_PROLOG_DEFAULTS (when running it by hand: slurmd gives a prolog
+# only SLURM_* variables, not its own environment), shardfs-prolog.conf in
+# the directory of the slurm.conf that slurmd names (SLURM_CONF), and
 # /etc/default/shardfs-prolog.
 #
 # How: with `shardfs-warm` (package shardfs) when it is on the PATH: it asks
@@ -29,7 +38,15 @@
 # job's user (so file permissions apply), symlinks are not followed out of
 # the tree, and the whole warm-up is bounded by SHARDFS_WARM_TIMEOUT
 # seconds. It always exits 0: a failing prolog drains the node, and a cold
-# cache is only slower. What it did goes to syslog (tag shardfs-prolog).
+# cache is only slower. A warm-up in the background (SHARDFS_WARM_WAIT=0)
+# is its own session, recorded in SHARDFS_PROLOG_RUN_DIR/job_ID.pid for the
+# epilog.
+#
+# Messages ("job ID: ...", one line each) go to syslog (tag shardfs-prolog)
+# and to stderr, which slurmd 22.05 writes to its log at SlurmdDebug=debug2
+# or above ("prep/script: _run_subpath_command: prolog success rc:0
+# output:..."); at the default level it discards them. A background
+# warm-up's own messages go to syslog only.
 # warm, as_user and log run in a child bash (export -f).
 # shellcheck disable=SC2317
 set -u
@@ -40,13 +57,20 @@ SHARDFS_WARM_JOBS=""          # files warmed (or read) at once; empty: shardfs-w
                               # chooses (8 for shards, 64 for small files), cat 16
 SHARDFS_WARM_WAIT=1           # 1: the job waits; 0: warm in the background
 SHARDFS_WARM_TOOL=shardfs-warm  # a name that is not found selects the fallback
-# Settings for the site; slurmd's environment (not the user's) may name
-# another file.
-SHARDFS_PROLOG_DEFAULTS=${SHARDFS_PROLOG_DEFAULTS:-/etc/default/shardfs-prolog}
-# shellcheck disable=SC1090
-[ -r "$SHARDFS_PROLOG_DEFAULTS" ] && . "$SHARDFS_PROLOG_DEFAULTS"
+SHARDFS_PROLOG_RUN_DIR=/run/shardfs-prolog  # background warm-ups, for the epilog
+# slurmd runs a prolog with no PATH (bash then searches ".", slurmd's
+# working directory, too).
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+for f in "${SHARDFS_PROLOG_DEFAULTS:-}" "${SLURM_CONF:+$(dirname "$SLURM_CONF")/shardfs-prolog.conf}" \
+	/etc/default/shardfs-prolog; do
+	# shellcheck disable=SC1090
+	[ -n "$f" ] && [ -r "$f" ] && { . "$f"; break; }
+done
 
-log() { logger -t shardfs-prolog -- "job ${SLURM_JOB_ID:-?}: $*" 2>/dev/null || echo "shardfs-prolog: $*" >&2; }
+log() {
+	logger -t shardfs-prolog -- "job ${SLURM_JOB_ID:-?}: $*" 2>/dev/null
+	echo "shardfs-prolog: job ${SLURM_JOB_ID:-?}: $*" >&2
+}
 
 # The job's comment: in the environment on recent Slurm, else the job's
 # record from scontrol (the shardfs-warm= token is found wherever it is).
@@ -66,9 +90,9 @@ wanted_paths() {
 	} | sed '/^$/d' | sort -u
 }
 
-# on_shardfs PATH: true when PATH exists and lies on a shardfs mount.
+# on_shardfs PATH: true when PATH lies on a shardfs mount.
 on_shardfs() {
-	[ -e "$1" ] && [ "$(findmnt -n -o FSTYPE -T "$1" 2>/dev/null)" = fuse.shardfs ]
+	[ "$(findmnt -n -o FSTYPE -T "$1" 2>/dev/null)" = fuse.shardfs ]
 }
 
 # Run a command as the job's user (root when the job's uid is unknown).
@@ -97,10 +121,45 @@ warm() {
 	done
 }
 
+# stat_field PID N: field N (>= 3) of /proc/PID/stat: 6 is the session,
+# 22 the start time (clock ticks since boot, which tells the process from a
+# later one with its pid).
+stat_field() {
+	local s n=$2
+	s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	s=${s##*) }
+	# shellcheck disable=SC2086
+	set -- $s
+	[ $# -ge $((n - 2)) ] || return 1
+	shift $((n - 3))
+	echo "$1"
+}
+
+# background_started PID: wait (up to 5 s) until the background warm-up
+# leads its own session, then record "PID START_TIME" in
+# SHARDFS_PROLOG_RUN_DIR/job_ID.pid for the epilog. The wait matters:
+# slurmd kills the prolog's process group as soon as the prolog exits, and
+# a child that has not yet called setsid() is still in it.
+background_started() {
+	local f=$SHARDFS_PROLOG_RUN_DIR/job_${SLURM_JOB_ID:-0}.pid st
+	for _ in $(seq 50); do
+		[ "$(stat_field "$1" 6)" = "$1" ] && break
+		sleep 0.1
+	done
+	[ -n "${SLURM_JOB_ID:-}" ] || return 0
+	st=$(stat_field "$1" 22) || return 0 # already over
+	if ! { mkdir -p "$SHARDFS_PROLOG_RUN_DIR" && chmod 0700 "$SHARDFS_PROLOG_RUN_DIR" &&
+		echo "$1 $st" >"$f.tmp" && mv -f "$f.tmp" "$f"; }; then
+		log "cannot record the background warm-up in $f: the epilog will not end it"
+	fi
+}
+
 main() {
-	local paths=() p t0
+	local paths=() p t0 t
 	while IFS= read -r p; do
-		if on_shardfs "$p"; then
+		if [ ! -e "$p" ]; then
+			log "not warming $p: no such file or directory"
+		elif on_shardfs "$p"; then
 			paths+=("$p")
 		else
 			log "not warming $p: not on a shardfs mount"
@@ -121,9 +180,12 @@ main() {
 	else
 		export -f warm as_user log
 		export SHARDFS_WARM_JOBS SHARDFS_WARM_TOOL
+		# Its own session, led by timeout: the epilog signals the group.
 		setsid timeout "$SHARDFS_WARM_TIMEOUT" bash -c 'warm "$@"' warm "${paths[@]}" \
 			</dev/null >/dev/null 2>&1 &
-		log "warming in the background (pid $!)"
+		t=$!
+		background_started "$t"
+		log "warming in the background (pid $t)"
 	fi
 }
 
