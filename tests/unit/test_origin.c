@@ -759,6 +759,15 @@ static size_t waiter_pending(struct waiter *w)
 	return n;
 }
 
+/* Every byte of both sets right (one TAP line); frees their buffers. */
+static void bg_check_both(struct job *bg, struct job *fg)
+{
+	const char *why = bg_check_free(bg, BG_READS);
+	const char *why_fg = bg_check_free(fg, FG_READS);
+	why = why ? why : why_fg;
+	ok(!why, "every byte right (%s)", why ? why : "yes");
+}
+
 static void msleep(unsigned ms)
 {
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
@@ -777,6 +786,33 @@ static int bg_sent_at(uint64_t seed)
 	return at;
 }
 
+/* A started pool on the fake transport set up as fc says, or NULL (after
+ * a failed TAP line). */
+static sfs_origin *pool_up(const struct fake_xport_conf *fc, const struct sfs_origin_conf *conf)
+{
+	sfs_origin *pool;
+	char msg[256];
+
+	fake_xport_setup(fc);
+	if (sfs_origin_open_xport(conf, &fake_xport_ops, &pool, msg, sizeof(msg)) < 0) {
+		ok(0, "open: %s", msg);
+		return NULL;
+	}
+	if (sfs_origin_start(pool) < 0) {
+		ok(0, "start");
+		sfs_origin_close(pool);
+		return NULL;
+	}
+	return pool;
+}
+
+static double secs_since(const struct timespec *t0)
+{
+	struct timespec t1;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
 /* 2 nodes x 1 connection x SFS_ORIGIN_CONN_DEPTH slots, a quarter of them
  * for background READs: they never hold more, ordinary READs submitted
  * behind them go first, and a promoted one leaves the background queue. */
@@ -789,17 +825,12 @@ static void test_background_share(void)
 	struct sfs_origin_background_stats st;
 	unsigned max_inflight = 0;
 	sfs_origin *pool;
-	char msg[256];
 
 	conf.rsize_bytes = BG_RSIZE;
 	conf.background_pct = 25;
 	bg_sends.n = 0;
-	fake_xport_setup(&fc);
-	if (sfs_origin_open_xport(&conf, &fake_xport_ops, &pool, msg, sizeof(msg)) < 0 ||
-	    sfs_origin_start(pool) < 0) {
-		ok(0, "open: %s", msg);
+	if (!(pool = pool_up(&fc, &conf)))
 		return;
-	}
 	bg_jobs(bg, BG_READS, BG_SEED, true, &w);
 	bg_jobs(fg, FG_READS, FG_SEED, false, &w);
 	w.pending = BG_READS + FG_READS;
@@ -842,9 +873,7 @@ static void test_background_share(void)
 	   "stats: %llu promoted, %llu background READs, %llu bytes",
 	   (unsigned long long)st.promoted, (unsigned long long)st.read_requests,
 	   (unsigned long long)st.read_bytes);
-	const char *why = bg_check_free(bg, BG_READS);
-	why = why ? why : bg_check_free(fg, FG_READS);
-	ok(!why, "every byte right (%s)", why ? why : "yes");
+	bg_check_both(bg, fg);
 	sfs_origin_close(pool);
 }
 
@@ -858,18 +887,13 @@ static void test_background_rate(void)
 	struct waiter wf = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
 	struct job bg[BG_READS], fg[FG_READS];
 	struct sfs_origin_background_stats st;
-	struct timespec t0, t1, tf;
+	struct timespec t0;
 	sfs_origin *pool;
-	char msg[256];
 
 	conf.rsize_bytes = BG_RSIZE;
 	conf.background_rate = 1u << 20;
-	fake_xport_setup(&fc);
-	if (sfs_origin_open_xport(&conf, &fake_xport_ops, &pool, msg, sizeof(msg)) < 0 ||
-	    sfs_origin_start(pool) < 0) {
-		ok(0, "open: %s", msg);
+	if (!(pool = pool_up(&fc, &conf)))
 		return;
-	}
 	bg_jobs(bg, BG_READS, BG_SEED, true, &w);
 	bg_jobs(fg, FG_READS, FG_SEED, false, &wf);
 	w.pending = BG_READS;
@@ -879,11 +903,9 @@ static void test_background_rate(void)
 	msleep(50);
 	bg_submit(pool, fg, FG_READS);
 	ok(wait_pending(&wf) == 0, "ordinary READs complete while the background waits");
-	clock_gettime(CLOCK_MONOTONIC, &tf);
+	double sf = secs_since(&t0);
 	ok(wait_pending(&w) == 0, "every background READ completes");
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-	double sf = (double)(tf.tv_sec - t0.tv_sec) + (double)(tf.tv_nsec - t0.tv_nsec) / 1e9;
+	double s = secs_since(&t0);
 	sfs_origin_background_stats(pool, &st);
 	/* A lower bound only: at most 100 ms worth goes at once, the rest at
 	 * the rate (a slow machine only makes it longer). */
@@ -891,9 +913,7 @@ static void test_background_rate(void)
 	ok(sf < s, "the ordinary READs were done first (%.2f s)", sf);
 	ok(st.rate_limited_ms > 0 && st.rate_limit == 1u << 20, "stats: %.2f s waited for the rate",
 	   (double)st.rate_limited_ms / 1000);
-	const char *why = bg_check_free(bg, BG_READS);
-	why = why ? why : bg_check_free(fg, FG_READS);
-	ok(!why, "every byte right (%s)", why ? why : "yes");
+	bg_check_both(bg, fg);
 	sfs_origin_close(pool);
 }
 
@@ -908,25 +928,20 @@ static void test_soft_queue(void)
 	enum { N = 64 };
 	struct job *jobs = calloc(N, sizeof(*jobs));
 	sfs_origin *pool;
-	char msg[256];
 
 	conf.retrans = 1;
 	conf.rsize_bytes = BG_RSIZE;
-	fake_xport_setup(&fc);
-	if (!jobs || sfs_origin_open_xport(&conf, &fake_xport_ops, &pool, msg, sizeof(msg)) < 0 ||
-	    sfs_origin_start(pool) < 0) {
-		ok(0, "open: %s", msg);
+	if (!jobs || !(pool = pool_up(&fc, &conf))) {
 		free(jobs);
 		return;
 	}
 	bg_jobs(jobs, N, FG_SEED, false, &w);
 	w.pending = N;
-	struct timespec t0, t1;
+	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	bg_submit(pool, jobs, N);
 	ok(wait_pending(&w) == 0, "soft queue: every READ completes");
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	double s = secs_since(&t0);
 	unsigned failed = 0;
 	for (unsigned i = 0; i < N; i++)
 		failed += jobs[i].req.result < 0;
