@@ -373,6 +373,16 @@ def phase_records():
     fd = root_fd()
     st0 = stats()
     S.hint(fd, ranges)
+    # Reads are matched to items resolved ahead; a reader faster than the
+    # first resolve (this run's preads come from memory, and under
+    # ThreadSanitizer the daemon is ~10x slower) is seen by none. A trainer's
+    # first batch comes later than its hint: read once the fetch started.
+    t0 = time.time()
+    while time.time() - t0 < 10:
+        s = S.hint_status(fd)
+        if s.fetched_items + s.cached_items:
+            break
+        time.sleep(0.01)
     bad = 0
     with open(os.path.join(mnt, big), "rb") as f:
         for _, o, n in ranges:
