@@ -182,7 +182,6 @@ static int evict_index(sfs_store *s, sfs_seg_match_fn *match, void *arg,
 	sfs_store_obj *victims = NULL;
 	uint8_t(*keys)[16] = NULL;
 	size_t n_keys = 0;
-	char path[4096];
 
 	pthread_mutex_lock(&s->lock);
 	if (s->n_indexed && !(keys = malloc(s->n_indexed * sizeof(*keys)))) {
@@ -197,10 +196,8 @@ static int evict_index(sfs_store *s, sfs_seg_match_fn *match, void *arg,
 		}
 	pthread_mutex_unlock(&s->lock);
 	victims_free(s, victims);
-	for (size_t i = 0; i < n_keys; i++) {
-		obj_path(s, keys[i], path, sizeof(path), false);
-		unlink(path);
-	}
+	for (size_t i = 0; i < n_keys; i++)
+		obj_unlink(s, keys[i]);
 	free(keys);
 	return 0;
 }

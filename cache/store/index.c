@@ -110,9 +110,9 @@ sfs_store_obj *obj_new(sfs_store *s, const uint8_t key[16], uint64_t size)
 	o->size = size;
 	o->n_chunks = (uint32_t)n;
 	o->packed = size_packed(s, size);
-	o->data_off = header_bytes(o->n_chunks);
 	o->fd = -1;
 	o->dfd = -1;
+	o->rfd = -1;
 	o->state = n > INLINE_STATES ? calloc(n, 1) : o->state_inline;
 	if (!o->state)
 		goto err;
@@ -128,21 +128,35 @@ void obj_free(sfs_store_obj *o)
 		close(o->dfd);
 	if (o->fd >= 0)
 		close(o->fd);
+	if (o->rfd >= 0)
+		close(o->rfd);
 	if (o->state != o->state_inline)
 		free(o->state);
 	free(o->recs);
 	free(o);
 }
 
-void obj_path(const sfs_store *s, const uint8_t key[16], char *buf, size_t len, bool dir_only)
+void obj_path(const sfs_store *s, const uint8_t key[16], char *buf, size_t len, enum obj_file f)
 {
 	char name[33];
 
 	key_hex(key, name);
-	if (dir_only)
+	if (f == OBJ_DIR)
 		snprintf(buf, len, "%s/objects/%.2s", s->conf.dir, name);
 	else
-		snprintf(buf, len, "%s/objects/%.2s/%s", s->conf.dir, name, name);
+		snprintf(buf, len, "%s/objects/%.2s/%s%s", s->conf.dir, name, name,
+			 f == OBJ_SUMS ? ".sums" : "");
+}
+
+void obj_unlink(const sfs_store *s, const uint8_t key[16])
+{
+	char path[4096];
+
+	/* The records first: a data file left alone is deleted at load. */
+	obj_path(s, key, path, sizeof(path), OBJ_SUMS);
+	unlink(path);
+	obj_path(s, key, path, sizeof(path), OBJ_DATA);
+	unlink(path);
 }
 
 /* --- capacity (writer thread) ------------------------------------------------ */
@@ -227,12 +241,9 @@ bool make_room(sfs_store *s, const sfs_store_obj *for_obj, uint64_t need, uint64
 /* Unlink and free evicted objects (refs 0, out of the index). No lock. */
 void victims_free(sfs_store *s, sfs_store_obj *victims)
 {
-	char path[4096];
-
 	for (sfs_store_obj *o = victims, *next; o; o = next) {
 		next = o->hnext;
-		obj_path(s, o->key, path, sizeof(path), false);
-		unlink(path);
+		obj_unlink(s, o->key);
 		obj_free(o);
 	}
 }

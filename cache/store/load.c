@@ -22,7 +22,7 @@ static int load_states(sfs_store *s, sfs_store_obj *o, int fd, uint64_t file_byt
 			return -EIO;
 		for (uint32_t k = 0; k < n; k++) {
 			uint32_t want = chunk_len(o, i + k, s->chunk_shift);
-			uint64_t end = o->data_off + ((uint64_t)(i + k) << s->chunk_shift) + want;
+			uint64_t end = ((uint64_t)(i + k) << s->chunk_shift) + want;
 			if (recs[k].valid == REC_VALID && recs[k].len == want &&
 			    file_bytes >= end) {
 				o->state[i + k] = SFS_CHUNK_PRESENT;
@@ -33,39 +33,64 @@ static int load_states(sfs_store *s, sfs_store_obj *o, int fd, uint64_t file_byt
 	return 0;
 }
 
-/* Read one object file into a new object (not indexed); delete the file if
- * it is not ours, is unusable, or holds a version that belongs in the
- * segments. Returns the object or NULL. No lock (file I/O). */
+/* Read one object (KEY and KEY.sums) into a new object (not indexed);
+ * delete its files if they are not ours, are unusable, or hold a version
+ * that belongs in the segments. Returns the object or NULL. No lock (file
+ * I/O). */
 static sfs_store_obj *load_object(sfs_store *s, const char *path, const char *name)
 {
 	struct obj_header h;
 	struct stat st;
 	sfs_store_obj *o = NULL;
-	char hex[33];
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	char hex[33], sums[4096 + 8];
+	int dfd = open(path, O_RDONLY | O_CLOEXEC), fd = -1;
 
-	if (fd < 0)
+	if (dfd < 0)
 		return NULL;
-	if (fstat(fd, &st) != 0 || pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+	snprintf(sums, sizeof(sums), "%s.sums", path);
+	fd = open(sums, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT && migrate_v4(s, path, sums) == 0)
+		fd = open(sums, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(dfd, &st) != 0 || pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
 	    h.magic != OBJ_MAGIC || h.chunk_shift != s->chunk_shift)
 		goto discard;
 	key_hex(h.key, hex);
-	if (strcmp(hex, name) != 0 || h.data_off != header_bytes(h.n_chunks) ||
-	    size_packed(s, h.size))
+	if (strcmp(hex, name) != 0 || h.data_off != 0 || size_packed(s, h.size))
 		goto discard;
 	o = obj_new(s, h.key, h.size);
 	if (!o || o->n_chunks != h.n_chunks || load_states(s, o, fd, (uint64_t)st.st_size) < 0)
 		goto discard;
 	o->dataset = h.dataset;
 	close(fd);
+	close(dfd);
 	o->on_disk = true;
 	return o;
 discard:
 	if (o)
 		obj_free(o);
-	close(fd);
+	if (fd >= 0)
+		close(fd);
+	close(dfd);
+	unlink(sums);
 	unlink(path);
 	return NULL;
+}
+
+/* Whether the data file of this .sums path is there. */
+static bool sums_has_data(const char *sums)
+{
+	char data[4096 + 300];
+	size_t n = strlen(sums) - strlen(".sums");
+
+	snprintf(data, sizeof(data), "%.*s", (int)n, sums);
+	return access(data, F_OK) == 0;
+}
+
+/* Whether name is an object's .sums file: its data file's fate decides
+ * its own (load_object). */
+static bool is_sums_name(const char *name)
+{
+	return strlen(name) == 37 && !strcmp(name + 32, ".sums");
 }
 
 /* Scan objects/ (no lock) and return the objects found, chained through
@@ -97,8 +122,10 @@ static sfs_store_obj *load_objects(sfs_store *s)
 			sfs_store_obj *o = NULL;
 			if (strlen(e->d_name) == 32)
 				o = load_object(s, file, e->d_name);
-			else
+			else if (!is_sums_name(e->d_name))
 				unlink(file); /* not ours: leftovers of an older layout */
+			else if (!sums_has_data(file))
+				unlink(file);
 			if (o) {
 				o->hnext = list;
 				list = o;
@@ -209,6 +236,13 @@ int store_attach(sfs_store *s, char *err, size_t err_len)
 		return rc;
 	}
 	sfs_store_obj *loaded = load_objects(s);
+	if (s->migrated || s->migrate_failed)
+		sfs_log(SFS_LOG_INFO, "store",
+			"cache %s: %llu cached files moved to this version's layout, %llu "
+			"discarded (their filesystem cannot cut a file's front: they are "
+			"fetched again)",
+			s->conf.dir, (unsigned long long)s->migrated,
+			(unsigned long long)s->migrate_failed);
 	pthread_mutex_lock(&s->lock);
 	s->lock_fd = fd;
 	if (s->conf.capacity_bytes == 0)

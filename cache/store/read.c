@@ -31,7 +31,7 @@ static void chunk_fail(sfs_store *s, sfs_store_obj *o, uint32_t index, const uin
 		o->gen++;
 		if (o->recs)
 			o->recs[index] = zero;
-		fd = o->fd;
+		fd = o->rfd;
 	}
 	pthread_mutex_unlock(&s->lock);
 	count(&s->stats.checksum_failures, 1);
@@ -53,8 +53,8 @@ static void chunk_fail(sfs_store *s, sfs_store_obj *o, uint32_t index, const uin
 /*
  * One verified read of the version's bytes [start, end): start on a
  * sub-block boundary, end on one or at the version's end, in one or two
- * chunks. Byte x of the version is at data_off + x in the object file, so
- * the span is one contiguous pread whichever chunks it crosses.
+ * chunks. Byte x of the version is at x in its data file, so the span is
+ * one contiguous pread whichever chunks it crosses.
  *
  * Where the sub-block hashes come from: the object's recs while it is
  * referenced (read from the file once per chunk, then from memory), not a
@@ -87,6 +87,7 @@ struct span {
 	uint32_t gen;	 /* o->gen when planned */
 	int fd, rec_fd;	 /* chunk bytes (O_DIRECT or buffered), records */
 	bool direct;
+	bool scrub;   /* the scrubber's: not a use (no LRU touch) */
 	uint32_t bad; /* the chunk that failed, for -EBADMSG */
 };
 
@@ -124,8 +125,9 @@ static int span_plan(sfs_store *s, sfs_store_obj *o, struct span *sp, const void
 	    !o->recs && (uint64_t)o->n_chunks * sizeof(struct chunk_rec) <= RECS_TABLE_MAX;
 	sp->direct = o->dfd >= 0 && ((uintptr_t)buf & 4095) == 0;
 	sp->fd = sp->direct ? o->dfd : o->fd;
-	sp->rec_fd = o->fd;
-	lru_touch(s, o);
+	sp->rec_fd = o->rfd;
+	if (!sp->scrub)
+		lru_touch(s, o);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
@@ -165,7 +167,7 @@ static int span_pread(sfs_store *s, sfs_store_obj *o, struct span *sp, void *buf
 {
 	size_t want = sp->end - sp->start;
 	size_t len = sp->direct ? (want + 4095) & ~(size_t)4095 : want;
-	ssize_t n = pread(sp->fd, buf, len, (off_t)(o->data_off + sp->start));
+	ssize_t n = pread(sp->fd, buf, len, (off_t)sp->start);
 
 	if (n < 0) {
 		int rc = -errno;
@@ -315,6 +317,45 @@ ssize_t sfs_store_read_chunk(sfs_store_obj *o, uint32_t index, void *buf)
 	struct span sp = {.start = (uint64_t)index << s->chunk_shift, .whole = true};
 	sp.end = sp.start + chunk_len(o, index, s->chunk_shift);
 	return span_run(s, o, &sp, buf);
+}
+
+ssize_t read_chunk_scrub(sfs_store_obj *o, uint32_t index, void *buf)
+{
+	sfs_store *s = o->store;
+
+	if (o->packed || index >= o->n_chunks)
+		return -ENOENT;
+	struct span sp = {.start = (uint64_t)index << s->chunk_shift, .whole = true, .scrub = true};
+	sp.end = sp.start + chunk_len(o, index, s->chunk_shift);
+	return span_run(s, o, &sp, buf);
+}
+
+int sfs_store_obj_backing_fd(sfs_store_obj *o)
+{
+	sfs_store *s = o->store;
+	bool complete = true, verified = true;
+	char path[4096];
+
+	if (o->packed)
+		return -ENOENT;
+	pthread_mutex_lock(&s->lock);
+	for (uint32_t i = 0; i < o->n_chunks && complete; i++) {
+		complete = chunk_cached(o, i);
+		verified &= o->state[i] == SFS_CHUNK_VERIFIED;
+	}
+	complete &= o->on_disk && !o->evicted && s->online && o->n_chunks > 0;
+	if (complete && !verified)
+		scrub_queue(s, o->key);
+	if (complete && verified)
+		lru_touch(s, o);
+	pthread_mutex_unlock(&s->lock);
+	if (!complete)
+		return -ENOENT;
+	if (!verified)
+		return -EAGAIN;
+	obj_path(s, o->key, path, sizeof(path), OBJ_DATA);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	return fd >= 0 ? fd : -errno;
 }
 
 /* The sub-blocks [*start, *end) that a range read of [off, off + len)

@@ -53,7 +53,7 @@ int sfs_store_open(const struct sfs_store_conf *conf, sfs_store **out, char *err
 		count(&s->stats.errors, 1);
 		s->retry_at_ms = sfs_now_ms() + RETRY_OFFLINE_MS;
 	}
-	if ((rc = sfs_uring_open(WRITE_BATCH * 3, &s->ring)) < 0)
+	if ((rc = sfs_uring_open(WRITE_BATCH * 4, &s->ring)) < 0)
 		goto err_free;
 	*out = s;
 	return 0;
@@ -91,6 +91,7 @@ void sfs_store_close(sfs_store *s)
 {
 	if (!s)
 		return;
+	scrub_stop(s);
 	pthread_mutex_lock(&s->lock);
 	s->stopping = true;
 	pthread_cond_signal(&s->work);
@@ -183,7 +184,7 @@ void sfs_store_obj_put(sfs_store_obj *o)
 {
 	sfs_store *s = o->store;
 	struct chunk_rec *recs = NULL;
-	int fd = -1, dfd = -1;
+	int fd = -1, dfd = -1, rfd = -1;
 	bool gone = false;
 
 	pthread_mutex_lock(&s->lock);
@@ -199,10 +200,11 @@ void sfs_store_obj_put(sfs_store_obj *o)
 			 * in use, not by the cache size. */
 			fd = o->fd;
 			dfd = o->dfd;
+			rfd = o->rfd;
 			recs = o->recs;
 			if (recs)
 				s->mem_bytes -= (uint64_t)o->n_chunks * sizeof(*recs);
-			o->fd = o->dfd = -1;
+			o->fd = o->dfd = o->rfd = -1;
 			o->recs = NULL;
 		}
 	}
@@ -213,6 +215,8 @@ void sfs_store_obj_put(sfs_store_obj *o)
 		close(fd);
 	if (dfd >= 0)
 		close(dfd);
+	if (rfd >= 0)
+		close(rfd);
 	free(recs);
 }
 

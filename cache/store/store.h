@@ -208,6 +208,54 @@ ssize_t sfs_store_read_range(sfs_store_obj *obj, uint64_t off, size_t len, void 
  * len <= 1 MiB. A small file's read needs a few blocks, not a huge page. */
 size_t sfs_store_range_bytes(const sfs_store_obj *obj, uint64_t off, size_t len);
 
+/* --- passthrough and the scrubber ---------------------------------------------- */
+
+/*
+ * A new read-only fd of obj's data file (byte x of the version at offset
+ * x, nothing after its end), for the kernel to read as a FUSE passthrough
+ * backing file: only when every chunk of the version is in the cache and
+ * VERIFIED (written by this daemon, or read whole and checked since the
+ * cache was loaded). The kernel's reads of it are not checked again: the
+ * scrubber re-reads cached versions. Counts as a use of the object (its
+ * recency). Returns the fd (the caller closes it), -ENOENT (not wholly
+ * cached, packed, evicted, or the cache is offline), -EAGAIN (wholly
+ * cached, not yet verified since the load: queued for the scrubber, which
+ * verifies it ahead of its passes when it runs), or -errno. Any thread.
+ */
+int sfs_store_obj_backing_fd(sfs_store_obj *obj);
+
+struct sfs_store_scrub_conf {
+	uint64_t interval_ms; /* a pass over every cached file starts this often; 0: none */
+	uint64_t rate_bytes;  /* the scrubber reads at most this many bytes per second */
+};
+
+/*
+ * Start the scrubber's thread: it re-reads the per-file versions (the ones
+ * passthrough serves; packed versions are checked whole at every read)
+ * chunk by chunk with every checksum, at most rate_bytes per second, a pass
+ * every interval_ms (from the start of one to the start of the next; a
+ * pass that takes longer is followed at once), and verifies the versions
+ * sfs_store_obj_backing_fd queued in between. A version that fails is
+ * evicted (sfs_store_evict_keys): new opens fetch it again; readers that
+ * hold it get misses for its chunks (refetched from NFS). Its reads are not
+ * uses (no recency). Call after sfs_store_start; stopped by
+ * sfs_store_close. Returns 0 or -errno.
+ */
+int sfs_store_scrub_start(sfs_store *store, const struct sfs_store_scrub_conf *conf);
+
+struct sfs_store_scrub_stats {
+	bool running;
+	uint64_t interval_ms, rate_bytes;
+	uint64_t passes;	  /* passes completed */
+	uint64_t bytes;		  /* bytes read and checked */
+	uint64_t versions;	  /* versions checked (passes and queued ones) */
+	uint64_t failures;	  /* versions that failed a check, evicted */
+	uint64_t queued_verified; /* versions verified for a passthrough open */
+	uint64_t last_pass_ms;	  /* how long the last complete pass took */
+	uint64_t pass_started_s;  /* CLOCK_REALTIME of the last pass's start; 0 none */
+};
+void sfs_store_scrub_get_stats(sfs_store *store, struct sfs_store_scrub_stats *out);
+
 /* --- datasets: what an operator lists and evicts --------------------------- */
 
 /* The id of dataset NAME ("/EXPORT/TOPDIR", or "/EXPORT" for the files at

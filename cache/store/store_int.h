@@ -5,30 +5,37 @@
  *
  * On disk, cache_dir/:
  *   LOCK                       flock()ed by the daemon that owns the cache
- *   objects/KK/KEY             one object file per version larger than one
+ *   objects/KK/KEY             one data file per version larger than one
  *                              chunk (KEY = 32 hex digits of XXH3-128, KK
- *                              its first two)
+ *                              its first two): byte x of the version at
+ *                              offset x and nothing else, so that the
+ *                              kernel can read it as a FUSE passthrough
+ *                              backing file (fs/passthrough.h)
+ *   objects/KK/KEY.sums        its checksums beside it:
+ *     [0, 64)                  struct obj_header (magic "SFSOBJS5"; the
+ *                              dataset id of the version, datasets.h)
+ *     [64, 64 + 520 n_chunks)  struct chunk_rec, one per chunk: its length, a
+ *                              valid mark, and one XXH3-64 per 16 KiB
+ *                              sub-block (the last one of a short chunk
+ *                              covers what is there)
  *   segments/                  versions of one chunk or less (1 byte to
  *                              SFS_SEG_MAX_OBJECT), packed as records in
  *                              append-only segment files: segment.c owns
  *                              that directory and its format (segment.h)
- * An object file:
- *   [0, 64)                    struct obj_header (magic "SFSOBJS4"; the
- *                              dataset id of the version, datasets.h)
- *   [64, 64 + 520 n_chunks)    struct chunk_rec, one per chunk: its length, a
- *                              valid mark, and one XXH3-64 per 16 KiB
- *                              sub-block (the last one of a short chunk
- *                              covers what is there)
- *   [data_off + i MiB, ...)    chunk i's bytes (data_off 4096-aligned), so
- *                              byte x of the version lives at data_off + x
  * A chunk counts only if its record is valid, its length matches what the
- * file size implies, the file is long enough, and (when read) the XXH3-64 of
- * every sub-block read matches. Records are written with the data and made
- * durable by one fdatasync per object per batch before the chunk becomes
- * visible in memory; a crash can leave a record without its data, which
- * the checksum turns into a miss. Object files of an older layout (another
- * magic: "SFSOBJS3" had no dataset id), or of a version small enough for
- * the segments, are discarded at load like any file that is not ours.
+ * file size implies, the data file is long enough, and (when read) the
+ * XXH3-64 of every sub-block read matches. Records are written with the
+ * data and both files made durable (one fdatasync each per object per
+ * batch) before the chunk becomes visible in memory; a crash can leave a
+ * record without its data, which the checksum turns into a miss. A data
+ * file without its .sums (or the reverse) is deleted at load. Object files
+ * of the previous layout ("SFSOBJS4": header, records and data in one file,
+ * byte x at data_off + x) are migrated at load (migrate.c): the header and
+ * records are copied to KEY.sums.tmp, the records' bytes are cut from the
+ * front of the file (fallocate COLLAPSE_RANGE), and the .sums renamed into
+ * place last; where the filesystem cannot collapse a range the object is
+ * discarded. Older layouts, and versions small enough for the segments,
+ * are discarded like any file that is not ours.
  *   datasets                   dataset names and read counters (datasets.c)
  *
  * Datasets: every object records the id of its dataset (the caller's
@@ -101,7 +108,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define OBJ_MAGIC	 0x34534a424f534653ull /* "SFSOBJS4": 16 KiB sub-block hashes, dataset id */
+#define OBJ_MAGIC	 0x35534a424f534653ull /* "SFSOBJS5": KEY.sums beside KEY */
+#define OBJ_MAGIC_V4	 0x34534a424f534653ull /* "SFSOBJS4": one file, data at data_off */
 #define REC_VALID	 0x4b4f4843u	       /* "CHOK" */
 #define WRITE_BATCH	 64
 #define GATHER_MS	 5	     /* a writer with few packed jobs waits this long */
@@ -128,8 +136,8 @@ struct obj_header {
 	uint64_t size;
 	uint32_t n_chunks;
 	uint32_t chunk_shift;
-	uint64_t data_off;
-	uint32_t dataset; /* datasets.h id; 0: unknown */
+	uint64_t data_off; /* 0 ("SFSOBJS4": where the chunk bytes began) */
+	uint32_t dataset;  /* datasets.h id; 0: unknown */
 	uint8_t reserved[12];
 };
 _Static_assert(sizeof(struct obj_header) == 64, "header layout");
@@ -147,7 +155,6 @@ struct sfs_store_obj {
 	uint64_t size;	   /* set at creation */
 	uint32_t n_chunks; /* set at creation */
 	bool packed;	   /* set at creation: lives in the segments */
-	uint64_t data_off; /* set at creation (object files) */
 	uint32_t dataset;  /* set at creation: datasets.h id, 0 unknown */
 	/* protected by store->lock */
 	/* enum sfs_chunk_state per chunk. A packed version's state[0] is only
@@ -161,8 +168,9 @@ struct sfs_store_obj {
 	uint64_t last_use_ms; /* CLOCK_MONOTONIC, at lru_touch */
 	uint32_t gen;	      /* bumped when a PRESENT/VERIFIED chunk is dropped */
 	unsigned refs;
-	int fd;	 /* -1 until needed; closed when refs drops to 0 */
+	int fd;	 /* the data file: -1 until needed; closed when refs drops to 0 */
 	int dfd; /* O_DIRECT twin of fd for chunk bytes, or -1 */
+	int rfd; /* the .sums file (records), with fd */
 	bool on_disk, in_index;
 	bool evicted;			     /* detached by an eviction: nothing is written to it */
 	uint8_t state_inline[INLINE_STATES]; /* state[] of small objects */
@@ -268,6 +276,9 @@ struct sfs_store {
 	size_t n_pol_live;
 	uint64_t *ghosts;
 	uint64_t dataset_overflows; /* atomic */
+	struct scrub *scrub;	    /* set by sfs_store_scrub_start, then read-only; NULL: none */
+	/* set while loading (store_attach): old-layout objects migrated or not */
+	uint64_t migrated, migrate_failed;
 };
 
 static inline void count(uint64_t *c, uint64_t n) { __atomic_fetch_add(c, n, __ATOMIC_RELAXED); }
@@ -313,10 +324,17 @@ static inline size_t bucket_of(const sfs_store *s, const uint8_t key[16])
 	return (size_t)h & (s->n_buckets - 1);
 }
 
-static inline uint64_t header_bytes(uint32_t n_chunks)
+/* Where "SFSOBJS4" object files began their chunk bytes (migrate.c). */
+static inline uint64_t v4_data_off(uint32_t n_chunks)
 {
 	uint64_t n = sizeof(struct obj_header) + (uint64_t)n_chunks * sizeof(struct chunk_rec);
 	return (n + 4095) & ~4095ull;
+}
+
+/* The bytes of a .sums file of n_chunks records. */
+static inline uint64_t sums_bytes(uint32_t n_chunks)
+{
+	return sizeof(struct obj_header) + (uint64_t)n_chunks * sizeof(struct chunk_rec);
 }
 
 static inline uint32_t chunk_len(const sfs_store_obj *o, uint32_t index, unsigned shift)
@@ -427,7 +445,11 @@ sfs_store_obj *obj_new(sfs_store *s, const uint8_t key[16], uint64_t size);
 
 void obj_free(sfs_store_obj *o);
 
-void obj_path(const sfs_store *s, const uint8_t key[16], char *buf, size_t len, bool dir_only);
+/* The paths of an object's files. */
+enum obj_file { OBJ_DIR, OBJ_DATA, OBJ_SUMS };
+void obj_path(const sfs_store *s, const uint8_t key[16], char *buf, size_t len, enum obj_file f);
+/* Unlink both files of an object (no lock; file I/O). */
+void obj_unlink(const sfs_store *s, const uint8_t key[16]);
 
 void seg_refresh(sfs_store *s);
 
@@ -439,6 +461,18 @@ void victims_free(sfs_store *s, sfs_store_obj *victims);
 int store_attach(sfs_store *s, char *err, size_t err_len);
 
 int obj_open_fds(sfs_store *s, sfs_store_obj *o);
+/* read_chunk of a per-file object for the scrubber: every sub-block
+ * checked, VERIFIED if it checks, no recency (read.c). */
+ssize_t read_chunk_scrub(sfs_store_obj *o, uint32_t index, void *buf);
+/* Stop the scrubber's thread, if any (scrub.c; sfs_store_close). */
+void scrub_stop(sfs_store *s);
+/* Queue a version for the scrubber to verify soon (scrub.c). Caller holds
+ * s->lock. */
+void scrub_queue(sfs_store *s, const uint8_t key[16]);
+/* An "SFSOBJS4" object file at path turned into today's pair (migrate.c);
+ * sums: its .sums path. Returns 0, -EINVAL (not an old object of ours) or
+ * -errno (the caller discards it). Startup, no lock. */
+int migrate_v4(sfs_store *s, const char *path, const char *sums);
 
 bool gathered(const sfs_store *s);
 

@@ -9,18 +9,25 @@
 
 /* --- the writer ----------------------------------------------------------- */
 
-/* Open an existing object file's two fds without the lock; they are
- * installed unless another thread was first, and stay open until the last
- * reference goes. Caller holds a reference, not the lock. Returns 0 or
- * -errno. */
+/* Open an existing object's fds (data buffered and O_DIRECT, records)
+ * without the lock; they are installed unless another thread was first,
+ * and stay open until the last reference goes. Caller holds a reference,
+ * not the lock. Returns 0 or -errno. */
 int obj_open_fds(sfs_store *s, sfs_store_obj *o)
 {
 	char path[4096];
 
-	obj_path(s, o->key, path, sizeof(path), false);
-	int fd = open(path, O_RDWR | O_CLOEXEC);
-	if (fd < 0)
+	obj_path(s, o->key, path, sizeof(path), OBJ_SUMS);
+	int rfd = open(path, O_RDWR | O_CLOEXEC);
+	if (rfd < 0)
 		return -errno;
+	obj_path(s, o->key, path, sizeof(path), OBJ_DATA);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		int e = -errno;
+		close(rfd);
+		return e;
+	}
 	/* No readahead on the buffered fd: it would cache pages of a
 	 * neighbouring chunk that an O_DIRECT write may be filling (stale). */
 	posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
@@ -35,19 +42,41 @@ int obj_open_fds(sfs_store *s, sfs_store_obj *o)
 	if (o->fd < 0) {
 		o->fd = fd;
 		o->dfd = dfd;
-		fd = dfd = -1;
+		o->rfd = rfd;
+		fd = dfd = rfd = -1;
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (dfd >= 0)
 		close(dfd);
 	if (fd >= 0)
 		close(fd);
+	if (rfd >= 0)
+		close(rfd);
 	return 0;
 }
 
-/* Create a new object's file (header, empty records), then open its fds.
- * Writer thread (the only creator), no lock, o not on disk. Returns 0 or
- * -errno. */
+/* Create (truncated: nothing of a file left behind survives) one of a new
+ * object's files with `bytes` at its start. Returns 0 or -errno (the file
+ * removed). */
+static int obj_create_one(const char *path, const void *bytes, size_t len, uint64_t size)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, 0) != 0 || (len && pwrite(fd, bytes, len, 0) != (ssize_t)len) ||
+	    ftruncate(fd, (off_t)size) != 0) {
+		int e = errno ? -errno : -EIO;
+		close(fd);
+		unlink(path);
+		return e;
+	}
+	close(fd);
+	return 0;
+}
+
+/* Create a new object's files (an empty data file; the .sums with its
+ * header and empty records), then open its fds. Writer thread (the only
+ * creator), no lock, o not on disk. Returns 0 or -errno. */
 static int obj_create_file(sfs_store *s, sfs_store_obj *o)
 {
 	char path[4096];
@@ -55,26 +84,23 @@ static int obj_create_file(sfs_store *s, sfs_store_obj *o)
 			       .size = o->size,
 			       .n_chunks = o->n_chunks,
 			       .chunk_shift = s->chunk_shift,
-			       .data_off = o->data_off,
+			       .data_off = 0,
 			       .dataset = o->dataset};
 
 	memcpy(h.key, o->key, 16);
-	obj_path(s, o->key, path, sizeof(path), true);
+	obj_path(s, o->key, path, sizeof(path), OBJ_DIR);
 	if (mkdir(path, 0700) != 0 && errno != EEXIST)
 		return -errno;
-	obj_path(s, o->key, path, sizeof(path), false);
-	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -errno;
-	/* Truncated first: records of a file left behind must not survive. */
-	if (ftruncate(fd, 0) != 0 || pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
-	    ftruncate(fd, (off_t)o->data_off) != 0) {
-		int e = errno ? -errno : -EIO;
-		close(fd);
-		unlink(path);
-		return e;
+	obj_path(s, o->key, path, sizeof(path), OBJ_DATA);
+	int rc = obj_create_one(path, NULL, 0, 0);
+	if (rc < 0)
+		return rc;
+	obj_path(s, o->key, path, sizeof(path), OBJ_SUMS);
+	rc = obj_create_one(path, &h, sizeof(h), sums_bytes(o->n_chunks));
+	if (rc < 0) {
+		obj_unlink(s, o->key);
+		return rc;
 	}
-	close(fd);
 	pthread_mutex_lock(&s->lock);
 	o->on_disk = true;
 	pthread_mutex_unlock(&s->lock);
@@ -97,14 +123,14 @@ static void go_offline(sfs_store *s, int err, const char *what)
 struct batch {
 	struct write_job **jobs;
 	size_t n;
-	int err[WRITE_BATCH];		    /* the outcome each job's done gets */
-	uint64_t reserved[WRITE_BATCH];	    /* bytes admitted (0: not admitted) */
-	bool io_failed[WRITE_BATCH];	    /* err came from I/O, not admission */
-	bool in_flush[WRITE_BATCH];	    /* packed: appended, awaiting a flush */
-	struct chunk_rec recs[WRITE_BATCH]; /* per-file jobs: their records */
-	size_t op[WRITE_BATCH];		    /* per-file jobs: their run's data op */
-	struct iovec iov[WRITE_BATCH];	    /* per-file jobs: their run's pieces */
-	struct sfs_uring_op ops[WRITE_BATCH * 3];
+	int err[WRITE_BATCH];			  /* the outcome each job's done gets */
+	uint64_t reserved[WRITE_BATCH];		  /* bytes admitted (0: not admitted) */
+	bool io_failed[WRITE_BATCH];		  /* err came from I/O, not admission */
+	bool in_flush[WRITE_BATCH];		  /* packed: appended, awaiting a flush */
+	struct chunk_rec recs[WRITE_BATCH];	  /* per-file jobs: their records */
+	size_t op[WRITE_BATCH];			  /* per-file jobs: their run's data op */
+	struct iovec iov[WRITE_BATCH];		  /* per-file jobs: their run's pieces */
+	struct sfs_uring_op ops[WRITE_BATCH * 4]; /* per run: 2 writes, <= 2 fdatasyncs */
 	size_t n_ops, n_writes;
 	sfs_store_obj *victims; /* evicted to make room */
 };
@@ -251,9 +277,9 @@ static size_t run_length(const struct batch *b, size_t i)
 
 /* Step 4: per-file jobs as io_uring ops (fds read under the lock): each run
  * of consecutive chunks of one object is one gathered data write and one
- * write of their records (adjacent on disk too), then one fdatasync per
- * object (its record fd: syncing any fd of a file syncs the file's data,
- * O_DIRECT writes included); run without the lock. A run, not a chunk, per
+ * write of their records (adjacent in the .sums), then one fdatasync per
+ * file written (syncing any fd of a file syncs the file's data, O_DIRECT
+ * writes included); run without the lock. A run, not a chunk, per
  * write: extending O_DIRECT writes take the inode's lock exclusively and
  * go through io_uring's worker threads, one punt and one lock round each.
  * Sets b->n_writes and b->op[] of every per-file job. */
@@ -276,7 +302,7 @@ static void batch_per_file(sfs_store *s, struct batch *b)
 			bytes += b->jobs[i + m]->len;
 			b->op[i + m] = b->n_ops;
 		}
-		off_t at = (off_t)(o->data_off + ((uint64_t)j->index << s->chunk_shift));
+		off_t at = (off_t)((uint64_t)j->index << s->chunk_shift);
 		b->ops[b->n_ops++] = (struct sfs_uring_op){.kind = SFS_URING_WRITE,
 							   .fd = direct ? o->dfd : o->fd,
 							   .buf = (void *)j->buf,
@@ -285,14 +311,14 @@ static void batch_per_file(sfs_store *s, struct batch *b)
 							   .iov = k > 1 ? &b->iov[i] : NULL,
 							   .n_iov = k > 1 ? (int)k : 0};
 		b->ops[b->n_ops++] = (struct sfs_uring_op){.kind = SFS_URING_WRITE,
-							   .fd = o->fd,
+							   .fd = o->rfd,
 							   .buf = &b->recs[i],
 							   .len = k * sizeof(b->recs[i]),
 							   .off = rec_off(j->index)};
 		i += k;
 	}
 	b->n_writes = b->n_ops;
-	for (size_t i = 1; i < b->n_writes; i += 2) {
+	for (size_t i = 0; i < b->n_writes; i++) { /* each file written, once */
 		bool seen = false;
 		for (size_t k = b->n_writes; k < b->n_ops; k++)
 			seen |= b->ops[k].fd == b->ops[i].fd;
@@ -312,7 +338,8 @@ static void batch_per_file(sfs_store *s, struct batch *b)
 			 : r->result != (int)r->len ? (r->result < 0 ? r->result : -EIO)
 						    : 0;
 		for (size_t k = b->n_writes; k < b->n_ops && !rc; k++)
-			if (b->ops[k].fd == r->fd && b->ops[k].result < 0)
+			if ((b->ops[k].fd == r->fd || b->ops[k].fd == d->fd) &&
+			    b->ops[k].result < 0)
 				rc = b->ops[k].result;
 		b->err[i] = rc;
 		b->io_failed[i] = rc != 0;

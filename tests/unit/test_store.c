@@ -9,12 +9,14 @@
  * (byte i of file `seed` comes from fill()), and every read is compared byte
  * for byte with what was written.
  *
- * Tests that damage the cache on disk rely on the object file layout that
- * store.c documents: a 64-byte header (size at offset 24, n_chunks at 32,
- * data_off at 40), REC_BYTES-byte chunk records from offset 64 (one XXH3-64
- * per SUB-byte sub-block of a 1 MiB chunk, then length and valid mark), and
- * chunk i's bytes at data_off + i MiB, data_off being 64 + REC_BYTES n
- * rounded up to 4096. Versions
+ * Tests that damage the cache on disk rely on the object layout that
+ * store_int.h documents: a data file KEY with byte x of the version at x,
+ * and KEY.sums beside it: a 64-byte header (size at offset 24, n_chunks at
+ * 32, data_off 0 at 40), REC_BYTES-byte chunk records from offset 64 (one
+ * XXH3-64 per SUB-byte sub-block of a 1 MiB chunk, then length and valid
+ * mark). The previous layout ("SFSOBJS4": the same header and records, then
+ * chunk i's bytes at data_off + i MiB in one file, data_off being 64 +
+ * REC_BYTES n rounded up to 4096) is migrated at load. Versions
  * of 1 MiB or less are packed in cache_dir/segments; tests that damage those
  * find a record by its bytes and know only that a sealed segment is checked
  * at read and the one being filled by the scan at open (segment.h).
@@ -230,14 +232,22 @@ static const char *state_name(enum sfs_chunk_state st)
 	return "?";
 }
 
-static uint64_t data_off_for(uint32_t n_chunks)
+/* Where an "SFSOBJS4" object file began its chunk bytes. */
+static uint64_t v4_data_off(uint32_t n_chunks)
 {
 	return (64 + (uint64_t)REC_BYTES * n_chunks + 4095) & ~4095ull;
 }
 
-/* Finds the object file under dir/objects whose header says `size`; the
+/* Where byte 0 of a version is in its data file. */
+static uint64_t data_off_for(uint32_t n_chunks)
+{
+	(void)n_chunks;
+	return 0;
+}
+
+/* Finds the .sums file under dir/objects whose header says `size`; the
  * tests give every file a distinct size. Returns 0 and the path, or -1. */
-static int find_object(const char *dir, uint64_t size, char *path, size_t path_len)
+static int find_sums(const char *dir, uint64_t size, char *path, size_t path_len)
 {
 	char top[512];
 	int found = -1;
@@ -256,7 +266,7 @@ static int find_object(const char *dir, uint64_t size, char *path, size_t path_l
 		if (!s)
 			continue;
 		while (found < 0 && (e = readdir(s))) {
-			if (e->d_name[0] == '.')
+			if (e->d_name[0] == '.' || !strstr(e->d_name, ".sums"))
 				continue;
 			char file[1024];
 			uint64_t sz = 0;
@@ -274,6 +284,23 @@ static int find_object(const char *dir, uint64_t size, char *path, size_t path_l
 	}
 	closedir(t);
 	return found;
+}
+
+/* The data file of the version of `size` (find_sums without ".sums"). */
+static int find_object(const char *dir, uint64_t size, char *path, size_t path_len)
+{
+	if (find_sums(dir, size, path, path_len) != 0)
+		return -1;
+	path[strlen(path) - strlen(".sums")] = 0;
+	return 0;
+}
+
+/* path + ".sums" in a static buffer (one at a time). */
+static const char *sums_of(const char *path)
+{
+	static char out[1100];
+	snprintf(out, sizeof(out), "%s.sums", path);
+	return out;
 }
 
 /* Number of regular files under dir/objects (two levels). */
@@ -298,8 +325,8 @@ static int count_files(const char *dir)
 			continue;
 		}
 		while ((e = readdir(s)))
-			if (e->d_name[0] != '.')
-				n++;
+			if (e->d_name[0] != '.' && !strstr(e->d_name, ".sums"))
+				n++; /* a version's data file (its .sums is not counted) */
 		closedir(s);
 	}
 	closedir(t);
@@ -530,9 +557,11 @@ static void test_corruption(void)
 	uint64_t hdr_off = 0;
 	uint8_t byte = 0;
 	off_t at = (off_t)(data_off_for(3) + MiB + 777); /* chunk 1 */
-	ok(fd >= 0 && pread(fd, &hdr_off, 8, 40) == 8 && hdr_off == data_off_for(3),
-	   "header data_off %llu (want %llu)", (unsigned long long)hdr_off,
-	   (unsigned long long)data_off_for(3));
+	int sfd = open(sums_of(path), O_RDONLY);
+	ok(fd >= 0 && sfd >= 0 && pread(sfd, &hdr_off, 8, 40) == 8 && hdr_off == 0,
+	   "header data_off %llu (want 0)", (unsigned long long)hdr_off);
+	if (sfd >= 0)
+		close(sfd);
 	if (pread(fd, &byte, 1, at) != 1)
 		bail("pread", -errno);
 	byte ^= 0x40;
@@ -625,13 +654,13 @@ static void test_damaged_files(void)
 	if (truncate(p[0], (off_t)(data_off_for(3) + MiB + 10)) != 0)
 		bail("truncate", -errno);
 	/* 1: header zeroed. */
-	int fd = open(p[1], O_RDWR);
+	int fd = open(sums_of(p[1]), O_RDWR);
 	uint8_t zero[64] = {0};
 	if (fd < 0 || pwrite(fd, zero, 64, 0) != 64)
 		bail("zero header", -errno);
 	close(fd);
-	/* 2: truncated to 10 bytes (a torn header). */
-	if (truncate(p[2], 10) != 0)
+	/* 2: its .sums truncated to 10 bytes (a torn header). */
+	if (truncate(sums_of(p[2]), 10) != 0)
 		bail("truncate", -errno);
 	/* 3: intact. Stray files next to it. */
 	char sub[1024], stray[1200], copy[1200];
@@ -1333,7 +1362,7 @@ static void test_range_corruption(void)
 	ok(r == 0, "chunk 2 up to the boundary still exact %s", why);
 	/* A damaged record (one sub-block hash) fails that sub-block. */
 	uint64_t junk = 0x5555;
-	int fd = open(path, O_RDWR);
+	int fd = open(sums_of(path), O_RDWR);
 	if (fd < 0 || pwrite(fd, &junk, 8, 64 + REC_BYTES * 0 + 8 * 2) != 8)
 		bail("damage record", -errno);
 	close(fd);
@@ -1365,14 +1394,14 @@ static void test_old_layout(void)
 	char path[1024];
 	if (find_object(dir, MiB + 1, path, sizeof(path)) != 0)
 		bail("object file not found", -ENOENT);
-	int fd = open(path, O_RDWR);
+	int fd = open(sums_of(path), O_RDWR);
 	if (fd < 0 || pwrite(fd, "SFSOBJS1", 8, 0) != 8)
 		bail("old magic", -errno);
 	close(fd);
 	s = store_open(dir, 0, SFS_STORE_LRU);
 	struct sfs_store_stats ss = stats(s);
-	ok(ss.objects == 0 && ss.used_bytes == 0 && !exists(path),
-	   "old magic: objects %llu used %llu, file %s (want 0 0 deleted)",
+	ok(ss.objects == 0 && ss.used_bytes == 0 && !exists(path) && !exists(sums_of(path)),
+	   "old magic: objects %llu used %llu, files %s (want 0 0 deleted)",
 	   (unsigned long long)ss.objects, (unsigned long long)ss.used_bytes,
 	   exists(path) ? "kept" : "deleted");
 	sfs_store_close(s);
@@ -2633,6 +2662,209 @@ static void test_auto_fill(void)
 	tmp_remove();
 }
 
+/* Rewrite the object of size bytes (today's pair of files) as one
+ * "SFSOBJS4" file: header (magic, data_off), records, then the data at
+ * data_off; the .sums removed. */
+static void make_v4(const char *dir, uint64_t size, uint32_t n_chunks, char *path, size_t len)
+{
+	if (find_object(dir, size, path, len) != 0)
+		bail("object file not found", -ENOENT);
+	uint64_t off = v4_data_off(n_chunks);
+	size_t head = 64 + (size_t)REC_BYTES * n_chunks;
+	uint8_t *h = malloc(head), *data = malloc(size);
+	int sfd = open(sums_of(path), O_RDONLY), dfd = open(path, O_RDWR);
+	if (!h || !data || sfd < 0 || dfd < 0 || pread(sfd, h, head, 0) != (ssize_t)head ||
+	    pread(dfd, data, size, 0) != (ssize_t)size)
+		bail("read object", -EIO);
+	memcpy(h, "SFSOBJS4", 8);
+	memcpy(h + 40, &off, 8);
+	if (ftruncate(dfd, 0) != 0 || pwrite(dfd, h, head, 0) != (ssize_t)head ||
+	    pwrite(dfd, data, size, (off_t)off) != (ssize_t)size)
+		bail("write v4", -EIO);
+	close(sfd);
+	close(dfd);
+	unlink(sums_of(path));
+	free(h);
+	free(data);
+}
+
+/* An object file of the previous layout ("SFSOBJS4") is migrated in place
+ * at load: same bytes, byte x at x, .sums beside it; a leftover .sums.tmp
+ * of a migration cut short goes. */
+static void test_migrate_v4(void)
+{
+	diag("objects of the previous layout (SFSOBJS4) are migrated at load");
+	tmp_new();
+	const char *dir = tpath("cache");
+	sfs_store *s = store_open(dir, 0, SFS_STORE_LRU);
+	struct sfs_file_version v = version(1300, RW_SIZE);
+	sfs_store_obj_put(write_all(s, &v, RW_SEED));
+	sfs_store_close(s);
+	char path[1024], tmp[1200];
+	make_v4(dir, RW_SIZE, 3, path, sizeof(path));
+	snprintf(tmp, sizeof(tmp), "%s.tmp", sums_of(path));
+	int fd = open(tmp, O_CREAT | O_WRONLY, 0600); /* a migration cut short */
+	if (fd < 0 || write(fd, "half", 4) != 4)
+		bail("tmp", -errno);
+	close(fd);
+
+	s = store_open(dir, 0, SFS_STORE_LRU);
+	struct sfs_store_stats ss = stats(s);
+	struct stat st;
+	ok(ss.objects == 1 && ss.used_bytes == RW_SIZE,
+	   "migrated: objects %llu used %llu (want 1 %llu)", (unsigned long long)ss.objects,
+	   (unsigned long long)ss.used_bytes, (unsigned long long)RW_SIZE);
+	ok(stat(path, &st) == 0 && (uint64_t)st.st_size == RW_SIZE && exists(sums_of(path)) &&
+	       !exists(tmp),
+	   "data file %lld bytes (want %llu), .sums there, .sums.tmp gone (%d)",
+	   (long long)st.st_size, (unsigned long long)RW_SIZE, exists(tmp));
+	sfs_store_obj *o = sfs_store_obj_get(s, &v);
+	check_all_bytes(o, RW_SEED, RW_SIZE, 3, "migrated");
+	ss = stats(s);
+	ok(ss.checksum_failures == 0, "migrated: checksum_failures %llu (want 0)",
+	   (unsigned long long)ss.checksum_failures);
+	sfs_store_obj_put(o);
+	sfs_store_close(s);
+
+	/* Cut short after the front was cut: no .sums, no V4 header: discarded. */
+	fd = open(sums_of(path), O_RDONLY);
+	(void)fd;
+	if (fd >= 0)
+		close(fd);
+	unlink(sums_of(path));
+	s = store_open(dir, 0, SFS_STORE_LRU);
+	ss = stats(s);
+	ok(ss.objects == 0 && !exists(path), "a data file without .sums: discarded (%llu, %d)",
+	   (unsigned long long)ss.objects, exists(path));
+	sfs_store_close(s);
+	tmp_remove();
+}
+
+/* The bytes of fd [0, size) are the version's, and nothing follows. */
+static bool backing_exact(int fd, uint32_t seed, uint64_t size)
+{
+	struct stat st;
+	uint8_t *got = malloc(size), *want = malloc(size);
+	bool same = got && want && fstat(fd, &st) == 0 && (uint64_t)st.st_size == size &&
+		    pread(fd, got, size, 0) == (ssize_t)size;
+
+	if (same) {
+		fill(seed, 0, want, size);
+		same = !memcmp(got, want, size);
+	}
+	free(got);
+	free(want);
+	return same;
+}
+
+/* sfs_store_obj_backing_fd: a version written this run is VERIFIED and
+ * served; after a reload it is not until verified (queued for the
+ * scrubber), a partial version never, a packed one never. */
+static void test_backing_fd(void)
+{
+	diag("backing fd: whole and verified versions only, bytes at their own offsets");
+	tmp_new();
+	const char *dir = tpath("cache");
+	sfs_store *s = store_open(dir, 0, SFS_STORE_LRU);
+	struct sfs_file_version v = version(1400, RW_SIZE), part = version(1401, RW_SIZE),
+				small = version(1402, 5000);
+	sfs_store_obj *o = write_all(s, &v, RW_SEED);
+	int fd = sfs_store_obj_backing_fd(o);
+	ok(fd >= 0 && backing_exact(fd, RW_SEED, RW_SIZE),
+	   "written this run: fd %d, byte x at x, %llu bytes", fd, (unsigned long long)RW_SIZE);
+	if (fd >= 0)
+		close(fd);
+	sfs_store_obj_put(o);
+	o = sfs_store_obj_get(s, &part);
+	int rc = write_sync(o, RW_SEED, RW_SIZE, 0);
+	fd = sfs_store_obj_backing_fd(o);
+	ok(rc == 0 && fd == -ENOENT, "1 of 3 chunks: %d (want -ENOENT)", fd);
+	sfs_store_obj_put(o);
+	o = write_all(s, &small, 7);
+	fd = sfs_store_obj_backing_fd(o);
+	ok(fd == -ENOENT, "packed version: %d (want -ENOENT)", fd);
+	sfs_store_obj_put(o);
+	sfs_store_close(s);
+
+	s = store_open(dir, 0, SFS_STORE_LRU);
+	o = sfs_store_obj_get(s, &v);
+	fd = sfs_store_obj_backing_fd(o);
+	ok(fd == -EAGAIN, "after reload, not verified: %d (want -EAGAIN)", fd);
+	struct sfs_store_scrub_conf sc = {.interval_ms = 0, .rate_bytes = 0};
+	ok(sfs_store_scrub_start(s, &sc) == 0, "scrubber started (no passes)");
+	fd = sfs_store_obj_backing_fd(o);
+	struct sfs_store_scrub_stats st = {0};
+	for (int t = 0; t < 500 && st.queued_verified < 1; t++) {
+		usleep(10000);
+		sfs_store_scrub_get_stats(s, &st);
+	}
+	int fd2 = sfs_store_obj_backing_fd(o);
+	ok(fd == -EAGAIN && st.queued_verified == 1 && st.passes == 0 && fd2 >= 0 &&
+	       backing_exact(fd2, RW_SEED, RW_SIZE),
+	   "queued, verified by the scrubber (%llu), then served: %d %d",
+	   (unsigned long long)st.queued_verified, fd, fd2);
+	if (fd2 >= 0)
+		close(fd2);
+	sfs_store_obj_put(o);
+	sfs_store_close(s);
+	tmp_remove();
+}
+
+/* The scrubber's passes find a flipped byte, evict the version (counted),
+ * and leave sound versions and their recency alone. */
+static void test_scrub(void)
+{
+	diag("scrub: a flipped byte is found within a pass and its version evicted");
+	tmp_new();
+	const char *dir = tpath("cache");
+	sfs_store *s = store_open(dir, 0, SFS_STORE_LRU);
+	struct sfs_file_version good = version(1500, RW_SIZE), bad = version(1501, RW_SIZE + 7);
+	sfs_store_obj_put(write_all(s, &good, RW_SEED));
+	sfs_store_obj *o = write_all(s, &bad, RW_SEED + 1);
+	char path[1024];
+	if (find_object(dir, RW_SIZE + 7, path, sizeof(path)) != 0)
+		bail("object file not found", -ENOENT);
+	flip_byte(path, (off_t)(2 * MiB + 1234)); /* chunk 2, under a holder */
+	int fd = sfs_store_obj_backing_fd(o);
+	ok(fd >= 0, "before the scrub the flip is not seen: backing fd %d", fd);
+	if (fd >= 0)
+		close(fd);
+	struct sfs_store_scrub_conf sc = {.interval_ms = 200, .rate_bytes = 64 * MiB};
+	ok(sfs_store_scrub_start(s, &sc) == 0, "scrubber started (200 ms, 64 MiB/s)");
+	struct sfs_store_scrub_stats st = {0};
+	for (int t = 0; t < 1000 && st.passes < 2; t++) {
+		usleep(10000);
+		sfs_store_scrub_get_stats(s, &st);
+	}
+	struct sfs_store_stats ss = stats(s);
+	fd = sfs_store_obj_backing_fd(o);
+	ok(st.passes >= 2 && st.failures == 1 && ss.objects == 1 && ss.used_bytes == RW_SIZE &&
+	       fd == -ENOENT,
+	   "passes %llu failures %llu; objects %llu used %llu; backing %d (want >=2 1 1 %llu "
+	   "-ENOENT)",
+	   (unsigned long long)st.passes, (unsigned long long)st.failures,
+	   (unsigned long long)ss.objects, (unsigned long long)ss.used_bytes, fd,
+	   (unsigned long long)RW_SIZE);
+	ok(st.bytes >= RW_SIZE * 2 && st.versions >= 3 && st.last_pass_ms > 0,
+	   "bytes %llu versions %llu last pass %llu ms (the rate: a 3 MiB pass >= 40 ms)",
+	   (unsigned long long)st.bytes, (unsigned long long)st.versions,
+	   (unsigned long long)st.last_pass_ms);
+	ok(!exists(path), "the failed version's data file is gone");
+	sfs_store_obj_put(o);
+	o = sfs_store_obj_get(s, &bad);
+	int rc = 0;
+	for (uint32_t i = 0; i < 3 && rc == 0; i++)
+		rc = write_sync(o, RW_SEED + 1, RW_SIZE + 7, i);
+	fd = sfs_store_obj_backing_fd(o);
+	ok(rc == 0 && fd >= 0 && backing_exact(fd, RW_SEED + 1, RW_SIZE + 7),
+	   "fetched again: served exact (%d %d)", rc, fd);
+	if (fd >= 0)
+		close(fd);
+	sfs_store_obj_put(o);
+	sfs_store_close(s);
+	tmp_remove();
+}
+
 static const struct tap_test tests[] = {
     {"open_lock", test_open_lock},
     {"bad_path", test_bad_path},
@@ -2652,6 +2884,9 @@ static const struct tap_test tests[] = {
     {"range", test_range},
     {"range_corruption", test_range_corruption},
     {"old_layout", test_old_layout},
+    {"migrate_v4", test_migrate_v4},
+    {"backing_fd", test_backing_fd},
+    {"scrub", test_scrub},
     {"old_segments", test_old_segments},
     {"range_concurrency", test_range_concurrency},
     {"small", test_small},
