@@ -19,6 +19,7 @@
 #include "jobs.h"
 #include "keeper.h"
 #include "options.h"
+#include "passthrough.h"
 
 /* FUSE operations we count, by name in the stats file. */
 enum sfs_fuse_op {
@@ -87,6 +88,7 @@ struct sfs_fs {
 	uint64_t direct_opens;		 /* atomic: opens answered FOPEN_DIRECT_IO */
 	uint64_t inodes_pruned;		 /* atomic: inodes handed back past inode_max */
 	struct sfs_pc_policy page_cache; /* which opens are direct_io */
+	struct sfs_pt pt;		 /* passthrough opens (passthrough.h) */
 	uint64_t stage_bytes[SFS_STAGE_KIND_COUNT];    /* atomic */
 	uint64_t stage_requests[SFS_STAGE_KIND_COUNT]; /* atomic */
 	uint64_t stage_errors[SFS_STAGE_E_COUNT];      /* atomic */

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -18,6 +19,22 @@
 #define SFS_FUSE_DIRECT_IO_ALLOW_MMAP (1ull << 36)
 /* FUSE_OVER_IO_URING (protocol 7.42), a flags2 bit of INIT. */
 #define SFS_FUSE_OVER_IO_URING_FLAGS2 (1u << (41 - 32))
+/* FUSE_PASSTHROUGH (protocol 7.40, Linux 6.9): a flags2 bit of INIT; the
+ * reply's max_stack_depth (the word after flags2) must be 1 or 2; an
+ * open's reply carries FOPEN_PASSTHROUGH and the backing id (the word
+ * after open_flags). The device's ioctls register and drop backing files. */
+#define SFS_FUSE_PASSTHROUGH_FLAGS2 (1u << (37 - 32))
+#define SFS_FOPEN_PASSTHROUGH	    (1u << 7)
+struct sfs_fuse_backing_map {
+	int32_t fd;
+	uint32_t flags;
+	uint64_t padding;
+};
+#define SFS_FUSE_DEV_IOC_BACKING_OPEN  _IOW(229, 1, struct sfs_fuse_backing_map)
+#define SFS_FUSE_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
+/* Backing files on a filesystem stacked at most this deep (1: ext4, XFS;
+ * a cache_dir on overlayfs is 1 deep and refused by the kernel: ELOOP). */
+#define SFS_PASSTHROUGH_STACK_DEPTH 1
 /* Protocol 7.45: the server asks the kernel to drop the unused dentries of
  * the inodes named (struct fuse_notify_prune_out, then count node ids). */
 #define SFS_FUSE_NOTIFY_PRUNE 9
@@ -32,10 +49,15 @@ struct sfs_fuse_notify_prune_out {
  * has grown by using its reserved words, never in size since 7.23. */
 #define INIT_REPLY_MAX (sizeof(struct fuse_out_header) + sizeof(struct fuse_init_out))
 
-static bool init_done;		     /* atomic: INIT answered, pass everything through */
-static uint64_t init_unique;	     /* atomic: the INIT request's id, 0 before it */
-static uint32_t flags2_wanted;	     /* atomic: the flags2 bits to add to the reply */
-static bool direct_io_mmap;	     /* atomic: the reply carried ALLOW_MMAP */
+static bool init_done;		/* atomic: INIT answered, pass everything through */
+static uint64_t init_unique;	/* atomic: the INIT request's id, 0 before it */
+static uint32_t flags2_wanted;	/* atomic: the flags2 bits to add to the reply */
+static bool direct_io_mmap;	/* atomic: the reply carried ALLOW_MMAP */
+static bool passthrough_wanted; /* set before the loop */
+static bool passthrough_on;	/* atomic: the reply carried FUSE_PASSTHROUGH */
+/* The backing id the open reply this thread writes next carries (0: none):
+ * set by sfs_fusedev_reply_open around its fuse_reply_open. */
+static __thread int reply_backing_id;
 static bool mount_direct_io;	     /* set before the loop */
 static uint32_t kernel_minor;	     /* atomic: the INIT request's protocol minor */
 static struct fuse_session *session; /* set before the loop */
@@ -61,7 +83,8 @@ static void init_seen(const void *buf, size_t n)
 	if (n >= sizeof(*h) + offsetof(struct fuse_init_in, flags2) + sizeof(in->flags2) &&
 	    (in->flags & FUSE_INIT_EXT))
 		want = in->flags2 & ((uint32_t)(SFS_FUSE_DIRECT_IO_ALLOW_MMAP >> 32) |
-				     (uring ? SFS_FUSE_OVER_IO_URING_FLAGS2 : 0));
+				     (uring ? SFS_FUSE_OVER_IO_URING_FLAGS2 : 0) |
+				     (passthrough_wanted ? SFS_FUSE_PASSTHROUGH_FLAGS2 : 0));
 	if (uring && !(want & SFS_FUSE_OVER_IO_URING_FLAGS2))
 		sfs_log(
 		    SFS_LOG_WARN, "fuse",
@@ -73,6 +96,8 @@ static void init_seen(const void *buf, size_t n)
 			"mmap(MAP_SHARED) of a file here fails with ENODEV");
 	__atomic_store_n(&direct_io_mmap,
 			 (want & (uint32_t)(SFS_FUSE_DIRECT_IO_ALLOW_MMAP >> 32)) != 0,
+			 __ATOMIC_RELAXED);
+	__atomic_store_n(&passthrough_on, (want & SFS_FUSE_PASSTHROUGH_FLAGS2) != 0,
 			 __ATOMIC_RELAXED);
 	__atomic_store_n(&flags2_wanted, want, __ATOMIC_RELAXED);
 	__atomic_store_n(&kernel_minor, in->major == FUSE_KERNEL_VERSION ? in->minor : 0,
@@ -126,6 +151,8 @@ static ssize_t init_reply(int fd, const struct iovec *iov, int count, uint32_t w
 		return writev(fd, iov, count);
 	out->flags |= FUSE_INIT_EXT;
 	out->flags2 |= want;
+	if (want & SFS_FUSE_PASSTHROUGH_FLAGS2)
+		out->unused[0] = SFS_PASSTHROUGH_STACK_DEPTH; /* max_stack_depth (7.40) */
 	ssize_t n = write(fd, msg, len);
 	if (n == (ssize_t)len && (want & (uint32_t)(SFS_FUSE_DIRECT_IO_ALLOW_MMAP >> 32)))
 		sfs_log(SFS_LOG_INFO, "fuse", "direct_io files can be mapped shared");
@@ -141,9 +168,46 @@ static ssize_t init_reply(int fd, const struct iovec *iov, int count, uint32_t w
 	return n;
 }
 
+/* An OPEN reply (header and fuse_open_out) with FOPEN_PASSTHROUGH and the
+ * backing id set, in one write. */
+static ssize_t open_reply_passthrough(int fd, const struct iovec *iov, int count, int backing_id)
+{
+	struct {
+		struct fuse_out_header h;
+		struct fuse_open_out o;
+	} msg;
+	size_t len = 0;
+
+	for (int i = 0; i < count; i++) {
+		if (iov[i].iov_len > sizeof(msg) - len)
+			return -EINVAL;
+		memcpy((char *)&msg + len, iov[i].iov_base, iov[i].iov_len);
+		len += iov[i].iov_len;
+	}
+	if (len != sizeof(msg) || msg.h.error != 0)
+		return -EINVAL;
+	msg.o.open_flags |= SFS_FOPEN_PASSTHROUGH;
+	msg.o.open_flags &= ~(uint32_t)(FOPEN_DIRECT_IO | FOPEN_KEEP_CACHE);
+	msg.o.padding = (uint32_t)backing_id; /* backing_id (7.40) */
+	ssize_t n = write(fd, &msg, sizeof(msg));
+	return n < 0 ? -errno : n;
+}
+
 static ssize_t dev_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
 	(void)userdata;
+	if (reply_backing_id) {
+		int id = reply_backing_id;
+		reply_backing_id = 0;
+		ssize_t n = open_reply_passthrough(fd, iov, count, id);
+		if (n != -EINVAL) {
+			if (n < 0) {
+				errno = (int)-n;
+				return -1;
+			}
+			return n;
+		}
+	}
 	if (!__atomic_load_n(&init_done, __ATOMIC_RELAXED)) {
 		uint64_t unique = __atomic_load_n(&init_unique, __ATOMIC_ACQUIRE);
 		const struct fuse_out_header *h = iov[0].iov_base;
@@ -216,6 +280,35 @@ int sfs_fusedev_resume(struct fuse_session *se, struct sfs_keeper_state *k)
 	if (write(fuse_session_fd(se), &h, sizeof(h)) < 0)
 		return -errno;
 	return 0;
+}
+
+void sfs_fusedev_want_passthrough(bool want) { passthrough_wanted = want; }
+
+bool sfs_fusedev_passthrough(void) { return __atomic_load_n(&passthrough_on, __ATOMIC_RELAXED); }
+
+int sfs_fusedev_backing_open(int fd)
+{
+	struct sfs_fuse_backing_map map = {.fd = fd};
+	int id = ioctl(fuse_session_fd(session), SFS_FUSE_DEV_IOC_BACKING_OPEN, &map);
+
+	return id > 0 ? id : id == 0 ? -EIO : -errno;
+}
+
+void sfs_fusedev_backing_close(int id)
+{
+	uint32_t v = (uint32_t)id;
+
+	if (ioctl(fuse_session_fd(session), SFS_FUSE_DEV_IOC_BACKING_CLOSE, &v) != 0)
+		sfs_log(SFS_LOG_WARN, "fuse", "closing passthrough backing file %d: %s", id,
+			strerror(errno));
+}
+
+int sfs_fusedev_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int backing_id)
+{
+	reply_backing_id = backing_id;
+	int rc = fuse_reply_open(req, fi);
+	reply_backing_id = 0;
+	return rc;
 }
 
 bool sfs_fusedev_direct_io_mmap(void) { return __atomic_load_n(&direct_io_mmap, __ATOMIC_RELAXED); }

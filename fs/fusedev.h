@@ -34,6 +34,9 @@
 #include <sys/uio.h>
 
 struct fuse_session;
+struct fuse_file_info;
+struct fuse_req;
+typedef struct fuse_req *fuse_req_t;
 
 /* A FUSE-over-io_uring transport (fuse_uring.h has one), as two hooks. */
 struct sfs_fusedev_uring {
@@ -75,6 +78,29 @@ void sfs_fusedev_keep_init(struct sfs_keeper_state *k);
  * refused it; -EOPNOTSUPP on a kernel before 7.40; -errno.
  */
 int sfs_fusedev_resume(struct fuse_session *se, struct sfs_keeper_state *k);
+
+/* Ask for FUSE_PASSTHROUGH (Linux 6.9+, CONFIG_FUSE_PASSTHROUGH) where the
+ * kernel offers it. Call before sfs_fusedev_attach. */
+void sfs_fusedev_want_passthrough(bool want);
+
+/* Whether the INIT reply carries FUSE_PASSTHROUGH (known once the INIT
+ * request was read; false before). */
+bool sfs_fusedev_passthrough(void);
+
+/* Register fd (a regular file, read-only) as a backing file with the
+ * kernel (FUSE_DEV_IOC_BACKING_OPEN: needs CAP_SYS_ADMIN; the kernel takes
+ * its own reference, the caller may close fd). Returns the backing id (>
+ * 0) or -errno. After INIT, any thread. */
+int sfs_fusedev_backing_open(int fd);
+
+/* Drop a backing id (opens the kernel made with it keep the file). */
+void sfs_fusedev_backing_close(int id);
+
+/* fuse_reply_open, with FOPEN_PASSTHROUGH and backing_id in the reply when
+ * backing_id > 0 (FOPEN_DIRECT_IO and FOPEN_KEEP_CACHE are then left out:
+ * the kernel reads the backing file through its own page cache). Returns
+ * what fuse_reply_open does. */
+int sfs_fusedev_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int backing_id);
 
 /* Whether the INIT reply carries FUSE_DIRECT_IO_ALLOW_MMAP: known once the
  * INIT request was read, before libfuse calls the filesystem's init (false

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 
 #define EPOCH_SHIFT 48
-#define ADDR_MASK   ((1ull << EPOCH_SHIFT) - 1)
+#define FLAG_MASK   ((uint64_t)SFS_HANDLE_FLAGS)
+#define ADDR_MASK   (((1ull << EPOCH_SHIFT) - 1) & ~FLAG_MASK)
 
 static uint64_t epoch_tag; /* set before any request */
 
@@ -26,9 +27,16 @@ void sfs_handles_set_epoch(uint32_t epoch)
 
 uint64_t sfs_handle_make(const void *state) { return (uint64_t)(uintptr_t)state | epoch_tag; }
 
+uint64_t sfs_handle_make_flagged(const void *state, uint64_t flags)
+{
+	return sfs_handle_make(state) | (flags & FLAG_MASK);
+}
+
 void *sfs_handle_get(uint64_t fh)
 {
-	return fh && (fh & ~ADDR_MASK) == epoch_tag ? (void *)(uintptr_t)(fh & ADDR_MASK) : NULL;
+	return fh && (fh & ~(ADDR_MASK | FLAG_MASK)) == epoch_tag
+		   ? (void *)(uintptr_t)(fh & ADDR_MASK)
+		   : NULL;
 }
 
 /* The slot of fh, or the empty slot where it would go. Caller holds the

@@ -23,6 +23,14 @@ void sfs_handles_set_epoch(uint32_t epoch);
 
 uint64_t sfs_handle_make(const void *state);
 
+/* Low bits of an fh that say something about the open itself, kept across
+ * restarts with the fh (states are 16-byte aligned, so an address never
+ * has them): SFS_HANDLE_PASSTHROUGH, the kernel reads this open from its
+ * backing file (fs/passthrough.h). The functions below ignore them. */
+#define SFS_HANDLE_PASSTHROUGH 0x1u
+#define SFS_HANDLE_FLAGS       0x7u
+uint64_t sfs_handle_make_flagged(const void *state, uint64_t flags);
+
 /* This process's state of fh, or NULL for a handle of another process
  * (or 0). */
 void *sfs_handle_get(uint64_t fh);

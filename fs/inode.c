@@ -54,7 +54,9 @@ struct sfs_inode_table {
 	bool kicked;	    /* protected by lock: kick called, not below kick_at since */
 };
 
-_Static_assert(sizeof(void *) != 8 || offsetof(struct sfs_inode, fh) <= 172,
+/* 171 before passthrough's backing id and open count (6 bytes: they must
+ * live where a resumed server finds them). */
+_Static_assert(sizeof(void *) != 8 || offsetof(struct sfs_inode, fh) <= 177,
 	       "an inode is paid for every file the kernel holds: keep it small");
 _Static_assert(SFS_FH_MAX <= UINT8_MAX, "fh_len holds a handle's length");
 
@@ -232,6 +234,7 @@ static bool adopt_slot(void *slot, void *arg)
 		return false;
 	ino->pf = NULL;
 	ino->n_open = 0;
+	ino->pt_blocked = ino->pt_opens > 0 || ino->have_opened; /* opens unknown */
 	ino->hash_next = NULL;
 	if (root) {
 		t->root = ino;
@@ -386,6 +389,23 @@ static void maybe_grow(sfs_inode_table *t)
 	free(old);
 }
 
+/* Whether ino must give way to a new inode for the same file: its
+ * passthrough opens read a backing file no new open may join (another
+ * version, or one evicted since: passthrough.h), and the kernel allows no
+ * other open beside them. A new node id makes the kernel take a new inode
+ * for the name. Caller holds the table lock (the inode lock nests in it). */
+static bool pt_replaced(const struct sfs_inode *ino, const struct sfs_attr *a)
+{
+	sfs_inode_lock(ino);
+	const struct sfs_inode_version *o = &ino->opened;
+	bool same = o->size == a->size && o->mtime_s == a->mtime.tv_sec &&
+		    o->mtime_ns == (uint32_t)a->mtime.tv_nsec && o->ctime_s == a->ctime.tv_sec &&
+		    o->ctime_ns == (uint32_t)a->ctime.tv_nsec;
+	bool replaced = ino->pt_opens && (ino->pt_stale || !same);
+	sfs_inode_unlock(ino);
+	return replaced;
+}
+
 struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 				const struct sfs_attr *attr, uint64_t now_ms)
 {
@@ -398,10 +418,11 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 	}
 	pthread_mutex_lock(&t->lock);
 	ino = find_locked(t, &(struct inode_key){attr->fsid, attr->fileid});
-	if (ino && !fh_is(ino, fh)) {
+	if (ino && (!fh_is(ino, fh) || pt_replaced(ino, attr))) {
 		/* Same fileid, new handle: the server reused the inode number for
-		 * a new file. Unhook the old one; the kernel's references to it
-		 * stay valid until forgotten, and it is freed then. */
+		 * a new file (or passthrough readers hold an older version of
+		 * it). Unhook the old one; the kernel's references to it stay
+		 * valid until forgotten, and it is freed then. */
 		struct sfs_inode **p = &t->buckets[bucket_of(t, attr->fsid, attr->fileid)];
 		while (*p != ino)
 			p = &(*p)->hash_next;

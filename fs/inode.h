@@ -12,7 +12,7 @@
  * again on the same connection) finds each inode the kernel holds under the
  * id the kernel knows. The root answers to FUSE_ROOT_ID too (fs/ops.c).
  * Memory is per inode the kernel remembers (struct sfs_inode and its
- * handle in a 208-byte slab slot, 240 for a handle over 36 bytes, ~2 bucket
+ * handle in a 216-byte slab slot, 248 for a handle over 36 bytes, ~2 bucket
  * pointers), never per byte; a slab page all of whose inodes were forgotten
  * goes back to the system.
  *
@@ -55,8 +55,8 @@ struct sfs_inode_attr {
 	uint32_t type, mode, nlink, uid, gid, rdev_major, rdev_minor;
 };
 
-/* 172 bytes and the file handle at its own length (fh_len, e.g. 28 for
- * nfs-ganesha's): one 208-byte slab slot for handles up to 36 bytes (inode.c;
+/* 177 bytes and the file handle at its own length (fh_len, e.g. 28 for
+ * nfs-ganesha's): one 216-byte slab slot for handles up to 36 bytes (inode.c;
  * a longer one is malloc'd at its length).
  * The kernel may hold millions of these, so fields are ordered to leave no
  * padding, the lock is not in the struct, and the handle is not kept at
@@ -77,8 +77,14 @@ struct sfs_inode {
 	/* The version the kernel's page cache holds (the last one opened),
 	 * kept across closes to decide keep_cache. */
 	struct sfs_inode_version opened;
-	uint32_t dataset;	 /* atomic: set once, at the first lookup (cache/store/store.h) */
-	unsigned n_open;	 /* open file handles on pf */
+	uint32_t dataset; /* atomic: set once, at the first lookup (cache/store/store.h) */
+	unsigned n_open;  /* open file handles on pf */
+	/* Passthrough (fs/passthrough.h). Kept across a restart, unlike
+	 * n_open: the kernel's passthrough opens outlive a dead server, and a
+	 * resumed one must not give the inode a second backing file or a
+	 * page-cache open while they live. */
+	uint32_t backing_id;	 /* the kernel's id of pt_opens' backing file; 0: none yet */
+	uint16_t pt_opens;	 /* opens answered with passthrough, not yet released */
 	bool orphaned;		 /* protected by the table lock: fileid reused */
 	uint8_t have_opened : 1; /* opened is set */
 	/* The opens of opened's version so far overlap its first one (its
@@ -90,6 +96,14 @@ struct sfs_inode {
 	 * takes its second chance away, since a file read and closed is done
 	 * with for now (an epoch reads each file once). */
 	uint8_t referenced : 1;
+	/* pt_opens' backing file may not be joined (an older version than
+	 * the file's now, or evicted since): opens of this inode are refused
+	 * with ESTALE and the next lookup gives the name a new inode
+	 * (passthrough.h); cleared with the last of them. */
+	uint8_t pt_stale : 1;
+	/* Adopted from a dead server, whose opens are not known here: never
+	 * passthrough (a page-cache open of it may be live in the kernel). */
+	uint8_t pt_blocked : 1;
 	uint8_t fh_len; /* set at creation: the NFS file handle's length */
 	uint8_t fh[];	/* set at creation: its bytes (fh_len) */
 };

@@ -377,6 +377,7 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 	pthread_mutex_init(&fs->statfs_lock, NULL);
 	fs->opts = o;
 	fs->page_cache.mode = o->page_cache;
+	fs->pt.wanted = o->passthrough;
 	fs->attr_timeout_s = o->immutable ? SFS_IMMUTABLE_TIMEOUT_S : o->actimeo_s;
 	fs->start_ns = sfs_now_ns();
 	fs->ctl_dir = sfs_inode_virtual(SFS_INODE_CTL_DIR);
@@ -438,6 +439,15 @@ static int start_daemon(struct sfs_fs *fs, struct sfs_options *o, int n_addrs)
 		     .store = fs->store},
 		 fs->origin, &fs->prefetch)) < 0) {
 		sfs_log(SFS_LOG_ERR, "main", "cannot start: %s", strerror(-rc));
+		return -1;
+	}
+	/* Passthrough reads are not checked as they are read: the scrubber
+	 * re-reads the cache (and verifies what a restart left unverified). */
+	if (fs->store && (o->scrub_interval_s || o->passthrough) &&
+	    (rc = sfs_store_scrub_start(fs->store, &(struct sfs_store_scrub_conf){
+						       .interval_ms = o->scrub_interval_s * 1000ull,
+						       .rate_bytes = o->scrub_rate})) < 0) {
+		sfs_log(SFS_LOG_ERR, "main", "cannot start the scrubber: %s", strerror(-rc));
 		return -1;
 	}
 	/* Hints hold at most half of the fetch memory unread: readers' own
@@ -569,6 +579,7 @@ static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *arg
 			o->mountpoint);
 		goto out_signals;
 	}
+	sfs_fusedev_want_passthrough(o->passthrough);
 	int rc = sfs_fusedev_attach(se, o->page_cache == SFS_PAGE_CACHE_NEVER);
 	if (rc < 0) /* not fatal: libfuse keeps its own device I/O */
 		sfs_log(SFS_LOG_WARN, "main", "cannot hook the FUSE device: %s", strerror(-rc));

@@ -667,6 +667,7 @@ static int open_fetch_state(struct sfs_fs *fs, struct sfs_inode *i,
 	sfs_inode_lock(i);
 	*unchanged = opened_is(i, v);
 	*changed = i->have_opened && !*unchanged;
+	sfs_pt_opened_version(i, *unchanged); /* no open of v joins an older backing file */
 	if (!*unchanged)
 		i->first_epoch = 1; /* ends when every open of it closed */
 	*first_epoch = i->first_epoch;
@@ -691,6 +692,11 @@ static int open_fetch_state(struct sfs_fs *fs, struct sfs_inode *i,
 	*out = pf;
 	return 0;
 }
+
+static void open_reply(struct sfs_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
+		       struct sfs_inode *i, struct sfs_open_file *of,
+		       const struct sfs_file_version *v, bool unchanged, bool first_epoch,
+		       enum sfs_pt_mode pt, int backing_id);
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -734,14 +740,25 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	/* O_NONBLOCK, meaningless for a regular file, marks a tool's open
 	 * (shardfs-warm): no whole-file fetch for a reader, the tool's ioctl
-	 * says what it wants. */
-	if (fi->flags & O_NONBLOCK)
-		sfs_pf_file_opened_no_prefetch(pf);
-	else
-		sfs_pf_file_opened(pf);
+	 * says what it wants. A passthrough open fetches nothing either: the
+	 * kernel reads the cache itself. */
+	bool tool = (fi->flags & O_NONBLOCK) != 0;
+	int backing_id = 0;
+	sfs_pf_file_opened_no_prefetch(pf);
+	enum sfs_pt_mode pt =
+	    fs->pt.wanted ? sfs_pt_open(&fs->pt, i, pf, v.size, !tool, &backing_id) : SFS_PT_NO;
+	if (pt == SFS_PT_STALE) { /* the kernel looks the name up again and retries */
+		file_closed(i, pf);
+		reply_err(req, -ESTALE);
+		return;
+	}
+	if (!tool && pt != SFS_PT_OPEN)
+		sfs_pf_file_prefetch_whole(pf);
 	sfs_hints_opened(fs->hints, a.fsid, a.fileid); /* where a hint list's reader is */
 	struct sfs_open_file *of = calloc(1, sizeof(*of));
 	if (!of) {
+		if (pt == SFS_PT_OPEN)
+			sfs_pt_release(&fs->pt, i);
 		file_closed(i, pf);
 		reply_err(req, -ENOMEM);
 		return;
@@ -750,13 +767,34 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	of->uid = fuse_req_ctx(req)->uid;
 	of->next_region_id = sfs_fs_first_region_id(fs);
 	pthread_mutex_init(&of->lock, NULL);
-	fi->fh = sfs_handle_make(of);
-	fi->keep_cache = unchanged;
-	fi->direct_io = of->direct = sfs_pc_open_direct(&fs->page_cache, v.size, first_epoch);
+	open_reply(fs, req, fi, i, of, &v, unchanged, first_epoch, pt, backing_id);
+}
+
+/* Answer an open (op_open's last step): the handle, the page cache or
+ * passthrough, the accounting of a passthrough open (its reads never reach
+ * the daemon: the version counts as read from the cache at open). */
+static void open_reply(struct sfs_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
+		       struct sfs_inode *i, struct sfs_open_file *of,
+		       const struct sfs_file_version *v, bool unchanged, bool first_epoch,
+		       enum sfs_pt_mode pt, int backing_id)
+{
+	fi->fh = sfs_handle_make_flagged(of, pt == SFS_PT_OPEN ? SFS_HANDLE_PASSTHROUGH : 0);
+	fi->keep_cache = unchanged && pt != SFS_PT_OPEN;
+	fi->direct_io = of->direct =
+	    pt == SFS_PT_NO && sfs_pc_open_direct(&fs->page_cache, v->size, first_epoch);
 	if (fi->direct_io)
 		__atomic_fetch_add(&fs->direct_opens, 1, __ATOMIC_RELAXED);
-	if (fuse_reply_open(req, fi) != 0) {
+	if (pt == SFS_PT_OPEN) {
+		struct sfs_job_read jr = sfs_fs_job_begin(fs, req);
+		sfs_jobs_read_end(fs->jobs, &jr, (ssize_t)v->size, v->size);
+		if (fs->store)
+			sfs_store_dataset_read(fs->store, v->dataset, v->size, 0);
+	}
+	if (sfs_fusedev_reply_open(req, fi, pt == SFS_PT_OPEN ? backing_id : 0) != 0) {
+		if (pt == SFS_PT_OPEN)
+			sfs_pt_release(&fs->pt, i);
 		pthread_mutex_destroy(&of->lock);
+		sfs_pf_file *pf = of->pf;
 		free(of);
 		file_closed(i, pf);
 	}
@@ -906,6 +944,8 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		free(s);
 	} else if (fi->fh) {
 		struct sfs_open_file *of = sfs_handle_get(fi->fh);
+		if (fi->fh & SFS_HANDLE_PASSTHROUGH) /* this server's or a dead one's */
+			sfs_pt_release(&fs->pt, i);
 		if (!of && !(of = sfs_handle_drop(fi->fh))) { /* a dead server's, never used here */
 			fuse_reply_err(req, 0);
 			return;
@@ -1324,6 +1364,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/* fusedev has read the INIT request by now (fusedev.h). */
 	struct sfs_fs *fs = userdata;
 	fs->page_cache.direct_mmap = sfs_fusedev_direct_io_mmap();
+	sfs_pt_kernel_ready(&fs->pt);
 }
 
 const char *const sfs_fuse_op_names[SFS_OP_COUNT] = {

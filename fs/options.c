@@ -207,6 +207,18 @@ static const struct sfs_opt_def opt_table[] = {
 	     "it is not being read, or beyond an equal share among datasets being read; lru: "
 	     "evict least recently used files; pin: once full keep what is cached, admit nothing "
 	     "new"},
+    {FLAG("passthrough", passthrough, true),
+     .help = "a file whose version is wholly in cache_dir and verified is opened as a "
+	     "kernel passthrough of its cache file: its reads never reach the daemon (no "
+	     "per-read checksum: scrub_interval re-reads the cache); needs Linux 6.9 and root"},
+    {UINT("scrub_interval", scrub_interval_s, 0, 31536000), .def = 0, .meta = "SECONDS",
+     .given = offsetof(struct sfs_options, scrub_interval_given),
+     .help = "re-read every cached file with its checksums this often (a pass starts at "
+	     "most this often, at scrub_rate), evicting those that fail; 0: never",
+     .def_help = "86400 with passthrough, else 0"},
+    {SIZE("scrub_rate", scrub_rate, 1u << 20, 1ull << 44), .def = 256ull << 20, .meta = "BYTES",
+     .given = offsetof(struct sfs_options, scrub_rate_given),
+     .help = "the scrubber reads at most this many bytes per second, K/M/G suffixes"},
     {UINT("cache_idle", cache_idle_s, 1, 31536000), .def = 600, .meta = "SECONDS",
      .given = offsetof(struct sfs_options, cache_idle_given),
      .help = "cache_policy=auto: a dataset not read for this long is idle (its space goes to "
@@ -609,12 +621,20 @@ static int finish_options(struct sfs_options *o, char *err, size_t len)
 	if (!o->namespace_max_given)
 		o->namespace_max = mem_names(o->mem_max);
 	/* Settings of a cache that is not there mean a forgotten cache_dir. */
-	if (!o->cache_dir && (o->cache_size || o->cache_policy_given || o->cache_idle_given))
+	if (!o->cache_dir && (o->cache_size || o->cache_policy_given || o->cache_idle_given ||
+			      o->passthrough || o->scrub_interval_given || o->scrub_rate_given))
 		return fail(err, len,
 			    "%s without cache_dir: there is no cache to size or to manage",
-			    o->cache_size	    ? "cache_size"
-			    : o->cache_policy_given ? "cache_policy"
-						    : "cache_idle");
+			    o->cache_size	      ? "cache_size"
+			    : o->cache_policy_given   ? "cache_policy"
+			    : o->cache_idle_given     ? "cache_idle"
+			    : o->passthrough	      ? "passthrough"
+			    : o->scrub_interval_given ? "scrub_interval"
+						      : "scrub_rate");
+	/* Passthrough reads are not checked as they are read: the scrubber
+	 * is what re-reads them, daily unless told otherwise. */
+	if (o->passthrough && !o->scrub_interval_given)
+		o->scrub_interval_s = 86400;
 	/* allow_other lets every local user in: the kernel must then check
 	 * each caller against the file's mode, owner and group, or everyone
 	 * reads what the mount's NFS identity reads. */

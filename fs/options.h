@@ -46,6 +46,7 @@ struct sfs_options {
 	bool cache_policy_given; /* cache_policy= was on the command line */
 	bool page_cache_given;	 /* page_cache= was on the command line */
 	bool cache_idle_given;	 /* cache_idle= was on the command line */
+	bool scrub_interval_given, scrub_rate_given;
 	/* given on the command line, else derived from mem_max: */
 	bool prefetch_mem_given, inode_max_given, listing_max_given, namespace_max_given;
 
@@ -74,6 +75,9 @@ struct sfs_options {
 	uint64_t cache_size;		    /* 0: 90% of cache_dir's filesystem */
 	enum sfs_store_policy cache_policy; /* cache_policy=auto|lru|pin */
 	unsigned cache_idle_s;		    /* auto: a dataset not read this long is idle */
+	bool passthrough;		    /* complete verified versions: kernel passthrough */
+	unsigned scrub_interval_s;	    /* a scrub pass this often; 0: none */
+	uint64_t scrub_rate;		    /* the scrubber's bytes per second at most */
 	enum sfs_prefetch_mode prefetch;    /* prefetch=readahead|shard|off */
 	uint64_t prefetch_max;		    /* shard: files up to this size are fetched whole */
 	unsigned hint_window;		    /* epoch hints: items fetched ahead per list */

@@ -382,6 +382,58 @@ static void render_cache(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_s
 	       cs->errors);
 }
 
+/* Passthrough opens (passthrough.h) and the scrubber (cache/store/scrub.c). */
+static void render_passthrough(FILE *f, struct sfs_fs *fs)
+{
+	struct sfs_pt_stats pt;
+	struct sfs_store_scrub_stats sc = {0};
+
+	sfs_pt_get_stats(&fs->pt, &pt);
+	if (fs->store)
+		sfs_store_scrub_get_stats(fs->store, &sc);
+	metric(f, "shardfs_passthrough_enabled", "gauge",
+	       "1 if passthrough is on and the kernel took it at mount (Linux 6.9+).",
+	       __atomic_load_n(&fs->pt.available, __ATOMIC_RELAXED));
+	metric(f, "shardfs_passthrough_opens_total", "counter",
+	       "Opens the kernel reads from the cache file itself (no read reaches the daemon).",
+	       pt.opens);
+	metric(f, "shardfs_passthrough_open_bytes_total", "counter",
+	       "Sizes of the file versions opened through passthrough.", pt.open_bytes);
+	metric(f, "shardfs_passthrough_stale_opens_total", "counter",
+	       "Opens refused with ESTALE beside passthrough readers of an older or evicted "
+	       "version (the kernel retries them on a new inode).",
+	       pt.stale_opens);
+	metric(f, "shardfs_passthrough_unverified_opens_total", "counter",
+	       "Opens of wholly cached versions not yet verified since the cache was loaded "
+	       "(served by the daemon; the scrubber verifies them).",
+	       pt.unverified);
+	metric(f, "shardfs_passthrough_backing_files_total", "counter",
+	       "Backing files registered with the kernel (one per file and version opened).",
+	       pt.backing_files);
+	metric(f, "shardfs_passthrough_backing_errors_total", "counter",
+	       "Backing files the kernel refused (no CAP_SYS_ADMIN, a stacked cache_dir).",
+	       pt.backing_errors);
+	metric(f, "shardfs_cache_scrub_interval_seconds", "gauge",
+	       "scrub_interval in effect; 0: no passes.", sc.interval_ms / 1000);
+	metric(f, "shardfs_cache_scrub_rate_bytes", "gauge",
+	       "scrub_rate in effect (0: the scrubber is not running).",
+	       sc.running ? sc.rate_bytes : 0);
+	metric(f, "shardfs_cache_scrub_passes_total", "counter",
+	       "Scrub passes completed over every cached file.", sc.passes);
+	metric(f, "shardfs_cache_scrub_bytes_total", "counter",
+	       "Bytes the scrubber read and checked.", sc.bytes);
+	metric(f, "shardfs_cache_scrub_versions_total", "counter",
+	       "Cached file versions the scrubber checked.", sc.versions);
+	metric(f, "shardfs_cache_scrub_failures_total", "counter",
+	       "Cached file versions that failed a scrub (evicted, fetched again).", sc.failures);
+	metric(f, "shardfs_cache_scrub_verified_for_open_total", "counter",
+	       "Versions verified ahead of the passes because a passthrough open wanted them.",
+	       sc.queued_verified);
+	help(f, "shardfs_cache_scrub_last_pass_seconds", "gauge",
+	     "How long the last complete scrub pass took.");
+	fprintf(f, "shardfs_cache_scrub_last_pass_seconds %.3f\n", sc.last_pass_ms / 1000.0);
+}
+
 /* A dataset's name as a label value: \ " and newline escaped; id 0 is
  * "(unknown)". */
 static void put_dataset_label(FILE *f, const struct sfs_store_dataset *d)
@@ -738,6 +790,7 @@ ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
 	render_fuse(f, fs);
 	render_prefetch(f, fs, &ps);
 	render_cache(f, fs, &ps, &cs);
+	render_passthrough(f, fs);
 	render_datasets(f, fs);
 	render_namespace(f, fs, &nss);
 	render_listings(f, &ls);

@@ -220,17 +220,41 @@ void sfs_pf_file_opened_no_prefetch(sfs_pf_file *f)
 	pthread_mutex_unlock(&f->lock);
 }
 
-void sfs_pf_file_opened(sfs_pf_file *f)
+void sfs_pf_file_prefetch_whole(sfs_pf_file *f)
 {
 	sfs_prefetch *pf = f->pf;
 
-	sfs_pf_file_opened_no_prefetch(f);
 	/* Only with a store: without one, fetched chunks would have nowhere
 	 * to go but memory, and the readahead window does that job. */
 	if (pf->conf.mode == SFS_PREFETCH_SHARD && pf->conf.store &&
 	    f->size <= pf->conf.shard_max_bytes && f->size > SFS_CHUNK_BYTES)
 		start_shard(f, false);
 }
+
+void sfs_pf_file_opened(sfs_pf_file *f)
+{
+	sfs_pf_file_opened_no_prefetch(f);
+	sfs_pf_file_prefetch_whole(f);
+}
+
+/* sfs_pf_file_backing_fd (want_fd) or _check. */
+static int backing(sfs_pf_file *f, bool want_fd)
+{
+	pthread_mutex_lock(&f->lock);
+	sfs_store_obj *o = f->obj;
+	if (o)
+		sfs_store_obj_ref(o);
+	pthread_mutex_unlock(&f->lock);
+	if (!o)
+		return -ENOENT;
+	int rc = want_fd ? sfs_store_obj_backing_fd(o) : sfs_store_obj_backing_check(o);
+	sfs_store_obj_put(o);
+	return rc;
+}
+
+int sfs_pf_file_backing_fd(sfs_pf_file *f) { return backing(f, true); }
+
+int sfs_pf_file_backing_check(sfs_pf_file *f) { return backing(f, false); }
 
 int sfs_pf_file_warm(sfs_pf_file *f, bool *active)
 {

@@ -111,8 +111,20 @@ int sfs_pf_file_open_version(sfs_prefetch *pf, const struct sfs_fh *fh,
  * whole-file fetch. */
 void sfs_pf_file_opened(sfs_pf_file *f);
 /* The same without the whole-file fetch: an open by a tool that says what
- * it wants by ioctl (a warm-up's fetches must go as background ones). */
+ * it wants by ioctl (a warm-up's fetches must go as background ones), or
+ * one the kernel reads from the cache itself (passthrough). */
 void sfs_pf_file_opened_no_prefetch(sfs_pf_file *f);
+/* The whole-file fetch sfs_pf_file_opened starts (after
+ * sfs_pf_file_opened_no_prefetch, for an open that turned out to need it). */
+void sfs_pf_file_prefetch_whole(sfs_pf_file *f);
+
+/* A new read-only fd of f's cached data file for a passthrough open
+ * (sfs_store_obj_backing_fd: whole and verified versions only), after
+ * an open of f. Returns the fd, -ENOENT (no store object, not wholly
+ * cached), -EAGAIN (not verified yet) or -errno. */
+int sfs_pf_file_backing_fd(sfs_pf_file *f);
+/* The same answer without opening anything (0: it would give an fd). */
+int sfs_pf_file_backing_check(sfs_pf_file *f);
 
 /* Fetch every chunk of f that the store lacks (warm-up), whatever its size;
  * only the first call starts it. Reports whether chunks are still being

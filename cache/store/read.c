@@ -330,11 +330,10 @@ ssize_t read_chunk_scrub(sfs_store_obj *o, uint32_t index, void *buf)
 	return span_run(s, o, &sp, buf);
 }
 
-int sfs_store_obj_backing_fd(sfs_store_obj *o)
+int sfs_store_obj_backing_check(sfs_store_obj *o)
 {
 	sfs_store *s = o->store;
 	bool complete = true, verified = true;
-	char path[4096];
 
 	if (o->packed)
 		return -ENOENT;
@@ -349,11 +348,17 @@ int sfs_store_obj_backing_fd(sfs_store_obj *o)
 	if (complete && verified)
 		lru_touch(s, o);
 	pthread_mutex_unlock(&s->lock);
-	if (!complete)
-		return -ENOENT;
-	if (!verified)
-		return -EAGAIN;
-	obj_path(s, o->key, path, sizeof(path), OBJ_DATA);
+	return !complete ? -ENOENT : !verified ? -EAGAIN : 0;
+}
+
+int sfs_store_obj_backing_fd(sfs_store_obj *o)
+{
+	char path[4096];
+	int rc = sfs_store_obj_backing_check(o);
+
+	if (rc < 0)
+		return rc;
+	obj_path(o->store, o->key, path, sizeof(path), OBJ_DATA);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	return fd >= 0 ? fd : -errno;
 }

@@ -223,6 +223,8 @@ size_t sfs_store_range_bytes(const sfs_store_obj *obj, uint64_t off, size_t len)
  * verifies it ahead of its passes when it runs), or -errno. Any thread.
  */
 int sfs_store_obj_backing_fd(sfs_store_obj *obj);
+/* The same answer without opening anything (0: it would give an fd). */
+int sfs_store_obj_backing_check(sfs_store_obj *obj);
 
 struct sfs_store_scrub_conf {
 	uint64_t interval_ms; /* a pass over every cached file starts this often; 0: none */

@@ -402,7 +402,7 @@ static void test_slab(void)
 	unsigned n_pages = 0;
 	for (unsigned i = 0; i < N; i++)
 		n_pages += !i || pages[i] != pages[i - 1];
-	ok(made && n_pages <= N * 208 / (64 * 1024 - 64) + 2, "%d inodes on %u pages of 64 KiB", N,
+	ok(made && n_pages <= N * 216 / (64 * 1024 - 64) + 2, "%d inodes on %u pages of 64 KiB", N,
 	   n_pages);
 	for (unsigned i = 0; i < N; i += 2)
 		sfs_inode_forget(t, ino[i], 1);

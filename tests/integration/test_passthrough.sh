@@ -1,0 +1,169 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# FUSE passthrough (option passthrough) and the scrubber against a real
+# 4-node cluster: a file wholly in the cache and verified is read by the
+# kernel from its cache file (no READ reaches the daemon); the kernel's rules
+# hold (no EIO: other opens beside passthrough ones are direct_io, an open
+# beside a page-cache one is not passthrough, a new version under an open
+# reader is read through the daemon); packed small files and tool opens stay
+# on the daemon's path; a restarted daemon serves a reloaded version only
+# once verified; bytes flipped in a cache file are found by the scrubber and
+# never served to a new open. Bytes compared with the export throughout.
+. "$(dirname "$0")/lib.sh"
+sfs_require
+
+MB=$((1 << 20))
+mkdir -p "$EXPORT/shards" "$EXPORT/small"
+for i in 0 1 2 3; do head -c $((24 * MB + 777 * i)) /dev/urandom >"$EXPORT/shards/s$i"; done
+for i in 0 1 2; do head -c $((100000 + i)) /dev/urandom >"$EXPORT/small/f$i"; done
+sfs_cluster_up 4
+
+served() { counter shardfs_fuse_read_bytes_total; } # bytes the daemon answered reads with
+pt_opens() { counter shardfs_passthrough_opens_total; }
+CACHE=$WORK/cache
+OPTS="cache_dir=$CACHE,passthrough,actimeo=1,scrub_interval=3600"
+
+sfs_mount "$OPTS"
+if [ "$(counter shardfs_passthrough_enabled)" != 1 ]; then
+	grep -i passthrough "$WORK/daemon.log" | sed 's/^/# /'
+	skip "this kernel does not offer FUSE passthrough (Linux 6.9+, CONFIG_FUSE_PASSTHROUGH)"
+fi
+check "scrubber running at the default rate (256 MiB/s)" \
+	[ "$(counter shardfs_cache_scrub_rate_bytes)" = $((256 * MB)) ]
+
+# --- a cached shard is read by the kernel ------------------------------------------
+check "s0 cold: byte-exact" same_bytes "$MNT/shards/s0" "$EXPORT/shards/s0"
+wait_idle
+check "s0 cold: not passthrough (not in the cache at open)" [ "$(pt_opens)" = 0 ]
+drop_caches
+r0=$(served)
+check "s0 warm: byte-exact" same_bytes "$MNT/shards/s0" "$EXPORT/shards/s0"
+check "s0 warm: a passthrough open" [ "$(pt_opens)" = 1 ]
+check "s0 warm: no read reached the daemon ($(served) bytes served vs $r0)" [ "$(served)" = "$r0" ]
+check "s0 warm: its bytes counted at open ($(counter shardfs_passthrough_open_bytes_total))" \
+	[ "$(counter shardfs_passthrough_open_bytes_total)" = $((24 * MB)) ]
+check "mmap of a passthrough file: byte-exact" python3 - "$MNT/shards/s0" "$EXPORT/shards/s0" <<'PY'
+import mmap, sys
+with open(sys.argv[1], "rb") as f, open(sys.argv[2], "rb") as g:
+    m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    sys.exit(0 if m[:] == g.read() else 1)
+PY
+
+# --- several opens of one inode -----------------------------------------------------
+exec 3<"$MNT/shards/s0" # a passthrough open, held
+b=$(counter shardfs_passthrough_backing_files_total)
+check "a second open joins the first (same backing file): byte-exact" same_bytes "$MNT/shards/s0" "$EXPORT/shards/s0"
+check "... passthrough, no new backing file ($(counter shardfs_passthrough_backing_files_total) vs $b)" \
+	[ "$(counter shardfs_passthrough_backing_files_total)" = "$b" ]
+p=$(pt_opens)
+check "a tool's open (O_NONBLOCK) beside it: byte-exact" python3 - "$MNT/shards/s0" "$EXPORT/shards/s0" <<'PY'
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_NONBLOCK)
+got = b"".join(iter(lambda: os.read(fd, 1 << 20), b""))
+os.close(fd)
+sys.exit(0 if got == open(sys.argv[2], "rb").read() else 1)
+PY
+check "... joins the passthrough opens (the kernel allows no other open beside them)" [ "$(pt_opens)" = $((p + 1)) ]
+check "the held passthrough fd reads on: byte-exact" cmp -s - "$EXPORT/shards/s0" <&3
+exec 3<&-
+
+# A page-cache open held while the file becomes cached: the next open may
+# not be passthrough (the kernel would fail it with EIO); once it closes, it may.
+exec 4<"$MNT/shards/s1"
+check "s1 cold, an open held: byte-exact" same_bytes "$MNT/shards/s1" "$EXPORT/shards/s1"
+wait_idle
+p=$(pt_opens)
+check "s1 cached, opened beside the held open: byte-exact" same_bytes "$MNT/shards/s1" "$EXPORT/shards/s1"
+check "... and not passthrough" [ "$(pt_opens)" = "$p" ]
+exec 4<&-
+check "s1 after the held open closed: byte-exact" same_bytes "$MNT/shards/s1" "$EXPORT/shards/s1"
+check "... passthrough" [ "$(pt_opens)" = $((p + 1)) ]
+
+# --- packed small files stay on the daemon's path ------------------------------------
+for i in 0 1 2; do cat "$MNT/small/f$i" >/dev/null; done
+wait_idle
+p=$(pt_opens)
+check "small files warm: byte-exact" bash -c "for i in 0 1 2; do cmp -s $MNT/small/f\$i $EXPORT/small/f\$i || exit 1; done"
+check "... not passthrough (packed in segments)" [ "$(pt_opens)" = "$p" ]
+
+# --- a new version under an open passthrough reader --------------------------------
+check "s2 cold: byte-exact" same_bytes "$MNT/shards/s2" "$EXPORT/shards/s2"
+wait_idle
+cp "$EXPORT/shards/s2" "$WORK/s2.old"
+exec 5<"$MNT/shards/s2"
+p=$(pt_opens)
+check "s2 held open as passthrough" [ "$p" -ge 1 ]
+head -c $((24 * MB + 1554)) /dev/urandom >"$WORK/s2.new"
+cp "$WORK/s2.new" "$EXPORT/shards/s2"
+sleep 2 # actimeo=1
+# Its lookup gives the name a new inode (the old one keeps its passthrough
+# readers): the open is served as any other.
+check "s2's new version, opened under the old one's reader: byte-exact" same_bytes "$MNT/shards/s2" "$WORK/s2.new"
+check "the old reader still reads the old version: byte-exact" cmp -s - "$WORK/s2.old" <&5
+exec 5<&-
+wait_idle
+check "s2's new version after the old reader closed: byte-exact" same_bytes "$MNT/shards/s2" "$WORK/s2.new"
+sfs_umount
+
+# --- a restart: reloaded versions are verified before passthrough -------------------
+# No scrub passes (only the verification of what opens ask for).
+sfs_mount "cache_dir=$CACHE,passthrough,scrub_interval=0,scrub_rate=1G"
+drop_caches
+check "after a restart, s0: byte-exact" same_bytes "$MNT/shards/s0" "$EXPORT/shards/s0"
+check "... not passthrough before verified ($(counter shardfs_passthrough_unverified_opens_total) unverified)" \
+	bash -c "[ $(pt_opens) = 0 ] && [ $(counter shardfs_passthrough_unverified_opens_total) -ge 1 ]"
+wait_for 30 bash -c "[ \$(awk '/^shardfs_cache_scrub_verified_for_open_total /{print \$2}' '$MNT/.shardfs/stats') -ge 1 ]"
+check "the scrubber verified it ($(counter shardfs_cache_scrub_verified_for_open_total))" \
+	[ "$(counter shardfs_cache_scrub_verified_for_open_total)" -ge 1 ]
+check "then s0: byte-exact" same_bytes "$MNT/shards/s0" "$EXPORT/shards/s0"
+check "... passthrough" [ "$(pt_opens)" = 1 ]
+sfs_umount
+
+# --- the scrubber finds flipped bytes -----------------------------------------------
+# The data file of s3 holds byte x at x: find it by its first 64 KiB.
+sfs_mount "$OPTS"
+check "s3 cold: byte-exact" same_bytes "$MNT/shards/s3" "$EXPORT/shards/s3"
+wait_idle
+sfs_umount
+want=$(head -c 65536 "$EXPORT/shards/s3" | md5sum | cut -c1-32)
+obj=
+for o in $(find "$CACHE/objects" -type f ! -name '*.sums'); do
+	[ "$(head -c 65536 "$o" | md5sum | cut -c1-32)" = "$want" ] && obj=$o
+done
+check "s3's cache file found" [ -n "$obj" ]
+sfs_mount "cache_dir=$CACHE,passthrough,scrub_interval=4"
+same_bytes "$MNT/shards/s3" "$EXPORT/shards/s3" # verifies it (a restart left it unverified)
+exec 6<"$MNT/shards/s3"
+check "s3 held open through passthrough" [ "$(pt_opens)" = 1 ]
+python3 - "$obj" <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    for off in (5 * 1048576 + 17, 20 * 1048576 + 3):
+        f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 0x5A]))
+PY
+t0=$(date +%s)
+wait_for 30 bash -c "[ \$(awk '/^shardfs_cache_scrub_failures_total /{print \$2}' '$MNT/.shardfs/stats') -ge 1 ]"
+t1=$(date +%s)
+check "the scrubber found the flip within one interval and a pass ($((t1 - t0)) s, interval 4 s)" \
+	bash -c "[ $(counter shardfs_cache_scrub_failures_total) = 1 ] && [ $((t1 - t0)) -le 12 ]"
+check "... and evicted the version (its cache file is gone)" [ ! -e "$obj" ]
+drop_caches
+st=$(counter shardfs_passthrough_stale_opens_total)
+check "s3 opened after the scrub, beside its old reader: byte-exact (fetched again)" \
+	same_bytes "$MNT/shards/s3" "$EXPORT/shards/s3"
+check "... refused once with ESTALE and retried by the kernel on a new inode" \
+	[ "$(counter shardfs_passthrough_stale_opens_total)" -gt "$st" ]
+check "the reader that held it reads the cache file as it is (documented: the flipped bytes)" \
+	bash -c "! cmp -s - '$EXPORT/shards/s3'" <&6
+exec 6<&-
+check "the other versions passed ($(counter shardfs_cache_scrub_versions_total) checked, $(counter shardfs_cache_scrub_passes_total) passes)" \
+	[ "$(counter shardfs_cache_scrub_versions_total)" -ge 3 ]
+sfs_umount
+
+# --- without the option nothing changes -------------------------------------------
+sfs_mount "cache_dir=$CACHE"
+check "without passthrough: s0 byte-exact" same_bytes "$MNT/shards/s0" "$EXPORT/shards/s0"
+check "... no passthrough, no scrubber" [ "$(counter shardfs_passthrough_enabled)" = 0 ] && \
+	[ "$(pt_opens)" = 0 ] && [ "$(counter shardfs_cache_scrub_rate_bytes)" = 0 ]
+sfs_umount
+sfs_finish
