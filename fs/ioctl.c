@@ -121,15 +121,16 @@ static const struct stage_target {
 	uint32_t region_kind; /* SHARDFS_REGION_* that registers one */
 	uint32_t cap;	      /* SHARDFS_CAP_* that QUERY reports while usable */
 	uint32_t path;	      /* SHARDFS_PATH_* of how STAGE moves bytes into it */
+	bool pipelined;	      /* STAGE through sfs_stage_region_fill, else _put */
 	bool (*usable)(struct sfs_fs *fs);
 	/* The region r describes, for uid; 0 or -errno. FUSE worker. */
 	int (*region)(struct sfs_fs *fs, uid_t uid, const struct shardfs_region *r,
 		      sfs_stage_region **out);
 } stage_targets[] = {
-    [SFS_STAGE_SHM] = {"shm", SHARDFS_REGION_SHM, SHARDFS_CAP_SHM, SHARDFS_PATH_SHM_COPY,
+    [SFS_STAGE_SHM] = {"shm", SHARDFS_REGION_SHM, SHARDFS_CAP_SHM, SHARDFS_PATH_SHM_COPY, false,
 		       shm_usable, shm_region},
     [SFS_STAGE_CUDA] = {"cuda", SHARDFS_REGION_CUDA, SHARDFS_CAP_CUDA_IPC, SHARDFS_PATH_CUDA_PINNED,
-			cuda_usable, cuda_region},
+			true, cuda_usable, cuda_region},
 };
 _Static_assert(sizeof(stage_targets) / sizeof(stage_targets[0]) == SFS_STAGE_KIND_COUNT,
 	       "one row per staging target");
@@ -252,6 +253,77 @@ static int place_range(struct sfs_open_file *of, sfs_stage_region *region, struc
 	return 0;
 }
 
+/*
+ * The source of a pipelined STAGE (staging.h): [pos, pos + len) of the open
+ * file into buf, through prefetch, read and verified straight into buf where
+ * the store has the bytes. Reads are cut at chunk boundaries; each after the
+ * first starts on one, so its bytes land right after the last one's
+ * (prefetch.h: at (off % 16 KiB) of the buffer it is given, 4096-aligned
+ * there). Runs on the stager's thread and the staging workers at once, for
+ * disjoint ranges, while the stager holds of->lock (of and its pf stay).
+ */
+static ssize_t stage_source_read(void *arg, uint64_t pos, size_t len, void *buf, size_t buf_len,
+				 const char **data, size_t *cache_bytes)
+{
+	struct sfs_open_file *of = arg;
+	char *base = NULL, *end = (char *)buf + buf_len;
+	size_t done = 0;
+
+	*cache_bytes = 0;
+	*data = buf;
+	while (done < len) {
+		uint64_t off = pos + done;
+		size_t want = SFS_CHUNK_BYTES - (size_t)(off & (SFS_CHUNK_BYTES - 1)), cb = 0;
+		if (want > len - done)
+			want = len - done;
+		char *at = base ? base + done : buf;
+		const char *d;
+		ssize_t n = sfs_pf_read_into(of->pf, off, want, at, (size_t)(end - at), &d, &cb);
+		if (n < 0)
+			return n;
+		if (!base)
+			base = (char *)d;
+		else if (d != at) { /* a packed record: only ever a first read */
+			if ((size_t)(end - at) < (size_t)n)
+				return -EIO;
+			memmove(at, d, (size_t)n);
+		}
+		*cache_bytes += cb;
+		done += (size_t)n;
+		if ((size_t)n < want)
+			break; /* end of file */
+	}
+	*data = base ? base : buf;
+	return (ssize_t)done;
+}
+
+/* Place every range through the region's pipeline (reads overlap copies,
+ * on several threads); *cache_bytes: how many came from the local cache.
+ * Returns 0 or -errno. Caller holds of->lock. */
+static int place_pipelined(struct sfs_open_file *of, sfs_stage_region *region,
+			   struct shardfs_stage *s, uint64_t *cache_bytes)
+{
+	struct sfs_stage_span spans[SHARDFS_STAGE_MAX_RANGES];
+	const struct sfs_stage_source src = {stage_source_read, of};
+
+	for (uint32_t i = 0; i < s->n_ranges; i++) {
+		const struct shardfs_range *g = &s->ranges[i];
+		/* Bytes past 2^64 do not exist: end of file. */
+		uint64_t len = g->length < UINT64_MAX - g->file_offset
+				   ? g->length
+				   : UINT64_MAX - g->file_offset;
+		spans[i] = (struct sfs_stage_span){g->file_offset, g->region_offset, len, 0};
+	}
+	int rc = sfs_stage_region_fill(region, spans, s->n_ranges, &src, cache_bytes);
+	if (rc < 0)
+		return rc;
+	for (uint32_t i = 0; i < s->n_ranges; i++) {
+		s->ranges[i].placed = spans[i].placed;
+		s->bytes_placed += spans[i].placed;
+	}
+	return 0;
+}
+
 /* Place the ranges; *cache_bytes: how many came from the local cache.
  * Returns 0 or -errno. Caller holds of->lock. */
 static int do_stage(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid, struct shardfs_stage *s,
@@ -281,7 +353,9 @@ static int do_stage(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid, stru
 	s->bytes_placed = 0;
 	s->path = stage_targets[t].path;
 	uint64_t from_cache = *cache_bytes;
-	for (uint32_t i = 0; i < s->n_ranges; i++) {
+	if (stage_targets[t].pipelined && (rc = place_pipelined(of, region, s, cache_bytes)) < 0)
+		return rc;
+	for (uint32_t i = 0; !stage_targets[t].pipelined && i < s->n_ranges; i++) {
 		if ((rc = place_range(of, region, &s->ranges[i], cache_bytes)) < 0)
 			return rc;
 		s->bytes_placed += s->ranges[i].placed;

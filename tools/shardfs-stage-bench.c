@@ -3,7 +3,8 @@
  * shardfs-stage-bench: staging throughput of a shardfs mount against what a
  * trainer does without it, side by side in one run, for cached data.
  *
- *   shardfs-stage-bench [--gpu N] [--range BYTES] [--passes N] FILE [FILE...]
+ *   shardfs-stage-bench [--gpu N] [--range BYTES] [--passes N] [--procs N]
+ *                       [--cache-dir DIR] [--daemon-pid PID] FILE [FILE...]
  *
  * FILEs are on a shardfs mount and already in its local cache (warm them
  * first with shardfs-warm); dropping the daemon's page cache, if wanted,
@@ -32,6 +33,16 @@
  * the timed passes, the first region's worth of the first file is staged
  * once more into each target and compared with pread().
  *
+ * The GPU half also prints the two ceilings STAGE is held to, from the same
+ * run: pinned cudaMemcpy host-to-device from RAM (the link) and, with
+ * --cache-dir, the O_DIRECT read rate of the daemon's cache files (the
+ * disk); STAGE's rate as a ratio of each and of their minimum; and, with
+ * --daemon-pid, the daemon's CPU-seconds (utime + stime from
+ * /proc/PID/stat) per GiB staged. --procs N (N > 1) adds N processes that
+ * stage the files to the same GPU at once (each its own cudaMalloc'd
+ * target, started together; forked before this process touches CUDA):
+ * their aggregate rate against min(link, cache read).
+ *
  * --passes N runs each measurement N times, interleaved, and reports the
  * best. MB = 1e6 bytes. Last line on stdout: key=value pairs for scripts.
  * Exit status: 0, 1 on a failure or a mismatch, 2 for bad usage, 77 when
@@ -49,7 +60,9 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <ftw.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -199,6 +212,10 @@ struct bench {
 	uint8_t handle[64]; /* its IPC handle */
 	void *pinned;	    /* cudaMallocHost'd, range_bytes */
 	uint8_t *pageable;  /* malloc'd, range_bytes */
+	/* options */
+	int procs;	       /* > 1: the concurrent-stagers measurement */
+	const char *cache_dir; /* NULL: no O_DIRECT baseline */
+	int daemon_pid;	       /* 0: no CPU figure */
 };
 
 enum target { T_SHM, T_GPU };
@@ -496,14 +513,203 @@ static int gpu_setup(struct bench *b, const struct shardfs_query *q, char *why, 
 	return 0;
 }
 
+/* CPU-seconds (user + system) that process pid has used, or -1. */
+static double cpu_seconds(int pid)
+{
+	char path[64], line[1024];
+	unsigned long long ut, st;
+
+	if (pid <= 0)
+		return -1;
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	char *ok = fgets(line, sizeof(line), f);
+	fclose(f);
+	char *p = ok ? strrchr(line, ')') : NULL; /* the command may hold spaces */
+	/* After ")": state ppid pgrp session tty tpgid flags minflt cminflt
+	 * majflt cmajflt utime stime (fields 3..15). */
+	if (!p ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+		return -1;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Pinned cudaMemcpy host-to-device of total_bytes in range_bytes copies,
+ * from RAM (no read): the link's rate. Returns MB/s, or -1. */
+static double pass_h2d(struct bench *b)
+{
+	uint64_t slots = b->region_bytes / b->range_bytes, done = 0;
+	double t0 = now_s();
+
+	for (uint64_t k = 0; done < b->total_bytes; k++) {
+		size_t n =
+		    b->total_bytes - done < b->range_bytes ? b->total_bytes - done : b->range_bytes;
+		if (cu.memcpy((char *)b->dev + (k % slots) * b->range_bytes, b->pinned, n,
+			      CUDA_H2D))
+			return -1;
+		done += n;
+	}
+	if (cu.device_synchronize())
+		return -1;
+	return (double)done / 1e6 / (now_s() - t0);
+}
+
+/* The O_DIRECT walk over the cache files (nftw has no argument). */
+static struct {
+	void *buf;
+	uint64_t left, bytes;
+} odirect;
+#define ODIRECT_BUF (4u << 20)
+
+static int odirect_file(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+	(void)ftw;
+	if (type != FTW_F || !S_ISREG(sb->st_mode) || sb->st_size < (off_t)ODIRECT_BUF)
+		return 0;
+	int fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	for (off_t off = 0; odirect.left;) {
+		ssize_t n = pread(fd, odirect.buf, ODIRECT_BUF, off);
+		if (n <= 0)
+			break;
+		off += n;
+		odirect.bytes += (uint64_t)n;
+		odirect.left = odirect.left > (uint64_t)n ? odirect.left - (uint64_t)n : 0;
+	}
+	close(fd);
+	return odirect.left ? 0 : 1;
+}
+
+/* O_DIRECT read rate of the files of at least 4 MiB under dir, up to
+ * `want` bytes (the cache disk: no page cache). Returns MB/s, or -1. */
+static double odirect_rate(const char *dir, uint64_t want)
+{
+	if (posix_memalign(&odirect.buf, 4096, ODIRECT_BUF))
+		return -1;
+	odirect.left = want;
+	odirect.bytes = 0;
+	double t0 = now_s();
+	nftw(dir, odirect_file, 16, FTW_PHYS);
+	double dt = now_s() - t0;
+	free(odirect.buf);
+	if (odirect.bytes < want / 4) {
+		fprintf(stderr, "%s: %s: only %" PRIu64 " bytes in files of >= 4 MiB to read\n",
+			prog, dir, odirect.bytes);
+		return -1;
+	}
+	return (double)odirect.bytes / 1e6 / dt;
+}
+
+/* What a --procs child reports. */
+struct proc_result {
+	double t0, t1; /* CLOCK_MONOTONIC: system-wide */
+	uint64_t bytes;
+	int ok;
+};
+
+/* A --procs child: its own GPU target, then, at the parent's word, `passes`
+ * passes of GPU STAGE; the result to out_fd. Never returns. */
+static void proc_child(struct bench *b, const struct shardfs_query *q, int passes, int go_fd,
+		       int ready_fd, int out_fd)
+{
+	struct proc_result res = {0};
+	char why[300], c = 1, g;
+	uint32_t path = 0;
+
+	res.ok = gpu_setup(b, q, why, sizeof(why)) == 0;
+	if (!res.ok)
+		fprintf(stderr, "%s: child %d: %s\n", prog, (int)getpid(), why);
+	if (write(ready_fd, &c, 1) != 1 || read(go_fd, &g, 1) < 0)
+		res.ok = 0;
+	res.t0 = now_s();
+	for (int p = 0; p < passes && res.ok; p++) {
+		double r = pass_stage(b, T_GPU, &path);
+		res.ok = r > 0;
+		res.bytes += b->total_bytes;
+	}
+	res.t1 = now_s();
+	if (write(out_fd, &res, sizeof(res)) != (ssize_t)sizeof(res))
+		_exit(1);
+	_exit(res.ok ? 0 : 1);
+}
+
+/*
+ * --procs: b->procs processes stage all files to the GPU at once (forked
+ * here, before this process has touched CUDA: it does not survive fork).
+ * Returns the aggregate MB/s (all their bytes over the span from the first
+ * start to the last end), 0 when the GPU half is skipped, or -1; *cpu_s:
+ * the daemon's CPU-seconds meanwhile (-1 unknown).
+ */
+static double run_procs(struct bench *b, const struct shardfs_query *q, int passes, double *cpu_s)
+{
+	int go[2], ready[2], out[2], n = 0;
+	double t0 = 1e300, t1 = 0, mb = 0;
+	bool ok = true;
+
+	*cpu_s = -1;
+	if (!(q->caps & SHARDFS_CAP_CUDA_IPC) || q->n_gpus == 0)
+		return 0;
+	if (pipe(go) || pipe(ready) || pipe(out))
+		return -1;
+	fflush(stdout);
+	for (; n < b->procs; n++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			close(go[1]);
+			proc_child(b, q, passes, go[0], ready[1], out[1]);
+		}
+		if (pid < 0)
+			break;
+	}
+	close(go[0]);
+	close(ready[1]);
+	close(out[1]);
+	for (int i = 0; i < n; i++) {
+		char c;
+		if (read(ready[0], &c, 1) != 1)
+			ok = false;
+	}
+	double cpu0 = cpu_seconds(b->daemon_pid);
+	close(go[1]); /* EOF: all start */
+	for (int i = 0; i < n; i++) {
+		struct proc_result r;
+		if (read(out[0], &r, sizeof(r)) != (ssize_t)sizeof(r) || !r.ok) {
+			ok = false;
+			continue;
+		}
+		t0 = r.t0 < t0 ? r.t0 : t0;
+		t1 = r.t1 > t1 ? r.t1 : t1;
+		mb += (double)r.bytes / 1e6;
+	}
+	double cpu1 = cpu_seconds(b->daemon_pid);
+	while (wait(NULL) > 0)
+		;
+	close(ready[0]);
+	close(out[0]);
+	if (!ok || n < b->procs) {
+		fprintf(stderr, "%s: --procs %d: a staging process failed\n", prog, b->procs);
+		return -1;
+	}
+	if (cpu0 >= 0 && cpu1 >= 0)
+		*cpu_s = (cpu1 - cpu0) / (mb * 1e6 / (1u << 30));
+	return mb / (t1 - t0);
+}
+
 static void usage(FILE *to)
 {
 	fprintf(to,
-		"usage: %s [--gpu N] [--range BYTES] [--passes N] FILE [FILE...]\n"
+		"usage: %s [--gpu N] [--range BYTES] [--passes N] [--procs N] [--cache-dir DIR]\n"
+		"       [--daemon-pid PID] FILE [FILE...]\n"
 		"  FILEs on a shardfs mount, already in its cache (shardfs-warm).\n"
 		"  --gpu N        CUDA device for the GPU half (default 0)\n"
 		"  --range BYTES  bytes per staged range and per read() (default 1M)\n"
-		"  --passes N     repeat each measurement, report the best (default 1)\n",
+		"  --passes N     repeat each measurement, report the best (default 1)\n"
+		"  --procs N      also N processes staging to the GPU at once (default 1: no)\n"
+		"  --cache-dir DIR  the daemon's cache_dir: O_DIRECT read rate of its files\n"
+		"  --daemon-pid PID the daemon: its CPU-seconds per GiB staged to the GPU\n",
 		prog);
 }
 
@@ -517,6 +723,9 @@ static int parse_args(int argc, char **argv, struct bench *b, int *passes)
 	static const struct option opts[] = {{"gpu", required_argument, NULL, 'g'},
 					     {"range", required_argument, NULL, 'r'},
 					     {"passes", required_argument, NULL, 'p'},
+					     {"procs", required_argument, NULL, 'n'},
+					     {"cache-dir", required_argument, NULL, 'c'},
+					     {"daemon-pid", required_argument, NULL, 'd'},
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	int c;
@@ -536,6 +745,23 @@ static int parse_args(int argc, char **argv, struct bench *b, int *passes)
 		case 'p':
 			*passes = atoi(optarg);
 			if (*passes < 1) {
+				usage(stderr);
+				return 2;
+			}
+			break;
+		case 'n':
+			b->procs = atoi(optarg);
+			if (b->procs < 1 || b->procs > 64) {
+				usage(stderr);
+				return 2;
+			}
+			break;
+		case 'c':
+			b->cache_dir = optarg;
+			break;
+		case 'd':
+			b->daemon_pid = atoi(optarg);
+			if (b->daemon_pid <= 0) {
 				usage(stderr);
 				return 2;
 			}
@@ -666,6 +892,9 @@ static int shm_create(struct bench *b)
 struct rates {
 	double shm_stage, shm_read;
 	double gpu_stage, gpu_pinned, gpu_pageable;
+	double h2d, disk;	   /* the ceilings: link, cache disk (O_DIRECT); -1 unknown */
+	double cpu_s_per_gib;	   /* the daemon's, over the GPU STAGE passes; -1 unknown */
+	double procs, procs_cpu_s; /* --procs: aggregate MB/s; daemon CPU-s per GiB */
 };
 
 /*
@@ -695,6 +924,32 @@ static int run_shm(struct bench *b, int passes, uint8_t *heap, struct rates *r)
 	return 0;
 }
 
+/* The ceilings and STAGE's ratios to them (GPU half). */
+static void print_ceilings(const struct bench *b, struct rates *r)
+{
+	if (b->cache_dir)
+		r->disk = odirect_rate(b->cache_dir, b->total_bytes);
+	double link = r->h2d, lim = r->disk > 0 && r->disk < link ? r->disk : link;
+	printf("link pinned cudaMemcpy H2D, RAM    %9.1f MB/s\n", link);
+	if (r->disk > 0)
+		printf("disk cache files, O_DIRECT read    %9.1f MB/s\n", r->disk);
+	else
+		printf("disk cache files, O_DIRECT read    (no --cache-dir)\n");
+	printf("gpu  STAGE / link                  %9.2f\n", r->gpu_stage / link);
+	if (r->disk > 0)
+		printf("gpu  STAGE / disk                  %9.2f\n", r->gpu_stage / r->disk);
+	printf("gpu  STAGE / min(link, disk)       %9.2f\n", r->gpu_stage / lim);
+	if (r->cpu_s_per_gib >= 0)
+		printf("gpu  daemon CPU per GiB staged     %9.3f s\n", r->cpu_s_per_gib);
+	if (r->procs > 0) {
+		printf("gpu  %2d procs STAGE, aggregate     %9.1f MB/s\n", b->procs, r->procs);
+		printf("gpu  %2d procs / min(link, disk)    %9.2f\n", b->procs, r->procs / lim);
+		if (r->procs_cpu_s >= 0)
+			printf("gpu  %2d procs daemon CPU per GiB   %9.3f s\n", b->procs,
+			       r->procs_cpu_s);
+	}
+}
+
 /*
  * The GPU half, when gpu_setup allows it (else it prints why it is
  * skipped): passes of STAGE and of read()+cudaMemcpy from a pinned and a
@@ -711,9 +966,17 @@ static int run_gpu(struct bench *b, const struct shardfs_query *q, int passes, s
 		printf("GPU: skipped (%s)\n", why);
 		return 0;
 	}
+	double cpu = 0, gib = 0;
 	for (int p = 0; p < passes; p++) {
+		double c0 = cpu_seconds(b->daemon_pid);
 		double s = pass_stage(b, T_GPU, &gpu_path);
-		double r1 = s < 0 ? -1 : pass_read(b, B_CUDA_PINNED, NULL);
+		double c1 = cpu_seconds(b->daemon_pid);
+		cpu += c1 - c0;
+		gib += (double)b->total_bytes / (1u << 30);
+		r->cpu_s_per_gib = c0 >= 0 && c1 >= 0 ? cpu / gib : -1;
+		double h = s < 0 ? -1 : pass_h2d(b);
+		r->h2d = best(r->h2d, h);
+		double r1 = s < 0 || h < 0 ? -1 : pass_read(b, B_CUDA_PINNED, NULL);
 		double r2 = r1 < 0 ? -1 : pass_read(b, B_CUDA_PAGEABLE, NULL);
 		if (s < 0 || r1 < 0 || r2 < 0)
 			return -1;
@@ -727,6 +990,7 @@ static int run_gpu(struct bench *b, const struct shardfs_query *q, int passes, s
 	printf("gpu  read() + cudaMemcpy, pageable %9.1f MB/s\n", r->gpu_pageable);
 	printf("gpu  STAGE / read()+pinned         %9.2f\n", r->gpu_stage / r->gpu_pinned);
 	printf("gpu  STAGE / read()+pageable       %9.2f\n", r->gpu_stage / r->gpu_pageable);
+	print_ceilings(b, r);
 	if (verify(b, T_GPU) < 0)
 		return -1;
 	printf("gpu  verify                        ok\n");
@@ -739,8 +1003,13 @@ static void print_keys(const struct bench *b, const struct rates *r)
 	printf("bytes=%" PRIu64 " range_bytes=%" PRIu64 " shm_stage_MBps=%.1f shm_read_MBps=%.1f",
 	       b->total_bytes, b->range_bytes, r->shm_stage, r->shm_read);
 	if (r->gpu_stage >= 0)
-		printf(" gpu_stage_MBps=%.1f gpu_read_pinned_MBps=%.1f gpu_read_pageable_MBps=%.1f",
-		       r->gpu_stage, r->gpu_pinned, r->gpu_pageable);
+		printf(" gpu_stage_MBps=%.1f gpu_read_pinned_MBps=%.1f gpu_read_pageable_MBps=%.1f"
+		       " h2d_MBps=%.1f disk_MBps=%.1f daemon_cpu_s_per_GiB=%.3f",
+		       r->gpu_stage, r->gpu_pinned, r->gpu_pageable, r->h2d, r->disk,
+		       r->cpu_s_per_gib);
+	if (r->procs > 0)
+		printf(" procs=%d procs_stage_MBps=%.1f procs_cpu_s_per_GiB=%.3f", b->procs,
+		       r->procs, r->procs_cpu_s);
 	printf("\n");
 }
 
@@ -766,8 +1035,8 @@ static void shm_free(struct bench *b, uint8_t *heap)
 
 int main(int argc, char **argv)
 {
-	struct bench b = {.gpu = 0, .range_bytes = 1u << 20};
-	struct rates r = {-1, -1, -1, -1, -1};
+	struct bench b = {.gpu = 0, .range_bytes = 1u << 20, .procs = 1};
+	struct rates r = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
 	struct shardfs_query q;
 	int passes = 1, status, sfd;
 	uint64_t largest;
@@ -799,6 +1068,8 @@ int main(int argc, char **argv)
 	memset(heap, 0, b.range_bytes);
 
 	if (run_shm(&b, passes, heap, &r) < 0)
+		goto out_shm;
+	if (b.procs > 1 && (r.procs = run_procs(&b, &q, passes, &r.procs_cpu_s)) < 0)
 		goto out_shm;
 	if (run_gpu(&b, &q, passes, &r) < 0)
 		goto out_gpu;

@@ -591,6 +591,60 @@ ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view
 	return sfs_pf_read_async(f, off, len, v, NULL, NULL, 0);
 }
 
+/* The bytes of a view copied to out (buf_len bytes from buf). Returns n, or
+ * -EINVAL when they do not fit. */
+static ssize_t view_copy(const struct sfs_pf_view *v, ssize_t n, char *out, const char *buf,
+			 size_t buf_len)
+{
+	if ((size_t)(out - buf) + (size_t)n > buf_len)
+		return -EINVAL;
+	for (int i = 0; i < v->n_iov; i++) {
+		memcpy(out, v->iov[i].iov_base, v->iov[i].iov_len);
+		out += v->iov[i].iov_len;
+	}
+	return n;
+}
+
+ssize_t sfs_pf_read_into(sfs_pf_file *f, uint64_t off, size_t len, void *buf, size_t buf_len,
+			 const char **data, size_t *cache_bytes)
+{
+	char *out = (char *)buf + (off & ((1u << SFS_STORE_SUB_SHIFT) - 1));
+
+	*data = out;
+	*cache_bytes = 0;
+	if (off >= f->size || len == 0)
+		return 0;
+	uint64_t end = off + len < f->size ? off + len : f->size;
+	if (end - off > SFS_CHUNK_BYTES)
+		return -EINVAL;
+	uint64_t c0 = off >> SFS_CHUNK_SHIFT, c1 = (end - 1) >> SFS_CHUNK_SHIFT;
+
+	pthread_mutex_lock(&f->lock);
+	sfs_store_obj *obj = f->obj; /* held while the file is open (plan_read) */
+	bool in_mem = chunk_find(f, c0) || (c1 != c0 && chunk_find(f, c1));
+	pthread_mutex_unlock(&f->lock);
+	if (obj && !in_mem && sfs_store_range_bytes(obj, off, (size_t)(end - off)) <= buf_len) {
+		if (__atomic_load_n(&f->hint_holds, __ATOMIC_RELAXED) && f->pf->observer)
+			f->pf->observer(f->pf->observer_arg, f, off, end);
+		ssize_t n = sfs_store_read_range(obj, off, (size_t)(end - off), buf, buf_len, data);
+		if (n > 0) {
+			*cache_bytes = (size_t)n;
+			count(&f->pf->stats.hit_bytes, n);
+			count(&f->pf->stats.direct_reads, 1);
+			return n;
+		}
+		*data = out; /* not in the store, or it failed its check: a miss */
+	}
+	struct sfs_pf_view v;
+	ssize_t n = sfs_pf_read(f, off, (size_t)(end - off), &v);
+	if (n > 0) {
+		*cache_bytes = v.cache_bytes;
+		n = view_copy(&v, n, out, buf, buf_len);
+	}
+	sfs_pf_view_release(f, &v);
+	return n;
+}
+
 void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v)
 {
 	if (v->scratch) { /* before f: the reply may have let f go */

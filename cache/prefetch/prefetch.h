@@ -216,6 +216,23 @@ struct sfs_pf_view {
  */
 ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v);
 
+/*
+ * sfs_pf_read into the caller's buffer, for callers whose buffer is special
+ * (pinned for DMA): [off, off + len) (len <= 1 MiB, crossing at most one
+ * chunk boundary) lands in buf, contiguous, at *data. When the store has the
+ * range and no chunk of it is in memory, the store reads and verifies it
+ * straight into buf (no other copy): buf must then be 4096-aligned, and
+ * *data is buf + (off % 16 KiB) (SFS_STORE_SUB_SHIFT), or elsewhere in buf
+ * for a file of one chunk or less (its packed record is read whole). Else
+ * the bytes come as for sfs_pf_read (fetched when missing, a checksum
+ * failure is a miss) and are copied to buf + (off % 16 KiB). buf_len must
+ * hold (off % 16 KiB) + len + 20 KiB, and a packed record (else -EINVAL).
+ * *cache_bytes: how many came from the local cache. Returns bytes (short
+ * only at end of file) or -errno. Blocks; any thread, several at once.
+ */
+ssize_t sfs_pf_read_into(sfs_pf_file *f, uint64_t off, size_t len, void *buf, size_t buf_len,
+			 const char **data, size_t *cache_bytes);
+
 /* Called once with the outcome of an asynchronous read: n bytes (0 at end
  * of file) in v, or -errno. arg is the fetch's copy of the caller's context
  * (arg_len bytes, max-aligned); it and the bytes are valid only during the

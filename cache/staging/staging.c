@@ -172,20 +172,30 @@ static int cuda_put(sfs_stage_region *r, uint64_t off, const struct iovec *iov, 
 				       n_iov);
 }
 
+/* CUDA: the pipeline (staging_cuda.c); done when it returns. */
+static int cuda_fill(sfs_stage_region *r, struct sfs_stage_span *spans, unsigned n,
+		     const struct sfs_stage_source *src, uint64_t *cache_bytes)
+{
+	return sfs_cuda_stage(r->st->cuda, r->device, r->dev_dst, spans, n, src, cache_bytes);
+}
+
 /* The last region of an import closes it: the trainer may then free. */
 static void cuda_release(sfs_stage_region *r)
 {
 	sfs_cuda_unimport(r->st->cuda, r->dev_base, r->device);
 }
 
-/* Per target (enum sfs_stage_kind): the copy into a region and the release
- * of what its constructor took. */
+/* Per target (enum sfs_stage_kind): the copy into a region, the pipelined
+ * stage (NULL: the target takes bytes through put only) and the release of
+ * what its constructor took. */
 static const struct stage_ops {
 	int (*put)(sfs_stage_region *r, uint64_t off, const struct iovec *iov, int n_iov);
+	int (*fill)(sfs_stage_region *r, struct sfs_stage_span *spans, unsigned n,
+		    const struct sfs_stage_source *src, uint64_t *cache_bytes);
 	void (*release)(sfs_stage_region *r);
 } stage_ops[] = {
-    [SFS_STAGE_SHM] = {shm_put, shm_release},
-    [SFS_STAGE_CUDA] = {cuda_put, cuda_release},
+    [SFS_STAGE_SHM] = {shm_put, NULL, shm_release},
+    [SFS_STAGE_CUDA] = {cuda_put, cuda_fill, cuda_release},
 };
 _Static_assert(sizeof(stage_ops) / sizeof(stage_ops[0]) == SFS_STAGE_KIND_COUNT,
 	       "one copy row per staging target");
@@ -205,4 +215,12 @@ enum sfs_stage_kind sfs_stage_region_kind(const sfs_stage_region *r) { return r-
 int sfs_stage_region_put(sfs_stage_region *r, uint64_t off, const struct iovec *iov, int n_iov)
 {
 	return stage_ops[r->kind].put(r, off, iov, n_iov);
+}
+
+int sfs_stage_region_fill(sfs_stage_region *r, struct sfs_stage_span *spans, unsigned n,
+			  const struct sfs_stage_source *src, uint64_t *cache_bytes)
+{
+	if (!stage_ops[r->kind].fill)
+		return -EOPNOTSUPP;
+	return stage_ops[r->kind].fill(r, spans, n, src, cache_bytes);
 }

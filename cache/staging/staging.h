@@ -12,7 +12,10 @@
  * Does not own: where the bytes come from (prefetch), the ioctl ABI (fs).
  *
  * Threading: sfs_staging_* may be called from any thread. A region is used
- * by one thread at a time (the fs layer serialises per open file).
+ * by one thread at a time (the fs layer serialises per open file); many
+ * regions (several trainers) stage at once. A CUDA stage runs on the
+ * caller's thread and on the GPU's staging workers (sfs_stage_region_fill),
+ * which call the caller's source concurrently.
  */
 #ifndef SFS_STAGING_H
 #define SFS_STAGING_H
@@ -39,7 +42,8 @@ void sfs_staging_close(sfs_staging *st);
 /* Usable GPUs (0 without CUDA) and their UUIDs. */
 unsigned sfs_staging_gpu_count(sfs_staging *st);
 int sfs_staging_gpu_uuid(sfs_staging *st, unsigned index, uint8_t uuid[16]);
-/* Host memory in pinned GPU staging buffers (16 MiB per GPU staged to). */
+/* Host memory in pinned GPU staging buffers (a fixed pool per GPU staged
+ * to, made on its first stage and kept until close). */
 uint64_t sfs_staging_pinned_bytes(sfs_staging *st);
 
 /*
@@ -71,5 +75,45 @@ enum sfs_stage_kind sfs_stage_region_kind(const sfs_stage_region *r);
  * (device memory written) when this returns.
  */
 int sfs_stage_region_put(sfs_stage_region *r, uint64_t off, const struct iovec *iov, int n_iov);
+
+/* A source's reads may place bytes up to this far past (off % 16 KiB) + len
+ * in the buffer they are given (whole verification blocks, O_DIRECT). */
+#define SFS_STAGE_READ_SLACK (64u << 10)
+
+/*
+ * Where a pipelined stage gets its bytes. read() puts [pos, pos + len) of
+ * the file into buf (buf_len >= len + SFS_STAGE_READ_SLACK bytes, 4096-
+ * aligned), contiguous, and points *data at them inside buf; *cache_bytes:
+ * how many came from the local cache. It returns the bytes (short only at
+ * end of file) or -errno. It is called from several threads at once, for
+ * disjoint ranges, in no fixed order, and only until
+ * sfs_stage_region_fill returns.
+ */
+struct sfs_stage_source {
+	ssize_t (*read)(void *arg, uint64_t pos, size_t len, void *buf, size_t buf_len,
+			const char **data, size_t *cache_bytes);
+	void *arg;
+};
+
+/* One range of a pipelined stage: len bytes of the source at src_off to
+ * the region's dst_off (the caller checked the bounds). placed (out): the
+ * bytes that landed, short only at end of file. */
+struct sfs_stage_span {
+	uint64_t src_off, dst_off, len;
+	uint64_t placed;
+};
+
+/*
+ * Place spans[0..n) into the region, reading them from src on the caller's
+ * thread and on helper threads while earlier pieces are being copied (the
+ * CUDA pipeline: reads into pinned buffers overlap host-to-device copies).
+ * *cache_bytes adds what came from the local cache. Returns 0 when every
+ * piece landed (device memory written), -EOPNOTSUPP for a target that
+ * takes bytes only through sfs_stage_region_put (shm), or the first -errno
+ * of a read or copy (then the spans' bytes are undefined, nothing else is
+ * touched, and every buffer and helper is free again when it returns).
+ */
+int sfs_stage_region_fill(sfs_stage_region *r, struct sfs_stage_span *spans, unsigned n,
+			  const struct sfs_stage_source *src, uint64_t *cache_bytes);
 
 #endif

@@ -14,7 +14,9 @@
  *     rt: libcudart functions, mem_get_address_range (libcuda)
  *                                      set at open, then read-only
  *     gpus[n_gpus]: uuid, ordinal      set at open, then read-only
- *       lock ──> ready, buf[k].{host, stream, busy}     (one copy at a time)
+ *       lock ──> ready, stopping, buf[k].{host, stream}, free ──> buf ──> buf
+ *            ──> jobs ──> job ──> job     (stages with pieces left to take)
+ *       workers[n_workers]              (started with the pool, joined at close)
  *     import_lock ──> buckets[hash(handle, uuid)] -> import -> import ...
  *                 ──> gpus[g].imports -> import -> ... (by GPU, via gpu_next)
  *                      import: handle, uuid, gpu, base, bytes, refs
@@ -22,17 +24,31 @@
  *
  * Threading: every function may be called from any thread once open has
  * returned. CUDA's current device is per thread, so each call that touches a
- * GPU sets it first. Lock order: import_lock and a GPU's lock are never held
- * together. A GPU's lock is held for a whole copy (pinned buffers and
- * streams are per GPU); import_lock is held across cudaIpcOpenMemHandle so
- * that a handle is opened once per GPU (imports are rare: one per REGISTER).
+ * GPU sets it first (a worker once, at its start). Lock order: import_lock
+ * and a GPU's lock are never held together. A GPU's lock is held only to
+ * take or give back a buffer or a piece, never across a read, a copy or a
+ * stream synchronisation; import_lock is held across cudaIpcOpenMemHandle
+ * so that a handle is opened once per GPU (imports are rare: one per
+ * REGISTER).
  *
- * Copies: the bytes of the iovecs are cut into pieces; piece k is copied by
- * the CPU into pinned buffer k % SFS_CUDA_N_BUF and sent with
- * cudaMemcpyAsync on that buffer's stream, so the CPU fills one buffer while
- * the DMA of the others runs. A buffer is refilled only after its stream has
- * finished; every stream is synchronised before the call returns.
- *
+ * The pipeline (sfs_cuda_stage): a stage is a job, on its caller's stack,
+ * cut into pieces of up to SFS_CUDA_PIECE_MAX bytes. The caller posts it to
+ * its GPU's job list and takes pieces itself; the GPU's SFS_CUDA_N_WORKERS
+ * workers take pieces of the oldest job. A thread that takes piece k gets a
+ * free pinned buffer, has the source read (and verify) the piece straight
+ * into it, starts cudaMemcpyAsync on the buffer's own stream, and only then
+ * waits for the copy of its previous piece and gives that buffer back: each
+ * thread reads piece k + 1 while the copy of piece k runs, and several
+ * threads read at once. Invariants: a buffer is on the free list exactly
+ * when no copy from it can be running; a thread holds at most one buffer
+ * with a copy in flight and, when the pool is empty, waits for that copy and
+ * reuses its buffer instead of waiting for the pool (so no thread waits for
+ * the pool while holding a buffer, and threads cannot wait on each other);
+ * a job's pieces are all taken before it leaves the job list (or its first
+ * error stops the taking), and its caller returns only when every taken
+ * piece is finished (copy synchronised or failed), so the job, its spans
+ * and its source are never touched after the call returns.
+
  * Bounds: the trainer states the size of its allocation, and a copy past
  * the end of an imported mapping could land in another trainer's memory
  * (imports share the daemon's address space). So each import's true size
@@ -154,25 +170,34 @@ static const struct sfs_cudart_sym cudart_syms[] = {
 
 /* --- state --------------------------------------------------------------- */
 
-#define SFS_CUDA_N_BUF		4	     /* pinned staging buffers per GPU */
-#define SFS_CUDA_BUF_BYTES	(4u << 20)   /* bytes of each */
-#define SFS_CUDA_MIN_PIECE	(256u << 10) /* smallest piece a copy is cut into */
-#define SFS_CUDA_PIECE_ALIGN	(64u << 10)
+#define SFS_CUDA_MIN_PIECE	(256u << 10) /* smallest piece a stage is cut into */
+#define SFS_CUDA_PIECE_ALIGN	(64u << 10)  /* pieces are multiples of this */
 #define SFS_CUDA_IMPORT_BUCKETS 64
 
 struct sfs_cuda_buf {
-	void *host;		  /* cudaMallocHost, SFS_CUDA_BUF_BYTES */
-	sfs_cudart_stream stream; /* the DMA out of host runs on this stream */
-	bool busy;		  /* a DMA may still read host */
+	void *host;		   /* cudaMallocHost, SFS_CUDA_BUF_BYTES; set with the pool */
+	sfs_cudart_stream stream;  /* the DMA out of host runs on this stream; set with the pool */
+	struct sfs_cuda_buf *next; /* free list; protected by the GPU's lock */
 };
 
+struct cuda_job;
+
 struct sfs_cuda_gpu {
-	uint8_t uuid[16]; /* set at open, then read-only */
-	int ordinal;	  /* the runtime's device number; set at open, then read-only */
+	uint8_t uuid[16];    /* set at open, then read-only */
+	int ordinal;	     /* the runtime's device number; set at open, then read-only */
+	unsigned index;	     /* in cu->gpus; set at open, then read-only */
+	struct sfs_cuda *cu; /* set at open, then read-only */
 	pthread_mutex_t lock;
-	bool ready;				 /* protected by lock: buf[] created */
-	struct sfs_cuda_buf buf[SFS_CUDA_N_BUF]; /* protected by lock */
-	struct sfs_cuda_import *imports;	 /* protected by cu->import_lock */
+	pthread_cond_t work; /* a job was posted, or stopping; with lock */
+	pthread_cond_t idle; /* a buffer came back, or a piece finished; with lock */
+	bool ready;	     /* protected by lock: buf[], streams and workers made */
+	bool stopping;	     /* protected by lock: workers exit once the job list is empty */
+	struct sfs_cuda_buf buf[SFS_CUDA_N_BUF]; /* host, stream: set while ready */
+	struct sfs_cuda_buf *free;		 /* protected by lock */
+	struct cuda_job *jobs, **jobs_tail;	 /* protected by lock: FIFO */
+	pthread_t workers[SFS_CUDA_N_WORKERS];
+	unsigned n_workers;		 /* protected by lock (read-only while ready) */
+	struct sfs_cuda_import *imports; /* protected by cu->import_lock */
 };
 
 /* Fields other than the links are set before the import is published. */
@@ -296,7 +321,8 @@ static int find_gpu(struct sfs_cuda *cu, const uint8_t uuid[16])
 	return -1;
 }
 
-/* Free what exists of g->buf[]. Caller holds g->lock and has set the device. */
+/* Free what exists of g->buf[]. Caller holds g->lock and has set the
+ * device; no worker runs and no copy is in flight. */
 static void gpu_free_buffers(struct sfs_cuda *cu, struct sfs_cuda_gpu *g)
 {
 	if (g->ready)
@@ -312,14 +338,18 @@ static void gpu_free_buffers(struct sfs_cuda *cu, struct sfs_cuda_gpu *g)
 			cu->rt.free_host(b->host);
 		memset(b, 0, sizeof(*b));
 	}
+	g->free = NULL;
 	g->ready = false;
 }
 
-/* Create the pinned buffers and streams of GPU `gi` on first use. Caller
- * holds its lock and has set the device. Returns 0 or -errno. */
-static int gpu_make_buffers(struct sfs_cuda *cu, unsigned gi)
+static void *gpu_worker(void *arg);
+
+/* Create the pinned buffers, their streams and the workers of GPU g on
+ * first use. Caller holds g->lock and has set the device. A worker that
+ * does not start leaves fewer (the callers read themselves). Returns 0 or
+ * -errno. */
+static int gpu_make_buffers(struct sfs_cuda *cu, struct sfs_cuda_gpu *g)
 {
-	struct sfs_cuda_gpu *g = &cu->gpus[gi];
 	sfs_cudart_err e;
 	int err;
 
@@ -329,24 +359,46 @@ static int gpu_make_buffers(struct sfs_cuda *cu, unsigned gi)
 		struct sfs_cuda_buf *b = &g->buf[k];
 		if ((e = cu->rt.malloc_host(&b->host, SFS_CUDA_BUF_BYTES))) {
 			b->host = NULL;
-			err = cuda_fail(cu, "cudaMallocHost", gi, e);
+			err = cuda_fail(cu, "cudaMallocHost", g->index, e);
 			goto err_free;
 		}
 		if ((e = cu->rt.stream_create_with_flags(&b->stream,
 							 SFS_CUDART_STREAM_NON_BLOCKING))) {
 			b->stream = NULL;
-			err = cuda_fail(cu, "cudaStreamCreateWithFlags", gi, e);
+			err = cuda_fail(cu, "cudaStreamCreateWithFlags", g->index, e);
 			goto err_free;
 		}
+		b->next = g->free;
+		g->free = b;
 	}
 	g->ready = true;
 	__atomic_fetch_add(&cu->pinned_bytes, (uint64_t)SFS_CUDA_N_BUF * SFS_CUDA_BUF_BYTES,
 			   __ATOMIC_RELAXED);
+	while (g->n_workers < SFS_CUDA_N_WORKERS &&
+	       pthread_create(&g->workers[g->n_workers], NULL, gpu_worker, g) == 0)
+		g->n_workers++;
+	if (g->n_workers < SFS_CUDA_N_WORKERS)
+		sfs_log(SFS_LOG_WARN, "staging", "GPU %u: %u of %u staging workers started",
+			g->index, g->n_workers, SFS_CUDA_N_WORKERS);
 	return 0;
 
 err_free:
 	gpu_free_buffers(cu, g);
 	return err;
+}
+
+/* Stop and join the workers of g (they finish the jobs listed first).
+ * No lock held. */
+static void gpu_stop_workers(struct sfs_cuda_gpu *g)
+{
+	pthread_mutex_lock(&g->lock);
+	g->stopping = true;
+	pthread_cond_broadcast(&g->work);
+	unsigned n = g->n_workers;
+	pthread_mutex_unlock(&g->lock);
+	for (unsigned i = 0; i < n; i++)
+		pthread_join(g->workers[i], NULL);
+	g->n_workers = 0;
 }
 
 /* --- API ----------------------------------------------------------------- */
@@ -394,10 +446,15 @@ int sfs_cuda_open(struct sfs_cuda **out)
 				cuda_strerror(cu, e), e);
 			continue;
 		}
-		struct sfs_cuda_gpu *g = &cu->gpus[cu->n_gpus++];
+		struct sfs_cuda_gpu *g = &cu->gpus[cu->n_gpus];
 		memcpy(g->uuid, prop + SFS_CUDART_PROP_UUID_OFFSET, 16);
 		g->ordinal = d;
+		g->index = cu->n_gpus++;
+		g->cu = cu;
+		g->jobs_tail = &g->jobs;
 		pthread_mutex_init(&g->lock, NULL);
+		pthread_cond_init(&g->work, NULL);
+		pthread_cond_init(&g->idle, NULL);
 		prop[255] = 0;
 		const uint8_t *u = g->uuid;
 		sfs_log(
@@ -426,11 +483,14 @@ err_free:
 	return err;
 }
 
-/* Closes every import and frees the buffers. No other call may be running. */
+/* Stops the workers, closes every import and frees the buffers. No other
+ * call may be running. */
 void sfs_cuda_close(struct sfs_cuda *cu)
 {
 	if (!cu)
 		return;
+	for (unsigned i = 0; i < cu->n_gpus; i++)
+		gpu_stop_workers(&cu->gpus[i]);
 	for (unsigned b = 0; b < SFS_CUDA_IMPORT_BUCKETS; b++) {
 		struct sfs_cuda_import *im = cu->buckets[b], *next;
 		for (; im; im = next) {
@@ -444,6 +504,8 @@ void sfs_cuda_close(struct sfs_cuda *cu)
 		struct sfs_cuda_gpu *g = &cu->gpus[i];
 		if (g->ready && cu->rt.set_device(g->ordinal) == SFS_CUDART_SUCCESS)
 			gpu_free_buffers(cu, g);
+		pthread_cond_destroy(&g->work);
+		pthread_cond_destroy(&g->idle);
 		pthread_mutex_destroy(&g->lock);
 	}
 	free(cu->gpus);
@@ -603,106 +665,366 @@ static bool inside_import(struct sfs_cuda *cu, unsigned gi, const void *dst, siz
 	return ok;
 }
 
-/* Bytes per piece for a copy of `total` bytes: about a quarter of it, so
- * that even a 1 MiB copy overlaps CPU copies with DMA, within
- * [SFS_CUDA_MIN_PIECE, SFS_CUDA_BUF_BYTES]. */
-static size_t piece_bytes(size_t total)
+/* --- the pipeline --------------------------------------------------------- */
+
+/* One sfs_cuda_stage call; lives on its caller's stack. */
+struct cuda_job {
+	struct sfs_cuda_gpu *g;		    /* set before posting, then read-only */
+	char *dst;			    /* device: the region's first byte; same */
+	struct sfs_stage_span *spans;	    /* same; .placed protected by g->lock */
+	unsigned n_spans;		    /* same */
+	const struct sfs_stage_source *src; /* same */
+	size_t piece;			    /* bytes per piece; same */
+	uint64_t n_pieces;		    /* same */
+	uint64_t next_piece;		    /* protected by g->lock: the next to take */
+	uint64_t finished;		    /* protected by g->lock: taken and over */
+	uint64_t cache_bytes;		    /* protected by g->lock */
+	int err;			    /* protected by g->lock: the first error */
+	bool listed;			    /* protected by g->lock: on g->jobs */
+	struct cuda_job *next;		    /* protected by g->lock */
+};
+
+/* A thread's copy in flight: buf's stream copies piece bytes of job. */
+struct cuda_inflight {
+	struct sfs_cuda_buf *buf; /* NULL: none */
+	struct cuda_job *job;
+};
+
+/* Bytes per piece for a stage of `total` bytes: spread over the workers and
+ * the caller, so that even 1 MiB is read by several threads, within
+ * [SFS_CUDA_MIN_PIECE, SFS_CUDA_PIECE_MAX]. */
+static size_t piece_bytes(uint64_t total)
 {
-	size_t p = total / SFS_CUDA_N_BUF;
+	uint64_t p = total / (SFS_CUDA_N_WORKERS + 1);
 
 	p = (p + SFS_CUDA_PIECE_ALIGN - 1) / SFS_CUDA_PIECE_ALIGN * SFS_CUDA_PIECE_ALIGN;
 	if (p < SFS_CUDA_MIN_PIECE)
 		p = SFS_CUDA_MIN_PIECE;
-	if (p > SFS_CUDA_BUF_BYTES)
-		p = SFS_CUDA_BUF_BYTES;
-	return p;
+	if (p > SFS_CUDA_PIECE_MAX)
+		p = SFS_CUDA_PIECE_MAX;
+	return (size_t)p;
+}
+
+/* Take the next piece of j into *k. Returns false when none is left (or j
+ * failed); then j is off the job list. Caller holds g->lock. */
+static bool job_take(struct cuda_job *j, uint64_t *k)
+{
+	struct sfs_cuda_gpu *g = j->g;
+
+	if (j->err || j->next_piece == j->n_pieces) {
+		if (j->listed) {
+			struct cuda_job **p = &g->jobs;
+			while (*p != j)
+				p = &(*p)->next;
+			*p = j->next;
+			if (g->jobs_tail == &j->next)
+				g->jobs_tail = p;
+			j->listed = false;
+		}
+		return false;
+	}
+	*k = j->next_piece++;
+	return true;
+}
+
+/* Account a taken piece as over, with its error (0: none). Caller holds
+ * g->lock; j may be gone once it is let go. */
+static void job_piece_over(struct cuda_job *j, int err)
+{
+	if (err && !j->err)
+		j->err = err;
+	j->finished++;
+	pthread_cond_broadcast(&j->g->idle);
+}
+
+/* Wait for the copy in flight of *fl, account its piece and, if give_back,
+ * return its buffer to the pool. No lock held. */
+static void inflight_retire(struct cuda_inflight *fl, bool give_back)
+{
+	struct sfs_cuda_gpu *g = fl->job->g;
+	struct sfs_cuda *cu = g->cu;
+	sfs_cudart_err e = cu->rt.stream_synchronize(fl->buf->stream);
+	int err = e ? cuda_fail(cu, "cudaStreamSynchronize", g->index, e) : 0;
+
+	pthread_mutex_lock(&g->lock);
+	if (give_back) {
+		fl->buf->next = g->free;
+		g->free = fl->buf;
+	}
+	job_piece_over(fl->job, err ? -EIO : 0); /* the device bytes are undefined */
+	pthread_mutex_unlock(&g->lock);
+	fl->buf = NULL;
+	fl->job = NULL;
+}
+
+/* A pinned buffer for the calling thread: a free one, or, when the pool is
+ * empty and the thread has a copy in flight, that copy's buffer once it is
+ * over (never waits for the pool while holding a buffer). No lock held. */
+static struct sfs_cuda_buf *buf_take(struct sfs_cuda_gpu *g, struct cuda_inflight *fl)
+{
+	pthread_mutex_lock(&g->lock);
+	while (!g->free && !fl->buf)
+		pthread_cond_wait(&g->idle, &g->lock);
+	struct sfs_cuda_buf *b = g->free;
+	if (b)
+		g->free = b->next;
+	pthread_mutex_unlock(&g->lock);
+	if (!b) {
+		b = fl->buf;
+		inflight_retire(fl, false);
+	}
+	return b;
+}
+
+/* Where piece k of j is: its span, and its offset in it. */
+static struct sfs_stage_span *piece_span(const struct cuda_job *j, uint64_t k, uint64_t *in_span)
+{
+	for (unsigned i = 0;; i++) {
+		uint64_t n = (j->spans[i].len + j->piece - 1) / j->piece;
+		if (k < n) {
+			*in_span = k * j->piece;
+			return &j->spans[i];
+		}
+		k -= n;
+	}
+}
+
+/*
+ * Piece k of j on the calling thread: read into a pinned buffer, copy
+ * started; then the thread's previous copy waited for (its buffer given
+ * back), and this one becomes *fl. A piece that fails or is empty is over
+ * at once. Steps: 1 buffer, 2 read, 3 copy, 4 account, 5 retire the last.
+ */
+static void run_piece(struct cuda_job *j, uint64_t k, struct cuda_inflight *fl)
+{
+	struct sfs_cuda_gpu *g = j->g;
+	struct sfs_cuda *cu = g->cu;
+	uint64_t in_span;
+	struct sfs_stage_span *sp = piece_span(j, k, &in_span);
+	size_t len = sp->len - in_span < j->piece ? (size_t)(sp->len - in_span) : j->piece;
+
+	/* 1, 2: the source reads (and verifies) straight into pinned memory. */
+	struct sfs_cuda_buf *b = buf_take(g, fl);
+	const char *data = b->host, *host = b->host;
+	size_t cache_bytes = 0;
+	ssize_t n = j->src->read(j->src->arg, sp->src_off + in_span, len, b->host,
+				 SFS_CUDA_BUF_BYTES, &data, &cache_bytes);
+	int err = n < 0 ? (int)n : 0;
+	if (n > 0 && (data < host || (size_t)(data - host) > SFS_CUDA_BUF_BYTES - (size_t)n))
+		err = -EIO; /* outside the pinned buffer: the source broke its contract */
+	/* 3 */
+	if (!err && n > 0) {
+		sfs_cudart_err e = cu->rt.memcpy_async(j->dst + sp->dst_off + in_span, data,
+						       (size_t)n, SFS_CUDART_MEMCPY_H2D, b->stream);
+		if (e)
+			err = cuda_fail(cu, "cudaMemcpyAsync", g->index, e) == -EINVAL
+				  ? -EIO
+				  : cuda_errno(e);
+	}
+	/* 4: a short read is the end of the file: the span ends there. */
+	pthread_mutex_lock(&g->lock);
+	j->cache_bytes += cache_bytes;
+	if (!err && (size_t)n < len && in_span + (uint64_t)n < sp->placed)
+		sp->placed = in_span + (uint64_t)n;
+	bool over = err || n == 0;
+	if (over) {
+		b->next = g->free; /* nothing was started on its stream */
+		g->free = b;
+		job_piece_over(j, err);
+	}
+	pthread_mutex_unlock(&g->lock);
+	/* 5 */
+	if (over)
+		return;
+	if (fl->buf)
+		inflight_retire(fl, true);
+	fl->buf = b;
+	fl->job = j;
+}
+
+/* A GPU's staging worker: takes pieces of the oldest listed job until
+ * stopping is set and the list is empty. */
+static void *gpu_worker(void *arg)
+{
+	struct sfs_cuda_gpu *g = arg;
+	struct cuda_inflight fl = {0};
+	sfs_cudart_err e = g->cu->rt.set_device(g->ordinal);
+
+	if (e) {
+		cuda_fail(g->cu, "cudaSetDevice (staging worker)", g->index, e);
+		return NULL; /* the callers do its share */
+	}
+	pthread_mutex_lock(&g->lock);
+	for (;;) {
+		struct cuda_job *j = g->jobs;
+		uint64_t k;
+		if (!j) {
+			if (fl.buf) { /* its caller waits for it: finish it first */
+				pthread_mutex_unlock(&g->lock);
+				inflight_retire(&fl, true);
+				pthread_mutex_lock(&g->lock);
+				continue;
+			}
+			if (g->stopping)
+				break;
+			pthread_cond_wait(&g->work, &g->lock);
+			continue;
+		}
+		if (!job_take(j, &k))
+			continue;
+		pthread_mutex_unlock(&g->lock);
+		if (fl.buf && fl.job != j)
+			inflight_retire(&fl, true); /* another job's: do not keep it waiting */
+		run_piece(j, k, &fl);
+		pthread_mutex_lock(&g->lock);
+	}
+	pthread_mutex_unlock(&g->lock);
+	return NULL;
+}
+
+/* Checks of sfs_cuda_stage's arguments: -EINVAL for a bad device or an
+ * overflow, -ERANGE for a span not inside one import; *total: bytes. */
+static int stage_check(struct sfs_cuda *cu, int device, const char *dst,
+		       const struct sfs_stage_span *spans, unsigned n, uint64_t *total)
+{
+	*total = 0;
+	if (!cu || device < 0 || (unsigned)device >= cu->n_gpus || (n && !spans))
+		return -EINVAL;
+	for (unsigned i = 0; i < n; i++) {
+		if (spans[i].len > UINT64_MAX / 2 - *total ||
+		    spans[i].dst_off > UINTPTR_MAX - (uintptr_t)dst)
+			return -EINVAL;
+		*total += spans[i].len;
+		if (spans[i].len &&
+		    !inside_import(cu, (unsigned)device, dst + spans[i].dst_off, spans[i].len))
+			return -ERANGE;
+	}
+	return 0;
+}
+
+/*
+ * See staging_cuda.h. Steps: 1 check and cut, 2 make the pool (first
+ * stage on the GPU), 3 post the job, 4 take pieces until none is left,
+ * 5 wait for the pieces of the other threads.
+ */
+int sfs_cuda_stage(struct sfs_cuda *cu, int device, void *dst, struct sfs_stage_span *spans,
+		   unsigned n, const struct sfs_stage_source *src, uint64_t *cache_bytes)
+{
+	struct cuda_job j = {.dst = dst, .spans = spans, .n_spans = n, .src = src};
+	uint64_t total, k;
+	sfs_cudart_err e;
+	int err;
+
+	/* 1 */
+	if ((err = stage_check(cu, device, dst, spans, n, &total)) < 0)
+		return err;
+	j.g = &cu->gpus[device];
+	j.piece = piece_bytes(total);
+	for (unsigned i = 0; i < n; i++) {
+		spans[i].placed = spans[i].len; /* lowered by a short read */
+		j.n_pieces += (spans[i].len + j.piece - 1) / j.piece;
+	}
+	if (j.n_pieces == 0)
+		return 0;
+	/* 2 */
+	struct sfs_cuda_gpu *g = j.g;
+	if ((e = cu->rt.set_device(g->ordinal)))
+		return cuda_fail(cu, "cudaSetDevice", (unsigned)device, e);
+	pthread_mutex_lock(&g->lock);
+	if ((err = gpu_make_buffers(cu, g)) < 0) {
+		pthread_mutex_unlock(&g->lock);
+		return err;
+	}
+	/* 3 */
+	j.listed = true;
+	*g->jobs_tail = &j;
+	g->jobs_tail = &j.next;
+	pthread_cond_broadcast(&g->work);
+	/* 4 */
+	struct cuda_inflight fl = {0};
+	while (job_take(&j, &k)) {
+		pthread_mutex_unlock(&g->lock);
+		run_piece(&j, k, &fl);
+		pthread_mutex_lock(&g->lock);
+	}
+	pthread_mutex_unlock(&g->lock);
+	if (fl.buf)
+		inflight_retire(&fl, true);
+	/* 5 */
+	pthread_mutex_lock(&g->lock);
+	while (j.listed || j.finished < j.next_piece)
+		pthread_cond_wait(&g->idle, &g->lock);
+	pthread_mutex_unlock(&g->lock);
+	*cache_bytes += j.cache_bytes;
+	return j.err;
+}
+
+/* The source of sfs_cuda_copy_to_device: its iovecs as one byte string. */
+struct iov_source {
+	const struct iovec *iov;
+	int n_iov;
+};
+
+static ssize_t iov_read(void *arg, uint64_t pos, size_t len, void *buf, size_t buf_len,
+			const char **data, size_t *cache_bytes)
+{
+	const struct iov_source *is = arg;
+	size_t done = 0;
+	int i = 0;
+
+	(void)buf_len;
+	*data = buf;
+	*cache_bytes = 0;
+	while (i < is->n_iov && pos >= is->iov[i].iov_len)
+		pos -= is->iov[i++].iov_len;
+	for (; i < is->n_iov && done < len; i++, pos = 0) {
+		size_t take = is->iov[i].iov_len - (size_t)pos;
+		if (take > len - done)
+			take = len - done;
+		memcpy((char *)buf + done, (const char *)is->iov[i].iov_base + pos, take);
+		done += take;
+	}
+	return (ssize_t)done;
 }
 
 /*
  * Copies the iovecs, in order, to [dst, dst + their total) on GPU `device`
- * (an index as for sfs_cuda_gpu_uuid). Blocks until the device memory is
+ * (an index as for sfs_cuda_gpu_uuid), through the pipeline (the "read" is a
+ * memcpy into the pinned buffers). Blocks until the device memory is
  * written. Returns 0, -EINVAL (bad device or arguments), -ERANGE (not
  * inside one allocation imported on that GPU), -ENOMEM (no pinned buffers)
  * or -EIO (a failed copy; the device memory is then undefined).
- * Takes the GPU's lock: copies to one GPU run one at a time.
  */
 int sfs_cuda_copy_to_device(struct sfs_cuda *cu, int device, void *dst, const struct iovec *iov,
 			    int n_iov)
 {
-	size_t total = 0;
-	sfs_cudart_err e;
-	int err;
+	struct iov_source is = {iov, n_iov};
+	struct sfs_stage_source src = {iov_read, &is};
+	struct sfs_stage_span span = {0};
+	uint64_t cache_bytes = 0;
 
-	if (!cu || device < 0 || (unsigned)device >= cu->n_gpus || n_iov < 0 || (n_iov && !iov))
+	if (n_iov < 0 || (n_iov && !iov))
 		return -EINVAL;
 	for (int i = 0; i < n_iov; i++) {
-		if (iov[i].iov_len > SIZE_MAX - total)
+		if (iov[i].iov_len > SIZE_MAX / 2 - span.len)
 			return -EINVAL;
-		total += iov[i].iov_len;
+		span.len += iov[i].iov_len;
 	}
-	if (total == 0)
-		return 0;
-	if (!inside_import(cu, (unsigned)device, dst, total))
-		return -ERANGE;
+	if (!cu || device < 0 || (unsigned)device >= cu->n_gpus)
+		return -EINVAL;
+	return sfs_cuda_stage(cu, device, dst, &span, 1, &src, &cache_bytes);
+}
 
+unsigned sfs_cuda_pool_free(struct sfs_cuda *cu, int device)
+{
+	unsigned n = 0;
+
+	if (!cu || device < 0 || (unsigned)device >= cu->n_gpus)
+		return 0;
 	struct sfs_cuda_gpu *g = &cu->gpus[device];
 	pthread_mutex_lock(&g->lock);
-	if ((e = cu->rt.set_device(g->ordinal))) {
-		err = cuda_fail(cu, "cudaSetDevice", (unsigned)device, e);
-		goto out_unlock;
-	}
-	if ((err = gpu_make_buffers(cu, (unsigned)device)) < 0)
-		goto out_unlock;
-
-	size_t piece = piece_bytes(total), done = 0, iov_off = 0;
-	int i = 0, k = 0;
-	while (done < total) {
-		struct sfs_cuda_buf *b = &g->buf[k];
-		if (b->busy) {
-			b->busy = false;
-			if ((e = cu->rt.stream_synchronize(b->stream))) {
-				err = cuda_fail(cu, "cudaStreamSynchronize", (unsigned)device, e);
-				goto out_drain;
-			}
-		}
-		/* Fill buffer k with the next piece of the iovecs. */
-		size_t n = 0;
-		while (n < piece && done + n < total) {
-			size_t take = iov[i].iov_len - iov_off;
-			if (take > piece - n)
-				take = piece - n;
-			memcpy((char *)b->host + n, (const char *)iov[i].iov_base + iov_off, take);
-			n += take;
-			iov_off += take;
-			if (iov_off == iov[i].iov_len) {
-				i++;
-				iov_off = 0;
-			}
-		}
-		if ((e = cu->rt.memcpy_async((char *)dst + done, b->host, n, SFS_CUDART_MEMCPY_H2D,
-					     b->stream))) {
-			err = cuda_fail(cu, "cudaMemcpyAsync", (unsigned)device, e);
-			goto out_drain;
-		}
-		b->busy = true;
-		done += n;
-		k = (k + 1) % SFS_CUDA_N_BUF;
-	}
-	err = 0;
-
-out_drain:
-	/* Every DMA out of the buffers ends before the lock is let go. */
-	for (k = 0; k < SFS_CUDA_N_BUF; k++) {
-		struct sfs_cuda_buf *b = &g->buf[k];
-		if (!b->busy)
-			continue;
-		b->busy = false;
-		if ((e = cu->rt.stream_synchronize(b->stream)) && !err)
-			err = cuda_fail(cu, "cudaStreamSynchronize", (unsigned)device, e);
-	}
-	if (err == -EINVAL)
-		err = -EIO; /* a rejected pointer mid-copy: the device memory is undefined */
-out_unlock:
+	for (struct sfs_cuda_buf *b = g->free; b; b = b->next)
+		n++;
 	pthread_mutex_unlock(&g->lock);
-	return err;
+	return n;
 }

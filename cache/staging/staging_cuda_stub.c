@@ -59,3 +59,17 @@ int sfs_cuda_copy_to_device(struct sfs_cuda *cu, int device, void *dst, const st
 	(void)cu, (void)device, (void)dst, (void)iov, (void)n_iov;
 	return -EOPNOTSUPP;
 }
+
+/* Returns -EOPNOTSUPP. */
+int sfs_cuda_stage(struct sfs_cuda *cu, int device, void *dst, struct sfs_stage_span *spans,
+		   unsigned n, const struct sfs_stage_source *src, uint64_t *cache_bytes)
+{
+	(void)cu, (void)device, (void)dst, (void)spans, (void)n, (void)src, (void)cache_bytes;
+	return -EOPNOTSUPP;
+}
+
+unsigned sfs_cuda_pool_free(struct sfs_cuda *cu, int device)
+{
+	(void)cu, (void)device;
+	return 0;
+}

@@ -4,6 +4,11 @@
 // Async copies are deferred until the stream is synchronised (catches reuse of a
 // pinned buffer before its DMA has finished). Strict: memcpyAsync src must be
 // pinned, dst must lie in one device allocation of the current device.
+// With MOCK_CUDA_ASYNC_US=N set (read at each call), copies are instead
+// done by one "copy engine" thread, N microseconds each, in the order they
+// were queued, and cudaStreamSynchronize waits for the stream's copies: the
+// copies then really run while the caller goes on. mock_cuda_ctl() (found
+// with dlopen(RTLD_NOLOAD) + dlsym) reads counters and injects failures.
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -37,12 +42,84 @@ struct op {
 	char *dst;
 	const char *src;
 	size_t n;
-	struct op *next;
+	int fail; /* the copy "fails": its stream's next sync reports it */
+	struct stream *s;
+	struct op *next;  /* in its stream (deferred mode) */
+	struct op *qnext; /* in the engine's queue (async mode) */
 };
 struct stream {
 	int dev;
 	struct op *head, *tail;
+	int pending; /* async mode: copies queued, not yet done; protected by qmu */
+	int failed;  /* async mode: a copy failed since the last sync; protected by qmu */
 };
+
+/* Async mode: the engine's queue and counters, under qmu. */
+static pthread_mutex_t qmu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t qcond = PTHREAD_COND_INITIALIZER;
+static struct op *qhead, *qtail;
+static int engine_started;
+static long inflight, max_inflight, n_copies, copy_bytes;
+static long fail_copy_at, fail_sync_at, n_syncs; /* 1-based call numbers; 0: never */
+
+/* The test's handle on the fake: op 0 resets the counters and failures,
+ * 1 returns copies queued, 2 the most copies in flight at once (queued,
+ * not done), 3 copies in flight now, 4 makes the arg-th cudaMemcpyAsync
+ * from now fail (returns cudaErrorInvalidValue), 5 makes the copy of the
+ * arg-th cudaMemcpyAsync from now fail at its stream's sync (error 700),
+ * 6 bytes copied. */
+long mock_cuda_ctl(int op, long arg)
+{
+	long r = 0;
+	pthread_mutex_lock(&qmu);
+	switch (op) {
+	case 0:
+		max_inflight = n_copies = copy_bytes = fail_copy_at = fail_sync_at = n_syncs = 0;
+		break;
+	case 1: r = n_copies; break;
+	case 2: r = max_inflight; break;
+	case 3: r = inflight; break;
+	case 4: fail_copy_at = arg ? n_copies + arg : 0; break;
+	case 5: fail_sync_at = arg ? n_copies + arg : 0; break;
+	case 6: r = copy_bytes; break;
+	}
+	pthread_mutex_unlock(&qmu);
+	return r;
+}
+
+static long async_us(void)
+{
+	const char *e = getenv("MOCK_CUDA_ASYNC_US");
+	return e ? atol(e) : -1;
+}
+
+static void *engine(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&qmu);
+	for (;;) {
+		while (!qhead)
+			pthread_cond_wait(&qcond, &qmu);
+		struct op *o = qhead;
+		pthread_mutex_unlock(&qmu);
+		long us = async_us();
+		if (us > 0)
+			usleep((useconds_t)us);
+		if (!o->fail)
+			memcpy(o->dst, o->src, o->n);
+		pthread_mutex_lock(&qmu);
+		qhead = o->qnext;
+		if (!qhead)
+			qtail = NULL;
+		inflight--;
+		o->s->pending--;
+		if (o->fail)
+			o->s->failed = 1;
+		free(o);
+		pthread_cond_broadcast(&qcond);
+	}
+	return NULL;
+}
 
 static int ndev(void)
 {
@@ -270,7 +347,8 @@ static void run(struct stream *s)
 {
 	for (struct op *o = s->head, *nx; o; o = nx) {
 		nx = o->next;
-		memcpy(o->dst, o->src, o->n);
+		if (!o->fail)
+			memcpy(o->dst, o->src, o->n);
 		free(o);
 	}
 	s->head = s->tail = NULL;
@@ -280,10 +358,24 @@ int cudaStreamSynchronize(struct stream *s)
 	if (s->dev != cur_dev && getenv("MOCK_CUDA_STRICT_DEV"))
 		return 400;
 	run(s);
-	return 0;
+	pthread_mutex_lock(&qmu);
+	while (s->pending)
+		pthread_cond_wait(&qcond, &qmu);
+	int failed = s->failed;
+	s->failed = 0;
+	n_syncs++;
+	pthread_mutex_unlock(&qmu);
+	return failed ? 700 : 0;
 }
 int cudaStreamDestroy(struct stream *s)
 {
+	pthread_mutex_lock(&qmu);
+	int pending = s->pending;
+	pthread_mutex_unlock(&qmu);
+	if (pending) {
+		fprintf(stderr, "mockcuda: destroying a stream with copies in flight\n");
+		abort();
+	}
 	if (s->head) {
 		fprintf(stderr, "mockcuda: destroying a stream with pending copies\n");
 		run(s);
@@ -311,6 +403,39 @@ int cudaMemcpyAsync(void *d, const void *src, size_t n, int kind, struct stream 
 	o->dst = d;
 	o->src = src;
 	o->n = n;
+	o->s = s;
+	pthread_mutex_lock(&qmu);
+	long nth = ++n_copies;
+	if (nth == fail_copy_at) {
+		n_copies--;
+		pthread_mutex_unlock(&qmu);
+		free(o);
+		return 1;
+	}
+	copy_bytes += (long)n;
+	o->fail = nth == fail_sync_at;
+	if (async_us() >= 0) {
+		if (!engine_started) {
+			pthread_t t;
+			engine_started = pthread_create(&t, NULL, engine, NULL) == 0;
+			if (engine_started)
+				pthread_detach(t);
+		}
+		s->pending++;
+		if (++inflight > max_inflight)
+			max_inflight = inflight;
+		if (qtail)
+			qtail->qnext = o;
+		else
+			qhead = o;
+		qtail = o;
+		pthread_cond_broadcast(&qcond);
+		pthread_mutex_unlock(&qmu);
+		return 0;
+	}
+	if (o->fail)
+		s->failed = 1; /* deferred mode: reported at the next sync */
+	pthread_mutex_unlock(&qmu);
 	if (s->tail)
 		s->tail->next = o;
 	else

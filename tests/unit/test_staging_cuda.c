@@ -524,9 +524,9 @@ int main(int argc, char **argv)
 	rc = copy_at(cu, device, base, 4099, iov, n_iov);
 	ok(rc == 0, "%d iovecs, %zu bytes, to offset 4099: %d", n_iov, total, rc);
 	ok(matches(&ex, "iovecs"), "device bytes equal, nothing written outside the range");
-	ok(sfs_cuda_pinned_bytes(cu) == 16u << 20,
-	   "pinned staging buffers of the one GPU copied to: %llu bytes (4 x 4 MiB)",
-	   (unsigned long long)sfs_cuda_pinned_bytes(cu));
+	ok(sfs_cuda_pinned_bytes(cu) == (uint64_t)SFS_CUDA_N_BUF * SFS_CUDA_BUF_BYTES,
+	   "pinned staging buffers of the one GPU copied to: %llu bytes (%u x %u)",
+	   (unsigned long long)sfs_cuda_pinned_bytes(cu), SFS_CUDA_N_BUF, SFS_CUDA_BUF_BYTES);
 
 	/* The daemon's shape: 1 MiB in two pieces, eight times back to back. */
 	rc = 0;

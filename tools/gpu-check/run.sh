@@ -320,6 +320,7 @@ mount_fs() {
 	local cache=$1 tag=$2 daemon=${3:-shardfs} i pre=()
 	[[ $MODE == cluster ]] && pre=("$CL" exec "$ID" --)
 	mkdir -p "$MNT" "$cache"
+	CACHE=$cache
 	log "== mount ($tag): $daemon -f $ADDRS:/ifs $MNT -o cache_dir=$cache"
 	"${pre[@]}" "$G/bin/$daemon" -f "$ADDRS:/ifs" "$MNT" -o "cache_dir=$cache" \
 		</dev/null >"$W/daemon-$tag.log" 2>&1 &
@@ -375,16 +376,21 @@ warm() {
 	fi
 }
 
-# bench TAG: stage-bench with the default range and 16 MiB ranges
+# bench TAG: stage-bench with the default range, 16 MiB ranges, and 4
+# processes at once; each beside the cache's O_DIRECT rate and the daemon's
+# CPU per GiB (DPID is the daemon's pid where it runs here, not in cluster
+# mode: there the CPU figure is the wrapper's and is left out)
 bench() {
-	local tag=$1 m=() f args from
+	local tag=$1 m=() f args from extra
 	for f in "${FILES[@]}"; do m+=("$MNT/${f##*/}"); done
 	from=$(wc -l <"$BENCH" 2>/dev/null || echo 0) # this call's lines are echoed below
-	for args in "--passes 3" "--passes 3 --range 16777216"; do
+	extra="--cache-dir $CACHE"
+	[[ $MODE == cluster ]] || extra+=" --daemon-pid $DPID"
+	for args in "--passes 3" "--passes 3 --range 16777216" "--passes 2 --procs 4"; do
 		# shellcheck disable=SC2086
 		{
-			echo "=== [$tag] shardfs-stage-bench $args ${m[*]}"
-			run_step "bench_${tag}_${args// /_}" 120 "${CUDA_ENV[@]}" "$G/libexec/shardfs-stage-bench" $args "${m[@]}" 2>&1
+			echo "=== [$tag] shardfs-stage-bench $args $extra ${m[*]}"
+			run_step "bench_${tag}_${args// /_}" 120 "${CUDA_ENV[@]}" "$G/libexec/shardfs-stage-bench" $args $extra "${m[@]}" 2>&1
 			echo "=== rc=$?"
 			echo
 		} >>"$BENCH"
