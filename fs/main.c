@@ -378,6 +378,7 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 	fs->opts = o;
 	fs->page_cache.mode = o->page_cache;
 	fs->pt.wanted = o->passthrough;
+	fs->pt.willneed_max = o->prefetch == SFS_PREFETCH_SHARD ? o->prefetch_max : 0;
 	fs->attr_timeout_s = o->immutable ? SFS_IMMUTABLE_TIMEOUT_S : o->actimeo_s;
 	fs->start_ns = sfs_now_ns();
 	fs->ctl_dir = sfs_inode_virtual(SFS_INODE_CTL_DIR);

@@ -61,7 +61,11 @@ struct sfs_pt_stats {
 };
 
 struct sfs_pt {
-	bool wanted;		/* set at start: the passthrough option */
+	bool wanted; /* set at start: the passthrough option */
+	/* Set at start: a file up to this size has its whole backing file read
+	 * ahead into the page cache at its first passthrough open (prefetch=
+	 * shard's prefetch_max; 0: none). */
+	uint64_t willneed_max;
 	bool available;		/* atomic: wanted, and the kernel took it at INIT */
 	bool logged_error;	/* atomic: a backing error was logged */
 	struct sfs_pt_stats st; /* atomic counters */
