@@ -103,6 +103,29 @@ check "the old reader still reads the old version: byte-exact" cmp -s - "$WORK/s
 exec 5<&-
 wait_idle
 check "s2's new version after the old reader closed: byte-exact" same_bytes "$MNT/shards/s2" "$WORK/s2.new"
+
+# --- a crash of the serving process under a passthrough reader (the keeper) ---------
+# The kernel keeps the inode's backing file; the next server finds the id and
+# the count in the shared inode slot: a new open joins, none fails.
+drop_caches
+p=$(pt_opens)
+exec 7<"$MNT/shards/s1"
+check "s1 held open through passthrough before the crash" [ "$(pt_opens)" = $((p + 1)) ]
+kill -9 "$(serving_pid)"
+# The new server loaded the cache unverified: its first scrub pass verifies
+# s1 (until then an open beside the reader is retried on a new inode).
+wait_for 30 bash -c "[ \$(awk '/^shardfs_cache_scrub_passes_total /{print \$2}' '$MNT/.shardfs/stats') -ge 1 ]"
+check "after the crash, s1 opened beside the held reader: byte-exact" \
+	same_bytes "$MNT/shards/s1" "$EXPORT/shards/s1"
+check "... it joined the passthrough open ($(pt_opens) passthrough opens in the new server)" \
+	[ "$(pt_opens)" = 1 ]
+check "the reader held across the crash: byte-exact" cmp -s - "$EXPORT/shards/s1" <&7
+exec 7<&-
+check "s1 after both closed (an inode adopted from the dead server: served by the daemon): byte-exact" \
+	same_bytes "$MNT/shards/s1" "$EXPORT/shards/s1"
+check "... and that open was not passthrough" [ "$(pt_opens)" = 1 ]
+check "s0 (no open across the crash, so not adopted with opens): byte-exact" \
+	same_bytes "$MNT/shards/s0" "$EXPORT/shards/s0"
 sfs_umount
 
 # --- a restart: reloaded versions are verified before passthrough -------------------
