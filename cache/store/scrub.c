@@ -220,6 +220,19 @@ static void *scrub_main(void *arg)
 	return NULL;
 }
 
+/* Unhook the scrubber from s and free it (its thread gone or never
+ * started). */
+static void scrub_free(sfs_store *s, struct scrub *sc)
+{
+	pthread_mutex_lock(&s->lock);
+	__atomic_store_n(&s->scrub, NULL, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&s->lock);
+	pthread_cond_destroy(&sc->wake);
+	pthread_mutex_destroy(&sc->lock);
+	free(sc->buf);
+	free(sc);
+}
+
 int sfs_store_scrub_start(sfs_store *s, const struct sfs_store_scrub_conf *conf)
 {
 	struct scrub *sc = calloc(1, sizeof(*sc));
@@ -242,15 +255,8 @@ int sfs_store_scrub_start(sfs_store *s, const struct sfs_store_scrub_conf *conf)
 	__atomic_store_n(&s->scrub, sc, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&s->lock);
 	int rc = -pthread_create(&sc->thread, NULL, scrub_main, s);
-	if (rc < 0) {
-		pthread_mutex_lock(&s->lock);
-		__atomic_store_n(&s->scrub, NULL, __ATOMIC_RELEASE);
-		pthread_mutex_unlock(&s->lock);
-		pthread_cond_destroy(&sc->wake);
-		pthread_mutex_destroy(&sc->lock);
-		free(sc->buf);
-		free(sc);
-	}
+	if (rc < 0)
+		scrub_free(s, sc);
 	return rc;
 }
 
@@ -265,13 +271,7 @@ void scrub_stop(sfs_store *s)
 	pthread_cond_signal(&sc->wake);
 	pthread_mutex_unlock(&sc->lock);
 	pthread_join(sc->thread, NULL);
-	pthread_mutex_lock(&s->lock);
-	__atomic_store_n(&s->scrub, NULL, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&s->lock);
-	pthread_cond_destroy(&sc->wake);
-	pthread_mutex_destroy(&sc->lock);
-	free(sc->buf);
-	free(sc);
+	scrub_free(s, sc);
 }
 
 void sfs_store_scrub_get_stats(sfs_store *s, struct sfs_store_scrub_stats *out)
