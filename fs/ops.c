@@ -739,6 +739,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		sfs_pf_file_opened_no_prefetch(pf);
 	else
 		sfs_pf_file_opened(pf);
+	if (!unchanged && !(fi->flags & O_NONBLOCK)) /* the kernel will read it */
+		sfs_pf_file_preload(pf);
 	sfs_hints_opened(fs->hints, a.fsid, a.fileid); /* where a hint list's reader is */
 	struct sfs_open_file *of = calloc(1, sizeof(*of));
 	if (!of) {
