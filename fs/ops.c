@@ -754,6 +754,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	if (!tool && pt != SFS_PT_OPEN)
 		sfs_pf_file_prefetch_whole(pf);
+	if (!unchanged && !tool && pt != SFS_PT_OPEN) /* the kernel will read it */
+		sfs_pf_file_preload(pf);
 	sfs_hints_opened(fs->hints, a.fsid, a.fileid); /* where a hint list's reader is */
 	struct sfs_open_file *of = calloc(1, sizeof(*of));
 	if (!of) {

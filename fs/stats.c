@@ -346,6 +346,16 @@ static void render_cache(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_s
 	       "Reads served straight from the cache, verified per 16 KiB block or object, "
 	       "with no chunk buffer (small files and random readers).",
 	       ps->direct_reads);
+	metric(f, "shardfs_cache_preloads_total", "counter",
+	       "Small cached files whose disk read started at open, ahead of the kernel's "
+	       "first READ.",
+	       ps->preloads);
+	metric(f, "shardfs_cache_preload_misses_total", "counter",
+	       "Preloads whose bytes did not check when read (fetched again from NFS).",
+	       ps->preload_misses);
+	metric(f, "shardfs_cache_preload_unread_total", "counter",
+	       "Preloads dropped at the last close of a file that was not read.",
+	       ps->preload_unread);
 	metric(f, "shardfs_cache_miss_bytes_total", "counter",
 	       "Bytes readers needed that were not in the local cache (fetched from NFS).",
 	       (fs->store ? ps->miss_bytes : 0));

@@ -40,13 +40,23 @@ static bool track_sequential(struct sfs_pf_file *f, uint64_t c0, uint64_t c1)
  * again from NFS).
  */
 static ssize_t direct_read(struct sfs_pf_file *f, sfs_store_obj *obj, uint64_t off, uint64_t end,
-			   struct sfs_pf_view *v)
+			   struct sfs_pf_view *v, struct sfs_seg_aio *pre, void *pre_buf)
 {
-	size_t need = sfs_store_range_bytes(obj, off, (size_t)(end - off));
-	void *buf = need <= SCRATCH_BYTES ? scratch_take(need) : NULL;
 	const char *data;
-	ssize_t n =
-	    buf ? sfs_store_read_range(obj, off, (size_t)(end - off), buf, need, &data) : -ENOMEM;
+	ssize_t n;
+	void *buf;
+
+	if (pre) { /* read ahead at open: its bytes, or a miss (the entry is dropped) */
+		buf = pre_buf;
+		n = sfs_store_read_finish(obj, pre, off, (size_t)(end - off), &data);
+		if (n <= 0)
+			count(&f->pf->stats.preload_misses, 1);
+	} else {
+		size_t need = sfs_store_range_bytes(obj, off, (size_t)(end - off));
+		buf = need <= SCRATCH_BYTES ? scratch_take(need) : NULL;
+		n = buf ? sfs_store_read_range(obj, off, (size_t)(end - off), buf, need, &data)
+			: -ENOMEM;
+	}
 	if (n <= 0) {
 		if (buf)
 			scratch_give(buf);
@@ -501,6 +511,8 @@ struct read_plan {
 	bool fetch;	  /* from the origin into the thread's scratch, no chunk */
 	bool fetch_async; /* from the origin, answered from the I/O thread */
 	sfs_store_obj *obj;
+	struct sfs_seg_aio *pre; /* direct: the preload it takes over, or NULL */
+	void *pre_buf;
 };
 
 /* Classify a read of [off, end): track_sequential runs once per read. A
@@ -537,6 +549,14 @@ static struct read_plan plan_read(struct sfs_pf_file *f, uint64_t off, uint64_t 
 	p.fetch_async = async && off_chunks && ((!p.obj && (!p.seq || small)) || uncachable);
 	if (p.fetch_async)
 		f->refs++;
+	p.pre = NULL;
+	p.pre_buf = NULL;
+	if (p.direct && f->pre_aio) { /* this read takes the preload over */
+		p.pre = f->pre_aio;
+		p.pre_buf = f->pre_buf;
+		f->pre_aio = NULL;
+		f->pre_buf = NULL;
+	}
 	pthread_mutex_unlock(&f->lock);
 	return p;
 }
@@ -574,7 +594,7 @@ ssize_t sfs_pf_read_async(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_p
 		sfs_pf_file_unref(f); /* not the last: the caller's open holds one */
 	}
 	if (p.direct) {
-		ssize_t n = direct_read(f, p.obj, off, end, v);
+		ssize_t n = direct_read(f, p.obj, off, end, v, p.pre, p.pre_buf);
 		if (n > 0)
 			return n;
 	}
@@ -671,13 +691,47 @@ void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v)
 		file_free(f);
 }
 
+void sfs_pf_file_preload(sfs_pf_file *f)
+{
+	pthread_mutex_lock(&f->lock);
+	sfs_store_obj *obj = f->obj; /* kept while the caller's open lasts */
+	bool go = obj && f->size && f->size <= SFS_CHUNK_BYTES && !f->pre_aio && !f->pre_busy &&
+		  !f->n_chunks;
+	f->pre_busy = go;
+	pthread_mutex_unlock(&f->lock);
+	if (!go)
+		return;
+	size_t need = sfs_store_range_bytes(obj, 0, (size_t)f->size);
+	void *buf = need <= SCRATCH_BYTES ? scratch_take(need) : NULL;
+	struct sfs_seg_aio *a = NULL;
+	if (buf && sfs_store_read_start(obj, buf, need, &a) < 0) {
+		scratch_give(buf);
+		buf = NULL;
+		a = NULL;
+	}
+	pthread_mutex_lock(&f->lock);
+	f->pre_busy = false;
+	f->pre_aio = a;
+	f->pre_buf = buf;
+	pthread_mutex_unlock(&f->lock);
+	if (a)
+		count(&f->pf->stats.preloads, 1);
+}
+
 void sfs_pf_file_drop_idle(sfs_pf_file *f)
 {
+	struct sfs_seg_aio *pre = NULL;
+	void *pre_buf = NULL;
+
 	pthread_mutex_lock(&f->lock);
 	if (f->openers)
 		f->openers--;
 	sfs_store_obj *put = NULL;
 	if (f->openers == 0) {
+		pre = f->pre_aio; /* opened and never read: wait for it, drop it */
+		pre_buf = f->pre_buf;
+		f->pre_aio = NULL;
+		f->pre_buf = NULL;
 		f->shard = false; /* a file closed early does not keep the pool busy */
 		/* A closed file must not keep its cache object from eviction
 		 * (the inode keeps f until the kernel forgets it). Store writes
@@ -691,6 +745,12 @@ void sfs_pf_file_drop_idle(sfs_pf_file *f)
 		else
 			i++;
 	pthread_mutex_unlock(&f->lock);
+	if (pre) {
+		const char *data;
+		sfs_store_read_finish(put, pre, 0, 0, &data);
+		scratch_give(pre_buf);
+		count(&f->pf->stats.preload_unread, 1);
+	}
 	if (put)
 		sfs_store_obj_put(put);
 }

@@ -129,6 +129,9 @@ void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out)
 	LOAD(miss_bytes);
 	LOAD(stale_errors);
 	LOAD(direct_reads);
+	LOAD(preloads);
+	LOAD(preload_misses);
+	LOAD(preload_unread);
 	out->direct_scratch_bytes = __atomic_load_n(&scratch_bytes, __ATOMIC_RELAXED);
 	LOAD(direct_fetches);
 	LOAD(write_pinned_bytes);

@@ -65,6 +65,9 @@ struct sfs_prefetch_stats {
 	uint64_t stale_errors;	       /* reads refused: the file changed under an open */
 	uint64_t direct_reads;	       /* reads served straight from the store (small files,
 					  random readers), no chunk buffer */
+	uint64_t preloads;	       /* small versions read from the store at open */
+	uint64_t preload_misses;       /* of those, reads that did not check (fetched again) */
+	uint64_t preload_unread;       /* of those, dropped at the last close unread */
 	uint64_t direct_scratch_bytes; /* scratch of those reads: in flight, and kept */
 	uint64_t direct_fetches;       /* reads of random readers without a store served
 					  straight from the origin (their bytes only) */
@@ -125,6 +128,16 @@ void sfs_pf_file_prefetch_whole(sfs_pf_file *f);
 int sfs_pf_file_backing_fd(sfs_pf_file *f);
 /* The same answer without opening anything (0: it would give an fd). */
 int sfs_pf_file_backing_check(sfs_pf_file *f);
+
+/*
+ * An open after which the kernel will read f (its page cache holds none of
+ * it): a small version that the store holds packed starts its disk read
+ * now, so that the read overlaps the OPEN's reply and the READ that follows;
+ * the first read of it takes the bytes (sfs_pf_read_async's direct path), or
+ * the last close drops them. Nothing otherwise. Any thread; the caller holds
+ * an open of f (sfs_pf_file_opened).
+ */
+void sfs_pf_file_preload(sfs_pf_file *f);
 
 /* Fetch every chunk of f that the store lacks (warm-up), whatever its size;
  * only the first call starts it. Reports whether chunks are still being

@@ -121,6 +121,12 @@ struct sfs_pf_file {
 	/* Holds of hint lists (sfs_pf_file_hint_hold), each also an opener;
 	 * written under lock, read without it on the read path (atomic). */
 	unsigned hint_holds;
+	/* protected by lock: the whole version being read from the store ahead
+	 * of its first read (sfs_pf_file_preload): the read and its scratch,
+	 * taken by that read or finished at the last close. */
+	struct sfs_seg_aio *pre_aio;
+	void *pre_buf;
+	bool pre_busy;			 /* a preload is being started, lock not held */
 	struct sfs_pf_file *prev, *next; /* protected by pf->files_lock */
 	struct sfs_pf_file *vnext;	 /* protected by pf->files_lock: version table chain */
 	unsigned vpins; /* atomic: vtable_find between files_lock and f->lock; file_free waits */

@@ -405,6 +405,41 @@ ssize_t sfs_store_read_range(sfs_store_obj *o, uint64_t off, size_t len, void *b
 	return (ssize_t)len;
 }
 
+int sfs_store_read_start(sfs_store_obj *o, void *buf, size_t buf_len, struct sfs_seg_aio **out)
+{
+	sfs_seg *sg;
+
+	if (!o->packed)
+		return -ENOTSUP;
+	if (!(sg = seg_of(o->store)))
+		return -ENOENT;
+	return sfs_seg_read_start(sg, o->key, buf, buf_len, out);
+}
+
+ssize_t sfs_store_read_finish(sfs_store_obj *o, struct sfs_seg_aio *a, uint64_t off, size_t len,
+			      const char **data)
+{
+	sfs_store *s = o->store;
+	const char *d;
+	/* A started read holds its segment: seg_of found it then. */
+	ssize_t n = sfs_seg_read_finish(seg_of(s), a, &d);
+
+	if (n >= 0)
+		count(&s->stats.read_bytes, packed_bytes((uint32_t)n));
+	if (n >= 0 && (uint64_t)n != o->size)
+		n = -EBADMSG; /* the key holds the size: not ours */
+	if (n == -EBADMSG)
+		count(&s->stats.checksum_failures, 1);
+	else if (n < 0 && n != -ENOENT && n != -EINVAL)
+		count(&s->stats.errors, 1);
+	if (n < 0)
+		return n;
+	if (off >= o->size || len == 0)
+		return 0;
+	*data = d + off;
+	return (ssize_t)(len < o->size - off ? len : o->size - off);
+}
+
 size_t sfs_store_range_bytes(const sfs_store_obj *o, uint64_t off, size_t len)
 {
 	/* size and packed are set at creation: no lock. */

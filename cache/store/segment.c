@@ -69,14 +69,17 @@
 #include "../common/iobuf.h"
 #include "../common/log.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/aio_abi.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define REC_MAGIC	  0x3252474553534653ull /* "SFSSEGR2": with the dataset id */
@@ -258,6 +261,28 @@ struct sfs_seg {
 	struct idx_ent *act_ents; /* act's records so far */
 	uint32_t n_act_ents, act_ents_cap;
 	uint32_t next_seq;
+
+	/* Asynchronous reads (sfs_seg_read_start): one kernel AIO context,
+	 * made on first use. A completion is reaped by whichever waiter holds
+	 * the reaper role and handed to its read; the others sleep on
+	 * aio_cond. Lock order: aio_lock, then lock. */
+	pthread_mutex_t aio_lock;
+	pthread_cond_t aio_cond;
+	aio_context_t aio_ctx; /* protected by aio_lock; 0: none yet */
+	bool aio_failed;       /* protected by aio_lock: io_setup refused */
+	bool aio_reaping;      /* protected by aio_lock: a waiter is in io_getevents */
+	uint32_t aio_inflight; /* protected by aio_lock */
+};
+
+/* An asynchronous read of one record, started by sfs_seg_read_start. */
+struct sfs_seg_aio {
+	struct iocb cb;
+	uint8_t key[16];
+	struct ent e;  /* the entry read */
+	struct seg *s; /* referenced until the read is finished */
+	void *buf;     /* the caller's, 4096-aligned */
+	int64_t res;   /* protected by sg->aio_lock: the completion's result */
+	bool done;     /* protected by sg->aio_lock */
 };
 
 static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
@@ -668,6 +693,164 @@ ssize_t sfs_seg_read(sfs_seg *sg, const uint8_t key[16], void *buf, size_t buf_l
 		return len;
 	}
 	/* A vanished segment, a short read or bytes that do not check: a miss. */
+	bool io_error = err && err != -ENOENT;
+	drop_entry(sg, key, &e, io_error);
+	return io_error ? err : -EBADMSG;
+}
+
+/* --- asynchronous reads ------------------------------------------------------- */
+
+/*
+ * Kernel AIO, not io_uring: an io_uring read completes through task work of
+ * the thread that submitted it, and here the read is started by one FUSE
+ * worker (at OPEN) and finished by another (at READ); an AIO completion is
+ * posted from the disk's interrupt into the context's ring, where any
+ * thread reaps it, and wakes nobody when nobody waits.
+ */
+#define AIO_EVENTS    256 /* the context's ring */
+#define AIO_MAX_READS 128 /* started and not finished; more start nothing */
+
+static long aio_setup(unsigned n, aio_context_t *ctx) { return syscall(SYS_io_setup, n, ctx); }
+
+static long aio_submit(aio_context_t ctx, long n, struct iocb **cbs)
+{
+	return syscall(SYS_io_submit, ctx, n, cbs);
+}
+
+static long aio_getevents(aio_context_t ctx, long min, long max, struct io_event *ev)
+{
+	return syscall(SYS_io_getevents, ctx, min, max, ev, NULL);
+}
+
+/* Claim a slot for one more read, making the context on first use. Returns
+ * 0 or -errno (-ENOSYS: no AIO here, -EAGAIN: too many in flight). */
+static int aio_claim(sfs_seg *sg)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&sg->aio_lock);
+	if (sg->aio_failed)
+		err = -ENOSYS;
+	else if (!sg->aio_ctx && aio_setup(AIO_EVENTS, &sg->aio_ctx) < 0) {
+		sg->aio_ctx = 0;
+		sg->aio_failed = true;
+		err = -ENOSYS;
+	} else if (sg->aio_inflight >= AIO_MAX_READS)
+		err = -EAGAIN;
+	else
+		sg->aio_inflight++;
+	pthread_mutex_unlock(&sg->aio_lock);
+	return err;
+}
+
+int sfs_seg_read_start(sfs_seg *sg, const uint8_t key[16], void *buf, size_t buf_len,
+		       struct sfs_seg_aio **out)
+{
+	struct sfs_seg_aio *a;
+	struct part *p;
+	int err;
+
+	if ((uintptr_t)buf % BLK)
+		return -EINVAL;
+	if (!sfs_seg_lookup(sg, key, NULL)) /* a cold file: nothing to claim */
+		return -ENOENT;
+	if ((err = aio_claim(sg)) < 0)
+		return err;
+	err = -ENOMEM;
+	if (!(a = calloc(1, sizeof(*a))))
+		goto err_unclaim;
+	memcpy(a->key, key, 16);
+	a->buf = buf;
+	pthread_mutex_lock(&sg->lock);
+	long at = tab_find(sg, key, &p);
+	if (at >= 0) {
+		a->e = p->tab[at];
+		a->s = sg->segs[ent_slot(&a->e)];
+		a->s->refs++;
+		a->s->last_use_ms = sfs_now_ms();
+	}
+	int fd = a->s ? a->s->fd : -1;
+	pthread_mutex_unlock(&sg->lock);
+	err = -ENOENT;
+	if (!a->s)
+		goto err_free;
+	err = -EINVAL;
+	if (buf_len < rec_bytes(ent_len(&a->e)))
+		goto err_unref;
+	if (fd < 0 && (err = fd = seg_fd(sg, a->s)) < 0)
+		goto err_unref;
+	a->cb.aio_data = (uint64_t)(uintptr_t)a;
+	a->cb.aio_lio_opcode = IOCB_CMD_PREAD;
+	a->cb.aio_fildes = (uint32_t)fd;
+	a->cb.aio_buf = (uint64_t)(uintptr_t)buf;
+	a->cb.aio_nbytes = rec_bytes(ent_len(&a->e));
+	a->cb.aio_offset = (int64_t)ent_off4k(&a->e) * BLK;
+	struct iocb *cbs[1] = {&a->cb};
+	if (aio_submit(sg->aio_ctx, 1, cbs) != 1) {
+		err = -errno;
+		goto err_unref;
+	}
+	*out = a;
+	return 0;
+
+err_unref:
+	seg_unref(sg, a->s);
+err_free:
+	free(a);
+err_unclaim:
+	pthread_mutex_lock(&sg->aio_lock);
+	sg->aio_inflight--;
+	pthread_mutex_unlock(&sg->aio_lock);
+	return err;
+}
+
+/* Wait until a's completion has been reaped: reap as the one reaper, or
+ * sleep until the reaper hands it over. Lock not held. */
+static void aio_wait(sfs_seg *sg, struct sfs_seg_aio *a)
+{
+	struct io_event ev[16];
+
+	pthread_mutex_lock(&sg->aio_lock);
+	while (!a->done) {
+		if (sg->aio_reaping) {
+			pthread_cond_wait(&sg->aio_cond, &sg->aio_lock);
+			continue;
+		}
+		sg->aio_reaping = true;
+		pthread_mutex_unlock(&sg->aio_lock);
+		long n = aio_getevents(sg->aio_ctx, 1, 16, ev);
+		pthread_mutex_lock(&sg->aio_lock);
+		sg->aio_reaping = false;
+		for (long k = 0; k < n; k++) {
+			struct sfs_seg_aio *d = (struct sfs_seg_aio *)(uintptr_t)ev[k].data;
+			d->res = ev[k].res;
+			d->done = true;
+		}
+		/* Hand the role on (or the others' results over): every waiter
+		 * looks again. */
+		pthread_cond_broadcast(&sg->aio_cond);
+	}
+	sg->aio_inflight--;
+	pthread_mutex_unlock(&sg->aio_lock);
+}
+
+ssize_t sfs_seg_read_finish(sfs_seg *sg, struct sfs_seg_aio *a, const char **data)
+{
+	aio_wait(sg, a);
+	uint32_t len = ent_len(&a->e);
+	ssize_t n = (ssize_t)a->res;
+	int err = n < 0 ? (int)n : 0;
+	struct ent e = a->e;
+	uint8_t key[16];
+
+	memcpy(key, a->key, 16);
+	seg_unref(sg, a->s);
+	if (!err && rec_check(a->buf, n, key, len)) {
+		*data = (const char *)a->buf + HDR_BYTES;
+		free(a);
+		return len;
+	}
+	free(a);
 	bool io_error = err && err != -ENOENT;
 	drop_entry(sg, key, &e, io_error);
 	return io_error ? err : -EBADMSG;
@@ -1662,6 +1845,8 @@ int sfs_seg_open(const struct sfs_seg_conf *conf, sfs_seg **out)
 	if (!sg)
 		return err;
 	pthread_mutex_init(&sg->lock, NULL);
+	pthread_mutex_init(&sg->aio_lock, NULL);
+	pthread_cond_init(&sg->aio_cond, NULL);
 	sg->dirfd = -1;
 	sg->seg_bytes =
 	    conf->segment_bytes ? round_up(conf->segment_bytes, BLK) : DEFAULT_SEG_BYTES;
@@ -1717,7 +1902,12 @@ void sfs_seg_close(sfs_seg *sg)
 	}
 	if (sg->dirfd >= 0)
 		close(sg->dirfd);
+	assert(!sg->aio_inflight); /* every started read was finished */
+	if (sg->aio_ctx)
+		syscall(SYS_io_destroy, sg->aio_ctx);
 	pthread_mutex_destroy(&sg->lock);
+	pthread_mutex_destroy(&sg->aio_lock);
+	pthread_cond_destroy(&sg->aio_cond);
 	free(sg->segs);
 	for (uint32_t k = 0; k < N_PARTS; k++)
 		free(sg->parts[k].tab);

@@ -118,6 +118,20 @@ ssize_t sfs_seg_read(sfs_seg *sg, const uint8_t key[16], void *buf, size_t buf_l
 		     const char **data);
 
 /*
+ * sfs_seg_read, split in two so that the disk works while the caller does
+ * something else: start reads key's record into buf (as sfs_seg_read) and
+ * returns at once; *out, owned by the caller, must be passed to
+ * sfs_seg_read_finish exactly once (buf must stay valid until then), which
+ * waits for the read if it has not landed and returns what sfs_seg_read
+ * would. Start returns 0, -ENOENT (not present), -EINVAL (buf), -EAGAIN (too
+ * many started and not finished), -ENOSYS (no kernel AIO) or another -errno;
+ * nothing to finish then. Any threads: one may start and another finish.
+ */
+struct sfs_seg_aio;
+int sfs_seg_read_start(sfs_seg *sg, const uint8_t key[16], void *buf, size_t buf_len,
+		       struct sfs_seg_aio **out);
+ssize_t sfs_seg_read_finish(sfs_seg *sg, struct sfs_seg_aio *a, const char **data);
+/*
  * Append an object to the write buffer (copies the bytes, hashes them),
  * recording the id of its dataset (datasets.h; 0: unknown).
  * Not visible until sfs_seg_flush() succeeds. Returns 0; -EEXIST if key is

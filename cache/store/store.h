@@ -208,6 +208,22 @@ ssize_t sfs_store_read_range(sfs_store_obj *obj, uint64_t off, size_t len, void 
  * len <= 1 MiB. A small file's read needs a few blocks, not a huge page. */
 size_t sfs_store_range_bytes(const sfs_store_obj *obj, uint64_t off, size_t len);
 
+/*
+ * sfs_store_read_range of a whole packed version, in two steps: start
+ * begins reading it into buf (as sfs_store_read_range with off 0) and
+ * returns at once; finish waits for it if needed, verifies it and returns
+ * what sfs_store_read_range(obj, off, len, ...) would, *data pointing at
+ * byte `off`. Every successful start is finished exactly once, with buf
+ * valid until then. Start returns 0, -ENOTSUP (the version is not packed),
+ * -ENOENT (not in the store) or another -errno (no asynchronous read here,
+ * too many in flight): nothing to finish then. Any threads: one may start
+ * and another finish.
+ */
+struct sfs_seg_aio; /* opaque */
+int sfs_store_read_start(sfs_store_obj *obj, void *buf, size_t buf_len, struct sfs_seg_aio **out);
+ssize_t sfs_store_read_finish(sfs_store_obj *obj, struct sfs_seg_aio *a, uint64_t off, size_t len,
+			      const char **data);
+
 /* --- passthrough and the scrubber ---------------------------------------------- */
 
 /*
