@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # Staging ioctls, shm path, end to end: cold (from NFS) and cached ranges,
 # aligned/unaligned/crossing chunks/EOF, batches, every refusal, a second
-# uid; the C example; the stats. (The CUDA path: tests/unit/test_staging_cuda,
-# which runs where a GPU is and exits 77 elsewhere.)
+# uid; the C example; the stats. (The CUDA path: test_stage_cuda_fake.sh,
+# through the daemon against the fake CUDA runtime; tests/unit/test_staging_cuda
+# runs it on a real GPU and exits 77 elsewhere.)
 . "$(dirname "$0")/lib.sh"
 sfs_require
 export PYTHONPATH=$SRC_ROOT/tools/python
