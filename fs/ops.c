@@ -575,9 +575,10 @@ struct stats_snapshot {
 	char *text;
 	size_t len;
 	/* Set (release) once text and len are, before the OPEN reply; read
-	 * (acquire) by the READs and the RELEASE of its fh. The kernel orders
-	 * them after the reply, but ThreadSanitizer cannot see through
-	 * /dev/fuse: this makes the handoff one it sees. */
+	 * (acquire) by the READs and the RELEASE of its fh, and released again
+	 * by each READ once done with the snapshot. The kernel orders OPEN,
+	 * READs and RELEASE, but ThreadSanitizer cannot see through /dev/fuse:
+	 * this makes the handoffs ones it sees. */
 	int published;
 };
 
@@ -925,6 +926,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		}
 		if (n)
 			memcpy(copy, s->text + from, n);
+		/* Done with s: the RELEASE that frees it acquires this. */
+		__atomic_fetch_add(&s->published, 0, __ATOMIC_RELEASE);
 		fuse_reply_buf(req, copy, n);
 		free(copy);
 		return;
