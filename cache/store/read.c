@@ -259,6 +259,22 @@ static void *thread_scratch(void)
 	return p;
 }
 
+/* Account a packed version's read that returned n (its length or -errno):
+ * bytes read, a length other than the key's (-EBADMSG: not ours), checksum
+ * failures, errors. Returns n, or -EBADMSG for a wrong length. */
+static ssize_t packed_outcome(sfs_store *s, const sfs_store_obj *o, ssize_t n)
+{
+	if (n >= 0)
+		count(&s->stats.read_bytes, packed_bytes((uint32_t)n));
+	if (n >= 0 && (uint64_t)n != o->size)
+		n = -EBADMSG; /* the key holds the size: not ours */
+	if (n == -EBADMSG)
+		count(&s->stats.checksum_failures, 1);
+	else if (n < 0 && n != -ENOENT && n != -EINVAL)
+		count(&s->stats.errors, 1);
+	return n;
+}
+
 /* Read and verify a packed version into buf (4096-aligned, buf_len bytes).
  * Returns its length with *data set, -ENOENT (not in the segments),
  * -EBADMSG (did not check: its entry is gone, a miss), -EINVAL (buf too
@@ -271,14 +287,7 @@ static ssize_t packed_read(sfs_store *s, sfs_store_obj *o, void *buf, size_t buf
 	if (!sg)
 		return -ENOENT;
 	ssize_t n = sfs_seg_read(sg, o->key, buf, buf_len, data);
-	if (n >= 0)
-		count(&s->stats.read_bytes, packed_bytes((uint32_t)n));
-	if (n >= 0 && (uint64_t)n != o->size)
-		n = -EBADMSG; /* the key holds the size: not ours */
-	if (n == -EBADMSG)
-		count(&s->stats.checksum_failures, 1);
-	else if (n < 0 && n != -ENOENT && n != -EINVAL)
-		count(&s->stats.errors, 1);
+	n = packed_outcome(s, o, n);
 	return n;
 }
 
@@ -424,14 +433,7 @@ ssize_t sfs_store_read_finish(sfs_store_obj *o, struct sfs_seg_aio *a, uint64_t 
 	/* A started read holds its segment: seg_of found it then. */
 	ssize_t n = sfs_seg_read_finish(seg_of(s), a, &d);
 
-	if (n >= 0)
-		count(&s->stats.read_bytes, packed_bytes((uint32_t)n));
-	if (n >= 0 && (uint64_t)n != o->size)
-		n = -EBADMSG; /* the key holds the size: not ours */
-	if (n == -EBADMSG)
-		count(&s->stats.checksum_failures, 1);
-	else if (n < 0 && n != -ENOENT && n != -EINVAL)
-		count(&s->stats.errors, 1);
+	n = packed_outcome(s, o, n);
 	if (n < 0)
 		return n;
 	if (off >= o->size || len == 0)
