@@ -157,7 +157,7 @@ check "text shows it" bash -c "'$STAT' '$MNT' | grep -qE '^$down +down ' && '$ST
 refuse() {
 	local desc=$1 want=$2 pat=$3 rc
 	shift 3
-	"$STAT" "$@" >"$WORK/out" 2>"$WORK/err"
+	${STAT_RUN:-} "$STAT" "$@" >"$WORK/out" 2>"$WORK/err"
 	rc=$?
 	if [ "$rc" = "$want" ] && [ "$(wc -l <"$WORK/err")" = 1 ] && grep -qE -- "$pat" "$WORK/err" && [ ! -s "$WORK/out" ]; then
 		ok "$desc: exit $rc: $(cat "$WORK/err")"
@@ -166,7 +166,20 @@ refuse() {
 	fi
 }
 refuse "missing mount point" 1 "no such file or directory" "$WORK/nonexistent"
-refuse "default /mnt/dataset missing or not shardfs" 1 "/mnt/dataset: (no such|not a shardfs)"
+# The default MOUNT, in a private mount namespace where /mnt is an empty
+# tmpfs: whatever the host has at /mnt/dataset (the demo's mount, say) is
+# not seen, and the tool must find no mount point there, then no shardfs.
+# private_mnt [MKDIR] CMD...: CMD with /mnt empty (and /mnt/dataset a plain
+# folder when MKDIR is "dir").
+private_mnt() {
+	local mk=$1
+	shift
+	unshare --mount --propagation private sh -c \
+		'mount -t tmpfs sfs-test /mnt && { [ "$0" != dir ] || mkdir /mnt/dataset; } && shift && exec "$@"' \
+		"$mk" - "$@"
+}
+STAT_RUN="private_mnt none" refuse "default /mnt/dataset missing" 1 "/mnt/dataset: no such"
+STAT_RUN="private_mnt dir" refuse "default /mnt/dataset not a shardfs mount" 1 "/mnt/dataset: not a shardfs mount"
 refuse "not a shardfs mount" 1 "not a shardfs mount" "$WORK"
 refuse "/proc is not a shardfs mount" 1 "not a shardfs mount \\(proc " /proc
 refuse "a file that is not a stats file" 1 "not a shardfs stats file" /etc/hostname
