@@ -754,11 +754,8 @@ int sfs_seg_read_start(sfs_seg *sg, const uint8_t key[16], void *buf, size_t buf
 		return -EINVAL;
 	if (!sfs_seg_lookup(sg, key, NULL)) /* a cold file: nothing to claim */
 		return -ENOENT;
-	if ((err = aio_claim(sg)) < 0)
-		return err;
-	err = -ENOMEM;
 	if (!(a = calloc(1, sizeof(*a))))
-		goto err_unclaim;
+		return -ENOMEM;
 	memcpy(a->key, key, 16);
 	a->buf = buf;
 	pthread_mutex_lock(&sg->lock);
@@ -785,22 +782,28 @@ int sfs_seg_read_start(sfs_seg *sg, const uint8_t key[16], void *buf, size_t buf
 	a->cb.aio_buf = (uint64_t)(uintptr_t)buf;
 	a->cb.aio_nbytes = rec_bytes(ent_len(&a->e));
 	a->cb.aio_offset = (int64_t)ent_off4k(&a->e) * BLK;
+	/* Claimed once a is written: whichever thread reaps its completion
+	 * (aio_wait) writes a->res and a->done under aio_lock, and the claim's
+	 * release of that lock is what orders a's writes here before those
+	 * (the kernel's submit-then-complete order is not a C or TSan edge). */
+	if ((err = aio_claim(sg)) < 0)
+		goto err_unref;
 	struct iocb *cbs[1] = {&a->cb};
 	if (aio_submit(sg->aio_ctx, 1, cbs) != 1) {
 		err = -errno;
-		goto err_unref;
+		goto err_unclaim;
 	}
 	*out = a;
 	return 0;
 
-err_unref:
-	seg_unref(sg, a->s);
-err_free:
-	free(a);
 err_unclaim:
 	pthread_mutex_lock(&sg->aio_lock);
 	sg->aio_inflight--;
 	pthread_mutex_unlock(&sg->aio_lock);
+err_unref:
+	seg_unref(sg, a->s);
+err_free:
+	free(a);
 	return err;
 }
 

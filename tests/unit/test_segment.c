@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <string.h>
@@ -432,6 +433,72 @@ static void test_async_read(void)
 	sfs_seg_close(sg); /* asserts that nothing is left in flight */
 	for (uint32_t i = 0; i < 20; i++)
 		free(bufs[i]);
+	tmp_remove();
+}
+
+/* A read started on one thread whose completion another thread reaps
+ * while it waits for its own read: the reaper writes the first read's
+ * result, so the start must publish the read to whichever thread reaps it.
+ * The reaper starts its own read first, then the other thread starts one,
+ * then the reaper waits: the two share nothing but relaxed flags (no
+ * happens-before of their own), so under ThreadSanitizer a start that does
+ * not publish its read is a reported race (whether the reaper gets the
+ * other completion depends on the disk; the bytes are checked either way). */
+struct reap_job {
+	sfs_seg *sg;
+	int mine_started, other_started; /* atomic, relaxed */
+	uint8_t *buf;			 /* the reaper's own read's buffer */
+	bool good;
+};
+
+static void wait_flag(int *flag)
+{
+	while (!__atomic_load_n(flag, __ATOMIC_RELAXED))
+		sched_yield();
+}
+
+static void *reap_other(void *arg)
+{
+	struct reap_job *j = arg;
+	uint8_t key[16];
+	struct sfs_seg_aio *a;
+	const char *data;
+
+	key_of(7, key);
+	bool started = sfs_seg_read_start(j->sg, key, j->buf, 16 * KiB, &a) == 0;
+	__atomic_store_n(&j->mine_started, 1, __ATOMIC_RELAXED);
+	wait_flag(&j->other_started);
+	usleep(20 * 1000); /* the other read's completion is likely in by now */
+	j->good = started && sfs_seg_read_finish(j->sg, a, &data) == (ssize_t)len_10k(7);
+	return NULL;
+}
+
+static void test_async_reaped_elsewhere(void)
+{
+	uint8_t key[16], *mine = aligned_alloc(4096, 16 * KiB);
+	struct reap_job j = {.buf = aligned_alloc(4096, 16 * KiB)};
+	struct sfs_seg_aio *a;
+	const char *data;
+	pthread_t t;
+
+	tmp_new();
+	make_20();
+	j.sg = open_or_bail(0, 0);
+	pthread_create(&t, NULL, reap_other, &j);
+	wait_flag(&j.mine_started);
+	key_of(3, key);
+	int rc = sfs_seg_read_start(j.sg, key, mine, 16 * KiB, &a);
+	__atomic_store_n(&j.other_started, 1, __ATOMIC_RELAXED);
+	pthread_join(t, NULL);
+	ok(j.good, "the reaper's own read: started, then finished");
+	uint8_t exp[16 * KiB];
+	fill(3, exp, len_10k(3));
+	ok(rc == 0 && sfs_seg_read_finish(j.sg, a, &data) == (ssize_t)len_10k(3) &&
+	       !memcmp(data, exp, len_10k(3)),
+	   "a read whose completion the other thread reaped: byte-exact");
+	sfs_seg_close(j.sg);
+	free(mine);
+	free(j.buf);
 	tmp_remove();
 }
 
@@ -1159,6 +1226,7 @@ int main(void)
 	test_torn_tail();
 	test_flip_while_open();
 	test_async_read();
+	test_async_reaped_elsewhere();
 	test_bad_idx();
 	test_deleted_seg();
 	test_evict();
