@@ -105,10 +105,10 @@ daemon_pid() {
 	return 1
 }
 # serving_pid: the serving process as the stats file names it (waits up to
-# 5 s for one that is alive: a keeper may be starting it).
+# 60 s for one that is alive: a keeper may be starting it, on a busy machine).
 serving_pid() {
 	local p
-	for _ in $(seq 100); do
+	for _ in $(seq 1200); do
 		p=$(stat_value shardfs_serving_pid 2>/dev/null)
 		[ -n "$p" ] && kill -0 "$p" 2>/dev/null && { echo "$p"; return 0; }
 		sleep 0.05
@@ -119,10 +119,12 @@ serving_pid() {
 # crash the mount does not survive (the cache must).
 daemon_kill() { pkill -9 -f "shardfs .* $MNT( |\$)"; }
 
+# sfs_umount: unmount and wait (up to 60 s: a busy machine, writes still
+# draining) for the daemon's end, so that the next mount of the same
+# cache_dir does not find it still in use.
 sfs_umount() {
 	umount "$MNT" 2>/dev/null || umount -l "$MNT"
-	for _ in $(seq 50); do pgrep -f "shardfs .* $MNT( |\$)" >/dev/null || return 0; sleep 0.1; done
-	return 1
+	wait_for 60 daemon_gone
 }
 
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
@@ -144,14 +146,31 @@ stat_value() { awk -v m="$1 " 'index($0, m) == 1 { print $2; exit }' "$MNT/.shar
 counter() { local v; v=$(stat_value "$1"); echo "${v:-0}"; }
 # fetched: bytes fetched from NFS so far
 fetched() { stat_value shardfs_prefetch_fetched_bytes_total; }
-# wait_idle: until no chunk is in flight and nothing waits to be written
-wait_idle() {
-	for _ in $(seq 100); do
-		[ "$(stat_value shardfs_prefetch_inflight_bytes)" = 0 ] &&
-			[ "$(stat_value shardfs_cache_write_queue_bytes)" = 0 ] && return 0
-		sleep 0.1
-	done
+# settled: no chunk is in flight and nothing waits to be written.
+settled() {
+	[ "$(stat_value shardfs_prefetch_inflight_bytes)" = 0 ] &&
+		[ "$(stat_value shardfs_cache_write_queue_bytes)" = 0 ]
 }
+# wait_idle: until settled (up to 60 s, for a busy machine; says so when it
+# gives up, and fails).
+wait_idle() {
+	wait_for 60 settled && return 0
+	diag "not idle after 60 s: $(grep -E '^shardfs_(prefetch_inflight|cache_write_queue)_bytes ' "$MNT/.shardfs/stats" | tr '\n' ' ')"
+	return 1
+}
+# daemon_gone: no process of this mount's daemon is left.
+daemon_gone() { ! pgrep -f "shardfs .* $MNT( |\$)" >/dev/null; }
+# retry_for SECONDS CMD...: until CMD succeeds, by the clock (for a CMD that
+# may itself take seconds, such as a read), every 0.5 s.
+retry_for() {
+	local end=$((SECONDS + $1))
+	shift
+	until "$@"; do [ "$SECONDS" -lt "$end" ] || return 1; sleep 0.5; done
+}
+# SLACK: seconds added to a time bound that is the feature's contract, so
+# that a loaded machine (both cores busy) does not break it; a reader left
+# waiting for good is still caught.
+SLACK=15
 
 trap sfs_cleanup EXIT
 trap 'exit 130' INT TERM

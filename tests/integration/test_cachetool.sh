@@ -90,10 +90,14 @@ check "hit bytes per dataset: /ifs/images read from the cache ($(field /ifs/imag
 	[ "$(field /ifs/images hit_bytes)" -ge "$IMAGE_BYTES" ]
 
 # --- evict one dataset while a reader reads it ---------------------------------
+# The reader signals once it has read 4 MiB and reads on, slowly; it holds at
+# half the file until the eviction is done, so that however long a loaded
+# machine takes to run the tool, the eviction happens mid-file and the rest
+# is read after it.
 drop_caches
-rm -f "$WORK/started"
-python3 - "$MNT/shards/s0" "$EXPORT/shards/s0" "$WORK/started" >"$WORK/reader.out" 2>&1 <<'EOF' &
-import sys, time
+rm -f "$WORK/started" "$WORK/evicted"
+python3 - "$MNT/shards/s0" "$EXPORT/shards/s0" "$WORK/started" "$WORK/evicted" >"$WORK/reader.out" 2>&1 <<'EOF' &
+import os, sys, time
 a, b = open(sys.argv[1], "rb", buffering=0), open(sys.argv[2], "rb")
 n = 0
 while True:
@@ -106,17 +110,22 @@ while True:
     n += len(x)
     if n == 4 << 20:
         open(sys.argv[3], "w").close()
+    if n == 32 << 20:
+        t = time.monotonic()
+        while not os.path.exists(sys.argv[4]) and time.monotonic() - t < 120:
+            time.sleep(0.05)
     time.sleep(0.02)
 print("read", n)
 EOF
 reader=$!
-for _ in $(seq 100); do [ -e "$WORK/started" ] && break; sleep 0.05; done
+wait_for 60 test -e "$WORK/started"
 f0=$(fetched)
 out=$("$TOOL" evict "$MNT" /ifs/shards 2>&1)
 rc=$?
 diag "$out"
 check "evict /ifs/shards on the live mount exits 0, while a reader reads s0" \
 	bash -c "[ $rc = 0 ] && [ -e '$WORK/started' ] && kill -0 $reader"
+touch "$WORK/evicted"
 check "the evict reports 4 files, $SHARD_BYTES bytes" grep -q "4 files, 256.0 MiB evicted" <<<"$out"
 wait "$reader"
 rc=$?

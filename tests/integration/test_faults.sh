@@ -11,6 +11,8 @@ sfs_cluster_up 4
 TIMEO_DS=10 RETRANS=3
 sfs_mount "timeo=$TIMEO_DS,retrans=$RETRANS"
 daemon_alive() { pgrep -f "shardfs .* $MNT( |\$)" >/dev/null; }
+# node_is N 0|1: the stats file reports node 127.1.N.2 down (0) or up (1)
+node_is() { grep -qF "shardfs_node_up{node=\"127.1.$1.2\"} $2" "$MNT/.shardfs/stats"; }
 
 # read_with_fault FILE ACTION NODE: read FILE in 1 MiB blocks; after 64 MiB run
 # `shardfs-cluster ACTION NODE`; print "<sha256> <seconds for the rest>".
@@ -38,33 +40,38 @@ drop_caches
 read -r sum secs < <(read_with_fault shard-0 kill 2)
 check "node killed mid-read: bytes exact" [ "$sum" = "$(expect shard-0)" ]
 diag "rest of the read after the kill took ${secs}s"
-check "stats show the killed node down" grep -qF 'shardfs_node_up{node="127.1.2.2"} 0' "$MNT/.shardfs/stats"
+# The daemon marks the node down when it notices, which the reader need not
+# wait for: wait for the stats file to say so.
+check "stats show the killed node down" wait_for 30 node_is 2 0
 "$CLUSTER" revive "$CID" 2 >/dev/null 2>&1
 
 # The same read with every node healthy (thawing a running node changes
 # nothing) is the frozen read's measure: its own speed on this machine (a
-# sanitizer build reads ~7x slower), not a constant. The frozen read may
-# take at most the connection timeout (timeo x retrans = 3 s) longer: a
-# guard against a reader left waiting on the frozen node; that its READs
-# went elsewhere is the counters' check below (here 0.0-1.2 s longer, the
-# stuck READs hedged).
+# sanitizer build reads several times slower), not a constant. The frozen
+# read may take at most the connection timeout (timeo x retrans = 3 s)
+# longer, the contract, plus $SLACK s: the two reads are apart in time, and a
+# loaded machine may slow the second alone. A guard against a reader left
+# waiting on the frozen node (it stays frozen until after the check); that
+# its READs went elsewhere is the counters' check below.
 drop_caches
 read -r _ healthy < <(read_with_fault shard-0 thaw 3)
 drop_caches
 read -r sum secs < <(read_with_fault shard-1 freeze 3)
 check "node frozen mid-read: bytes exact" [ "$sum" = "$(expect shard-1)" ]
-limit=$(python3 -c "print(round($healthy + $TIMEO_DS * $RETRANS / 10, 2))")
-check "node frozen mid-read: finished in ${secs}s (<= healthy ${healthy}s + timeo x retrans = ${limit}s)" \
+limit=$(python3 -c "print(round($healthy + $TIMEO_DS * $RETRANS / 10 + $SLACK, 2))")
+check "node frozen mid-read: finished in ${secs}s (<= healthy ${healthy}s + timeo x retrans + ${SLACK}s = ${limit}s)" \
 	python3 -c "import sys; sys.exit(not $secs <= $limit)"
 reissued=$(stat_value 'shardfs_node_reissued_total{node="127.1.3.2"}')
 hedged=$(stat_value 'shardfs_node_hedged_total{node="127.1.3.2"}')
 check "reads were hedged or re-issued away from the frozen node ($hedged, $reissued)" \
 	[ $((${hedged:-0} + ${reissued:-0})) -gt 0 ]
 "$CLUSTER" thaw "$CID" 3 >/dev/null
-for _ in $(seq 100); do grep -qF 'shardfs_node_up{node="127.1.3.2"} 1' "$MNT/.shardfs/stats" && break; sleep 0.1; done
-check "thawed node is up again" grep -qF 'shardfs_node_up{node="127.1.3.2"} 1' "$MNT/.shardfs/stats"
+# It reconnects after a back-off (at most 5 s), later on a loaded machine.
+check "thawed node is up again" wait_for 60 node_is 3 1
 
-# All nodes down under soft: EIO after about timeo x retrans, daemon alive.
+# All nodes down under soft: EIO after about timeo x retrans (the contract;
+# $SLACK s more for a loaded machine, far below a read that waits for good),
+# daemon alive.
 drop_caches
 "$CLUSTER" kill "$CID" all >/dev/null
 t0=$(date +%s.%N)
@@ -74,21 +81,26 @@ t1=$(date +%s.%N)
 el=$(python3 -c "print(round($t1 - $t0, 2))")
 check "all nodes down: read fails" [ "$rc" != 0 ]
 check "all nodes down: the error is EIO ($out)" grep -q "Input/output error" <<<"$out"
-check "all nodes down: failed after ${el}s (timeo x retrans = $((TIMEO_DS * RETRANS / 10))s, +2s slack)" \
-	python3 -c "import sys; sys.exit(not $el <= $TIMEO_DS * $RETRANS / 10 + 2)"
+check "all nodes down: failed after ${el}s (timeo x retrans = $((TIMEO_DS * RETRANS / 10))s, +${SLACK}s slack)" \
+	python3 -c "import sys; sys.exit(not $el <= $TIMEO_DS * $RETRANS / 10 + $SLACK)"
 check "all nodes down: daemon alive" daemon_alive
 check "all nodes down: stats file still served" grep -q "shardfs_node_up" "$MNT/.shardfs/stats"
-cpu0=$(awk '{print $14 + $15}' "/proc/$(daemon_pid)/stat")
+# Not spinning: under 10% of one core over the window. The window is
+# measured, not assumed: on a loaded machine the sleep and the reads of /proc
+# may run late, and the daemon's own CPU time does not grow with the load
+# (a spinning daemon takes a share of a core however busy the machine is).
+hz=$(getconf CLK_TCK)
+dpid=$(daemon_pid)
+w0=$(date +%s%N)
+cpu0=$(awk '{print $14 + $15}' "/proc/$dpid/stat")
 sleep 3
-cpu1=$(awk '{print $14 + $15}' "/proc/$(daemon_pid)/stat")
-check "all nodes down: daemon does not spin ($((cpu1 - cpu0)) ticks in 3 s)" [ $((cpu1 - cpu0)) -lt 30 ]
+cpu1=$(awk '{print $14 + $15}' "/proc/$dpid/stat")
+win_ms=$(( ($(date +%s%N) - w0) / 1000000 ))
+most=$(( hz * win_ms / 10000 ))
+check "all nodes down: daemon does not spin ($((cpu1 - cpu0)) ticks in $win_ms ms, < $most)" [ $((cpu1 - cpu0)) -lt "$most" ]
 "$CLUSTER" revive "$CID" all >/dev/null 2>&1
-ok_again=1
-for _ in $(seq 30); do
-	if cmp -s "$MNT/shard-2" "$EXPORT/shard-2" 2>/dev/null; then ok_again=0; break; fi
-	sleep 0.5
-done
-check "nodes back: reads work again, bytes exact" [ "$ok_again" = 0 ]
+# The nodes reconnect after a back-off; a read is tried until it works.
+check "nodes back: reads work again, bytes exact" retry_for 60 cmp -s "$MNT/shard-2" "$EXPORT/shard-2"
 
 # hard: a read waits while every node is down and completes when they return.
 sfs_umount
@@ -97,6 +109,9 @@ drop_caches
 "$CLUSTER" kill "$CID" all >/dev/null
 ( cmp -s "$MNT/shard-3" "$EXPORT/shard-3"; echo $? >"$WORK/hard.rc" ) &
 reader=$!
+# Not a race a loaded machine can lose: a late reader is only still waiting
+# too. (The stats file cannot tell when its read arrived: opening it then
+# waits behind the reader's lookup of the root directory.)
 sleep $(( TIMEO_DS * RETRANS / 10 + 2 ))
 check "hard: the read is still waiting after timeo x retrans + 2s" kill -0 "$reader"
 "$CLUSTER" revive "$CID" all >/dev/null 2>&1
@@ -106,9 +121,11 @@ sfs_umount
 
 # A node that stalls for less than timeo (a GC pause, a drive rebuild): the
 # reads stuck on it are hedged to other nodes, so the reader does not wait
-# for timeo (10 s here): nothing reaches the timeo re-issue, and the node is
-# never marked down.
-sfs_mount "timeo=100,retrans=3"
+# for timeo: nothing reaches the timeo re-issue, and the node is never
+# marked down. The stall lasts the rest of the read; timeo (60 s here) is
+# well above how long that takes even on a loaded machine, so a re-issue
+# means a READ that was not hedged, not a slow run.
+sfs_mount "timeo=600,retrans=3"
 drop_caches
 r0=$(stat_value 'shardfs_node_reissued_total{node="127.1.3.2"}')
 read -r sum secs < <(read_with_fault shard-5 freeze 3)
@@ -135,11 +152,10 @@ sfs_umount
 sfs_mount "timeo=100,retrans=3"
 drop_caches
 check "slow node: bytes exact" cmp -s "$MNT/shard-1" "$EXPORT/shard-1"
-# Slots follow the rates once a node stayed slow for 0.5 s.
-for _ in $(seq 30); do
-	[ "$(stat_value 'shardfs_node_read_slots{node="127.1.2.2"}')" = 8 ] || break
-	sleep 0.1
-done
+# Slots follow the rates once a node stayed slow for 0.5 s (of the daemon's
+# ticks, which a loaded machine may delay): wait for them to move.
+slots_moved() { [ "$(stat_value 'shardfs_node_read_slots{node="127.1.2.2"}')" != 8 ]; }
+wait_for 30 slots_moved
 slots=$(stat_value 'shardfs_node_read_slots{node="127.1.2.2"}')
 # The reference is the node with the most slots: after a read this short
 # the healthy nodes' rates are noisy, and one of them may stand below the
@@ -168,7 +184,8 @@ check "node dead at mount: mount works" [ -f "$MNT/shard-4" ]
 check "node dead at mount: warning names it" grep -q "127.1.4.2" "$WORK/daemon.log"
 check "node dead at mount: reported down" grep -qF 'shardfs_node_up{node="127.1.4.2"} 0' "$MNT/.shardfs/stats"
 "$CLUSTER" revive "$CID" 4 >/dev/null 2>&1
-for _ in $(seq 100); do grep -qF 'shardfs_node_up{node="127.1.4.2"} 1' "$MNT/.shardfs/stats" && break; sleep 0.1; done
+# It joins after a reconnect back-off; the read below must find it up.
+check "node dead at mount: up once revived" wait_for 60 node_is 4 1
 drop_caches
 check "node dead at mount: bytes exact" cmp -s "$MNT/shard-4" "$EXPORT/shard-4"
 v=$(stat_value 'shardfs_node_read_bytes_total{node="127.1.4.2"}')
