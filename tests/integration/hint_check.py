@@ -59,9 +59,10 @@ def digest(path):
         return hashlib.blake2b(f.read(), digest_size=16).digest()
 
 
-def read_all(paths, threads=2):
+def read_all(paths, threads=2, pace=None):
     """Read every path (relative) through the mount in list order with
-    `threads` readers; returns the paths whose bytes differ from the export's."""
+    `threads` readers; returns the paths whose bytes differ from the export's.
+    pace(i), if given, is called before path i is read (see fetch_taken)."""
     bad, nxt, lock = [], [0], threading.Lock()
 
     def work():
@@ -71,6 +72,8 @@ def read_all(paths, threads=2):
                 nxt[0] += 1
             if i >= len(paths):
                 return
+            if pace:
+                pace(i)
             p = paths[i]
             if digest(os.path.join(mnt, p)) != digest(os.path.join(exp, p)):
                 with lock:
@@ -86,17 +89,82 @@ def root_fd():
     return os.open(mnt, os.O_RDONLY | os.O_DIRECTORY)
 
 
-def wait_settled(fd, secs=20):
-    """Until the list's fetchers are done (fetched + skipped items stop moving)."""
-    last, t0 = None, time.time()
-    while time.time() - t0 < secs:
+# Waits are bounded generously: a loaded 2-core machine (both cores busy)
+# runs the daemon's fetchers many times slower than an idle one.
+WAIT_S = 120
+
+
+def wait_until(pred, secs=WAIT_S, step=0.05):
+    """Until pred() is true, for at most secs; whether it became true."""
+    end = time.time() + secs
+    while not pred():
+        if time.time() > end:
+            return False
+        time.sleep(step)
+    return True
+
+
+def wait_settled(fd, done=None, secs=WAIT_S):
+    """Until the list's fetchers are done: until done(status) where the end
+    state is known, else until its counters have not moved for 1.5 s with no
+    fetch in flight."""
+    if done:
+        wait_until(lambda: done(S.hint_status(fd)), secs, 0.1)
+        return S.hint_status(fd)
+    last, end = None, time.time() + secs
+    while time.time() < end:
         s = S.hint_status(fd)
-        cur = (s.fetched_items, s.cached_items, s.unknown_items, s.denied_items)
-        if cur == last:
+        cur = (s.position, s.fetched_items, s.cached_items, s.unknown_items, s.denied_items,
+               s.read_items)
+        if cur == last and stats()["shardfs_prefetch_inflight_bytes"] == 0:
             return s
         last = cur
-        time.sleep(0.5)
+        time.sleep(1.5)
     return S.hint_status(fd)
+
+
+def finished(s):
+    """Items of a list the fetch is done with: fetched, or skipped as cached,
+    unknown or denied."""
+    return s.fetched_items + s.cached_items + s.unknown_items + s.denied_items
+
+
+# Items past the one read that the fetch must be done with first (the
+# daemon's hint_fetchers, 16).
+PACE_AHEAD = 16
+
+
+def fetch_taken(fd, st0, base=0):
+    """A pace for read_all: path i (item base + i of fd's list) is read only
+    once the fetch has taken that item and resolved it, so that the read is
+    seen as that item's. Items are taken in list order, and each is then
+    finished or passed: base + i + 1 of them finished or passed means item
+    base + i was taken; PACE_AHEAD more, that its fetcher has long resolved
+    it (a read of an item taken but not yet resolved is not seen, and the
+    item, fetched after it, is held unread for good). A trainer computes
+    between its reads; a reader that runs as fast as it can would race the
+    daemon's fetchers instead, and on a loaded machine overtake them. Should
+    the fetch not get there in a minute, the pace stops and the checks tell."""
+    passed0, stuck = skipped(st0, "passed"), [False]
+
+    def taken(i):
+        s = S.hint_status(fd)
+        want = min(s.n_items, i + 1 + PACE_AHEAD)
+        if finished(s) >= want:
+            return True
+        return finished(S.hint_status(fd)) + skipped(stats(), "passed") - passed0 >= want
+
+    def pace(i):
+        if not stuck[0] and not wait_until(lambda: taken(base + i), 60, 0.01):
+            stuck[0] = True
+            print(f"# the fetch did not get past item {base + i} in 60 s: reading on unpaced")
+    return pace
+
+
+def lists_gone():
+    """Until no list is left (a closed fd's RELEASE reaches the daemon after
+    close returns); whether none is."""
+    return wait_until(lambda: stats()["shardfs_hint_lists"] == 0, 60)
 
 
 # --- phases ----------------------------------------------------------------------
@@ -112,10 +180,10 @@ def phase_read():
     st0 = stats()
     n = S.hint(fd, paths)
     ok(n == len(paths), f"COMMIT took {n} of {len(paths)} items")
-    bad = read_all(paths)
+    bad = read_all(paths, pace=fetch_taken(fd, st0))
     ok(not bad, f"{len(paths)} hinted files read in hint order, bytes as on the export",
        " ".join(bad[:5]))
-    s = wait_settled(fd)
+    s = wait_settled(fd, done=lambda s: not s.active)
     st = stats()
     fetched = job_sum(st, "shardfs_hint_fetched_items_total") - \
         job_sum(st0, "shardfs_hint_fetched_items_total")
@@ -128,8 +196,7 @@ def phase_read():
     ok(s.n_items == len(paths) and s.fetched_items == fetched,
        "SHARDFS_IOC_HINT_STATUS agrees with the stats", str(s))
     os.close(fd)
-    time.sleep(0.3)
-    ok(stats()["shardfs_hint_lists"] == 0, "closing the fd drops the list")
+    ok(lists_gone(), "closing the fd drops the list")
 
 
 def phase_unknown():
@@ -144,7 +211,8 @@ def phase_unknown():
     st0 = stats()
     n = S.hint(fd, items)
     ok(n == len(items), f"a list naming missing files is taken whole ({n} items)")
-    s = wait_settled(fd)
+    s = wait_settled(fd, done=lambda s: s.unknown_items == 28 and
+                     s.fetched_items + s.cached_items == 41)
     ok(s.unknown_items == 28, f"28 items skipped as unknown ({s.unknown_items})", str(s))
     ok(s.fetched_items + s.cached_items == 41,
        f"the other 41 fetched or found cached ({s.fetched_items} + {s.cached_items})", str(s))
@@ -233,7 +301,7 @@ def phase_denied():
     fd = root_fd()
     items = ["secret/only-root.bin", "secret/public.bin", "locked/inside.bin"]
     n = S.hint(fd, items)
-    s = wait_settled(fd)
+    s = wait_settled(fd, done=lambda s: finished(s) >= 3)
     ok(n == 3 and s.denied_items == 2,
        f"mode 0600 file and a file in a 0700 folder: denied ({s.denied_items})", str(s))
     ok(s.fetched_items + s.cached_items == 1, "the readable one fetched", str(s))
@@ -249,9 +317,16 @@ def phase_budget():
     random.Random(3).shuffle(paths)
     fd = root_fd()
     S.hint(fd, paths)
-    peak = 0
-    for _ in range(20):
+    # Sampled until the fetch has stopped for the reader: fetched items
+    # unchanged for 2 s (at least 2 s of samples; at most WAIT_S).
+    peak, last, since, t0 = 0, -1, time.time(), time.time()
+    while time.time() - t0 < WAIT_S:
         peak = max(peak, stats()["shardfs_hint_held_bytes"])
+        n = S.hint_status(fd).fetched_items
+        if n != last:
+            last, since = n, time.time()
+        elif n > 0 and time.time() - since >= 2:
+            break
         time.sleep(0.1)
     s = S.hint_status(fd)
     ok(peak <= limit, f"held bytes peak {peak:.0f} <= {limit} with {len(paths)} items hinted",
@@ -270,8 +345,7 @@ def phase_stop():
     fd = root_fd()
     S.hint(fd, paths)
     read_all(paths[:150], threads=1)
-    time.sleep(2)
-    s1 = S.hint_status(fd)
+    s1 = wait_settled(fd)
     time.sleep(1.5)
     s2 = S.hint_status(fd)
     done = s1.fetched_items + s1.cached_items
@@ -279,8 +353,7 @@ def phase_stop():
        str(s1))
     ok(s2.fetched_items == s1.fetched_items, "and no more are fetched", f"{s1}\n{s2}")
     os.close(fd)
-    time.sleep(0.5)
-    ok(stats()["shardfs_hint_lists"] == 0, "closing the fd drops the list")
+    ok(lists_gone(), "closing the fd drops the list")
 
 
 def phase_jump():
@@ -294,9 +367,21 @@ def phase_jump():
     fd = root_fd()
     st0 = stats()
     S.hint(fd, paths)
-    time.sleep(1)  # the first window fetched, the rest resolved ahead
+    # The first window fetched: the fetch then waits for the reader.
+    wait_until(lambda: finished(S.hint_status(fd)) > 0)
+    wait_settled(fd)
     part = paths[800:1100]
-    bad = read_all(part, threads=1)
+
+    # Its first open is seen once the fetchers have resolved that far ahead
+    # (they do while they wait): opened again until it is, as long as a
+    # loaded machine takes.
+    def seen():
+        with open(os.path.join(mnt, part[0]), "rb") as f:
+            f.read(1)
+        return S.hint_status(fd).position > 800
+    if not wait_until(seen, 60, 0.2):
+        print("# the open of item 800 was not seen in 60 s")
+    bad = read_all(part, threads=1, pace=fetch_taken(fd, st0, 800))
     s = wait_settled(fd)
     st = stats()
     passed = skipped(st, "passed") - skipped(st0, "passed")
@@ -329,13 +414,18 @@ def phase_killed():
     ok(stats()["shardfs_hint_lists"] == 1, "the job's list is active")
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
-    time.sleep(1)
+    # Its fd's RELEASE reaches the daemon after the kill: waited for.
+    gone = lists_gone()
     st1 = stats()
     time.sleep(1)
     st2 = stats()
-    ok(st1["shardfs_hint_lists"] == 0, "SIGKILL of the job drops its list")
-    ok(job_sum(st2, "shardfs_hint_fetched_items_total") ==
-       job_sum(st1, "shardfs_hint_fetched_items_total"), "nothing more is fetched for it")
+    ok(gone and st1["shardfs_hint_lists"] == 0, "SIGKILL of the job drops its list")
+    # Items its fetchers were on when it went still end (counted, not held):
+    # one per fetcher thread (4 at most); a fetch that went on would take
+    # more.
+    more = job_sum(st2, "shardfs_hint_fetched_items_total") - \
+        job_sum(st1, "shardfs_hint_fetched_items_total")
+    ok(more <= 4, f"nothing more is fetched for it ({more:.0f} items it had in hand ended)")
     ok(st2["shardfs_hint_held_bytes"] == 0, "nothing stays held")
 
 
@@ -374,21 +464,18 @@ def phase_records():
     st0 = stats()
     S.hint(fd, ranges)
     # Reads are matched to items resolved ahead; a reader faster than the
-    # first resolve (this run's preads come from memory, and under
-    # ThreadSanitizer the daemon is ~10x slower) is seen by none. A trainer's
-    # first batch comes later than its hint: read once the fetch started.
-    t0 = time.time()
-    while time.time() - t0 < 10:
-        s = S.hint_status(fd)
-        if s.fetched_items + s.cached_items:
-            break
-        time.sleep(0.01)
+    # fetch (this run's preads come from memory; under ThreadSanitizer or on
+    # a loaded machine the daemon is many times slower) is seen by none. A
+    # trainer computes between its batches: each range is read once the
+    # fetch has taken it.
+    pace = fetch_taken(fd, st0)
     bad = 0
     with open(os.path.join(mnt, big), "rb") as f:
-        for _, o, n in ranges:
+        for i, (_, o, n) in enumerate(ranges):
+            pace(i)
             if os.pread(f.fileno(), n, o) != data[o:o + n]:
                 bad += 1
-    s = wait_settled(fd)
+    s = wait_settled(fd, done=lambda s: not s.active)
     ok(bad == 0, f"{len(ranges)} hinted records read by pread, bytes right")
     passed = skipped(stats(), "passed") - skipped(st0, "passed")
     ok(s.position == len(ranges) and s.fetched_items + s.cached_items + passed == len(ranges),
@@ -410,9 +497,9 @@ def phase_policy():
     total = sum(os.path.getsize(os.path.join(exp, p)) for p in rest)
     fd = root_fd()
     S.hint(fd, rest)
-    bad = read_all(rest, threads=2)
+    bad = read_all(rest, threads=2, pace=fetch_taken(fd, st0))
+    s = wait_settled(fd, done=lambda s: not s.active)
     st = stats()
-    s = S.hint_status(fd)
     nfs = st["shardfs_prefetch_fetched_bytes_total"] - st0["shardfs_prefetch_fetched_bytes_total"]
     ok(not bad, f"{len(rest)} hinted files past a full pinned cache read right", " ".join(bad[:5]))
     ok(st["shardfs_cache_used_bytes"] <= cap, f"cache used {st['shardfs_cache_used_bytes']:.0f} "

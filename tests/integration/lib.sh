@@ -146,11 +146,14 @@ stat_value() { awk -v m="$1 " 'index($0, m) == 1 { print $2; exit }' "$MNT/.shar
 counter() { local v; v=$(stat_value "$1"); echo "${v:-0}"; }
 # fetched: bytes fetched from NFS so far
 fetched() { stat_value shardfs_prefetch_fetched_bytes_total; }
-# settled: no chunk is in flight and nothing waits to be written.
-settled() {
+# settled: no chunk is in flight and nothing waits to be written, twice
+# 0.2 s apart (the two gauges are read one after the other, and a chunk
+# leaves "in flight" just before its write is queued).
+settled_once() {
 	[ "$(stat_value shardfs_prefetch_inflight_bytes)" = 0 ] &&
 		[ "$(stat_value shardfs_cache_write_queue_bytes)" = 0 ]
 }
+settled() { settled_once && sleep 0.2 && settled_once; }
 # wait_idle: until settled (up to 60 s, for a busy machine; says so when it
 # gives up, and fails).
 wait_idle() {

@@ -52,7 +52,7 @@ sys.stdout.buffer.write(os.pread(f, int(sys.argv[3]), int(sys.argv[2])))" "$1" "
 floor_up() { # floor_up LOG: mount the tree, over the ring where offered
 	"$FLOOR" --uring "$WORK/tree" "$MNT" 2>"$1" &
 	FLOOR_PID=$!
-	wait_for 5 mountpoint -q "$MNT"
+	wait_for 30 mountpoint -q "$MNT" # (a loaded machine starts it slowly)
 }
 floor_down() {
 	umount "$MNT"

@@ -98,23 +98,47 @@ diag "--- page_cache=auto"
 opens() { counter shardfs_fuse_direct_opens_total; }
 served() { counter shardfs_fuse_read_bytes_total; }
 forgotten() { [ "$(counter shardfs_inodes)" = 0 ]; }
-forget_all() { drop_caches && wait_for 20 forgotten; }
+# (the kernel's FORGETs come after drop_caches returns: waited for as long
+# as a loaded machine takes)
+forget_all() { drop_caches && wait_for 60 forgotten; }
 PC=pc/epochs.bin
 PC_BYTES=$(stat -c %s "$EXPORT/$PC")
 check "the daemon negotiated shared mmap of direct_io files" [ "$(counter shardfs_fuse_direct_io_mmap)" = 1 ]
 check "the kernel forgets every inode (drop_caches)" forget_all
-d0=$(opens) r0=$(served)
-check "first read of $PC: byte-exact" same_bytes "$MNT/$PC" "$EXPORT/$PC"
-d1=$(opens) r1=$(served)
+# The second and third reads count on the kernel keeping the inode and its
+# pages since the first; tests beside this one may drop the kernel's caches
+# meanwhile (drops: the host's count of drop_caches), and then the three
+# reads are done again (5 tries at most).
+drops() { awk '/^drop_(pagecache|slab) / { s += $2 } END { print s + 0 }' /proc/vmstat; }
+for try in 1 2 3 4 5; do
+	[ "$try" = 1 ] || forget_all
+	k0=$(drops)
+	d0=$(opens) r0=$(served)
+	same_bytes "$MNT/$PC" "$EXPORT/$PC"; e1=$?
+	d1=$(opens) r1=$(served)
+	same_bytes "$MNT/$PC" "$EXPORT/$PC"; e2=$?
+	d2=$(opens) r2=$(served)
+	same_bytes "$MNT/$PC" "$EXPORT/$PC"; e3=$?
+	r3=$(served)
+	kept=$([ "$(drops)" = "$k0" ] && echo 1)
+	[ -n "$kept" ] && break
+	diag "try $try: another process dropped the kernel's caches meanwhile"
+done
+# check_kept DESCRIPTION CMD...: a check that needs the kernel's caches kept
+# (skipped where every try saw them dropped)
+check_kept() {
+	local d=$1
+	shift
+	if [ -n "$kept" ]; then check "$d" "$@"; else ok "$d # SKIP the kernel's caches were dropped by another process in every try"; fi
+}
+check "first read of $PC: byte-exact" [ "$e1" = 0 ]
 check "first read: one direct_io open ($d0 -> $d1)" [ "$d1" = $((d0 + 1)) ]
 check "first read: the daemon served it ($((r1 - r0)) bytes)" [ $((r1 - r0)) -ge "$PC_BYTES" ]
-check "second read: byte-exact" same_bytes "$MNT/$PC" "$EXPORT/$PC"
-d2=$(opens) r2=$(served)
-check "second read: through the page cache (no direct_io open: $d1 -> $d2)" [ "$d2" = "$d1" ]
+check "second read: byte-exact" [ "$e2" = 0 ]
+check_kept "second read: through the page cache (no direct_io open: $d1 -> $d2)" [ "$d2" = "$d1" ]
 check "second read: the daemon served it (the page cache had none of it)" [ $((r2 - r1)) -ge "$PC_BYTES" ]
-check "third read: byte-exact" same_bytes "$MNT/$PC" "$EXPORT/$PC"
-check "third read: from the page cache (the daemon served $(($(served) - r2)) bytes)" \
-	[ "$(served)" = "$r2" ]
+check "third read: byte-exact" [ "$e3" = 0 ]
+check_kept "third read: from the page cache (the daemon served $((r3 - r2)) bytes)" [ "$r3" = "$r2" ]
 check "the kernel forgets every inode again" forget_all
 d3=$(opens)
 check "two overlapping opens of a forgotten file, MAP_SHARED mmap of one: byte-exact" \

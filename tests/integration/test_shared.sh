@@ -143,7 +143,9 @@ if [ -n "$CG" ]; then
 	check "the job's wait histogram counts every read request ($req requests, $cnt waits, +Inf $inf)" \
 		bash -c "[ -n '$req' ] && [ '$req' -gt 0 ] && [ '$req' = '$cnt' ] && [ '$cnt' = '$inf' ]"
 	# Read again from the local cache (page cache dropped, fetch buffers
-	# freed at close): the job's cache bytes grow.
+	# freed at close): the job's cache bytes grow. The first read's cache
+	# writes are waited for first.
+	wait_idle
 	c0=$(job_value slurm/4242 shardfs_job_read_cache_bytes_total)
 	drop_caches
 	in_cgroup "$SL" cat "$MNT/job-slurm" >/dev/null
@@ -162,8 +164,11 @@ if [ -n "$CG" ]; then
 			[ "$((b1 - ${b0:-0}))" = "$(stat -c %s "$EXPORT/job-uid")" ]
 	fi
 	# One process, 2,000 O_DIRECT reads: one /proc read, not one per request;
-	# then 10,000 short-lived readers, each with its own pid.
+	# then 10,000 short-lived readers, each with its own pid. A pid's entry
+	# lives 10 s (SFS_JOBS_DEFAULT_TTL_MS): the reads may take longer on a
+	# loaded machine, and each 10 s may then read /proc once more.
 	r0=$(stat_value shardfs_job_cgroup_reads_total)
+	t0=$SECONDS
 	in_cgroup "$SN" python3 - "$MNT/small" 2000 0 <<'PY'
 import mmap, os, sys
 path, n_reads, n_procs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -184,21 +189,33 @@ for p in range(n_procs):
         sys.exit("a child failed")
 PY
 	r1=$(stat_value shardfs_job_cgroup_reads_total)
-	check "2,000 reads of one process: $((r1 - r0)) /proc reads (at most 2)" \
-		bash -c "[ $((r1 - r0)) -ge 1 ] && [ $((r1 - r0)) -le 2 ]"
+	most=$((2 + (SECONDS - t0) / 10))
+	check "2,000 reads of one process in $((SECONDS - t0)) s: $((r1 - r0)) /proc reads (at most $most)" \
+		bash -c "[ $((r1 - r0)) -ge 1 ] && [ $((r1 - r0)) -le $most ]"
 	check "... counted under slurm/777: 2,000 x 4096 bytes" \
 		[ "$(job_value slurm/777 shardfs_job_read_bytes_total)" = $((2000 * 4096)) ]
+	# (8 at a time: one after another, each waits its turn for a CPU on a
+	# loaded machine, and all of them outlast the test's timeout)
 	in_cgroup "$SN" python3 - "$MNT/small" 0 10000 <<'PY'
 import mmap, os, sys
 path, n_procs = sys.argv[1], int(sys.argv[3])
 buf = mmap.mmap(-1, 4096)
+live = 0
+def reap():
+    global live
+    if os.wait()[1] != 0:
+        sys.exit("a child failed")
+    live -= 1
 for p in range(n_procs):
+    if live == 8:
+        reap()
     pid = os.fork()
     if pid == 0:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
         os._exit(0 if os.preadv(fd, [buf], 0) == 4096 else 1)
-    if os.waitpid(pid, 0)[1] != 0:
-        sys.exit("a child failed")
+    live += 1
+while live:
+    reap()
 PY
 	r2=$(stat_value shardfs_job_cgroup_reads_total)
 	pids=$(stat_value shardfs_job_pid_entries)

@@ -66,7 +66,7 @@ trap slurm_cleanup EXIT
 # --- the dataset, the cluster, the mount ----------------------------------------
 mkdir -p "$EXPORT/warm" "$EXPORT/slow"
 head -c $((16 << 20)) /dev/urandom | split -b $((4 << 20)) -d - "$EXPORT/warm/part-"
-head -c $((48 << 20)) /dev/urandom | split -b $((8 << 20)) -d - "$EXPORT/slow/part-"
+head -c $((144 << 20)) /dev/urandom | split -b $((24 << 20)) -d - "$EXPORT/slow/part-"
 WARM_BYTES=$((16 << 20))
 sfs_cluster_up 2
 sfs_mount "cache_dir=$WORK/cache"
@@ -90,7 +90,7 @@ chmod 0400 "$SL/munge.key"
 munged -F -f --key-file="$SL/munge.key" --socket="$SL/munge.sock" --pid-file="$SL/munged.pid" \
 	--log-file="$SL/munged.log" --seed-file="$SL/munged.seed" 2>>"$SL/munged.log" &
 PIDS+=($!)
-wait_for 10 test -S "$SL/munge.sock" || { cat "$SL/munged.log"; echo "Bail out! munged did not start"; exit 1; }
+wait_for 60 test -S "$SL/munge.sock" || { cat "$SL/munged.log"; echo "Bail out! munged did not start"; exit 1; }
 
 # slurm_conf PROCTRACK TASK: slurm.conf, cgroup.conf and the prolog's
 # settings (beside slurm.conf, where the prolog looks for them).
@@ -154,8 +154,8 @@ done
 
 # slurm_start PROCTRACK TASK: (re)start slurmctld (with no state: -c, so a
 # node drained under the first setup starts fresh) and slurmd with that
-# tracking; true when the node is idle within 30 s, false as soon as
-# slurmd exits.
+# tracking; true when the node is idle within 120 s (a loaded machine
+# starts them slowly), false as soon as slurmd exits.
 slurm_start() {
 	local p
 	for p in $SLURMD_PID $CTLD_PID; do
@@ -169,7 +169,7 @@ slurm_start() {
 	slurmd -D 2>>"$SL/slurmd.stderr" &
 	SLURMD_PID=$!
 	PIDS+=("$SLURMD_PID")
-	for _ in $(seq 300); do
+	for _ in $(seq 1200); do
 		kill -0 "$SLURMD_PID" 2>/dev/null || return 1
 		node_idle && return 0
 		sleep 0.1
@@ -198,7 +198,7 @@ stat_job() { counter "shardfs_job_read_${2}_total{job=\"slurm/$1\"}"; }
 CG_MODE=slurmd
 if [ "${SFS_SLURM_CGROUP:-1}" != 0 ] && slurm_start cgroup cgroup; then
 	id=$(submit_job "$SL/out/probe" "" 'cat /proc/self/cgroup')
-	wait_for 30 job_over "$id"
+	wait_for 120 job_over "$id"
 	if grep -q "/job_$id/step_batch" "$SL/out/probe" 2>/dev/null; then
 		diag "proctrack/cgroup, task/cgroup: $(grep -m1 "job_$id" "$SL/out/probe")"
 	else
@@ -241,19 +241,19 @@ into_job_cgroup() {
 }
 
 # A job script: records its cgroup and pid, waits for GO (so the test can
-# move it), then runs BODY. Every job reads its files with cat from this
-# shell's children, which inherit its cgroup.
+# move it; up to 120 s), then runs BODY. Every job reads its files with cat
+# from this shell's children, which inherit its cgroup.
 job_script() {
 	echo "cat /proc/self/cgroup >\"$SL/out/\$SLURM_JOB_ID.cgroup\"
 echo \$\$ >\"$SL/out/\$SLURM_JOB_ID.pid\"
-for _ in \$(seq 300); do [ -e \"$SL/out/\$SLURM_JOB_ID.go\" ] && break; sleep 0.1; done
+for _ in \$(seq 1200); do [ -e \"$SL/out/\$SLURM_JOB_ID.go\" ] && break; sleep 0.1; done
 $1"
 }
 # go ID: let the job past its wait, after moving it into its cgroup; false
 # when the job did not start or could not be moved.
 go() {
 	local rc=0
-	wait_for 30 test -s "$SL/out/$1.pid" || return 1
+	wait_for 120 test -s "$SL/out/$1.pid" || return 1
 	into_job_cgroup "$1" "$(cat "$SL/out/$1.pid")" || rc=1
 	[ "$CG_MODE" = ours ] && cp "/proc/$(cat "$SL/out/$1.pid")/cgroup" "$SL/out/$1.cgroup"
 	touch "$SL/out/$1.go"
@@ -269,7 +269,7 @@ id=$(submit_job "$SL/out/warm" "shardfs-warm=$MNT/warm" "$(job_script "
 cat '$MNT'/warm/part-* | cksum >'$SL/out/warm.sum'")")
 check "sbatch --comment=shardfs-warm=$MNT/warm: job $id submitted" [ -n "$id" ]
 check "job $id started" go "$id"
-wait_for 60 job_over "$id"
+wait_for 180 job_over "$id"
 check "job $id completed (state $(job_state "$id"))" [ "$(job_state "$id")" = COMPLETED ]
 check "slurmd's log: the prolog warmed it before the job ($(grep -o "shardfs-prolog: job $id: warmed in [0-9]* s" "$SL/slurmd.log"))" \
 	grep -q "shardfs-prolog: job $id: warmed in [0-9]* s" "$SL/slurmd.log"
@@ -289,7 +289,7 @@ check "stats: ... all of it from the cache ($cb bytes)" [ "$cb" = "$WARM_BYTES" 
 id=$(submit_job "$SL/out/missing" "shardfs-warm=$MNT/no-such-dataset" \
 	"$(job_script "cat '$MNT/no-such-dataset/part-00'")")
 go "$id"
-wait_for 60 job_over "$id"
+wait_for 180 job_over "$id"
 check "slurmd's log: the prolog names the missing dataset" \
 	grep -q "shardfs-prolog: job $id: not warming $MNT/no-such-dataset: no such file or directory" "$SL/slurmd.log"
 check "the job started and failed on its own open (state $(job_state "$id"))" \
@@ -298,14 +298,16 @@ check "the node is not drained (sinfo: $(node_state))" node_idle
 check "scontrol show node: no DRAIN" bash -c "! scontrol show node '$NODE' | grep -q 'State=[A-Z+]*DRAIN'"
 
 # --- a background warm-up that outlives the job: the epilog ends it --------------
-# 48 MiB at 2 x 8 Mbit/s: about 24 s of warming; the job lasts 3 s.
+# 144 MiB at 2 x 8 Mbit/s: over a minute of warming, so that it still runs
+# when the job looks and when the epilog ends it on a loaded machine
+# (slurmd may take many seconds to start the job); the job lasts 3 s.
 prolog_conf 0
 "$CLUSTER" cap "$CID" all 8mbit >/dev/null
 id=$(submit_job "$SL/out/bg" "shardfs-warm=$MNT/slow" "$(job_script "
 read -r p _ <'$SL/run/job_'\$SLURM_JOB_ID.pid && kill -0 -- -\$p && echo \"running \$p\" >'$SL/out/bg.seen'
 sleep 3")")
 go "$id"
-wait_for 60 job_over "$id"
+wait_for 180 job_over "$id"
 bgpid=$(awk '{ print $2 }' "$SL/out/bg.seen" 2>/dev/null)
 check "slurmd's log: the prolog started the warm-up in the background" \
 	grep -q "shardfs-prolog: job $id: warming in the background (pid ${bgpid:-?})" "$SL/slurmd.log"

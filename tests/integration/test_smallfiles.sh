@@ -364,11 +364,10 @@ sfs_mount "cache_dir=$CACHE,$SIZE_OPT"
 drop_caches
 ( $SF check-quiet "$MNT" "$WORK/manifest" small/ med/ >/dev/null 2>&1 ) &
 reader=$!
-for _ in $(seq 600); do
-	u=$(stat_value shardfs_cache_write_bytes_total)
-	[ "${u:-0}" -ge $((PACKED_BYTES / 3)) ] && break
-	sleep 0.05
-done
+# Killed once a third of the data is durable, waited for as long as a
+# loaded machine takes.
+third_durable() { [ "$(counter shardfs_cache_write_bytes_total)" -ge $((PACKED_BYTES / 3)) ]; }
+wait_for 120 third_durable
 daemon_kill
 umount -l "$MNT" 2>/dev/null
 wait "$reader"
