@@ -8,16 +8,16 @@
  * fuse_daemonize() has forked (threads do not survive fork; its sockets do).
  */
 #include "fs.h"
-#include "hints.h"
-#include "fusedev.h"
-#include "handles.h"
-#include "carry.h"
-#include "keeper.h"
-#include "takeover.h"
-#include "watchdog.h"
+#include "hints/hints.h"
+#include "kernel/fusedev.h"
+#include "kernel/handles.h"
+#include "restart/carry.h"
+#include "restart/keeper.h"
+#include "restart/takeover.h"
+#include "restart/watchdog.h"
 #include "../cache/common/hash.h"
 #include "memtrim.h"
-#include "workers.h"
+#include "kernel/workers.h"
 #include "../cache/common/log.h"
 
 /* Kernel readahead for the mount: deep enough for 1 MiB requests to reach
@@ -407,7 +407,7 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 			return -1;
 		}
 		/* The files at the export's root form its own dataset; each
-		 * top-level directory one more (fs/ops.c child_dataset). */
+		 * top-level directory one more (fs/ops/ops.c child_dataset). */
 		char name[1100];
 		sfs_export_join(o, "", 0, name, sizeof(name));
 		fs->root_dataset = sfs_store_dataset(fs->store, name);

@@ -17,7 +17,7 @@
 
 #include "../cache/prefetch/prefetch.h"
 #include "../cache/store/store.h"
-#include "pagecache.h"
+#include "kernel/pagecache.h"
 
 /* The memory budget (mem_max): its default is RAM / SFS_MEM_MAX_SHARE within
  * [DEFAULT_MIN, DEFAULT_MAX]; less than SFS_MEM_MAX_MIN is refused. The

@@ -7,7 +7,7 @@
  *   shardfs-cache purge TARGET
  *
  * TARGET is a live mount (its mountpoint, a directory): the daemon does
- * the work through the mount's ioctls (fs/shardfs_ioctl.h,
+ * the work through the mount's ioctls (include/shardfs/shardfs_ioctl.h,
  * SHARDFS_IOC_CACHE_*), on its store's writer thread, while readers go on.
  * Or TARGET is the cache_dir of a mount that is not running: the tool opens
  * the store itself (cache/store/store.h, the daemon's own code), which takes
@@ -18,7 +18,7 @@
  * usage. Errors are one line on stderr.
  */
 #include "log.h"
-#include "shardfs_ioctl.h"
+#include <shardfs/shardfs_ioctl.h>
 #include "store.h"
 
 #include <errno.h>

@@ -5,7 +5,7 @@
  * (every file reads as one pattern: byte o is ((o % 4093) * 7 + 3) & 255,
  * whose period no request offset shares, so a reply of the wrong bytes
  * shows), run by the daemon's worker pool
- * (fs/workers.c) as shardfs runs it with active_threads=8 (64 workers at
+ * (fs/kernel/workers.c) as shardfs runs it with active_threads=8 (64 workers at
  * most; 1 MiB requests, the same init flags and timeouts). What it costs
  * per file (lookup, open, read, release) is what the daemon pays on this
  * kernel before it does any work of its own: tools/shardfs-bench
@@ -17,7 +17,7 @@
  *   shardfs-fusefloor [--uring] LIST MOUNTPOINT
  *
  * --uring: over FUSE over io_uring where the kernel offers it
- * (fs/fuse_uring.h; the fuse module's enable_uring), else /dev/fuse with a
+ * (fs/kernel/fuse_uring.h; the fuse module's enable_uring), else /dev/fuse with a
  * warning; it prints the requests that went through the ring at the end.
  *
  * LIST has one "RELPATH SIZE" line per file (folders are made from the
@@ -29,9 +29,9 @@
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
 
-#include "../fs/fusedev.h"
-#include "../fs/fuse_uring.h"
-#include "../fs/workers.h"
+#include "../fs/kernel/fusedev.h"
+#include "../fs/kernel/fuse_uring.h"
+#include "../fs/kernel/workers.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -185,7 +185,7 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	fi->keep_cache = 0; /* as shardfs's first open of a file */
-	/* As shardfs's first epoch of a file over one chunk (fs/pagecache.c):
+	/* As shardfs's first epoch of a file over one chunk (fs/kernel/pagecache.c):
 	 * the reader's requests come straight to the daemon, not through the
 	 * kernel's page cache and readahead. */
 	fi->direct_io = nodes[ino - 1].size > FLOOR_CHUNK_BYTES;
@@ -236,7 +236,7 @@ static const struct fuse_lowlevel_ops ops = {.init = ll_init,
 int main(int argc, char **argv)
 {
 	/* --uring: FUSE over io_uring where the kernel offers it (EXPERIMENTAL,
-	 * fs/fuse_uring.h), to measure what the transport saves. */
+	 * fs/kernel/fuse_uring.h), to measure what the transport saves. */
 	bool uring = argc == 4 && strcmp(argv[1], "--uring") == 0;
 	if (uring) {
 		argv[1] = argv[0];

@@ -67,7 +67,7 @@
 #include <unistd.h>
 
 #include "cudart_load.h"
-#include "shardfs_ioctl.h"
+#include <shardfs/shardfs_ioctl.h>
 
 #define REGION_MAX_BYTES (64ull << 20)
 

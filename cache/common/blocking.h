@@ -3,7 +3,7 @@
  * blocking — a thread of the daemon says that it is about to wait (for the
  * disk, for NFS, for another thread) and when it has stopped waiting.
  *
- * The FUSE worker pool (fs/workers.c) keeps only a few workers taking
+ * The FUSE worker pool (fs/kernel/workers.c) keeps only a few workers taking
  * requests and installs hooks here, so that a worker about to wait hands
  * its place to a spare one: requests keep being served while it waits, and
  * no more workers than that compete for the next request (each idle one

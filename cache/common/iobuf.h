@@ -42,7 +42,7 @@
 /* len bytes of private anonymous memory at an address aligned to align (a
  * power of two; len and align whole pages), mmap'd with extra_flags:
  * len + align are mapped and the ends unmapped. MAP_FAILED with errno on
- * failure. Header-only, for users that do not link iobuf.c (fs/inode.c). */
+ * failure. Header-only, for users that do not link iobuf.c (fs/inode/inode.c). */
 static inline void *sfs_map_aligned(size_t len, size_t align, int extra_flags)
 {
 	char *m = mmap(NULL, len + align, PROT_READ | PROT_WRITE,

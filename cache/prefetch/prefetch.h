@@ -154,7 +154,7 @@ void sfs_pf_file_unref(sfs_pf_file *f);
  * fetches in flight finish and are freed with the file. */
 void sfs_pf_file_drop_idle(sfs_pf_file *f);
 
-/* --- Hints (fs/hints.c): fetching ahead of a reader that told its order ---
+/* --- Hints (fs/hints/hints.c): fetching ahead of a reader that told its order ---
  *
  * A hint list holds each file version it fetches ahead with
  * sfs_pf_file_hint_hold() (an open of its own: the file's chunks stay for

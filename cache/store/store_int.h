@@ -10,7 +10,7 @@
  *                              its first two): byte x of the version at
  *                              offset x and nothing else, so that the
  *                              kernel can read it as a FUSE passthrough
- *                              backing file (fs/passthrough.h)
+ *                              backing file (fs/kernel/passthrough.h)
  *   objects/KK/KEY.sums        its checksums beside it:
  *     [0, 64)                  struct obj_header (magic "SFSOBJS5"; the
  *                              dataset id of the version, datasets.h)

@@ -94,7 +94,7 @@ sfs_mount() {
 	mountpoint -q "$MNT" || { echo "Bail out! not mounted"; exit 1; }
 }
 
-# daemon_pid: the mount's serving process (not its keeper, fs/keeper.h: the
+# daemon_pid: the mount's serving process (not its keeper, fs/restart/keeper.h: the
 # one whose command line has no --keeper), where its memory, threads and
 # CPU are.
 daemon_pid() {

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# Epoch hints (fs/hints.h, SHARDFS_IOC_HINT_*) against a real 4-node cluster:
+# Epoch hints (fs/hints/hints.h, SHARDFS_IOC_HINT_*) against a real 4-node cluster:
 # a list of 1,500 files of ~100 KB hinted in a shuffled order and read in it
 # (bytes compared with the export, fetched once); missing paths, directories
 # and ranges past the end skipped and counted; malformed batches (EINVAL) and

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # The Python module's copy of the ioctl ABI against the C compiler's: runs
 # abi_dump (sizes, offsets, ioctl numbers and constants of
-# fs/shardfs_ioctl.h as JSON) and compares every entry with what
+# include/shardfs/shardfs_ioctl.h as JSON) and compares every entry with what
 # tools/python/shardfs computes with struct.calcsize. TAP; exit 77 without
 # python3.
 #   test_python_abi.sh PATH/TO/abi_dump

@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shardfs_ioctl.h"
+#include <shardfs/shardfs_ioctl.h>
 
 #ifdef __cplusplus
 extern "C" {

@@ -2,7 +2,7 @@
 """shardfs — stage bytes of files on a shardfs mount into shared memory or GPU memory.
 
 Pure Python (fcntl, struct, ctypes); no compiled extension. The ioctl ABI is
-fs/shardfs_ioctl.h (installed as <shardfs/shardfs_ioctl.h>); every struct
+include/shardfs/shardfs_ioctl.h (installed as <shardfs/shardfs_ioctl.h>); every struct
 below mirrors it field by field, and tests/unit/test_python_abi.sh checks
 the sizes, offsets and ioctl numbers against the C compiler.
 
@@ -57,7 +57,7 @@ __all__ = [
     "HintStatus", "hint", "hint_cancel", "hint_status", "find_mount",
 ]
 
-# --- constants of fs/shardfs_ioctl.h ---------------------------------------
+# --- constants of include/shardfs/shardfs_ioctl.h ---------------------------------------
 
 IOC_MAGIC = ord("S")
 ABI_VERSION = 1

@@ -7,7 +7,7 @@
  * this binary again in keeper mode, so that it holds none of the serving
  * process's memory, sockets or locks). The keeper holds three fds: the FUSE
  * connection (/dev/fuse: while any process holds it, the mount stays
- * connected), the inode table's region (fs/inode_slab.h) and the state
+ * connected), the inode table's region (fs/inode/inode_slab.h) and the state
  * page below. It does next to nothing, so that it does not crash: it waits
  * for its serving child and, when that dies while the mount is still there
  * (any signal, an OOM kill, an abort), starts the same binary again as a

@@ -4,7 +4,7 @@
  * fixed-size slots inside one shared-memory region (a memfd), so that a
  * node id can be a slot's offset in the region and a process that maps the
  * same memfd later (a restarted or upgraded daemon) finds every inode the
- * kernel holds at the id the kernel knows it by. Private to fs/inode.c.
+ * kernel holds at the id the kernel knows it by. Private to fs/inode/inode.c.
  *
  *   region (memfd, REGION_BYTES of address space, sparse)
  *   +-------------+----------------+----------------+----

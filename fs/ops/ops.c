@@ -4,7 +4,7 @@
  *
  * Owns: turning FUSE requests into origin calls and prefetch reads, the
  * virtual .shardfs/ tree, EROFS for every modifying operation, and the
- * replies of every operation but ioctl (fs/ioctl.c replies to its own).
+ * replies of every operation but ioctl (fs/ops/ioctl.c replies to its own).
  * Threading: ops run on FUSE worker threads. A LOOKUP that goes to NFS is
  * answered from the origin I/O thread that gets its reply (lookup_call),
  * and so is a READ whose bytes were not at hand (read_call,
@@ -15,14 +15,14 @@
  * thread that decoded the reply (the FUSE buffer is private to the request
  * until we reply).
  */
-#include "fs.h"
-#include "hints.h"
-#include "fusedev.h"
-#include "handles.h"
-#include "pagecache.h"
-#include "memtrim.h"
-#include "shardfs_ioctl.h"
-#include "../cache/common/log.h"
+#include "../fs.h"
+#include "../hints/hints.h"
+#include "../kernel/fusedev.h"
+#include "../kernel/handles.h"
+#include "../kernel/pagecache.h"
+#include "../memtrim.h"
+#include <shardfs/shardfs_ioctl.h>
+#include "../../cache/common/log.h"
 
 #include <errno.h>
 #include <fcntl.h>

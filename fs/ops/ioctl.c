@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * ioctl — the ioctl ABI of fs/shardfs_ioctl.h: query, staging regions,
+ * ioctl — the ioctl ABI of include/shardfs/shardfs_ioctl.h: query, staging regions,
  * staging ranges of the open file into them, warm-up, and the cache's
  * per-dataset listing and eviction.
  *
  * Owns: validating every struct that comes in (size field, reserved words,
  * bounds), the per-open-file region table and its uid rule, and counting
- * bytes, requests and refusals (STAGE also per job, fs/jobs.h).
+ * bytes, requests and refusals (STAGE also per job, fs/observe/jobs.h).
  * Who may call: anyone holding an open file of the mount. With allow_other
  * that open was checked by the kernel against the file's mode
  * (default_permissions is implied unless allow_other_unchecked), so an ioctl
@@ -20,11 +20,11 @@
  * by its lock (regions are used by one thread at a time). Never replies
  * with a lock held.
  */
-#include "fs.h"
-#include "hints.h"
-#include "shardfs_ioctl.h"
-#include "../cache/common/blocking.h"
-#include "../cache/common/log.h"
+#include "../fs.h"
+#include "../hints/hints.h"
+#include <shardfs/shardfs_ioctl.h>
+#include "../../cache/common/blocking.h"
+#include "../../cache/common/log.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * hint_list — checking and storing the items of a hint list (hint_list.h).
  */
 #include "hint_list.h"
-#include "shardfs_ioctl.h"
+#include <shardfs/shardfs_ioctl.h>
 
 #include <errno.h>
 #include <stdbool.h>

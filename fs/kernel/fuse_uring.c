@@ -2,7 +2,7 @@
 /* fuse_uring — see fuse_uring.h. */
 #define FUSE_USE_VERSION 312
 #include "fuse_uring.h"
-#include "../cache/common/log.h"
+#include "../../cache/common/log.h"
 
 #include <errno.h>
 #include <fuse_lowlevel.h>

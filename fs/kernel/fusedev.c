@@ -2,8 +2,8 @@
 /* fusedev — see fusedev.h. */
 #define FUSE_USE_VERSION 312
 #include "fusedev.h"
-#include "keeper.h"
-#include "../cache/common/log.h"
+#include "../restart/keeper.h"
+#include "../../cache/common/log.h"
 
 #include <errno.h>
 #include <fuse_lowlevel.h>

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 /* passthrough — see passthrough.h. */
 #include "passthrough.h"
-#include "../cache/common/log.h"
-#include "../cache/prefetch/prefetch.h"
+#include "../../cache/common/log.h"
+#include "../../cache/prefetch/prefetch.h"
 #include "fusedev.h"
-#include "inode.h"
+#include "../inode/inode.h"
 
 #include <errno.h>
 #include <fcntl.h>

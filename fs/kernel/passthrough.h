@@ -106,7 +106,7 @@ void sfs_pt_release(struct sfs_pt *pt, struct sfs_inode *i);
 
 void sfs_pt_get_stats(struct sfs_pt *pt, struct sfs_pt_stats *out);
 
-#include "inode.h"
+#include "../inode/inode.h"
 static inline void sfs_pt_opened_version(struct sfs_inode *i, bool unchanged)
 {
 	if (!unchanged && i->pt_opens)

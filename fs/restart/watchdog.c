@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /* watchdog — see watchdog.h. */
 #include "watchdog.h"
-#include "workers.h"
-#include "../cache/common/log.h"
+#include "../kernel/workers.h"
+#include "../../cache/common/log.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -6,7 +6,7 @@
  * process's epoch (keeper.h: 1 for the first server of a mount, +1 per
  * restart; 0 without a keeper) in its top 16 bits, so that a resumed
  * server tells a handle of a dead process (whose address means nothing
- * here) from its own with one compare. fs/ops.c rebuilds the state of such
+ * here) from its own with one compare. fs/ops/ops.c rebuilds the state of such
  * a stale handle on its first use (a READ, a READDIR after a restart) and
  * keeps it here, adopted, under the old fh until the kernel releases it.
  *
@@ -26,7 +26,7 @@ uint64_t sfs_handle_make(const void *state);
 /* Low bits of an fh that say something about the open itself, kept across
  * restarts with the fh (states are 16-byte aligned, so an address never
  * has them): SFS_HANDLE_PASSTHROUGH, the kernel reads this open from its
- * backing file (fs/passthrough.h). The functions below ignore them. */
+ * backing file (fs/kernel/passthrough.h). The functions below ignore them. */
 #define SFS_HANDLE_PASSTHROUGH 0x1u
 #define SFS_HANDLE_FLAGS       0x7u
 uint64_t sfs_handle_make_flagged(const void *state, uint64_t flags);

@@ -18,10 +18,10 @@
  * window.
  */
 #include "hints.h"
-#include "fs.h"
+#include "../fs.h"
 #include "hint_list.h"
 #include "hint_resolve.h"
-#include "../cache/common/log.h"
+#include "../../cache/common/log.h"
 
 #include <errno.h>
 #include <pthread.h>

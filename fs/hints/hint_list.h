@@ -8,7 +8,7 @@
  * Owns: validating a batch (every rule of the ABI; a batch with one bad item
  * is refused whole), the item array and the path arena, the limit
  * SHARDFS_HINT_MAX_ITEMS. Does not own: resolving paths, fetching, the
- * ioctl plumbing (fs/hints.c, fs/ioctl.c).
+ * ioctl plumbing (fs/hints/hints.c, fs/ops/ioctl.c).
  *
  * Threading: none of its own; the caller serialises calls on one list.
  */

@@ -4,8 +4,8 @@
  * (hint_resolve.h).
  */
 #include "hint_resolve.h"
-#include "fs.h"
-#include "../cache/common/log.h"
+#include "../fs.h"
+#include "../../cache/common/log.h"
 
 #include <errno.h>
 #include <stdlib.h>

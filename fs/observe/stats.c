@@ -7,14 +7,14 @@
  * store and the segment index keep under their locks (taken briefly, no
  * I/O under them); /proc/self/statm for the RSS.
  */
-#include "fs.h"
-#include "carry.h"
-#include "hints.h"
-#include "fusedev.h"
-#include "memtrim.h"
-#include "workers.h"
-#include "../cache/common/iobuf.h"
-#include "../cache/common/log.h"
+#include "../fs.h"
+#include "../restart/carry.h"
+#include "../hints/hints.h"
+#include "../kernel/fusedev.h"
+#include "../memtrim.h"
+#include "../kernel/workers.h"
+#include "../../cache/common/iobuf.h"
+#include "../../cache/common/log.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -45,7 +45,7 @@ static void metric(FILE *f, const char *name, const char *type, const char *text
 				(unsigned long long)js[k].field);                                  \
 	} while (0)
 
-/* Per-job read accounting (fs/jobs.h). Returns 0 or -ENOMEM. */
+/* Per-job read accounting (fs/observe/jobs.h). Returns 0 or -ENOMEM. */
 static int render_jobs(FILE *f, sfs_jobs *jobs)
 {
 	struct sfs_jobs_totals t;
@@ -706,7 +706,7 @@ static void render_keeper(FILE *f, struct sfs_fs *fs)
 				(unsigned long long)js[k].c.field);                                \
 	} while (0)
 
-/* Epoch hints (fs/hints.h): the lists alive, and per job what they asked
+/* Epoch hints (fs/hints/hints.h): the lists alive, and per job what they asked
  * for, fetched, got read and wasted. Returns 0 or -ENOMEM. */
 static int render_hints(FILE *f, struct sfs_fs *fs)
 {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /* pagecache — see pagecache.h. */
 #include "pagecache.h"
-#include "../cache/prefetch/prefetch.h" /* SFS_CHUNK_BYTES */
+#include "../../cache/prefetch/prefetch.h" /* SFS_CHUNK_BYTES */
 
 bool sfs_pc_open_direct(struct sfs_pc_policy *p, uint64_t size, bool first_epoch)
 {

@@ -10,7 +10,7 @@
  * shared-memory region (inode_slab.h), which outlives the process: a
  * process that adopts the region (sfs_inode_table_adopt: a daemon started
  * again on the same connection) finds each inode the kernel holds under the
- * id the kernel knows. The root answers to FUSE_ROOT_ID too (fs/ops.c).
+ * id the kernel knows. The root answers to FUSE_ROOT_ID too (fs/ops/ops.c).
  * Memory is per inode the kernel remembers (struct sfs_inode and its
  * handle in a 216-byte slab slot, 248 for a handle over 36 bytes, ~2 bucket
  * pointers), never per byte; a slab page all of whose inodes were forgotten
@@ -23,8 +23,8 @@
 #ifndef SFS_INODE_H
 #define SFS_INODE_H
 
-#include "../cache/nfs/origin.h"
-#include "../cache/prefetch/prefetch.h"
+#include "../../cache/nfs/origin.h"
+#include "../../cache/prefetch/prefetch.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -79,7 +79,7 @@ struct sfs_inode {
 	struct sfs_inode_version opened;
 	uint32_t dataset; /* atomic: set once, at the first lookup (cache/store/store.h) */
 	unsigned n_open;  /* open file handles on pf */
-	/* Passthrough (fs/passthrough.h). Kept across a restart, unlike
+	/* Passthrough (fs/kernel/passthrough.h). Kept across a restart, unlike
 	 * n_open: the kernel's passthrough opens outlive a dead server, and a
 	 * resumed one must not give the inode a second backing file or a
 	 * page-cache open while they live. */
@@ -165,7 +165,7 @@ int sfs_inode_table_check_region(int region_fd);
 /* The memfd that holds the table's inodes (owned by the table). */
 int sfs_inode_table_region_fd(const sfs_inode_table *t);
 
-/* An inode's node id (not the root's FUSE_ROOT_ID: fs/ops.c maps that),
+/* An inode's node id (not the root's FUSE_ROOT_ID: fs/ops/ops.c maps that),
  * and the inode of a node id this table gave, or NULL for any other
  * number (never one the kernel holds). Any thread, no lock. */
 uint64_t sfs_inode_id(const sfs_inode_table *t, const struct sfs_inode *ino);

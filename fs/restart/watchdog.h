@@ -14,7 +14,7 @@
 #ifndef SFS_WATCHDOG_H
 #define SFS_WATCHDOG_H
 
-#include "fs.h"
+#include "../fs.h"
 
 #define SFS_WATCHDOG_TICK_MS 250
 

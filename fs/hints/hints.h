@@ -5,7 +5,7 @@
  *
  * Owns: the lists of the mount, each tied to the open file it was sent on
  * (its fh) and dropped at that open's release; the fetcher threads (up to
- * 4, started at the first list), which resolve items ahead (fs/hint_resolve.h,
+ * 4, started at the first list), which resolve items ahead (fs/hints/hint_resolve.h,
  * as their sender) and start the fetches of every list's items in order:
  * hint_fetchers items in flight at most (their ends seen through prefetch's
  * fetch observer), a window at most ahead of the reader (twice its spread,
@@ -17,7 +17,7 @@
  * waste); a reader past the fetch makes it skip there. The counters, per
  * job and in all.
  * Does not own: fetching and caching bytes (cache/prefetch, cache/store),
- * the ioctl structs' plumbing (fs/ioctl.c).
+ * the ioctl structs' plumbing (fs/ops/ioctl.c).
  *
  * Threading: any thread. One mutex protects every list and counter; it is
  * taken before a prefetch file's lock (holds are released under it) and
@@ -27,7 +27,7 @@
 #ifndef SFS_HINTS_H
 #define SFS_HINTS_H
 
-#include "shardfs_ioctl.h"
+#include <shardfs/shardfs_ioctl.h>
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -52,7 +52,7 @@ struct sfs_hint_sender {
 	gid_t gid;
 	int n_groups; /* supplementary groups known (at most SFS_HINT_GROUPS_MAX) */
 	gid_t groups[SFS_HINT_GROUPS_MAX];
-	char job[64]; /* the job label (fs/jobs.h) */
+	char job[64]; /* the job label (fs/observe/jobs.h) */
 };
 
 /* Returns 0 and *out, or -ENOMEM. Threads start with the first list. */

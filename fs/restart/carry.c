@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /* carry — see carry.h. */
 #include "carry.h"
-#include "fs.h"
+#include "../fs.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  */
 #include "keeper.h"
 #include "takeover.h"
-#include "../cache/common/log.h"
+#include "../../cache/common/log.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -12,8 +12,8 @@
  * active and none is reading, wakes a parked worker or starts a new one.
  */
 #include "workers.h"
-#include "../cache/common/blocking.h"
-#include "../cache/common/log.h"
+#include "../../cache/common/blocking.h"
+#include "../../cache/common/log.h"
 
 #include <errno.h>
 #include <pthread.h>
