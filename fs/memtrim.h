@@ -29,7 +29,7 @@
  * that a buffer freed and allocated again is not unmapped and faulted in
  * again (each fault a VM exit on a paravirtualised guest); this thread's
  * trims give the memory back once reads stop. What it saves and costs is
- * in packaging/doc/benchmarks.md (sixteenth round). */
+ * in tools/bench/benchmarks.md (sixteenth round). */
 #define SFS_MEMTRIM_MMAP_MAX (4u << 20)
 #define SFS_MEMTRIM_KEEP_TOP (16u << 20)
 /* Under a small memory budget (mem_max) what the arenas keep is a share of

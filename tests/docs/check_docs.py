@@ -125,7 +125,7 @@ NOT_METRICS = {"shardfs_ioctl", "shardfs_ioctl.h"}
 
 def c_api_names(src):
     """libshardfs's functions and types (shardfs_*), which are not metrics."""
-    text = open(os.path.join(src, "tools/libshardfs/shardfs.h"), encoding="utf-8").read()
+    text = open(os.path.join(src, "tools/client/libshardfs/shardfs.h"), encoding="utf-8").read()
     return set(re.findall(r"\b(shardfs_[a-z0-9_]+)\b", text))
 
 
@@ -151,7 +151,7 @@ def check_mentions(src, opts, metrics):
             if base not in metrics:
                 bad.add(tok)
         check(not bad, f"{rel}: every metric it names exists", " ".join(sorted(bad)))
-        if not rel.endswith(".md") or rel == "packaging/doc/benchmarks.md":
+        if not rel.endswith(".md") or rel == "tools/bench/benchmarks.md":
             continue  # the benchmark history may name options of its day
         badopt = set()
         for name in re.findall(r"`([a-z][a-z_]*)=(?!True`|False`)[^`]*`", text):

@@ -4,7 +4,7 @@
  * lays it out: every struct's size and each field's [offset, size], the
  * ioctl command numbers and the constants, as one JSON object on stdout.
  * tests/unit/test_python_abi.sh compares it with what the Python module
- * (tools/python/shardfs) computes. Not a TAP test itself.
+ * (tools/client/python/shardfs) computes. Not a TAP test itself.
  */
 #include <stddef.h>
 #include <stdio.h>

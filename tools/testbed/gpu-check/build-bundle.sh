@@ -2,10 +2,10 @@
 # Builds the GPU-machine bundle in .gpu/ at the repository's root from this
 # Debian 12 machine: built binaries of build/ and build-asan/, the NFS
 # cluster's daemons and tools, every non-glibc shared library they need, and
-# run.sh (the checks to run there). See tools/gpu-check/README.md.
+# run.sh (the checks to run there). See tools/testbed/gpu-check/README.md.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
 G=$ROOT/.gpu
 mkdir -p "$G"
 grep -qx '/.gpu/' "$ROOT/.git/info/exclude" 2>/dev/null || echo '/.gpu/' >>"$ROOT/.git/info/exclude"

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * shardfs-smallread: the reader of the small-file and random-record
- * benchmarks (tools/shardfs-bench --small-files, --random-records). THREADS
+ * benchmarks (tools/bench/shardfs-bench --small-files, --random-records). THREADS
  * threads share one list of work and each takes the next item:
  *
  *   files mode    an item is a path; open it, read it whole, close it (a

@@ -8,7 +8,7 @@
  * (fs/kernel/workers.c) as shardfs runs it with active_threads=8 (64 workers at
  * most; 1 MiB requests, the same init flags and timeouts). What it costs
  * per file (lookup, open, read, release) is what the daemon pays on this
- * kernel before it does any work of its own: tools/shardfs-bench
+ * kernel before it does any work of its own: tools/bench/shardfs-bench
  * --small-files prints it beside the mount's rows, and --random-records
  * per record of one large file (opened direct_io, as shardfs opens a file
  * over one chunk in its first epoch). (Until 2026-11-25 it ran

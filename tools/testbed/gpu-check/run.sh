@@ -1,11 +1,11 @@
 #!/bin/bash
 # run.sh: one-shot GPU-machine check of shardfs, run there from the repo
-# root out of the bundle (tools/gpu-check/build-bundle.sh copies it to .gpu/):
+# root out of the bundle (tools/testbed/gpu-check/build-bundle.sh copies it to .gpu/):
 #   bash .gpu/run.sh            (OUT=DIR for the logs; default /tmp/gpu-out)
 #
 #  1. machine facts (nvidia-smi, kernel, /dev/fuse, network namespaces)
 #  2. test_staging_cuda, plain and ASan        -> staging_cuda.log, staging_cuda_asan.log
-#  3. NFS cluster (tools/shardfs-cluster), files in its export, a shardfs
+#  3. NFS cluster (tools/testbed/shardfs-cluster), files in its export, a shardfs
 #     mount with cache_dir on a tmpfs, warmed, shardfs-stage-bench --passes 3
 #     (default range and --range 16 MiB); again with the cache on disk
 #                                              -> stage_bench.log, stats_tmpfs.txt, stats_disk.txt
@@ -15,7 +15,7 @@
 # the whole run a budget (SFS_GPU_BUDGET_S, default 360 s); a failed step is
 # logged and the run goes on; cleanup always runs.
 #
-# .gpu/ is made by tools/gpu-check/build-bundle.sh (on the build machine,
+# .gpu/ is made by tools/testbed/gpu-check/build-bundle.sh (on the build machine,
 # after a rebuild).
 # Needs nothing outside the repo's tracked files and .gpu/ (built binaries,
 # nfs-ganesha, rpcbind, fusermount3 and their libraries, from Debian 12; the
@@ -40,7 +40,7 @@ NFILES=${SFS_GPU_NFILES:-2}
 NODES=${SFS_GPU_NODES:-2}
 DROP_CACHES=${SFS_GPU_DROP_CACHES:-1}
 W=${SFS_GPU_WORK:-/var/tmp/shardfs-gpu.$$}
-CL=$ROOT/tools/shardfs-cluster
+CL=$ROOT/tools/testbed/shardfs-cluster
 START=$SECONDS
 
 exec > >(tee -a "$OUT/run.log") 2>&1
@@ -178,7 +178,7 @@ if [[ ! -e /etc/mtab ]]; then
 	log "/etc/mtab missing: symlink to /proc/self/mounts (removed at the end)"
 	ln -s ../proc/self/mounts /etc/mtab && MADE_MTAB=1
 fi
-# network namespaces and veth (tools/shardfs-cluster needs both)
+# network namespaces and veth (tools/testbed/shardfs-cluster needs both)
 NETNS_OK=0
 probe=sfsgpuprobe$$
 if ip netns add "$probe" 2>&1; then
@@ -364,8 +364,8 @@ warm() {
 	local m=() f
 	for f in "${FILES[@]}"; do m+=("$MNT/${f##*/}"); done
 	if command -v python3 >/dev/null; then
-		run_step "warm_$1" 150 python3 "$ROOT/tools/shardfs-warm" -q "${m[@]}"
-		python3 "$ROOT/tools/shardfs-warm" --check "${m[@]}" 2>&1 | tail -n 4 >&2
+		run_step "warm_$1" 150 python3 "$ROOT/tools/cmd/shardfs-warm" -q "${m[@]}"
+		python3 "$ROOT/tools/cmd/shardfs-warm" --check "${m[@]}" 2>&1 | tail -n 4 >&2
 	else
 		run_step "warm_cat_$1" 150 cat "${m[@]}" >/dev/null
 		for ((i = 0; i < 100; i++)); do
