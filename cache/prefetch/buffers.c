@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * prefetch/buffers — the chunk buffers of the prefetch pool (1 MiB from iobuf's
- * huge-page arena, shorter ones made to size and kept for reuse), their budget
- * (prefetch_mem), and the direct path's per-thread scratch. See prefetch_int.h
- * for the data structures and the lock order; buf_lock and scratch_lock are leaves.
+ * prefetch/buffers — the chunk buffers of the prefetch pool (1 MiB from
+ * iobuf's huge-page arena, shorter ones made to size and kept for reuse),
+ * their budget (prefetch_mem), the direct path's scratch (one per read in
+ * flight), and giving all of them back once idle (sfs_prefetch_release_idle).
+ * Not here: what is read into them (chunks.c, direct.c).
+ *
+ * Threading: any thread. See prefetch_int.h for the data structures and the
+ * lock order; buf_lock and scratch_lock are leaves.
  */
 #include "prefetch_int.h"
 

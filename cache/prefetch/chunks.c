@@ -1,10 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * prefetch/chunks — one file's chunks: found or made, loaded from the store,
- * fetched from the origin in parts, handed to the store, released; the
- * waiters answered when their chunk lands; the loader threads that read cached
- * chunks ahead of sequential readers. Callers hold file->lock where a function
- * says so (prefetch_int.h has the lock order).
+ * prefetch/chunks — one file's chunks: found, made (a buffer and the READ
+ * parts of its fetch), evicted and freed; their bytes placed and hashed as
+ * they land (chunk_place) and each part's completion (part_done), which
+ * finishes the chunk, answers its waiters (direct.c) and moves the shard
+ * pump on; the write-behind to the store (admission, offer, write_done);
+ * the shard pump and the thread that restarts pumps stalled on the budget;
+ * the queue and the threads that load cached chunks ahead of sequential
+ * readers (the load itself is load_chunk, prefetch.c).
+ * Not here: reads and readahead (direct.c), buffers (buffers.c).
+ *
+ * Threading: callers hold file->lock where a function says so;
+ * part_done runs on origin I/O threads, write_done on the store's writer
+ * thread, neither blocks. prefetch_int.h has the lock order.
  */
 #include "prefetch_int.h"
 

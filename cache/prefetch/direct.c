@@ -1,9 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * prefetch/direct — the direct path for small files and random readers
- * (sfs_pf_read, sfs_pf_read_async): no chunk, the store's 16 KiB blocks that a
- * read touches read and checked into the thread's scratch, or, without a store,
- * the pages asked for fetched from the origin and answered on the I/O thread.
+ * prefetch/direct — reads (sfs_pf_read, sfs_pf_read_async, sfs_pf_read_into,
+ * sfs_pf_view_release), the preload at open and the last close
+ * (sfs_pf_file_drop_idle). Each read is planned here (sequential or not) and
+ * takes one of two paths: the direct path for small files and random
+ * readers, no chunk (the store's 16 KiB sub-blocks that the read touches,
+ * read and checked into a scratch buffer, or, without a store, the bytes
+ * asked for fetched from the origin, answered on the I/O thread); or the
+ * chunk path (its chunks claimed, the readahead window started, then a
+ * wait, or a waiter answered by whichever thread lands the bytes).
+ * Not here: making, fetching and storing chunks (chunks.c).
+ *
+ * Threading: reads run on the caller's thread and may block (an async one
+ * that returns -EINPROGRESS does not); waiters are answered on origin I/O
+ * threads, loader threads or the thread that loaded their chunk.
+ * prefetch_int.h has the lock order.
  */
 #include "prefetch_int.h"
 
