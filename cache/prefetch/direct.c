@@ -44,11 +44,11 @@ static bool track_sequential(struct sfs_pf_file *f, uint64_t c0, uint64_t c1)
 
 /*
  * Serve [off, end) straight from the store, verified by this read: only the
- * 64 KiB blocks the range touches (a whole packed object for a small file)
- * are read, into this thread's scratch; no chunk buffer, no readahead, no
- * pins. Returns the bytes served, or -1 when the chunk path must take it
- * (not in the store, or it failed its checks: the chunk path fetches it
- * again from NFS).
+ * store's 16 KiB sub-blocks (SFS_STORE_SUB_SHIFT) the range touches (a whole
+ * packed object for a small file) are read, into a scratch buffer taken for
+ * this read; no chunk buffer, no readahead, no pins. Returns the bytes
+ * served, or -1 when the chunk path must take it (not in the store, or it
+ * failed its checks: the chunk path fetches it again from NFS).
  */
 static ssize_t direct_read(struct sfs_pf_file *f, sfs_store_obj *obj, uint64_t off, uint64_t end,
 			   struct sfs_pf_view *v, struct sfs_seg_aio *pre, void *pre_buf)
@@ -124,11 +124,11 @@ static ssize_t fetch_result(struct sfs_pf_file *f, const struct sfs_origin_req *
 
 /*
  * Without a store, a reader that jumps around gets exactly what it asked
- * for straight from the origin into this thread's
- * scratch: a 1 MiB chunk per record would fetch ~9x the bytes of 110 KB
- * records and nothing would keep the rest. Returns the bytes served, 0 at
- * end of file, -errno (-ESTALE: the file changed since open), or -1 when the
- * chunk path must take it (no scratch, a tiny rsize).
+ * for straight from the origin into a scratch buffer: a 1 MiB chunk per
+ * record would fetch ~9x the bytes of 110 KB records and nothing would keep
+ * the rest. Returns the bytes served, 0 at end of file, -errno (-ESTALE: the
+ * file changed since open), or -1 when the chunk path must take it (no
+ * scratch, a tiny rsize).
  */
 /* What a direct fetch of [off, end) asks for: those bytes, up to the file's
  * end, in n READs of max_read. Not rounded out to pages: nothing else reads
@@ -519,7 +519,7 @@ static ssize_t chunk_read(struct sfs_pf_file *f, uint64_t off, uint64_t end, boo
 struct read_plan {
 	bool seq;	  /* the reader goes in order (track_sequential) */
 	bool direct;	  /* from the store, verified, no chunk */
-	bool fetch;	  /* from the origin into the thread's scratch, no chunk */
+	bool fetch;	  /* from the origin into a scratch buffer, no chunk */
 	bool fetch_async; /* from the origin, answered from the I/O thread */
 	sfs_store_obj *obj;
 	struct sfs_seg_aio *pre; /* direct: the preload it takes over, or NULL */

@@ -15,7 +15,7 @@
  * Chunks from the origin go to the store (write-behind; the buffer stays
  * pinned until the write is durable). Small files and readers that jump
  * around take the direct path instead (sfs_pf_read): no chunk, the store's
- * 16 KiB blocks the read touches read and checked into the thread's scratch,
+ * 16 KiB blocks the read touches read and checked into a scratch buffer,
  * or without a store just the pages asked for fetched from the origin.
  * (Splicing the cache file into /dev/fuse was tried, to save a copy: libfuse
  * 3.14's splice path gave short replies under 32 concurrent readers here,
