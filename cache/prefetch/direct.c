@@ -132,9 +132,8 @@ static ssize_t fetch_result(struct sfs_pf_file *f, const struct sfs_origin_req *
  */
 /* What a direct fetch of [off, end) asks for: those bytes, up to the file's
  * end, in n READs of max_read. Not rounded out to pages: nothing else reads
- * them (no store, or one that would refuse them), and a 110 KB record would
- * cost the origin 4% more bytes (measured: NFS bytes 1.037 -> 1.000 x the
- * file for shuffled records). */
+ * them (no store, or one that would refuse them), and the origin would
+ * serve bytes nobody reads. */
 struct fetch_span {
 	uint64_t a0, a1;
 	uint32_t max_read;
@@ -546,9 +545,7 @@ static struct read_plan plan_read(struct sfs_pf_file *f, uint64_t off, uint64_t 
 	 * fetched whole so that the store gets it; but while the writes
 	 * waiting hold the budget it would be dropped uncached (write_admitted)
 	 * and its other ~9 records fetched whole again later: then the reader's
-	 * own bytes only, as without a store (measured, 3 GiB of shuffled
-	 * records behind this VM's disk: NFS bytes 1.09 x the file, 263 MiB of
-	 * writes skipped). */
+	 * own bytes only, as without a store. */
 	bool uncachable = p.obj && off_chunks && !p.seq && !small &&
 			  write_behind_full(f->pf, SFS_CHUNK_BYTES) &&
 			  store_state(f, c0) == SFS_CHUNK_ABSENT &&

@@ -123,7 +123,7 @@
 #define INLINE_STATES	 8 /* objects of up to 8 chunks keep state[] inline */
 /* An object keeps its records in memory while referenced only up to this
  * many bytes of them (objects up to ~2 GiB); a larger one reads the records
- * of each span from the page cache (0.4 us CPU each, see struct span), so
+ * of each span from the page cache (cheap: see struct span, read.c), so
  * that a 100 GB file does not hold 50 MB of hashes. */
 #define RECS_TABLE_MAX (1u << 20)
 #define SEG_MIN_BYTES  (4ull << 20)
