@@ -252,7 +252,7 @@ static bool lookup_from_ns(struct sfs_fs *fs, fuse_req_t req, struct sfs_inode *
  * reply: the FUSE worker submits it and goes back to the kernel's queue
  * instead of sleeping until NFS answers. A waiting worker was one more
  * thread put to sleep and woken per file, and libfuse starts more workers
- * while those wait (~45 of them for 16 readers of small files).
+ * while those wait (several per reader, for readers of small files).
  */
 struct lookup_call {
 	struct sfs_origin_req r; /* LOOKUP, then GETATTR if the reply had no attributes */
