@@ -9,6 +9,9 @@
  * written or loaded. The values are XXH3-64's, whichever code computes them: a cache
  * written by one CPU reads on another, and tests compare against libxxhash.
  *
+ * Owns: which implementation computes XXH3-64 on this CPU. Does not own what
+ * is hashed or where the sums are kept (the store, the segments, the
+ * namespace log).
  * Threading: any thread; the choice is made once, before main.
  */
 #ifndef SFS_HASH_H

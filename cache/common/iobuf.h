@@ -24,6 +24,9 @@
  * pages, and the cold reads after it faster; on bare metal the zeroing is
  * small beside the reads.
  *
+ * Owns: the address range, its regions, and the buffers no caller holds.
+ * Does not own what is read into a buffer, nor how many may be in use (the
+ * prefetch pool's budget, prefetch_mem).
  * Threading: any thread; one mutex, taken once per buffer got or put.
  */
 #ifndef SFS_IOBUF_H

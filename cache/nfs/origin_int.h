@@ -3,7 +3,8 @@
  * origin_int — the origin pool's private header, shared by origin.c (the
  * pool: queue, node selection, hedging, slow-node slots, re-issue),
  * origin_conn.c (connections and the I/O loop) and nothing outside cache/.
- * Transports see only origin_xport.h.
+ * Transports see only origin_xport.h. What the pool owns and does not:
+ * origin.h.
  *
  * Data structures:
  *

@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * prefetch — chunk fetching, readahead, whole-shard prefetch and the glue
- * to the store. See prefetch.h for the contract.
+ * to the store. See prefetch.h for the contract (what it owns and does not).
+ * Files: prefetch.c (the pool, file versions, opens, warm-ups), direct.c
+ * (reads), chunks.c (chunks, their fetches and writes, the pump and the
+ * loaders), buffers.c (buffers and scratch), hinted.c (the version table,
+ * hints).
  *
  *   sfs_prefetch ──buf_lock───> free list of SFS_CHUNK_BYTES buffers, and the bytes of
  *                              shorter chunks' buffers (budget: mem_bytes over both)

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * store/load — opening a cache directory: its lock, the object files and
- * segments found there, and the index rebuilt from them. Startup only.
+ * segments found there, and the index rebuilt from them. Not here: the
+ * migration of the previous layout (migrate.c), the segments' own recovery
+ * (segment.c). Startup only: before the writer thread starts.
  */
 #include "store_int.h"
 

@@ -2,7 +2,14 @@
 /*
  * store/read — reads: a chunk or a range of a version read from its object file
  * or its packed record, every 16 KiB sub-block checked against its XXH3-64 (a
- * mismatch is a miss). s->lock is taken only to plan and to record the outcome.
+ * mismatch is a miss); the read of a packed version started ahead (preload);
+ * the backing fd of a passthrough open; and the offer of a chunk to the cache
+ * (write_refusal: whether it would be taken, policy.c deciding under auto;
+ * then its write queued). Not here: the write itself and making room for it
+ * (writer.c, index.c).
+ *
+ * Threading: any thread. s->lock is taken only to plan and to record the
+ * outcome (and to queue an offer), never across I/O.
  */
 #include "store_int.h"
 

@@ -2,8 +2,10 @@
 /*
  * store/writer — the writer thread: batches of chunk writes and packed versions,
  * object files created, written and made durable before a chunk becomes
- * visible; control jobs (evictions, purges) run here too. It does its file I/O
- * without s->lock and never calls out with it held.
+ * visible; control jobs (evictions, purges) run here too. Not here: the offer
+ * of a chunk (read.c), the rules that admit and evict (index.c, policy.c),
+ * reads. It does its file I/O without s->lock and never calls out with it
+ * held.
  */
 #include "store_int.h"
 
