@@ -6,6 +6,11 @@
  * every node's mount of the export) runs before the FUSE mount, so a refusal
  * leaves nothing mounted. The origin's threads start only after
  * fuse_daemonize() has forked (threads do not survive fork; its sockets do).
+ *
+ * Owns: the order of startup and shutdown and the struct sfs_fs it fills
+ * (fs.h); no module's state. Threading: the main thread, which also runs
+ * the FUSE loop (fs/kernel/workers.h) until unmounted or signalled; the
+ * signal handlers only set flags.
  */
 #include "fs.h"
 #include "hints/hints.h"

@@ -11,7 +11,9 @@
  * SFS_MEMTRIM_MIN blocks were freed since the last trim: within a second
  * of a burst's end, off every request's path. Each second (or at once,
  * sfs_memtrim_kick) it also calls the owner's release hook (idle buffer
- * pools, inodes past inode_max), and trims after it freed.
+ * pools, inodes past inode_max), and trims after it freed. It owns the
+ * thread and the malloc settings, not the memory it gives back (the hook's
+ * owners free it).
  *
  * Threading: sfs_memtrim_freed() from any thread; start/stop from main.
  */

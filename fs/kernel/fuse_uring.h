@@ -36,6 +36,9 @@
  * INTERRUPT still come through /dev/fuse (the kernel sends them there), so
  * the /dev/fuse workers keep running.
  *
+ * Owns: the rings, their queue threads and their entries. Does not own the
+ * requests' handling (libfuse and the ops) nor the INIT exchange
+ * (fusedev.c).
  * Threading: the queue threads own their rings' completion side; replies
  * may come from any thread (a queue's submission side is under its lock).
  */
