@@ -3,7 +3,9 @@
  * store/load — opening a cache directory: its lock, the object files and
  * segments found there, and the index rebuilt from them. Not here: the
  * migration of the previous layout (migrate.c), the segments' own recovery
- * (segment.c). Startup only: before the writer thread starts.
+ * (segment.c). Runs at open, and on the writer thread when a cache
+ * directory that was offline comes back (writer_retry); its file I/O
+ * without s->lock.
  */
 #include "store_int.h"
 
