@@ -6,8 +6,9 @@
  * Debian's libxxhash is built for the x86-64 baseline (SSE2) and has no
  * run-time dispatch; inlined with AVX2, XXH3-64 takes a fraction of the
  * time, and it runs on every cached small file served and every chunk
- * written or loaded. The values are XXH3-64's, whichever code computes them: a cache
- * written by one CPU reads on another, and tests compare against libxxhash.
+ * written or loaded. The values are XXH3-64's, whichever code computes
+ * them: a cache written by one CPU reads on another, and tests compare
+ * against libxxhash.
  *
  * Owns: which implementation computes XXH3-64 on this CPU. Does not own what
  * is hashed or where the sums are kept (the store, the segments, the

@@ -12,8 +12,8 @@
  * payload that writev() did not, and a commit from that thread makes the
  * kernel deliver the entry's next request as task work to it (interrupting
  * its poll()), or needs a hand-off to the ring's thread; a cached read
- * answered inline also copies into the payload. Reading into the payload (an O_DIRECT read
- * of a 4 KiB-aligned object) would remove that copy.
+ * answered inline also copies into the payload. Reading into the payload
+ * (an O_DIRECT read of a 4 KiB-aligned object) would remove that copy.
  *
  * The kernel offers FUSE_OVER_IO_URING in its INIT request when the fuse
  * module's enable_uring parameter is set; fusedev.c asks for it in the INIT
