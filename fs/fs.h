@@ -2,6 +2,13 @@
 /*
  * fs.h — private to fs/: the daemon's state shared by the FUSE operations,
  * the stats renderer and main. Other folders never include it.
+ *
+ * Owns: struct sfs_fs (filled by main before the session starts), the state
+ * of an open file (struct sfs_open_file) and the node ids of the virtual
+ * .shardfs/ tree. Does not own the modules it points to: each keeps its
+ * own state and locks.
+ * Threading: every field says what protects it; those set at start are
+ * read-only once the FUSE workers run.
  */
 #ifndef SFS_FS_H
 #define SFS_FS_H

@@ -15,6 +15,9 @@
  * handle in a 216-byte slab slot, 248 for a handle over 36 bytes, ~2 bucket
  * pointers), never per byte; a slab page all of whose inodes were forgotten
  * goes back to the system.
+ * Does not own: the NFS calls that fill the attributes (fs/ops), the slab
+ * memory (inode_slab.h), an inode's prefetch state (cache/prefetch: the
+ * inode only holds a reference).
  *
  * Threading: the table lock protects the index and every nlookup; each
  * inode's lock (sfs_inode_lock) protects its attr fields and open state.

@@ -23,7 +23,8 @@
  * (sfs_inode_slab_adopt). A slot is live while its inode's fh_len is not 0
  * (every NFS inode has a handle): slab_free clears it before the slot goes
  * on a free list, and a new inode sets it last. Pages left empty give their
- * memory back (a hole punched in the memfd).
+ * memory back (a hole punched in the memfd). Does not own what a slot holds
+ * (the inode's fields, the index: inode.c).
  *
  * Threading: one lock, a leaf (the table frees inodes outside its own lock).
  */

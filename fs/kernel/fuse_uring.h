@@ -3,21 +3,17 @@
  * fuse_uring — FUSE requests over io_uring (Linux 6.14+, FUSE protocol
  * 7.42), under libfuse 3.14, which speaks only /dev/fuse.
  *
- * EXPERIMENTAL (2026-11-26): used by tools/shardfs-fusefloor --uring to
- * measure what the transport saves; the daemon does not use it. Measured
- * here (2 vCPUs): the floor under 8 threads' random 110 KB preads fell from
- * 28-46 to 23-25 us of the machine's CPU per record; under small files
- * (lookup, open, read, release) from 89-97 to 86-93 us per file. A daemon
- * prototype (threads per CPU, one entry each) gained nothing measurable:
- * 2.45-2.64 s against 2.38-2.66 over /dev/fuse for the cold records
- * without a cache, and 65-74 against 64-81 us of daemon CPU per warm small
- * file. Where its replies come from an I/O thread's callback (lent libnfs
- * buffers), the ring costs a copy into the entry's payload that writev()
- * did not, and a commit from that thread makes the kernel deliver the
- * entry's next request as task work to it (interrupting its poll()), or
- * needs a hand-off to the ring's thread; a cached read answered inline
- * also copies into the payload. Reading into the payload (an O_DIRECT read
- * of a 4 KiB-aligned object) would remove that copy.
+ * EXPERIMENTAL: used by tools/shardfs-fusefloor --uring to measure what the
+ * transport saves; the daemon does not use it. The ring lowered the floor
+ * a little, per random record and per small file, and a daemon prototype
+ * (threads per CPU, one entry each) gained nothing measurable over
+ * /dev/fuse, cold or warm. Where its replies come from an I/O thread's
+ * callback (lent libnfs buffers), the ring costs a copy into the entry's
+ * payload that writev() did not, and a commit from that thread makes the
+ * kernel deliver the entry's next request as task work to it (interrupting
+ * its poll()), or needs a hand-off to the ring's thread; a cached read
+ * answered inline also copies into the payload. Reading into the payload
+ * (an O_DIRECT read of a 4 KiB-aligned object) would remove that copy.
  *
  * The kernel offers FUSE_OVER_IO_URING in its INIT request when the fuse
  * module's enable_uring parameter is set; fusedev.c asks for it in the INIT
@@ -40,6 +36,9 @@
  * INTERRUPT still come through /dev/fuse (the kernel sends them there), so
  * the /dev/fuse workers keep running.
  *
+ * Owns: the rings, their queue threads and their entries. Does not own the
+ * requests' handling (libfuse and the ops) nor the INIT exchange
+ * (fusedev.c).
  * Threading: the queue threads own their rings' completion side; replies
  * may come from any thread (a queue's submission side is under its lock).
  */

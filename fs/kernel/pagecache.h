@@ -13,15 +13,14 @@
  * is served from it from its third read on.
  *
  * Without the kernel's readahead, a direct_io reader pays a FUSE round trip
- * per read() it makes: measured on the 2-core VM (1 GiB, 2 nodes, cold),
- * 16 KiB reads ran at 300-310 MB/s direct_io against 430-620 buffered;
- * 128 KiB and 1 MiB reads ran faster direct_io (550-760 against 430-750
- * MB/s) at 1.1-1.3 against 1.2-2.8 daemon CPU-s/GiB. So the mount learns
- * its readers: a direct_io open that made at least SFS_PC_MIN_READS reads
- * averaging under SFS_PC_SMALL_READ scores as small (a moving share, 1/8
- * per open); while most recent ones were small, first epochs go through
- * the page cache too, except every SFS_PC_PROBE_EVERY-th, which goes
- * direct_io to see whether the readers changed.
+ * per read() it makes: small reads run slower direct_io than buffered,
+ * while reads of 128 KiB and more run faster direct_io, at less daemon CPU
+ * per byte. So the mount learns its readers: a direct_io open that made at
+ * least SFS_PC_MIN_READS reads averaging under SFS_PC_SMALL_READ scores as
+ * small (a moving share, 1/8 per open); while most recent ones were small,
+ * first epochs go through the page cache too, except every
+ * SFS_PC_PROBE_EVERY-th, which goes direct_io to see whether the readers
+ * changed.
  *
  * Files of one chunk or less always go through the page cache: the kernel
  * reads such a file whole in one request and knows where it ends.

@@ -39,6 +39,9 @@
  * the daemon never sees the reads, so per-read counters (FUSE reads, job
  * bytes) do not include them.
  *
+ * Owns: the decision at open, each inode's backing id from its first
+ * passthrough open to its last release, and the counters. Does not own the
+ * backing files or their checks (cache/store, its scrubber).
  * Threading: any thread; the counters are atomics, the inode fields are
  * under the inode lock.
  */

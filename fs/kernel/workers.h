@@ -16,6 +16,8 @@
  * none are served by few threads. Reads of the cache disk are not handed
  * off: they are short, and a hand-off costs a wake-up and a park.
  *
+ * Owns: the worker threads and the counts of working, parked and waiting
+ * ones. Does not own the requests (libfuse reads them, the ops answer them).
  * Threading: sfs_workers_run runs on the caller's thread until the session
  * ends (unmounted, aborted, or fuse_session_exit from a signal); the hooks
  * run on any thread.

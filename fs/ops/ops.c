@@ -6,14 +6,14 @@
  * virtual .shardfs/ tree, EROFS for every modifying operation, and the
  * replies of every operation but ioctl (fs/ops/ioctl.c replies to its own).
  * Threading: ops run on FUSE worker threads. A LOOKUP that goes to NFS is
- * answered from the origin I/O thread that gets its reply (lookup_call),
- * and so is a READ whose bytes were not at hand (read_call,
- * sfs_pf_read_async): one fetched without a chunk, and one waiting for a
- * chunk being fetched or loaded, answered by the thread that completes
- * it; other ops may block on the origin or the cache disk. Replies are sent
- * with no lock held. READDIRPLUS entries are added from the origin I/O
- * thread that decoded the reply (the FUSE buffer is private to the request
- * until we reply).
+ * answered from the origin I/O thread that gets its reply (lookup_call); a
+ * READ whose bytes were not at hand (read_call, sfs_pf_read_async) by the
+ * thread that lands them: the origin I/O thread for bytes fetched, a loader
+ * thread or another worker for a chunk loaded from the cache; other ops
+ * may block on the origin or the cache disk. Replies are sent with no lock
+ * held. READDIRPLUS entries are added from the origin I/O thread that
+ * decoded the reply (the FUSE buffer is private to the request until we
+ * reply).
  */
 #include "../fs.h"
 #include "../hints/hints.h"
@@ -252,7 +252,7 @@ static bool lookup_from_ns(struct sfs_fs *fs, fuse_req_t req, struct sfs_inode *
  * reply: the FUSE worker submits it and goes back to the kernel's queue
  * instead of sleeping until NFS answers. A waiting worker was one more
  * thread put to sleep and woken per file, and libfuse starts more workers
- * while those wait (~45 of them for 16 readers of small files).
+ * while those wait (several per reader, for readers of small files).
  */
 struct lookup_call {
 	struct sfs_origin_req r; /* LOOKUP, then GETATTR if the reply had no attributes */
@@ -892,7 +892,11 @@ static void read_reply(struct sfs_fs *fs, fuse_req_t req, const struct sfs_job_r
 		fuse_reply_buf(req, NULL, 0);
 }
 
-/* Runs on an I/O thread (or in the read when the pool is closing). */
+/* Runs on the thread that lands the read's bytes (sfs_pf_read_async): an
+ * origin I/O thread (a fetch, or a chunk fetched from the origin), a loader
+ * thread or another FUSE worker (a chunk loaded from the cache), or a thread
+ * submitting READs while the origin pool closes (this read's own, among
+ * others). */
 static void read_done(void *arg, ssize_t n, const struct sfs_pf_view *v)
 {
 	struct read_call *c = arg;
@@ -1365,8 +1369,9 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
-	/* 1 MiB requests and a deep kernel readahead (FACTS.md: the default
-	 * 128 KiB requests cap buffered FUSE reads far below the network). */
+	/* 1 MiB requests and a deep kernel readahead: the kernel's default,
+	 * 128 KiB requests, caps a buffered FUSE reader far below the network
+	 * (a round trip per 128 KiB). */
 	conn->max_readahead = SFS_FUSE_MAX_READAHEAD;
 	if (conn->max_write < SFS_CHUNK_BYTES)
 		conn->max_write = SFS_CHUNK_BYTES;
@@ -1379,7 +1384,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA)
 		conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
 	/* Replies are written from our chunk buffers (writev); libfuse's splice
-	 * path gave short replies under load here (see cache/prefetch/prefetch.c). */
+	 * path gave short replies under load (cache/prefetch/prefetch_int.h). */
 	conn->want &= ~(unsigned)(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
 	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
 	/* fusedev has read the INIT request by now (fusedev.h). */

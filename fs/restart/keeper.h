@@ -28,7 +28,13 @@
  * as without a keeper: the mount answers ENOTCONN until unmounted).
  *
  * The state page is shared by the keeper and its server (a memfd, MAP_SHARED);
- * every field says who writes it.
+ * every field says who writes it. The keeper owns the three fds and the
+ * serving child; it owns nothing of what the server serves (the inode
+ * table's contents, the caches, the origin).
+ *
+ * Threading: the keeper process runs one thread and no libfuse. In the
+ * server, these functions run on the main thread at startup, before any
+ * other thread starts.
  */
 #ifndef SFS_KEEPER_H
 #define SFS_KEEPER_H

@@ -19,6 +19,11 @@
  * the new binary as the keeper, which starts the new serving process on the
  * connection as after a crash (what was read and not answered is sent
  * again) and answers the requester.
+ *
+ * Owns: the socket's name, the message format and its checks. Does not own
+ * the decision or the restart (the keeper, keeper.c).
+ * Threading: the keeper's one thread listens and answers; the requester is
+ * a short-lived process of its own.
  */
 #ifndef SFS_TAKEOVER_H
 #define SFS_TAKEOVER_H

@@ -9,7 +9,11 @@
  * (sfs_workers_stuck_ms; a wait for NFS or a chunk, however long, as on a
  * hard mount with every node down, is declared). A stopped or deadlocked
  * process stops ticking; the keeper kills and replaces one whose heartbeat
- * stopped for wedge_ms.
+ * stopped for wedge_ms. It owns the thread; it reads the origin's and the
+ * workers' own stuck times and decides nothing else (the keeper kills).
+ *
+ * Threading: start and stop from the main thread; the thread only asks for
+ * the stuck times and writes the heartbeat (an atomic of the state page).
  */
 #ifndef SFS_WATCHDOG_H
 #define SFS_WATCHDOG_H

@@ -11,8 +11,7 @@
  * kernel before it does any work of its own: tools/bench/shardfs-bench
  * --small-files prints it beside the mount's rows, and --random-records
  * per record of one large file (opened direct_io, as shardfs opens a file
- * over one chunk in its first epoch). (Until 2026-11-25 it ran
- * libfuse 3.14's multi-threaded loop with 64 workers, the daemon's default.)
+ * over one chunk in its first epoch).
  *
  *   shardfs-fusefloor [--uring] LIST MOUNTPOINT
  *

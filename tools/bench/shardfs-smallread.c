@@ -11,7 +11,7 @@
  *                 RecordIO reader on a shuffled index).
  *
  * The same work loop runs over one of two sources, so that the baseline and
- * the measured reader differ only in the source:
+ * the reader under test differ only in the source:
  *
  *   a directory            POSIX open/read/pread/close (the shardfs mount,
  *                          or a local-disk copy of the data);
