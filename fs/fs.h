@@ -2,6 +2,13 @@
 /*
  * fs.h — private to fs/: the daemon's state shared by the FUSE operations,
  * the stats renderer and main. Other folders never include it.
+ *
+ * Owns: struct sfs_fs (filled by main before the session starts), the state
+ * of an open file (struct sfs_open_file) and the node ids of the virtual
+ * .shardfs/ tree. Does not own the modules it points to: each keeps its
+ * own state and locks.
+ * Threading: every field says what protects it; those set at start are
+ * read-only once the FUSE workers run.
  */
 #ifndef SFS_FS_H
 #define SFS_FS_H
@@ -15,11 +22,11 @@
 #include "../cache/nfs/origin.h"
 #include "../cache/prefetch/prefetch.h"
 #include "../cache/staging/staging.h"
-#include "inode.h"
-#include "jobs.h"
-#include "keeper.h"
+#include "inode/inode.h"
+#include "observe/jobs.h"
+#include "restart/keeper.h"
 #include "options.h"
-#include "passthrough.h"
+#include "kernel/passthrough.h"
 
 /* FUSE operations we count, by name in the stats file. */
 enum sfs_fuse_op {
@@ -43,7 +50,7 @@ enum sfs_fuse_op {
 
 /* Staging counters: by target (enum sfs_stage_kind, cache/staging/staging.h) and by
  * refusal reason. The reasons and the errnos they stand for are a table in
- * fs/ioctl.c, as are the targets' ABI bits and names. */
+ * fs/ops/ioctl.c, as are the targets' ABI bits and names. */
 enum sfs_stage_reason {
 	SFS_STAGE_E_INVALID,	 /* EINVAL: bad struct, sizes, reserved words */
 	SFS_STAGE_E_RANGE,	 /* ERANGE */
@@ -155,7 +162,7 @@ struct sfs_open_file {
 	uint64_t next_region_id;    /* protected by lock */
 };
 
-/* Start per-job accounting (fs/jobs.h) of a read or STAGE for req's caller;
+/* Start per-job accounting (fs/observe/jobs.h) of a read or STAGE for req's caller;
  * end it with sfs_jobs_read_end(fs->jobs, ...). Any FUSE worker. */
 static inline struct sfs_job_read sfs_fs_job_begin(struct sfs_fs *fs, fuse_req_t req)
 {
@@ -165,7 +172,7 @@ static inline struct sfs_job_read sfs_fs_job_begin(struct sfs_fs *fs, fuse_req_t
 
 extern const struct fuse_lowlevel_ops sfs_fuse_ops;
 
-/* The ioctl handler (fs/ioctl.c). */
+/* The ioctl handler (fs/ops/ioctl.c). */
 void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		  struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
 		  size_t out_bufsz);

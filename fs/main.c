@@ -6,18 +6,23 @@
  * every node's mount of the export) runs before the FUSE mount, so a refusal
  * leaves nothing mounted. The origin's threads start only after
  * fuse_daemonize() has forked (threads do not survive fork; its sockets do).
+ *
+ * Owns: the order of startup and shutdown and the struct sfs_fs it fills
+ * (fs.h); no module's state. Threading: the main thread, which also runs
+ * the FUSE loop (fs/kernel/workers.h) until unmounted or signalled; the
+ * signal handlers only set flags.
  */
 #include "fs.h"
-#include "hints.h"
-#include "fusedev.h"
-#include "handles.h"
-#include "carry.h"
-#include "keeper.h"
-#include "takeover.h"
-#include "watchdog.h"
+#include "hints/hints.h"
+#include "kernel/fusedev.h"
+#include "kernel/handles.h"
+#include "restart/carry.h"
+#include "restart/keeper.h"
+#include "restart/takeover.h"
+#include "restart/watchdog.h"
 #include "../cache/common/hash.h"
 #include "memtrim.h"
-#include "workers.h"
+#include "kernel/workers.h"
 #include "../cache/common/log.h"
 
 /* Kernel readahead for the mount: deep enough for 1 MiB requests to reach
@@ -407,7 +412,7 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 			return -1;
 		}
 		/* The files at the export's root form its own dataset; each
-		 * top-level directory one more (fs/ops.c child_dataset). */
+		 * top-level directory one more (fs/ops/ops.c child_dataset). */
 		char name[1100];
 		sfs_export_join(o, "", 0, name, sizeof(name));
 		fs->root_dataset = sfs_store_dataset(fs->store, name);
@@ -431,8 +436,9 @@ static int start_daemon(struct sfs_fs *fs, struct sfs_options *o, int n_addrs)
 		     .mem_bytes = o->prefetch_mem,
 		     /* Two chunks per connection, and what the kernel's readahead
 		      * keeps in flight for a buffered reader: a direct_io reader
-		      * (page_cache=auto's first epochs) sends one read at a time.
-		      * --slow-node: 0.93-0.95 x raw with it, 0.88-0.91 without. */
+		      * (page_cache=auto's first epochs) sends one read at a time,
+		      * and without that second term a slow node holds it back
+		      * further (shardfs-bench --slow-node). */
 		     .window_chunks = (unsigned)(2 * (size_t)n_addrs * o->nconnect +
 						 SFS_FUSE_MAX_READAHEAD / SFS_CHUNK_BYTES),
 		     .mode = o->prefetch,
@@ -499,7 +505,8 @@ static int run_loop(struct fuse_session *se, const struct sfs_options *o, bool k
 		fuse_loop_cfg_set_max_threads(lc, o->max_threads);
 		/* Workers never exit once started: with fewer idle threads kept
 		 * than readers in flight, libfuse created and destroyed a thread
-		 * every few requests (8% of the daemon's CPU on small files). */
+		 * every few requests, a visible share of the daemon's CPU on
+		 * small files. */
 		fuse_loop_cfg_set_idle_threads(lc, o->max_threads);
 		/* A cloned fd's unanswered requests fail when it closes: with a
 		 * keeper, every request must come through the fd the keeper holds. */

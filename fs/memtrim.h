@@ -5,13 +5,15 @@
  * When the kernel forgets inodes in bulk (memory pressure, drop_caches), the
  * daemon frees small blocks spread over every worker thread's malloc arena,
  * which glibc keeps until malloc_trim(). Trimming on the FORGET path, rate
- * limited, missed the tail of a burst: 200,000 inodes forgotten left VmRSS
- * at 82 MiB, and one malloc_trim(0) afterwards brought it to 22 MiB. So the
+ * limited, missed the tail of a burst: most of what the forgotten inodes
+ * had held stayed resident until one malloc_trim(0) afterwards. So the
  * FORGET path only counts, and a thread trims once a second while at least
  * SFS_MEMTRIM_MIN blocks were freed since the last trim: within a second
  * of a burst's end, off every request's path. Each second (or at once,
  * sfs_memtrim_kick) it also calls the owner's release hook (idle buffer
- * pools, inodes past inode_max), and trims after it freed.
+ * pools, inodes past inode_max), and trims after it freed. It owns the
+ * thread and the malloc settings, not the memory it gives back (the hook's
+ * owners free it).
  *
  * Threading: sfs_memtrim_freed() from any thread; start/stop from main.
  */
@@ -29,7 +31,7 @@
  * that a buffer freed and allocated again is not unmapped and faulted in
  * again (each fault a VM exit on a paravirtualised guest); this thread's
  * trims give the memory back once reads stop. What it saves and costs is
- * in packaging/doc/benchmarks.md (sixteenth round). */
+ * in tools/bench/benchmarks.md (sixteenth round). */
 #define SFS_MEMTRIM_MMAP_MAX (4u << 20)
 #define SFS_MEMTRIM_KEEP_TOP (16u << 20)
 /* Under a small memory budget (mem_max) what the arenas keep is a share of

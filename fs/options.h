@@ -17,12 +17,13 @@
 
 #include "../cache/prefetch/prefetch.h"
 #include "../cache/store/store.h"
-#include "pagecache.h"
+#include "kernel/pagecache.h"
 
 /* The memory budget (mem_max): its default is RAM / SFS_MEM_MAX_SHARE within
  * [DEFAULT_MIN, DEFAULT_MAX]; less than SFS_MEM_MAX_MIN is refused. The
- * bounds it derives count these bytes per kernel-held inode and per name
- * (listings, the immutable namespace), as measured. */
+ * bounds it derives count SFS_MEM_INODE_BYTES per kernel-held inode and
+ * SFS_MEM_NAME_BYTES per name (listings, the immutable namespace): what
+ * each costs the daemon in all, from packaging/doc/benchmarks.md. */
 #define SFS_MEM_MAX_SHARE	16
 #define SFS_MEM_MAX_DEFAULT_MIN (256ull << 20)
 #define SFS_MEM_MAX_DEFAULT_MAX (8ull << 30)

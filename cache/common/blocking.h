@@ -3,7 +3,7 @@
  * blocking — a thread of the daemon says that it is about to wait (for the
  * disk, for NFS, for another thread) and when it has stopped waiting.
  *
- * The FUSE worker pool (fs/workers.c) keeps only a few workers taking
+ * The FUSE worker pool (fs/kernel/workers.c) keeps only a few workers taking
  * requests and installs hooks here, so that a worker about to wait hands
  * its place to a spare one: requests keep being served while it waits, and
  * no more workers than that compete for the next request (each idle one
@@ -13,6 +13,11 @@
  * that are not the pool's. Pairs may nest on one thread. Short waits (a
  * read of the local cache disk) are left out: a hand-off costs more.
  * Without hooks (unit tests, tools) each call is a load and a branch.
+ *
+ * Owns: the pointer to the installed hooks. Does not own the pool behind
+ * them (fs/kernel/workers.c) nor the waits.
+ * Threading: begin and end from any thread; hooks are installed and removed
+ * only while no thread calls them (sfs_blocking_set_hooks).
  */
 #ifndef SFS_BLOCKING_H
 #define SFS_BLOCKING_H

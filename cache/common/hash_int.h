@@ -2,7 +2,8 @@
 /*
  * hash_int — private to cache/common: the implementations of XXH3-64 that
  * hash.c chooses between at start (hash.h), each equal to XXH3_64bits.
- * Included by hash.c, hash_avx2.c and the tests' hash_testing.c.
+ * Included by hash.c, hash_avx2.c and the tests' hash_testing.c; the
+ * choice itself is hash.c's.
  *
  * Threading: pure functions; any thread.
  */

@@ -3,7 +3,8 @@
  * hash_testing — FOR UNIT TESTS ONLY: each XXH3-64 implementation of hash.c
  * by name, for tests/unit/test_hash to compare with libxxhash.
  * hash_testing.c is built into the test (with hash.c's SFS_HAVE_XXH3_AVX2),
- * never into the hash library or the daemon.
+ * never into the hash library or the daemon. It owns nothing: it names
+ * what hash.c holds.
  *
  * Threading: any thread.
  */

@@ -5,10 +5,8 @@
  *
  * An O_DIRECT read or write pins its buffer's pages and hands the device one
  * segment per physically contiguous run. From 4 KiB pages a 1 MiB request is
- * 256 pins and up to 256 segments; from a huge page, one run. Measured on
- * the 2-core VM (virtio disk, queue depth 1): O_DIRECT 1 MiB reads 1.16-1.20
- * GB/s from 4 KiB pages against 2.24-2.78 GB/s from a huge page, writes 2.7
- * against 3.4-3.7 GB/s, at half the CPU; 128 KiB reads 0.70 against 1.1 GB/s.
+ * 256 pins and up to 256 segments; from a huge page, one run: O_DIRECT reads
+ * and writes from a huge page go faster, at less CPU.
  *
  * The buffers come from one address range reserved at the first
  * sfs_iobuf_init() (address space only: a page is memory once touched),
@@ -20,14 +18,15 @@
  * buffers are plain 4 KiB-page allocations: slower I/O, same results.
  *
  * Cost: the first touch of a region zeroes 2 MiB. A cold read that fills
- * prefetch_mem (256 MiB by default) pays it once per daemon, and again after
- * the pool has been idle and trimmed. On the VM, whose free 2 MiB blocks the
- * host has taken back, that was ~0.5 CPU-s for the first GiB read after
- * mounting (4 x 256 MiB cold with cache_dir: 916-922 MiB/s at 1.24-1.28
- * CPU-s/GiB against 1,236-1,268 at 0.69-0.73 from 4 KiB pages); the next
- * cold GiB on the same daemon 1,409-1,684 MiB/s at 0.51-0.63 against
- * 1,219-1,425 at 0.61-0.70. On bare metal zeroing 256 MiB takes ~15 ms.
+ * prefetch_mem pays it once per daemon, and again after the pool has been
+ * idle and trimmed. On a VM whose free 2 MiB blocks the host has taken back,
+ * that makes the first cold read after mounting slower than from 4 KiB
+ * pages, and the cold reads after it faster; on bare metal the zeroing is
+ * small beside the reads.
  *
+ * Owns: the address range, its regions, and the buffers no caller holds.
+ * Does not own what is read into a buffer, nor how many may be in use (the
+ * prefetch pool's budget, prefetch_mem).
  * Threading: any thread; one mutex, taken once per buffer got or put.
  */
 #ifndef SFS_IOBUF_H
@@ -42,7 +41,7 @@
 /* len bytes of private anonymous memory at an address aligned to align (a
  * power of two; len and align whole pages), mmap'd with extra_flags:
  * len + align are mapped and the ends unmapped. MAP_FAILED with errno on
- * failure. Header-only, for users that do not link iobuf.c (fs/inode.c). */
+ * failure. Header-only, for users that do not link iobuf.c (fs/inode/inode.c). */
 static inline void *sfs_map_aligned(size_t len, size_t align, int extra_flags)
 {
 	char *m = mmap(NULL, len + align, PROT_READ | PROT_WRITE,

@@ -3,7 +3,9 @@
  * log — the one logging entry point of shardfs.
  *
  * Owns: the log level, the destination (stderr in the foreground, syslog once
- * the daemon has detached) and the rate limit for repeated warnings.
+ * the daemon has detached) and the rate limit for repeated warnings. Does
+ * not own the counters that stand for per-request events (each module keeps
+ * its own).
  * Thread-safe: every function may be called from any thread.
  * Per-request events are counters, never log lines above SFS_LOG_DEBUG.
  */

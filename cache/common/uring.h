@@ -3,6 +3,9 @@
  * uring — the one wrapper around liburing: run a batch of writes and
  * fdatasyncs through an io_uring and wait for all of them.
  *
+ * Owns: the ring. Does not own the fds and buffers of a batch (the
+ * caller's; used only until sfs_uring_run returns).
+ *
  * Threading: a ring belongs to one thread (the store's writer).
  * If the kernel refuses io_uring (seccomp, old kernel), sfs_uring_open()
  * falls back to plain syscalls, so callers never care.

@@ -367,10 +367,9 @@ bool origin_pull_one(struct sfs_conn *conn)
 	    __atomic_load_n(&conn->node->state, __ATOMIC_RELAXED) != SFS_NODE_UP)
 		return false;
 	/* A stalled node takes nothing while another is up: a request sent to
-	 * it would wait out the stall, or the hedge delay and then a hedge
-	 * (measured, one node of four stopped 300 ms of every second: READs it
-	 * pulled while silent were hedged 40 ms after the first ones, in a
-	 * second round). Atomics only: checked before the lock. */
+	 * it would wait out the stall, or the hedge delay and then a hedge, a
+	 * round after the READs it already held were hedged. Atomics only:
+	 * checked before the lock. */
 	if (__atomic_load_n(&conn->node->reads_inflight, __ATOMIC_RELAXED) &&
 	    others_up(pool, conn->node) && node_stalled(pool, conn->node, sfs_now_ms()))
 		return false;
@@ -689,10 +688,9 @@ static void queue_expire(struct sfs_origin *pool, uint64_t now)
 		return;
 	/* soft fails a request when no node answers, not when it waited its
 	 * turn behind others while the nodes answer: a fleet sharing a capped
-	 * cluster queues more than timeo x retrans worth (measured, 4 clients
-	 * on 4 x 200 Mbit/s: EIO on every client). So a queued request
-	 * expires once its deadline passed and no node has answered for as
-	 * long. */
+	 * cluster queues more than timeo x retrans worth, and counting that
+	 * wait failed every client with EIO. So a queued request expires once
+	 * its deadline passed and no node has answered for as long. */
 	for (size_t i = 0; i < pool->n_nodes; i++) {
 		uint64_t h = __atomic_load_n(&pool->nodes[i].last_heard_ms, __ATOMIC_RELAXED);
 		heard = h > heard ? h : heard;
@@ -973,8 +971,7 @@ void sfs_origin_submit_batch(sfs_origin *pool, struct sfs_origin_req **reqs, siz
 	 * connections to every node when nconnect >= threads (the default), and
 	 * a woken thread that leaves work queued wakes another (io_iterate). A
 	 * wake-all made each small-file LOOKUP and READ wake both threads of a
-	 * 2-CPU node, one of them for nothing (4.0 -> 2.3 I/O thread switches
-	 * per cold small file). */
+	 * 2-CPU node, one of them for nothing. */
 	__atomic_store_n(&pool->wake_relays, pool->n_threads, __ATOMIC_RELAXED);
 	origin_wake_some(pool, (unsigned)(n < pool->n_threads ? n : pool->n_threads), NULL);
 }

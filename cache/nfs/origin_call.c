@@ -3,7 +3,11 @@
  * origin_call — waiting for origin requests: sfs_origin_call() and
  * sfs_origin_call_batch() on top of sfs_origin_submit_batch(). Nothing here
  * depends on the transport, so the unit tests link it with their fake
- * origin. See origin.h for the contract.
+ * origin. See origin.h for the contract. Owns only each call's wait, on the
+ * caller's stack; the requests are the caller's.
+ *
+ * Threading: any thread but an origin I/O thread (a completion callback
+ * must not wait); the wait is declared (blocking.h).
  */
 #include "origin.h"
 #include "../common/blocking.h"

@@ -202,7 +202,7 @@ static void io_poll(struct sfs_iothread *t, int wait_ms)
 	 * ones its connections could not take: sleeping on them until a reply,
 	 * a wake-up or the tick, not polling without a wait, is what keeps a
 	 * thread from spinning while a stalled or slow node refuses work and
-	 * the others are full (measured in test_origin: ~200 polls per ms). */
+	 * the others are full. */
 	if (__atomic_load_n(&pool->q_len, __ATOMIC_RELAXED) &&
 	    __atomic_load_n(&pool->q_gen, __ATOMIC_SEQ_CST) != t->q_gen_seen && wait_ms > 0)
 		wait_ms = 0;

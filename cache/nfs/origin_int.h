@@ -3,7 +3,8 @@
  * origin_int — the origin pool's private header, shared by origin.c (the
  * pool: queue, node selection, hedging, slow-node slots, re-issue),
  * origin_conn.c (connections and the I/O loop) and nothing outside cache/.
- * Transports see only origin_xport.h.
+ * Transports see only origin_xport.h. What the pool owns and does not:
+ * origin.h.
  *
  * Data structures:
  *
@@ -50,11 +51,11 @@
  * again to another node; the first reply wins (a GC pause, a drive rebuild
  * or a congested port costs only what it delays, not timeo). Hedges are
  * paid for by READ replies: each earns 1/HEDGE_EARN of a hedge, at most
- * HEDGE_BURST saved, so hedges stay below ~6% of the READs. A node that
- * answers nothing for that delay has stalled (last_heard_ms): every READ
- * on it is hedged once a tick old, not each after its own delay (those
- * sent just before the stall would wait it out in turn, the reader behind
- * them in order). */
+ * HEDGE_BURST saved, so hedges stay below 1/HEDGE_EARN of the READs. A
+ * node that answers nothing for that delay has stalled (last_heard_ms):
+ * every READ on it is hedged once a tick old, not each after its own delay
+ * (those sent just before the stall would wait it out in turn, the reader
+ * behind them in order). */
 #define HEDGE_FACTOR 4
 #define HEDGE_MIN_MS 40
 #define HEDGE_EARN   16
@@ -68,7 +69,7 @@
  * takes in-flight / rate), instead of a full share that the reader, in
  * order, waits for. Proportional to the full depth, the slots did not bind
  * where the readahead window keeps fewer READs in flight per node than the
- * depth (8 nodes x 2 connections: ~4 of 8). */
+ * depth (many nodes). */
 #define SLOW_RATIO     0.75
 #define SLOW_TICKS     25 /* 0.5 s */
 #define BACKOFF_MIN_MS 200

@@ -10,10 +10,10 @@
  * thread only; context creation is serialised (libnfs 4.0 keeps unlocked
  * globals there).
  *
- * libnfs notes (../shared/FACTS.md): auto-reconnect is off, the pool
- * reconnects with backoff; timeouts are only checked inside nfs_service(),
- * which the pool calls every tick; READ data points into libnfs's buffer and
- * is copied out in decode, inside the callback.
+ * What this file relies on in libnfs 4.0: its auto-reconnect is off (broken
+ * there), the pool reconnects with backoff; timeouts are only checked inside
+ * nfs_service(), which the pool calls every tick; READ data points into
+ * libnfs's buffer and is copied out in decode, inside the callback.
  */
 #include "origin_xport.h"
 
@@ -336,8 +336,8 @@ static void set_socket_options(struct nfs_context *nfs)
 {
 	int fd = nfs_get_fd(nfs), one = 1, idle = 10, intvl = 5, cnt = 3;
 
-	/* libnfs 4.0 sets neither (FACTS.md). NODELAY: small metadata RPCs must not
-	 * wait behind Nagle; keepalive: find silently dead peers on idle links. */
+	/* libnfs 4.0 sets neither on its sockets. NODELAY: small metadata RPCs must
+	 * not wait behind Nagle; keepalive: find silently dead peers on idle links. */
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
 	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));

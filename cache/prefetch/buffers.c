@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * prefetch/buffers — the chunk buffers of the prefetch pool (1 MiB from iobuf's
- * huge-page arena, shorter ones made to size and kept for reuse), their budget
- * (prefetch_mem), and the direct path's per-thread scratch. See prefetch_int.h
- * for the data structures and the lock order; buf_lock and scratch_lock are leaves.
+ * prefetch/buffers — the chunk buffers of the prefetch pool (1 MiB from
+ * iobuf's huge-page arena, shorter ones made to size and kept for reuse),
+ * their budget (prefetch_mem), the direct path's scratch (one per read in
+ * flight), and giving all of them back once idle (sfs_prefetch_release_idle).
+ * Not here: what is read into them (chunks.c, direct.c).
+ *
+ * Threading: any thread. See prefetch_int.h for the data structures and the
+ * lock order; buf_lock and scratch_lock are leaves.
  */
 #include "prefetch_int.h"
 
@@ -42,13 +46,13 @@ static uint64_t buf_budget(const sfs_prefetch *pf)
  * sfs_pf_view_release gives it back, so there are as many as direct reads
  * in flight, not one per thread that ever read (a worker pool of 64 kept
  * 64). Its bytes lie in a 2 MiB transparent huge page, so that its O_DIRECT
- * reads pin one page and hand the disk one segment (iobuf.h: 110 KB records
- * from the cache at 8,100-11,800 against 6,000-7,300 records/s from 4 KiB
- * pages). A read that needs at most SCRATCH_SLOT_BYTES (a small file's
- * packed object, a record's 16 KiB blocks: sfs_store_range_bytes, or a
- * direct fetch's span) takes a slot of a page shared by SCRATCH_SLOTS such
- * reads; a larger one a page of its own. A huge page is resident whole
- * from its first touch: 16 small reads in flight held 32 MiB, now 4.
+ * reads pin one page and hand the disk one segment (iobuf.h: random records
+ * come from the cache faster than with 4 KiB pages). A read that needs
+ * at most SCRATCH_SLOT_BYTES (a small file's packed object, a record's
+ * 16 KiB blocks: sfs_store_range_bytes, or a direct fetch's span) takes a
+ * slot of a page shared by SCRATCH_SLOTS such reads; a larger one a page of
+ * its own. A huge page is resident whole from its first touch: 16 small
+ * reads in flight hold two pages (4 MiB), not 16 (32 MiB).
  * A read that needs at most SCRATCH_TINY_BYTES (a file of up to ~16 KiB, a
  * record in one 16 KiB block) takes a tiny slot of one 2 MiB mapping of
  * plain 4 KiB pages: resident as touched, and the lowest free slot is
@@ -269,9 +273,9 @@ static void bufs_free(sfs_prefetch *pf, void **b, size_t n)
  * SIZED_KEEP_SHARE in all. A folder of small files allocates one per file
  * (its fetch's or its chunk's buffer, 100-130 KB for ImageNet's JPEGs):
  * from malloc that was an aligned_alloc searching the arena's bins, freed
- * on another thread (perf, --small-files cold: 10-16 us per file in
- * _int_malloc, 1.8 with the stacks). Kept buffers stay in sized_bytes, so they count
- * against the budget like the pool's idle buffers, and like them give way:
+ * on another thread, and that search was a visible share of a cold small
+ * file's CPU. Kept buffers stay in sized_bytes, so they count against the
+ * budget like the pool's idle buffers, and like them give way:
  * a get that would not fit frees them first (sized_evict), and
  * buf_over_budget does not count them. sfs_prefetch_release_idle frees
  * them once buffers go unused.

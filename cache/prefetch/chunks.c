@@ -1,10 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * prefetch/chunks — one file's chunks: found or made, loaded from the store,
- * fetched from the origin in parts, handed to the store, released; the
- * waiters answered when their chunk lands; the loader threads that read cached
- * chunks ahead of sequential readers. Callers hold file->lock where a function
- * says so (prefetch_int.h has the lock order).
+ * prefetch/chunks — one file's chunks: found, made (a buffer and the READ
+ * parts of its fetch), evicted and freed; their bytes placed and hashed as
+ * they land (chunk_place) and each part's completion (part_done), which
+ * finishes the chunk, answers its waiters (direct.c) and moves the shard
+ * pump on; the write-behind to the store (admission, offer, write_done);
+ * the shard pump and the thread that restarts pumps stalled on the budget;
+ * the queue and the threads that load cached chunks ahead of sequential
+ * readers (the load itself is load_chunk, prefetch.c).
+ * Not here: reads and readahead (direct.c), buffers (buffers.c).
+ *
+ * Threading: callers hold file->lock where a function says so;
+ * part_done runs on origin I/O threads, write_done on the store's writer
+ * thread, neither blocks. prefetch_int.h has the lock order.
  */
 #include "prefetch_int.h"
 
@@ -67,9 +75,10 @@ void chunk_free_ptr(struct sfs_pf_file *f, struct pf_chunk *c)
  * really jumps around passes 128 after six jumps. */
 #define AWAIT_MAX_RAND_SCORE 128
 /* The kernel's readahead (8 MiB, fs/main.c) has up to 8 chunks of reads in
- * flight, and its reads ahead reach the daemon before the reader's own read
- * (measured: a read for chunk k after next_seq reached k + 8): unconsumed
- * chunks up to twice that far behind next_seq still wait for their reads. */
+ * flight, and its reads ahead reach the daemon before the reader's own read,
+ * so next_seq may be as far past a chunk whose read is still to come:
+ * unconsumed chunks up to twice that far behind next_seq still wait for
+ * their reads. */
 #define AWAIT_BEHIND_CHUNKS 16
 
 /*
@@ -179,9 +188,8 @@ static uint64_t write_limit(const sfs_prefetch *pf, const struct pf_chunk *c)
 /*
  * Place a piece of a part's reply in its chunk: copied, and every 16 KiB
  * sub-block that the piece holds whole hashed right after its copy, while
- * its bytes are in the CPU's cache, for the store's record (the writer
- * hashed the chunk again from memory later: measured here, copy then hash
- * 0.09 ms per MiB, copy and hash per 16 KiB 0.06). A sub-block split
+ * its bytes are in the CPU's cache, for the store's record (cheaper than the
+ * writer hashing the chunk again from memory later). A sub-block split
  * between pieces or parts (an rsize that is no multiple of 16 KiB, a short
  * reply) is left to the writer. An I/O thread; parts of one chunk may
  * land at once on several, each setting its own bits.
@@ -283,9 +291,8 @@ static bool chunk_make_room(struct sfs_pf_file *f, uint64_t cur, bool demand)
 	/* Room for the window ahead of the newest request, the kernel's own
 	 * readahead requests in flight (8 MiB, out of order), and chunks
 	 * behind the reader not yet released. Too tight, and a reader's own
-	 * chunk evicts readahead that is about to be asked for (measured: 5%
-	 * of chunks fetched twice at window + 12). The memory budget is the
-	 * real bound. */
+	 * chunk evicts readahead that is about to be asked for, which is then
+	 * fetched twice. The memory budget is the real bound. */
 	size_t limit = 2 * (size_t)pf->conf.window_chunks + 16;
 	if (f->hint_holds) /* items of a hint list: the budget alone bounds them */
 		limit = SIZE_MAX;
@@ -460,8 +467,8 @@ bool write_behind_full(sfs_prefetch *pf, uint32_t buf_bytes)
 /*
  * Whether a fetched chunk may be offered to the cache. Its buffer stays
  * pinned until the write is durable, so when the cache disk is slower than
- * the network the writes waiting would hold memory without bound (measured:
- * 1.9 GB of a 256 MiB budget behind a 100 MB/s disk).
+ * the network the writes waiting would hold memory without bound, many
+ * times the budget.
  *
  * A chunk fetched ahead (readahead, the pump) is offered while the writes
  * waiting hold at most half the budget; past that it serves its reader from

@@ -1,9 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * prefetch/direct — the direct path for small files and random readers
- * (sfs_pf_read, sfs_pf_read_async): no chunk, the store's 16 KiB blocks that a
- * read touches read and checked into the thread's scratch, or, without a store,
- * the pages asked for fetched from the origin and answered on the I/O thread.
+ * prefetch/direct — reads (sfs_pf_read, sfs_pf_read_async, sfs_pf_read_into,
+ * sfs_pf_view_release), the preload at open and the last close
+ * (sfs_pf_file_drop_idle). Each read is planned here (sequential or not) and
+ * takes one of two paths: the direct path for small files and random
+ * readers, no chunk (the store's 16 KiB sub-blocks that the read touches,
+ * read and checked into a scratch buffer, or, without a store, the bytes
+ * asked for fetched from the origin, answered on the I/O thread); or the
+ * chunk path (its chunks claimed, the readahead window started, then a
+ * wait, or a waiter answered by whichever thread lands the bytes).
+ * Not here: making, fetching and storing chunks (chunks.c).
+ *
+ * Threading: reads run on the caller's thread and may block (an async one
+ * that returns -EINPROGRESS does not); waiters are answered on origin I/O
+ * threads, loader threads or the thread that loaded their chunk.
+ * prefetch_int.h has the lock order.
  */
 #include "prefetch_int.h"
 
@@ -33,11 +44,11 @@ static bool track_sequential(struct sfs_pf_file *f, uint64_t c0, uint64_t c1)
 
 /*
  * Serve [off, end) straight from the store, verified by this read: only the
- * 64 KiB blocks the range touches (a whole packed object for a small file)
- * are read, into this thread's scratch; no chunk buffer, no readahead, no
- * pins. Returns the bytes served, or -1 when the chunk path must take it
- * (not in the store, or it failed its checks: the chunk path fetches it
- * again from NFS).
+ * store's 16 KiB sub-blocks (SFS_STORE_SUB_SHIFT) the range touches (a whole
+ * packed object for a small file) are read, into a scratch buffer taken for
+ * this read; no chunk buffer, no readahead, no pins. Returns the bytes
+ * served, or -1 when the chunk path must take it (not in the store, or it
+ * failed its checks: the chunk path fetches it again from NFS).
  */
 static ssize_t direct_read(struct sfs_pf_file *f, sfs_store_obj *obj, uint64_t off, uint64_t end,
 			   struct sfs_pf_view *v, struct sfs_seg_aio *pre, void *pre_buf)
@@ -113,17 +124,16 @@ static ssize_t fetch_result(struct sfs_pf_file *f, const struct sfs_origin_req *
 
 /*
  * Without a store, a reader that jumps around gets exactly what it asked
- * for straight from the origin into this thread's
- * scratch: a 1 MiB chunk per record would fetch ~9x the bytes of 110 KB
- * records and nothing would keep the rest. Returns the bytes served, 0 at
- * end of file, -errno (-ESTALE: the file changed since open), or -1 when the
- * chunk path must take it (no scratch, a tiny rsize).
+ * for straight from the origin into a scratch buffer: a 1 MiB chunk per
+ * record would fetch ~9x the bytes of 110 KB records and nothing would keep
+ * the rest. Returns the bytes served, 0 at end of file, -errno (-ESTALE: the
+ * file changed since open), or -1 when the chunk path must take it (no
+ * scratch, a tiny rsize).
  */
 /* What a direct fetch of [off, end) asks for: those bytes, up to the file's
  * end, in n READs of max_read. Not rounded out to pages: nothing else reads
- * them (no store, or one that would refuse them), and a 110 KB record would
- * cost the origin 4% more bytes (measured: NFS bytes 1.037 -> 1.000 x the
- * file for shuffled records). */
+ * them (no store, or one that would refuse them), and the origin would
+ * serve bytes nobody reads. */
 struct fetch_span {
 	uint64_t a0, a1;
 	uint32_t max_read;
@@ -508,7 +518,7 @@ static ssize_t chunk_read(struct sfs_pf_file *f, uint64_t off, uint64_t end, boo
 struct read_plan {
 	bool seq;	  /* the reader goes in order (track_sequential) */
 	bool direct;	  /* from the store, verified, no chunk */
-	bool fetch;	  /* from the origin into the thread's scratch, no chunk */
+	bool fetch;	  /* from the origin into a scratch buffer, no chunk */
 	bool fetch_async; /* from the origin, answered from the I/O thread */
 	sfs_store_obj *obj;
 	struct sfs_seg_aio *pre; /* direct: the preload it takes over, or NULL */
@@ -535,9 +545,7 @@ static struct read_plan plan_read(struct sfs_pf_file *f, uint64_t off, uint64_t 
 	 * fetched whole so that the store gets it; but while the writes
 	 * waiting hold the budget it would be dropped uncached (write_admitted)
 	 * and its other ~9 records fetched whole again later: then the reader's
-	 * own bytes only, as without a store (measured, 3 GiB of shuffled
-	 * records behind this VM's disk: NFS bytes 1.09 x the file, 263 MiB of
-	 * writes skipped). */
+	 * own bytes only, as without a store. */
 	bool uncachable = p.obj && off_chunks && !p.seq && !small &&
 			  write_behind_full(f->pf, SFS_CHUNK_BYTES) &&
 			  store_state(f, c0) == SFS_CHUNK_ABSENT &&

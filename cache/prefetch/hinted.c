@@ -4,8 +4,13 @@
  * for hint lists (prefetch.h, "Hints"): the version table that lets a hint
  * list's open and the reader's open of a version share its chunks, holds
  * that keep a hinted file's chunks for its reader, the fetch of an item's
- * range, and the observer that tells the hint lists what was read.
- * prefetch_int.h has the structures and the lock order.
+ * range, and the observers the hint lists set (called by the reads and
+ * the fetch completions). Not here: what a hint list holds and when it lets
+ * go (fs/hints/hints.c).
+ *
+ * Threading: any thread; the version table is under files_lock, a file's
+ * holds under its lock. prefetch_int.h has the structures and the lock
+ * order.
  */
 #include "prefetch_int.h"
 

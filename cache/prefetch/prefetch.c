@@ -1,8 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * prefetch/prefetch — the pool's public API (prefetch.h): open and close, files
- * opened and released, chunk reads, readahead and the whole-shard pump, warm-ups,
- * stats. See prefetch_int.h for the data structures and the lock order.
+ * prefetch/prefetch — the pool and its file versions: open (which starts the
+ * pump and loader threads), stop, close and stats of the pool; a version's
+ * fetch state made, referenced and freed with its last reference; opens
+ * (sfs_pf_file_opened, and the whole-file fetch it starts in SHARD mode),
+ * the passthrough backing fd, warm-ups, the bytes cached; and load_chunk,
+ * one chunk read from the store and checked, else fetched.
+ * Not here: reads, readahead and the last close (direct.c), the chunks,
+ * their fetches, the shard pump and the loader threads (chunks.c), the
+ * buffers (buffers.c), the version table and hints (hinted.c).
+ *
+ * Threading: any thread; each function takes the locks it needs, in the
+ * order of prefetch_int.h (which has the data structures).
  */
 #include "prefetch_int.h"
 

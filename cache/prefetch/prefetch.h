@@ -13,10 +13,12 @@
  * FUSE replies (fs).
  *
  * Threading: all functions may be called from any thread except where noted.
- * sfs_prefetch_read() blocks until the chunks it needs are fetched; fetch
- * completions run on origin I/O threads and never block. Each file has one
- * mutex; the buffer pool has one, a leaf, which may be taken with a file's
- * held (chunk_start) but never the other way round.
+ * sfs_pf_read() and sfs_pf_read_into() block until the chunks they need are
+ * fetched or loaded; sfs_pf_read_async() blocks the same way unless it
+ * returns -EINPROGRESS; sfs_pf_file_fetch_ahead() waits up to its wait_ms.
+ * Fetch completions run on origin I/O threads and never block. Each file has
+ * one mutex; the buffer pool has one, a leaf, which may be taken with a
+ * file's held (chunk_start) but never the other way round.
  */
 #ifndef SFS_PREFETCH_H
 #define SFS_PREFETCH_H
@@ -154,7 +156,7 @@ void sfs_pf_file_unref(sfs_pf_file *f);
  * fetches in flight finish and are freed with the file. */
 void sfs_pf_file_drop_idle(sfs_pf_file *f);
 
-/* --- Hints (fs/hints.c): fetching ahead of a reader that told its order ---
+/* --- Hints (fs/hints/hints.c): fetching ahead of a reader that told its order ---
  *
  * A hint list holds each file version it fetches ahead with
  * sfs_pf_file_hint_hold() (an open of its own: the file's chunks stay for

@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * prefetch — chunk fetching, readahead, whole-shard prefetch and the glue
- * to the store. See prefetch.h for the contract.
+ * to the store. See prefetch.h for the contract (what it owns and does not).
+ * Files: prefetch.c (the pool, file versions, opens, warm-ups), direct.c
+ * (reads), chunks.c (chunks, their fetches and writes, the pump and the
+ * loaders), buffers.c (buffers and scratch), hinted.c (the version table,
+ * hints).
  *
  *   sfs_prefetch ──buf_lock───> free list of SFS_CHUNK_BYTES buffers, and the bytes of
  *                              shorter chunks' buffers (budget: mem_bytes over both)
@@ -15,10 +19,10 @@
  * Chunks from the origin go to the store (write-behind; the buffer stays
  * pinned until the write is durable). Small files and readers that jump
  * around take the direct path instead (sfs_pf_read): no chunk, the store's
- * 16 KiB blocks the read touches read and checked into the thread's scratch,
+ * 16 KiB blocks the read touches read and checked into a scratch buffer,
  * or without a store just the pages asked for fetched from the origin.
  * (Splicing the cache file into /dev/fuse was tried, to save a copy: libfuse
- * 3.14's splice path gave short replies under 32 concurrent readers here,
+ * 3.14's splice path gave short replies under many concurrent readers,
  * which the kernel takes for EOF, and a spliced byte is never checked. One
  * verified copy is the price.)
  *
@@ -57,10 +61,9 @@ enum chunk_state { CHUNK_LOADING, CHUNK_FETCHING, CHUNK_READY, CHUNK_FAILED };
 /* 1 MiB buffers that readers' own chunks took past the budget, kept for the
  * next such chunk instead of unmapped: when cache writes hold the budget,
  * readers fetch their chunks themselves (demand), and a fresh mmap'd buffer
- * per chunk cost 256 page faults (zeroed pages) plus an munmap each:
- * measured, 4 dd over 8 x 256 MiB with cache_dir, 711 mmaps and 173-245 k
- * page faults per 2 GiB, clear_page 10% of the daemon's CPU. At most this
- * many MiB stay past the budget (released with the pool when idle). */
+ * per chunk cost 256 page faults (zeroed pages) plus an munmap each, with
+ * page zeroing a visible share of the daemon's CPU. At most this many MiB
+ * stay past the budget (released with the pool when idle). */
 #define SFS_PF_OVER_BUFS 32
 
 struct pf_chunk {
@@ -210,10 +213,10 @@ struct sfs_prefetch {
 
 /* The kernel's context readahead turns random readers' reads into runs of
  * steps: a record whose neighbour is in the page cache becomes a stream of
- * reads (8 threads, 110 KB records in a 1 GiB file: runs of up to 17 steps
- * in a row). From all jumps (256) it takes 18 steps to get below 24; at 64
- * (10 steps) the readahead those runs started was 7% of the chunks fetched,
- * 60% of it never read. */
+ * reads. The bound is low enough that such a run does not pass for a
+ * sequential reader: from all jumps (256) it takes 20 steps in a row to get
+ * below 24 (track_sequential's integer eighths). A higher bound let those
+ * runs start readahead that was mostly never read. */
 #define SEQ_MAX_RAND_SCORE 24
 
 /* buffers.c: scratch pages made and not freed (atomic). */

@@ -2,7 +2,11 @@
 /*
  * staging — target regions and the copies into them. See staging.h.
  * Shared-memory regions are mapped here; CUDA regions go through
- * staging_cuda.c (or its stub).
+ * staging_cuda.c (or its stub), which owns everything CUDA. Where the bytes
+ * come from is the caller's source.
+ *
+ * Threading: as staging.h: any thread, a region used by one thread at a
+ * time.
  */
 #include "staging.h"
 #include "staging_cuda.h"

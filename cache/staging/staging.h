@@ -28,7 +28,7 @@
 typedef struct sfs_staging sfs_staging;
 typedef struct sfs_stage_region sfs_stage_region;
 
-/* The staging targets: the one enum, also the index of fs/ioctl.c's target
+/* The staging targets: the one enum, also the index of fs/ops/ioctl.c's target
  * table (ABI bits, stats names) and of staging.c's copy table. A new target
  * is a value here, a constructor (sfs_stage_region_<target>), a row in each
  * of those two tables, and its copy function. */

@@ -3,6 +3,11 @@
  * staging_cuda.h — private to cache/staging*.c: the CUDA half of staging.
  * Implemented by staging_cuda.c (CUDA runtime loaded with dlopen at run
  * time) or staging_cuda_stub.c (builds without CUDA: no GPU, -EOPNOTSUPP).
+ * Owns the runtime, the GPUs, the IPC imports and the pinned buffers; not
+ * the regions and their bounds (staging.c).
+ *
+ * Threading: any thread once sfs_cuda_open has returned (staging_cuda.c
+ * has the locks).
  */
 #ifndef SFS_STAGING_CUDA_H
 #define SFS_STAGING_CUDA_H

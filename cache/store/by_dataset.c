@@ -2,7 +2,11 @@
 /*
  * store/by_dataset — the cache per dataset: listing what each dataset holds (the
  * index and the segments summed by dataset id) and evicting datasets or
- * everything, on the writer thread.
+ * everything. Not here: the dataset names and counters (datasets.c), the
+ * admission and eviction rules (policy.c, index.c).
+ *
+ * Threading: listing from any thread, under the locks briefly; evictions
+ * run on the writer thread while their caller waits.
  */
 #include "store_int.h"
 

@@ -1,16 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * datasets — the names of the datasets a cache holds, and their read
- * counters. Private to cache/: store.c is its only user.
+ * counters. Private to cache/store/: the store's files are its only users
+ * (through store_int.h).
  *
  * A dataset is what an operator sizes, lists and evicts: an export and its
  * top-level directory ("/ifs/data/imagenet"), or the export itself for the
  * files at its root. Every cached object records the 32-bit id of its
- * dataset (store.c, segment.c); this table maps ids to names and keeps, per
- * dataset, the bytes readers got from the cache and from NFS and the time
- * of the last read. An id is derived from the name (XXH3-64, low 32 bits,
- * never 0; the next id on a collision), so a lost table costs the names,
- * never a wrong attribution. Id 0 means "unknown".
+ * dataset (the object's header, store_int.h; its record, segment.h); this
+ * table maps ids to names and keeps, per dataset, the bytes readers got
+ * from the cache and from NFS and the time of the last read. An id is
+ * derived from the name (XXH3-64, low 32 bits, never 0; the next id on a
+ * collision), so a lost table costs the names, never a wrong attribution.
+ * Id 0 means "unknown".
  *
  * Owns: cache_dir/datasets, a text file rewritten whole (temporary name,
  * fdatasync, rename):
@@ -23,9 +25,10 @@
  * names. Names are never removed while the table is open, so a name pointer
  * stays valid until sfs_dsets_close().
  *
- * Threading: sfs_dsets_find, sfs_dsets_name, sfs_dsets_count_read and
- * sfs_dsets_get are lock-free and may run on any thread; sfs_dsets_intern
- * and sfs_dsets_save take the table's mutex (a leaf).
+ * Threading: sfs_dsets_find, sfs_dsets_get, sfs_dsets_count_read,
+ * sfs_dsets_touch and sfs_dsets_reset are lock-free and may run on any
+ * thread; sfs_dsets_intern (to add a name), sfs_dsets_load and
+ * sfs_dsets_save take the table's mutex (a leaf).
  */
 #ifndef SFS_DATASETS_H
 #define SFS_DATASETS_H

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * store/index — the in-memory index of per-file objects (hash by key, LRU list)
- * and the capacity rule that makes room (lru) or admits nothing (pin). The caller
- * holds s->lock where a function says so; see store_int.h for the structures.
+ * and the capacity rule that makes room (lru) or admits nothing (pin). Not
+ * here: the per-dataset rule (auto, policy.c), the files themselves
+ * (writer.c, load.c). The caller holds s->lock where a function says so;
+ * see store_int.h for the structures.
  */
 #include "store_int.h"
 

@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * store/load — opening a cache directory: its lock, the object files and
- * segments found there, and the index rebuilt from them. Startup only.
+ * segments found there, and the index rebuilt from them. Not here: the
+ * migration of the previous layout (migrate.c), the segments' own recovery
+ * (segment.c). Runs at open, and on the writer thread when a cache
+ * directory that was offline comes back (writer_retry); its file I/O
+ * without s->lock.
  */
 #include "store_int.h"
 

@@ -3,7 +3,8 @@
  * store/migrate — object files of the previous layout ("SFSOBJS4": header,
  * records and chunk bytes in one file, byte x of the version at data_off +
  * x) turned into today's pair (KEY: byte x at x; KEY.sums: header and
- * records), in place, at load. Startup only, no lock (file I/O).
+ * records), in place, at load (store_attach: at open, or on the writer
+ * thread when an offline cache directory comes back). No lock (file I/O).
  *
  * The steps, each safe to stop after: (1) KEY.sums.tmp written with the
  * new header and the old records, and made durable; (2) the first data_off

@@ -3,9 +3,9 @@
  * store/policy — what the cache admits and what it evicts to make room, by
  * dataset, and the per-dataset counters a user reads the decisions from.
  *
- * lru and pin are rules of capacity alone (make_room, write_refusal). auto
- * (store.h) decides by dataset, from what this file keeps per dataset
- * (struct pol_ds, by the dataset table's slot):
+ * lru and pin are rules of capacity alone (make_room in index.c,
+ * write_refusal in read.c). auto (store.h) decides by dataset, from what
+ * this file keeps per dataset (struct pol_ds, by the dataset table's slot):
  *
  *   held     its per-file objects' bytes (kept as they change) plus the
  *            bytes of the segments counted under it (recounted by

@@ -2,7 +2,14 @@
 /*
  * store/read — reads: a chunk or a range of a version read from its object file
  * or its packed record, every 16 KiB sub-block checked against its XXH3-64 (a
- * mismatch is a miss). s->lock is taken only to plan and to record the outcome.
+ * mismatch is a miss); the read of a packed version started ahead (preload);
+ * the backing fd of a passthrough open; and the offer of a chunk to the cache
+ * (write_refusal: whether it would be taken, policy.c deciding under auto;
+ * then its write queued). Not here: the write itself and making room for it
+ * (writer.c, index.c).
+ *
+ * Threading: any thread. s->lock is taken only to plan and to record the
+ * outcome (and to queue an offer), never across I/O.
  */
 #include "store_int.h"
 
@@ -58,23 +65,18 @@ static void chunk_fail(sfs_store *s, sfs_store_obj *o, uint32_t index, const uin
  *
  * Where the sub-block hashes come from: the object's recs while it is
  * referenced (read from the file once per chunk, then from memory), not a
- * pread of the record at every read. Measured (test VM, 2 vCPUs, virtio
- * disk, one thread, 110 KB reads at random offsets of a 256 MiB object,
- * 6 x 30000 reads each way, O_DIRECT): records in memory 54 us CPU per
- * read (median; 37 us of it in the kernel's O_DIRECT pread, ~15 us XXH3 of
- * ~2.7 sub-blocks), a record pread each time 56.5 us; the record pread
- * alone costs 0.4 us CPU from the page cache in a tight loop. So memory
- * wins by 1-5% at (then) 136 B per chunk read while the object is held,
- * and the table goes with the last reference; objects whose table would
- * pass RECS_TABLE_MAX read their records every time. (read_chunk for the
- * same records: 175 us CPU and 4x the wall time per read.)
+ * pread of the record at every read. The record's pread comes from the page
+ * cache and costs little beside the data's O_DIRECT pread and its XXH3, so
+ * memory wins by only a little per read, at a record per chunk read while
+ * the object is held; the table goes with the last reference, and objects
+ * whose table would pass RECS_TABLE_MAX read their records every time.
+ * (read_chunk for the same records costs several times the CPU and the
+ * wall time of a range read.)
  *
- * Why 16 KiB sub-blocks (they were 64 KiB): the span rounds a read out to
+ * Why 16 KiB sub-blocks rather than 64 KiB: the span rounds a read out to
  * whole sub-blocks, and random 110 KB records are disk-bound on the warm
- * pass. Measured (same VM, 3 GiB file, 29,297 shuffled 110 KB records, 8
- * threads, page cache dropped): disk bytes read per byte served 1.45 ->
- * 1.10 warm and 1.33 -> 1.06 cold; warm epoch 2.56-2.72 s -> 1.98-2.47 s.
- * The price: 520 B of records per chunk instead of 136 (0.05% of the
+ * pass; smaller sub-blocks read fewer disk bytes per byte served, warm and
+ * cold. The price: 520 B of records per chunk instead of 136 (0.05% of the
  * chunk on disk), and 4x the XXH3 calls of a chunk at the same bytes.
  */
 struct span {

@@ -3,7 +3,7 @@
  * store/scrub — the scrubber (store.h, sfs_store_scrub_start): one thread
  * that re-reads the per-file versions' chunks with their checksums, at a
  * bounded rate, and evicts a version that fails. Passthrough opens
- * (fs/passthrough.h) are read by the kernel without the daemon's checks;
+ * (fs/kernel/passthrough.h) are read by the kernel without the daemon's checks;
  * this is what finds a flipped byte under them.
  *
  * Its reads go through read_chunk_scrub (O_DIRECT where the filesystem has

@@ -1321,7 +1321,7 @@ void sfs_seg_foreach_segment(sfs_seg *sg, void (*fn)(void *arg, uint32_t dataset
 /* --- eviction by dataset ------------------------------------------------------- */
 
 /* Slots scanned per hold of the lock: lookups of small files wait at most
- * one stretch (~2 ms), not the whole table. */
+ * one stretch, not the whole table. */
 #define FOREACH_STRETCH 65536u
 
 void sfs_seg_foreach(sfs_seg *sg, void (*fn)(void *arg, uint32_t dataset, uint32_t len), void *arg)

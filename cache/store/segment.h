@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * segment — the packed small-object log behind the store. Private to
- * cache/: store.c is its only user; prefetch and fs/ never see it.
+ * cache/store/: the store's files are its only users (through
+ * store_int.h); prefetch and fs/ never see it.
  *
  * Owns: cached objects of at most SFS_SEG_MAX_OBJECT bytes (file versions
  * of one chunk or less: JPEGs, labels, small shards) packed as records into

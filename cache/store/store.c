@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * store/store — the store's public API (store.h): open, start, close, stats,
- * object references and chunk states. The layout, the structures and the lock
- * order are described in store_int.h.
+ * object references and chunk states. Not here: reads (read.c), writes
+ * (writer.c), the index (index.c), datasets (by_dataset.c, policy.c). The
+ * layout, the structures and the lock order are described in store_int.h.
+ *
+ * Threading: as store.h, any thread; open, start and close once each, by
+ * the store's owner.
  */
 #include "store_int.h"
 

@@ -2,6 +2,12 @@
 /*
  * store — cached file versions on local disk, in two layouts behind one
  * interface (store.h): prefetch and fs/ never know which one holds a chunk.
+ * What the store owns and does not: store.h. Files: store.c (the API,
+ * references, chunk states), index.c (index, LRU, making room), load.c and
+ * migrate.c (opening a cache directory), read.c (reads, offers), writer.c
+ * (the writer thread), policy.c (auto), by_dataset.c (listing and evicting
+ * by dataset), scrub.c (the scrubber), segment.c (packed versions),
+ * datasets.c (dataset names and counters).
  *
  * On disk, cache_dir/:
  *   LOCK                       flock()ed by the daemon that owns the cache
@@ -10,7 +16,7 @@
  *                              its first two): byte x of the version at
  *                              offset x and nothing else, so that the
  *                              kernel can read it as a FUSE passthrough
- *                              backing file (fs/passthrough.h)
+ *                              backing file (fs/kernel/passthrough.h)
  *   objects/KK/KEY.sums        its checksums beside it:
  *     [0, 64)                  struct obj_header (magic "SFSOBJS5"; the
  *                              dataset id of the version, datasets.h)
@@ -123,7 +129,7 @@
 #define INLINE_STATES	 8 /* objects of up to 8 chunks keep state[] inline */
 /* An object keeps its records in memory while referenced only up to this
  * many bytes of them (objects up to ~2 GiB); a larger one reads the records
- * of each span from the page cache (0.4 us CPU each, see struct span), so
+ * of each span from the page cache (cheap: see struct span, read.c), so
  * that a 100 GB file does not hold 50 MB of hashes. */
 #define RECS_TABLE_MAX (1u << 20)
 #define SEG_MIN_BYTES  (4ull << 20)

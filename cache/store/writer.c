@@ -2,8 +2,10 @@
 /*
  * store/writer — the writer thread: batches of chunk writes and packed versions,
  * object files created, written and made durable before a chunk becomes
- * visible; control jobs (evictions, purges) run here too. It does its file I/O
- * without s->lock and never calls out with it held.
+ * visible; control jobs (evictions, purges) run here too. Not here: the offer
+ * of a chunk (read.c), the rules that admit and evict (index.c, policy.c),
+ * reads. It does its file I/O without s->lock and never calls out with it
+ * held.
  */
 #include "store_int.h"
 
@@ -32,11 +34,11 @@ int obj_open_fds(sfs_store *s, sfs_store_obj *o)
 	 * neighbouring chunk that an O_DIRECT write may be filling (stale). */
 	posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
 	/* Chunk bytes move with O_DIRECT, both ways: no copy through the
-	 * page cache, no writeback, no second cached copy of data the FUSE
-	 * page cache holds anyway (measured: the buffered copy was 62% of the
-	 * daemon's CPU while filling the cache, and buffered verification
-	 * reads ran at 0.3 x local disk). Filesystems without O_DIRECT
-	 * (tmpfs) use the buffered fd. */
+	 * page cache (the buffered copy was most of the daemon's CPU while the
+	 * cache filled, and buffered verification reads lagged far behind the
+	 * disk), no writeback, no second cached copy of data the FUSE page
+	 * cache holds anyway. Filesystems without O_DIRECT (tmpfs) use the
+	 * buffered fd. */
 	int dfd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
 	pthread_mutex_lock(&s->lock);
 	if (o->fd < 0) {
@@ -473,13 +475,10 @@ bool gathered(const sfs_store *s)
  * GATHER_MS or until a batch's worth is queued (gathered()): one segment
  * flush (one write, one fdatasync) then serves them all. Jobs queued
  * meanwhile do not wake the writer (s->gathering) until there are enough:
- * a wake-up per job cost more than the flush it saved. Measured, 20,000
- * files of 100-130 KB read cold by 16 threads into an empty cache (2-vCPU
- * VM, 3 A/B pairs): 2,999 fdatasyncs and 44,900 futex calls with the earlier
- * gather (1 ms, 8 jobs, woken by every job), 354-484 and 4,720-4,739 with
- * this one; the writer's CPU 35-42 -> 21-28 us per file, the daemon's
- * 185-206 -> 161-178 us. A deep queue never waits; prefetch keeps serving
- * the bytes from memory meanwhile. Caller holds lock.
+ * a wake-up per job cost more than the flush it saved, and gathering this
+ * way cuts the fdatasyncs and futex calls per file several-fold, and the
+ * writer's CPU per file with them. A deep queue never waits; prefetch
+ * keeps serving the bytes from memory meanwhile. Caller holds lock.
  */
 void writer_gather(sfs_store *s)
 {

@@ -6,7 +6,7 @@ Each mount option and each metric is described in one place:
   - every option the daemon's own table knows (`shardfs --help`, generated
     from fs/options.c) has exactly one entry in shardfs(8), and shardfs(8)
     has no entry for an option the table lacks;
-  - every metric fs/stats.c renders (the names it passes to help(), metric()
+  - every metric fs/observe/stats.c renders (the names it passes to help(), metric()
     and the PER_* macros) has exactly one entry in shardfs-stats(7), and
     that page has no entry for a metric the code lacks;
   - wherever else the documents name an option or a metric (the README, the
@@ -78,7 +78,7 @@ def man_headings(path, section=None):
 
 
 def stats_metrics(src):
-    text = open(os.path.join(src, "fs/stats.c"), encoding="utf-8").read()
+    text = open(os.path.join(src, "fs/observe/stats.c"), encoding="utf-8").read()
     pat = r'\b(?:help|metric|PER_[A-Z_]+)\(\s*(?:f\s*,\s*)?"(shardfs_[a-z0-9_]+)"'
     return set(re.findall(pat, text))
 
@@ -107,7 +107,7 @@ def check_options(binary, src):
 
 def check_metrics(src):
     metrics = stats_metrics(src)
-    check(len(metrics) > 80, f"fs/stats.c renders the metrics ({len(metrics)})")
+    check(len(metrics) > 80, f"fs/observe/stats.c renders the metrics ({len(metrics)})")
     named = []
     for h in man_headings(os.path.join(src, "packaging/man/shardfs-stats.7")):
         named += re.findall(r"shardfs_[a-z0-9_]+", h)
@@ -125,7 +125,7 @@ NOT_METRICS = {"shardfs_ioctl", "shardfs_ioctl.h"}
 
 def c_api_names(src):
     """libshardfs's functions and types (shardfs_*), which are not metrics."""
-    text = open(os.path.join(src, "tools/libshardfs/shardfs.h"), encoding="utf-8").read()
+    text = open(os.path.join(src, "tools/client/libshardfs/shardfs.h"), encoding="utf-8").read()
     return set(re.findall(r"\b(shardfs_[a-z0-9_]+)\b", text))
 
 
@@ -151,7 +151,7 @@ def check_mentions(src, opts, metrics):
             if base not in metrics:
                 bad.add(tok)
         check(not bad, f"{rel}: every metric it names exists", " ".join(sorted(bad)))
-        if not rel.endswith(".md") or rel == "packaging/doc/benchmarks.md":
+        if not rel.endswith(".md") or rel == "tools/bench/benchmarks.md":
             continue  # the benchmark history may name options of its day
         badopt = set()
         for name in re.findall(r"`([a-z][a-z_]*)=(?!True`|False`)[^`]*`", text):

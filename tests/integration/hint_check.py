@@ -2,7 +2,7 @@
 """Epoch hints end to end against a live mount; TAP lines out.
 
 usage: hint_check.py MOUNT EXPORT PHASE [ARGS]
-Uses the trainer-side module tools/python/shardfs (shardfs.hint), so it tests
+Uses the trainer-side module tools/client/python/shardfs (shardfs.hint), so it tests
 that too; malformed batches are packed by hand (shardfs.hint refuses them
 before any ioctl).
 """

@@ -52,7 +52,7 @@ def failed(e, what):
 
 shards = files("shards", False)
 if mode == "stage":
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../tools/python"))
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../tools/client/python"))
     import shardfs
     rel = shards[0]
     with open(os.path.join(export, rel), "rb") as f:

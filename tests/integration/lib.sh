@@ -1,14 +1,14 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # Shared fixture for integration tests: a real nfs-ganesha cluster from
-# tools/shardfs-cluster, a real FUSE mount of build/fs/shardfs, TAP output.
+# tools/testbed/shardfs-cluster, a real FUSE mount of build/fs/shardfs, TAP output.
 # Source it; call sfs_require, then sfs_cluster_up, then sfs_mount.
 set -u
 
 SRC_ROOT=${SFS_SRC_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 SHARDFS=${SFS_SHARDFS:-$SRC_ROOT/build/fs/shardfs}
-CLUSTER=$SRC_ROOT/tools/shardfs-cluster
-GENDATA=$SRC_ROOT/tools/shardfs-gendata
+CLUSTER=$SRC_ROOT/tools/testbed/shardfs-cluster
+GENDATA=$SRC_ROOT/tools/testbed/shardfs-gendata
 TEST_NAME=$(basename "$0" .sh)
 # Cluster ids are short ([a-z0-9]{1,6}): a prefix per test and the pid.
 CID=${CID:-t$(( $$ % 99999 ))}
@@ -94,7 +94,7 @@ sfs_mount() {
 	mountpoint -q "$MNT" || { echo "Bail out! not mounted"; exit 1; }
 }
 
-# daemon_pid: the mount's serving process (not its keeper, fs/keeper.h: the
+# daemon_pid: the mount's serving process (not its keeper, fs/restart/keeper.h: the
 # one whose command line has no --keeper), where its memory, threads and
 # CPU are.
 daemon_pid() {

@@ -2,7 +2,7 @@
 """Staging ioctls end to end (shm path) against a live mount; TAP lines out.
 
 usage: stage_check.py MOUNT EXPORT PHASE   (PHASE: cold | warm | uid)
-Uses the trainer-side module tools/python/shardfs, so it tests that too.
+Uses the trainer-side module tools/client/python/shardfs, so it tests that too.
 """
 import errno
 import fcntl

@@ -61,7 +61,7 @@
 #include <unistd.h>
 
 #include "cudart_load.h"
-#include "shardfs_ioctl.h"
+#include <shardfs/shardfs_ioctl.h>
 
 #define MIB		(1ull << 20)
 #define REGION_BYTES	(48 * MIB) /* the view staged into */

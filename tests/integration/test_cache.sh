@@ -7,7 +7,7 @@
 . "$(dirname "$0")/lib.sh"
 sfs_require
 
-WARM=$SRC_ROOT/tools/shardfs-warm
+WARM=$SRC_ROOT/tools/cmd/shardfs-warm
 CACHE=$WORK/cache
 mkdir -p "$EXPORT/shards"
 for i in 0 1 2 3 4 5 6 7; do head -c $((64 << 20)) /dev/urandom >"$EXPORT/shards/s$i"; done

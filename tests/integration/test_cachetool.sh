@@ -27,7 +27,7 @@ SUB_BYTES=$(( (50000 * 20) + (20 * 21 / 2) ))
 IMAGE_BYTES=$(( (100000 * 200) + (200 * 201 / 2) + SUB_BYTES ))
 sfs_cluster_up 4
 
-WARM=$SRC_ROOT/tools/shardfs-warm
+WARM=$SRC_ROOT/tools/cmd/shardfs-warm
 # read_all: read every file through the mount, then warm them: a cold read
 # caches what the cache disk keeps up with (chunks fetched ahead are not
 # offered while the writes waiting hold half of prefetch_mem), and
@@ -198,7 +198,7 @@ check "after purge every file reads byte-exact" bash -c "cmp -s '$MNT/shards/s3'
 # --- the Python module: cache_list, cache_key, cache_evict_keys, cache_evict, purge --
 # run_py PHASE: the TAP lines of tests/integration/cache_check.py as our own
 run_py() {
-	sfs_relay_tap env PYTHONPATH="$SRC_ROOT/tools/python" python3 \
+	sfs_relay_tap env PYTHONPATH="$SRC_ROOT/tools/client/python" python3 \
 		"$SRC_ROOT/tests/integration/cache_check.py" "$MNT" "$TOOL" "$1"
 }
 read_all

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# Fleet clients of tools/shardfs-cluster: client namespaces that reach every
+# Fleet clients of tools/testbed/shardfs-cluster: client namespaces that reach every
 # node through the node's own link (so its tbf cap is shared), a daemon
 # mounted from one of them reading byte-exact, the client namespace
 # forwarding only once a fleet client exists, nothing host-wide touched,

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# FUSE over io_uring (fs/fuse_uring.c, experimental) through a real mount:
+# FUSE over io_uring (fs/kernel/fuse_uring.c, experimental) through a real mount:
 # build/tools/shardfs-fusefloor --uring serves a tree of files of a known
 # pattern from memory over the ring, with the fuse module's enable_uring set
 # for the test (and put back after): whole files of awkward sizes, ranges

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# Epoch hints (fs/hints.h, SHARDFS_IOC_HINT_*) against a real 4-node cluster:
+# Epoch hints (fs/hints/hints.h, SHARDFS_IOC_HINT_*) against a real 4-node cluster:
 # a list of 1,500 files of ~100 KB hinted in a shuffled order and read in it
 # (bytes compared with the export, fetched once); missing paths, directories
 # and ranges past the end skipped and counted; malformed batches (EINVAL) and
@@ -14,7 +14,7 @@
 . "$(dirname "$0")/lib.sh"
 sfs_require
 command -v runuser >/dev/null || skip "runuser is not installed"
-export PYTHONPATH=$SRC_ROOT/tools/python:$SRC_ROOT/tests/integration
+export PYTHONPATH=$SRC_ROOT/tools/client/python:$SRC_ROOT/tests/integration
 
 HUSER=sfshint$$
 trap 'userdel "$HUSER" 2>/dev/null; sfs_cleanup' EXIT
@@ -86,7 +86,7 @@ if runuser -u "$HUSER" -- python3 -c 'import shardfs' 2>/dev/null; then
 	sfs_relay_tap runuser -u "$HUSER" -- env PYTHONPATH="$PYTHONPATH" \
 		python3 "$SRC_ROOT/tests/integration/hint_check.py" "$MNT" "$EXPORT" denied
 else
-	not_ok "the unprivileged user cannot import the shardfs module from $SRC_ROOT/tools/python"
+	not_ok "the unprivileged user cannot import the shardfs module from $SRC_ROOT/tools/client/python"
 fi
 alive() { serving_pid >/dev/null; }
 check "the daemon served through every phase (its serving process is alive)" alive

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# The mount outlives its serving process (fs/keeper.c), on a real 2-node
+# The mount outlives its serving process (fs/restart/keeper.c), on a real 2-node
 # cluster with a cache: five readers (whole shards twice, small files,
 # random records, STAGE into a shm region registered once) compare every
 # byte with the export while

@@ -114,12 +114,12 @@ check "the daemon packages leave the staging files to the new ones" \
 	bash -c "! dpkg-deb -c '$DEB' | grep -qE 'libshardfs|include/shardfs|dist-packages|stage_'"
 check "shardfs Depends on fuse3 (mount.fuse3)" \
 	bash -c "dpkg-deb -f '$DEB' Depends | grep -qE '(^|, )fuse3(,|$| )'"
-# lintian (installed by tools/install-deps): no error and no warning on any
+# lintian (installed by tools/testbed/install-deps): no error and no warning on any
 # of the packages (informational tags are left alone).
 if command -v lintian >/dev/null; then
 	lintian --tag-display-limit 0 "${DEBS[@]}" >"$WORK/lintian.log" 2>&1
 else
-	echo "E: lintian is not installed (tools/install-deps installs it)" >"$WORK/lintian.log"
+	echo "E: lintian is not installed (tools/testbed/install-deps installs it)" >"$WORK/lintian.log"
 fi
 n_tags=$(grep -cE '^[EW]: ' "$WORK/lintian.log" || true)
 check "lintian: no error or warning on the .debs ($n_tags)" \
@@ -332,11 +332,11 @@ man_has_options() {
 	[ -z "$missing" ] || { diag "$(basename "$page") lacks:$missing"; return 1; }
 }
 check "shardfs-stat(1) documents every option of shardfs-stat --help" \
-	man_has_options "$PKG/man/shardfs-stat.1" "$SRC_ROOT/tools/shardfs-stat"
+	man_has_options "$PKG/man/shardfs-stat.1" "$SRC_ROOT/tools/cmd/shardfs-stat"
 check "shardfs-bench(1) documents every option of shardfs-bench --help" \
-	man_has_options "$PKG/man/shardfs-bench.1" python3 "$SRC_ROOT/tools/shardfs-bench"
+	man_has_options "$PKG/man/shardfs-bench.1" python3 "$SRC_ROOT/tools/bench/shardfs-bench"
 check "shardfs-warm(1) documents every option of shardfs-warm --help" \
-	man_has_options "$PKG/man/shardfs-warm.1" "$SRC_ROOT/tools/shardfs-warm"
+	man_has_options "$PKG/man/shardfs-warm.1" "$SRC_ROOT/tools/cmd/shardfs-warm"
 check "shardfs-cache(1) documents every option of shardfs-cache --help" \
 	man_has_options "$PKG/man/shardfs-cache.1" "${SFS_CACHE_TOOL:-/usr/bin/shardfs-cache}"
 

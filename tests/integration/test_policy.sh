@@ -14,7 +14,7 @@ sfs_require
 MB=$((1 << 20))
 CAP_MB=64 FILE_MB=2
 CACHE=$WORK/cache
-WARM=$SRC_ROOT/tools/shardfs-warm
+WARM=$SRC_ROOT/tools/cmd/shardfs-warm
 # dataset NAME FILES: FILES files of FILE_MB MiB in EXPORT/NAME
 dataset() {
 	mkdir -p "$EXPORT/$1"

@@ -153,7 +153,7 @@ d4=$(opens)
 check "a file of 1 MiB or less: byte-exact" same_bytes "$MNT/pc/small.bin" "$EXPORT/pc/small.bin"
 check "a file of 1 MiB or less: through the page cache on its first read" [ "$(opens)" = "$d4" ]
 # A mount whose readers read in small pieces learns it: direct_io would cost
-# them a FUSE round trip per read (fs/pagecache.h).
+# them a FUSE round trip per read (fs/kernel/pagecache.h).
 small_reader() { forget_all && dd if="$MNT/$PC" bs=16k status=none | cmp -s - "$EXPORT/$PC"; }
 for k in 1 2 3 4 5 6; do
 	check "first read $k in 16 KiB pieces: byte-exact" small_reader

@@ -16,7 +16,7 @@ sfs_require
 for t in useradd userdel groupadd groupdel runuser python3; do
 	command -v "$t" >/dev/null || skip "$t is not installed"
 done
-STAT=$SRC_ROOT/tools/shardfs-stat
+STAT=$SRC_ROOT/tools/cmd/shardfs-stat
 U1=sfsa$$ U2=sfsb$$ G=sfsg$$
 CGROOT=
 CG=

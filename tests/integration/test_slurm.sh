@@ -25,9 +25,9 @@
 sfs_require
 for c in munged slurmctld slurmd sbatch scontrol sinfo squeue scancel getfattr ss; do
 	command -v "$c" >/dev/null ||
-		skip "$c is not installed (tools/install-deps installs munge, slurmctld, slurmd, slurm-client)"
+		skip "$c is not installed (tools/testbed/install-deps installs munge, slurmctld, slurmd, slurm-client)"
 done
-WARM=$SRC_ROOT/tools/shardfs-warm
+WARM=$SRC_ROOT/tools/cmd/shardfs-warm
 SL=$WORK/slurm
 NODE=$(hostname -s)
 export SLURM_CONF=$SL/slurm.conf

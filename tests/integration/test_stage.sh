@@ -7,7 +7,7 @@
 # runs it on a real GPU and exits 77 elsewhere.)
 . "$(dirname "$0")/lib.sh"
 sfs_require
-export PYTHONPATH=$SRC_ROOT/tools/python
+export PYTHONPATH=$SRC_ROOT/tools/client/python
 mkdir -p "$EXPORT"
 head -c $((20 << 20 | 12345)) /dev/urandom >"$EXPORT/big"
 head -c 5000 /dev/urandom >"$EXPORT/small"
@@ -28,7 +28,7 @@ sfs_umount
 
 # Warm: from the local cache.
 sfs_mount "cache_dir=$WORK/cache"
-"$SRC_ROOT/tools/shardfs-warm" -q "$MNT/big" "$MNT/small" >/dev/null 2>&1
+"$SRC_ROOT/tools/cmd/shardfs-warm" -q "$MNT/big" "$MNT/small" >/dev/null 2>&1
 drop_caches
 run_phase warm
 STAGE_SHM=${SFS_STAGE_SHM:-$(dirname "$SHARDFS")/../tools/stage_shm}

@@ -57,7 +57,7 @@ check "one GPU staged to: one pool pinned ($(pinned))" [ "$(pinned)" = "$POOL" ]
 trainer --label "cold, small file" --expect nfs "${SMALL_RANGES[@]}" "$MNT/small" "$EXPORT/small"
 trainer --label "cold, 4 at once" --procs 4 --calls 3 --seed 100 "$MNT/shared" "$EXPORT/shared"
 check "still one pool: the 4 trainers shared GPU 0's ($(pinned))" [ "$(pinned)" = "$POOL" ]
-"$SRC_ROOT/tools/shardfs-warm" -q "$MNT/big" "$MNT/shared" "$MNT/small" >/dev/null 2>&1
+"$SRC_ROOT/tools/cmd/shardfs-warm" -q "$MNT/big" "$MNT/shared" "$MNT/small" >/dev/null 2>&1
 wait_idle
 sfs_umount
 

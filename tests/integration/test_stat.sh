@@ -1,13 +1,13 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# tools/shardfs-stat against a live mount of a real 3-node cluster: the
+# tools/cmd/shardfs-stat against a live mount of a real 3-node cluster: the
 # text report (a line per node, 80 columns), --json (parsed), numbers that
 # move when a file is read, interval reports, a node going down, metrics
 # the daemon may not report (cache, staging), and the refusals: bad
 # arguments, missing paths, not a shardfs mount, permission, a dead mount.
 . "$(dirname "$0")/lib.sh"
 sfs_require
-STAT=${SFS_STAT:-$SRC_ROOT/tools/shardfs-stat}
+STAT=${SFS_STAT:-$SRC_ROOT/tools/cmd/shardfs-stat}
 [ -x "$STAT" ] || skip "no $STAT"
 
 mkdir -p "$EXPORT"

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# An upgrade under readers (fs/takeover.c): `shardfs -o takeover SOURCE MNT`
+# An upgrade under readers (fs/restart/takeover.c): `shardfs -o takeover SOURCE MNT`
 # with another binary hands the live mount of a real 2-node cluster over to
 # it while four readers compare every byte with the export: no read fails,
 # no byte is wrong, one mount before and after, the new serving process runs

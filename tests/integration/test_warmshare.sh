@@ -8,7 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 sfs_require
 
-WARM=$SRC_ROOT/tools/shardfs-warm
+WARM=$SRC_ROOT/tools/cmd/shardfs-warm
 MB=$((1 << 20))
 mkdir -p "$EXPORT"
 head -c $((48 * MB)) /dev/urandom >"$EXPORT/big"

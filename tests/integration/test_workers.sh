@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# The FUSE worker pool (fs/workers.c) against a real 2-node cluster, with a
+# The FUSE worker pool (fs/kernel/workers.c) against a real 2-node cluster, with a
 # single active worker: a read that waits for NFS (every node frozen) hands
 # its place to a spare, so requests that need no NFS are served meanwhile
 # (the stats file, a file from the cache), and the read completes with the

@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * abi_dump — prints the ioctl ABI of fs/shardfs_ioctl.h as the C compiler
+ * abi_dump — prints the ioctl ABI of include/shardfs/shardfs_ioctl.h as the C compiler
  * lays it out: every struct's size and each field's [offset, size], the
  * ioctl command numbers and the constants, as one JSON object on stdout.
  * tests/unit/test_python_abi.sh compares it with what the Python module
- * (tools/python/shardfs) computes. Not a TAP test itself.
+ * (tools/client/python/shardfs) computes. Not a TAP test itself.
  */
 #include <stddef.h>
 #include <stdio.h>
 
-#include "shardfs_ioctl.h"
+#include <shardfs/shardfs_ioctl.h>
 
 static int first_struct = 1, first_field;
 

@@ -310,7 +310,7 @@ uint64_t fake_origin_chunk_bytes(sfs_origin *o, uint64_t index)
 	return v;
 }
 
-/* --- the origin.h functions prefetch.c uses -------------------------------- */
+/* --- the origin.h functions cache/prefetch uses ---------------------------- */
 
 uint32_t sfs_origin_max_read(const sfs_origin *pool) { return pool->conf.max_read; }
 

@@ -2,7 +2,7 @@
 /*
  * fake_origin — an in-memory stand-in for cache/nfs/origin.c in unit tests.
  *
- * Implements the origin.h functions that prefetch.c calls
+ * Implements the origin.h functions that cache/prefetch calls
  * (sfs_origin_submit, sfs_origin_submit_batch, sfs_origin_max_read) over
  * synthetic files: the file handle carries a seed and the size the "server"
  * has, and byte i of a file is given by fake_fill(seed, i). Requests complete

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * test_carry — the counters that go on across a takeover (fs/carry.c):
+ * test_carry — the counters that go on across a takeover (fs/restart/carry.c):
  * saved from one rendering of the stats file into a keeper state memfd,
  * loaded once, added to the next process's counter series (counters and
  * histogram parts, labelled or not, integers and decimals), never to
  * gauges or to the keeper's own restart counter. sfs_stats_render, the
  * neighbour that renders, is faked here: it returns `rendered`.
  */
-#include "carry.h"
-#include "fs.h"
+#include "../../fs/restart/carry.h"
+#include "../../fs/fs.h"
 #include "tap.h"
 
 #include <stdlib.h>

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * test_handles — fh values across a restart (fs/handles.c): a handle made
+ * test_handles — fh values across a restart (fs/kernel/handles.c): a handle made
  * by this process resolves to its state; one made by another epoch (a dead
  * server) does not, and gets the state adopted for it, once, whichever
  * thread is first, until its release; thousands of them, with the table
  * growing and shrinking, each found until dropped.
  */
-#include "handles.h"
+#include "../../fs/kernel/handles.h"
 #include "tap.h"
 
 #include <stdlib.h>

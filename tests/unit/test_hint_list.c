@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * test_hint_list — fs/hint_list.c alone: batches of hint items as the ABI
+ * test_hint_list — fs/hints/hint_list.c alone: batches of hint items as the ABI
  * packs them (shardfs_ioctl.h), every refusal, the limit, paths shared by
  * the records of one file.
  */
-#include "hint_list.h"
-#include "shardfs_ioctl.h"
+#include "../../fs/hints/hint_list.h"
+#include <shardfs/shardfs_ioctl.h>
 #include "tap.h"
 
 #include <errno.h>

@@ -10,7 +10,7 @@ in yielded order (absolute, relative, (path, label), ranges, through symlinks),
 that failures warn once and change nothing, and items_from_recordio_idx.
 
 Run by meson (tests/unit/meson.build) with /usr/bin/python3: Debian's
-python3-torch and python3-torchvision (tools/install-deps). Without them the
+python3-torch and python3-torchvision (tools/testbed/install-deps). Without them the
 test fails: it does not skip. TAP output.
 """
 import copy
@@ -31,7 +31,7 @@ try:
     from torch.utils.data import (BatchSampler, DataLoader, DistributedSampler,
                                   RandomSampler, SequentialSampler)
 except ImportError as e:
-    print("Bail out! PyTorch is missing for %s (%s): run tools/install-deps (Debian "
+    print("Bail out! PyTorch is missing for %s (%s): run tools/testbed/install-deps (Debian "
           "packages python3-torch and python3-torchvision)" % (sys.executable, e))
     sys.exit(1)
 

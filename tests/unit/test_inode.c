@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * test_inode — the inode table of fs/inode.c.
+ * test_inode — the inode table of fs/inode/inode.c.
  *
- * Linked with fs/inode.c only. inode.c's one call into prefetch,
+ * Linked with fs/inode/inode.c only. inode.c's one call into prefetch,
  * sfs_pf_file_unref(), is faked here: it records which fetch states were
  * dropped, so the test can tell which inodes were freed. The fake pointers
  * handed out as sfs_pf_file are addresses in pf_tokens[], never dereferenced.
  */
-#include "inode.h"
+#include "../../fs/inode/inode.h"
 #include "tap.h"
 
 #include <errno.h>

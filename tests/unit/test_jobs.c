@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * test_jobs — fs/jobs.c: the cgroup line parser (v1, v2, Slurm, Kubernetes
+ * test_jobs — fs/observe/jobs.c: the cgroup line parser (v1, v2, Slurm, Kubernetes
  * with the cgroupfs and systemd drivers), the bounded pid cache (expiry,
  * replacement, 10,000 pids), the bounded job table (overflow to "other",
  * idle jobs aging out), the wait histogram and busy time.
  *
- * Linked with fs/jobs.c only. /proc is a fake tree under /tmp (one
+ * Linked with fs/observe/jobs.c only. /proc is a fake tree under /tmp (one
  * PID/cgroup file per test pid); the clock is a fake one the test moves.
  */
-#include "jobs.h"
+#include "../../fs/observe/jobs.h"
 #include "tap.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_libshardfs — tools/libshardfs against a fake mount: ioctl(2) is
+ * test_libshardfs — tools/client/libshardfs against a fake mount: ioctl(2) is
  * replaced (-Wl,--wrap=ioctl) by an in-memory daemon with a file, one shm
  * region and configurable limits. Checks batching, re-splitting to the
  * limits QUERY reports, placed per range, end of file, refusals, shm; and

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * test_pagecache — the page_cache= policy (fs/pagecache.c alone): which opens
+ * test_pagecache — the page_cache= policy (fs/kernel/pagecache.c alone): which opens
  * are direct_io in each mode, and how auto learns readers that read in
  * small pieces and unlearns them through its probes.
  */
-#include "pagecache.h"
+#include "../../fs/kernel/pagecache.h"
 #include "tap.h"
 
 #include "../../cache/prefetch/prefetch.h"

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * test_prefetch — cache/prefetch/prefetch.c against a fake origin (fake_origin.c).
+ * test_prefetch — cache/prefetch/ against a fake origin (fake_origin.c).
  *
- * Linked with prefetch.c and log.c only; origin.c is replaced by the fake,
- * whose files are synthetic (byte i of file `seed` is fake_fill(seed, i)) and
- * whose requests complete on its own worker threads. Every read is compared
- * byte for byte with what the file holds.
+ * Linked with the prefetch library, origin_call.c, the store and log.c;
+ * origin.c is replaced by the fake, whose files are synthetic (byte i of
+ * file `seed` is fake_fill(seed, i)) and whose requests complete on its own
+ * worker threads. Every read is compared byte for byte with what the file
+ * holds.
  *
  * Each test opens its own fake origin and prefetch instance and closes them
  * in the order the daemon must: unref files, let fetches land (drain), close

@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # The Python module's copy of the ioctl ABI against the C compiler's: runs
 # abi_dump (sizes, offsets, ioctl numbers and constants of
-# fs/shardfs_ioctl.h as JSON) and compares every entry with what
-# tools/python/shardfs computes with struct.calcsize. TAP; exit 77 without
+# include/shardfs/shardfs_ioctl.h as JSON) and compares every entry with what
+# tools/client/python/shardfs computes with struct.calcsize. TAP; exit 77 without
 # python3.
 #   test_python_abi.sh PATH/TO/abi_dump
 set -u
@@ -13,7 +13,7 @@ command -v python3 >/dev/null || { echo "1..0 # SKIP no python3"; exit 77; }
 [ -x "$DUMP" ] || { echo "Bail out! abi_dump not built: $DUMP"; exit 1; }
 json=$("$DUMP") || { echo "Bail out! abi_dump failed"; exit 1; }
 
-PYTHONPATH=$SRC_ROOT/tools/python${PYTHONPATH:+:$PYTHONPATH} python3 - "$json" <<'PY'
+PYTHONPATH=$SRC_ROOT/tools/client/python${PYTHONPATH:+:$PYTHONPATH} python3 - "$json" <<'PY'
 import json
 import sys
 
@@ -34,7 +34,7 @@ def ok(cond, what, detail=""):
 try:
     import shardfs
 except Exception as e:  # the module itself is broken: one failure, the reason
-    print("not ok 1 - import shardfs from tools/python: %r" % e)
+    print("not ok 1 - import shardfs from tools/client/python: %r" % e)
     print("1..1")
     sys.exit(1)
 ok(True, "import shardfs (no torch/cupy/CUDA needed)")

@@ -27,8 +27,8 @@ import struct
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import shardfs  # noqa: E402  (tools/python in the tree, or installed)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "client", "python"))
+import shardfs  # noqa: E402  (tools/client/python in the tree, or installed)
 
 MIB = 1 << 20
 

@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: Apache-2.0
+/* passthrough — see passthrough.h. */
+#include "passthrough.h"
+#include "../../cache/common/log.h"
+#include "../../cache/prefetch/prefetch.h"
+#include "fusedev.h"
+#include "../inode/inode.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+static void add(uint64_t *c, int64_t n) { __atomic_fetch_add(c, (uint64_t)n, __ATOMIC_RELAXED); }
+
+void sfs_pt_kernel_ready(struct sfs_pt *pt)
+{
+	bool on = pt->wanted && sfs_fusedev_passthrough();
+
+	__atomic_store_n(&pt->available, on, __ATOMIC_RELAXED);
+	if (pt->wanted && !on)
+		sfs_log(SFS_LOG_WARN, "fuse",
+			"passthrough: this kernel does not offer FUSE passthrough (Linux 6.9+ "
+			"with CONFIG_FUSE_PASSTHROUGH): cached files are read through the daemon");
+	else if (on)
+		sfs_log(SFS_LOG_INFO, "fuse", "passthrough: cached files are read by the kernel");
+}
+
+/* The choice under the inode lock; *join: the existing backing id (0 with
+ * SFS_PT_OPEN: register one). ready: pf's version is whole and verified in
+ * the cache. */
+static enum sfs_pt_mode pt_choose(struct sfs_inode *i, bool eligible, bool ready, int *join)
+{
+	*join = 0;
+	if (i->pt_opens) {
+		if (!ready)
+			i->pt_stale = 1; /* evicted (or the cache went away) since */
+		if (i->pt_stale || i->pt_opens == UINT16_MAX)
+			return SFS_PT_STALE;
+		if (!i->backing_id)
+			return SFS_PT_NO; /* being registered: the caller waits */
+		i->pt_opens++;
+		*join = (int)i->backing_id;
+		return SFS_PT_OPEN;
+	}
+	if (eligible && ready && !i->pt_blocked && i->n_open == 1) {
+		i->pt_opens = 1; /* reserved: others wait for the id */
+		i->backing_id = 0;
+		return SFS_PT_OPEN;
+	}
+	return SFS_PT_NO;
+}
+
+/* pt_choose, waiting out another open's registration (microseconds: an
+ * open() and an ioctl; bounded at 2 s, then ESTALE). */
+static enum sfs_pt_mode pt_choose_wait(struct sfs_inode *i, bool eligible, bool ready, int *join)
+{
+	for (int tries = 0;; tries++) {
+		sfs_inode_lock(i);
+		enum sfs_pt_mode m = pt_choose(i, eligible, ready, join);
+		bool pending = m == SFS_PT_NO && i->pt_opens;
+		sfs_inode_unlock(i);
+		if (!pending)
+			return m;
+		if (tries == 2000)
+			return SFS_PT_STALE;
+		usleep(1000);
+	}
+}
+
+/* Register the backing file of pf's version (size bytes); 0 or -errno. */
+static int pt_register(struct sfs_pt *pt, sfs_pf_file *pf, uint64_t size, int *backing_id)
+{
+	int fd = sfs_pf_file_backing_fd(pf);
+
+	if (fd < 0)
+		return fd;
+	/* A shard read whole: its pages are asked for now, all at once, as the
+	 * daemon's own prefetch would fetch it (the kernel's readahead alone
+	 * keeps one window in flight, and reads a shard several times slower). */
+	if (size <= pt->willneed_max)
+		posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+	int id = sfs_fusedev_backing_open(fd);
+	close(fd);
+	if (id < 0) {
+		add(&pt->st.backing_errors, 1);
+		if (!__atomic_exchange_n(&pt->logged_error, true, __ATOMIC_RELAXED))
+			sfs_log(SFS_LOG_WARN, "fuse",
+				"passthrough: the kernel refused a backing file: %s (%s); such "
+				"files are read through the daemon",
+				strerror(-id),
+				id == -EPERM   ? "the daemon needs CAP_SYS_ADMIN"
+				: id == -ELOOP ? "cache_dir is on a stacked filesystem"
+					       : "see dmesg");
+		return id;
+	}
+	*backing_id = id;
+	add(&pt->st.backing_files, 1);
+	return 0;
+}
+
+enum sfs_pt_mode sfs_pt_open(struct sfs_pt *pt, struct sfs_inode *i, sfs_pf_file *pf, uint64_t size,
+			     bool eligible, int *backing_id)
+{
+	int join = 0, rc = -ENOENT;
+
+	if (!__atomic_load_n(&pt->available, __ATOMIC_RELAXED))
+		return SFS_PT_NO;
+	/* Whole and verified? (no fd: most opens of a warm file join) */
+	rc = sfs_pf_file_backing_check(pf);
+	if (rc == -EAGAIN && eligible)
+		add(&pt->st.unverified, 1);
+	enum sfs_pt_mode m = pt_choose_wait(i, eligible, rc == 0, &join);
+	if (m == SFS_PT_OPEN && !join) {
+		rc = pt_register(pt, pf, size, &join);
+		sfs_inode_lock(i);
+		if (rc == 0)
+			i->backing_id = (uint32_t)join;
+		else
+			i->pt_opens = 0; /* nobody joined a reservation without an id */
+		sfs_inode_unlock(i);
+		if (rc < 0)
+			m = SFS_PT_NO;
+	}
+	if (m == SFS_PT_OPEN) {
+		*backing_id = join;
+		add(&pt->st.opens, 1);
+		add(&pt->st.open_bytes, (int64_t)size);
+	} else if (m == SFS_PT_STALE) {
+		add(&pt->st.stale_opens, 1);
+	}
+	return m;
+}
+
+void sfs_pt_release(struct sfs_pt *pt, struct sfs_inode *i)
+{
+	int drop = 0;
+
+	sfs_inode_lock(i);
+	if (i->pt_opens && --i->pt_opens == 0) {
+		drop = (int)i->backing_id;
+		i->backing_id = 0;
+		i->pt_stale = 0;
+	}
+	sfs_inode_unlock(i);
+	if (drop)
+		sfs_fusedev_backing_close(drop);
+}
+
+void sfs_pt_get_stats(struct sfs_pt *pt, struct sfs_pt_stats *out)
+{
+#define LOAD(x) out->x = __atomic_load_n(&pt->st.x, __ATOMIC_RELAXED)
+	LOAD(opens);
+	LOAD(open_bytes);
+	LOAD(stale_opens);
+	LOAD(unverified);
+	LOAD(backing_errors);
+	LOAD(backing_files);
+#undef LOAD
+}
