@@ -4,7 +4,7 @@
  * time and its functions looked up, for the programs that call CUDA without
  * linking it (so that they build without the toolkit and start without a
  * GPU): staging_cuda.c in the daemon, tests/unit/test_staging_cuda and
- * tools/shardfs-stage-bench. Each caller declares the functions it uses, as
+ * tools/bench/shardfs-stage-bench. Each caller declares the functions it uses, as
  * a table of names and of where each address goes; this module owns which
  * libraries are tried, in which order, and how they are opened. It does not
  * log (the caller says what a missing runtime means to it).

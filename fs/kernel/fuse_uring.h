@@ -3,7 +3,7 @@
  * fuse_uring — FUSE requests over io_uring (Linux 6.14+, FUSE protocol
  * 7.42), under libfuse 3.14, which speaks only /dev/fuse.
  *
- * EXPERIMENTAL: used by tools/shardfs-fusefloor --uring to measure what the
+ * EXPERIMENTAL: used by tools/bench/shardfs-fusefloor --uring to measure what the
  * transport saves; the daemon does not use it. The ring lowered the floor
  * a little, per random record and per small file, and a daemon prototype
  * (threads per CPU, one entry each) gained nothing measurable over

@@ -16,7 +16,7 @@
  *   come through io_uring, the transport's start hook runs once this reply
  *   is written, and every reply is offered to its reply hook before
  *   /dev/fuse. This module does not link a transport (fs/kernel/fuse_uring.c is
- *   one; tools/shardfs-fusefloor registers it, the daemon does not).
+ *   one; tools/bench/shardfs-fusefloor registers it, the daemon does not).
  * Every other request and reply passes through unchanged: one read() or
  * writev() of the device, as libfuse makes them without hooks. Splice is
  * left to libfuse (no splice hooks: it uses plain splice()).
