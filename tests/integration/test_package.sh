@@ -47,9 +47,11 @@ mkdir -p "$WORK" "$OUT"
 
 # What a package build could leave behind: new top-level entries (debian/,
 # obj-*/, build-packages/) and anything under packaging/, ignored or not.
-# (Not the whole status: others may edit the tree while this runs.)
+# (Not the whole status: others may edit the tree while this runs; nor the
+# test command's own build folders, which its sanitizer rounds make while
+# this suite runs.)
 tree_state() {
-	ls -a "$SRC_ROOT"
+	ls -a "$SRC_ROOT" | grep -vxE 'build|build-asan|build-tsan'
 	git -C "$SRC_ROOT" status --porcelain --ignored --untracked-files=all -- packaging 2>/dev/null
 }
 tree_before=$(tree_state)
