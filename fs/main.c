@@ -30,6 +30,7 @@
 #define SFS_READ_AHEAD_KB 8192
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -330,6 +331,25 @@ static void open_listings(struct sfs_fs *fs, const struct sfs_options *o)
 		fs->listings = NULL;
 }
 
+/* The file passthrough is probed with (sfs_pt_probe): an unnamed regular
+ * file on cache_dir's filesystem, so that the probe meets the same rules as
+ * the cache's data files (a stacked filesystem refuses both). -1 where none
+ * can be made: the probe then passes on the kernel's offer alone. */
+static int passthrough_probe_file(const char *cache_dir)
+{
+	if (mkdir(cache_dir, 0700) < 0 && errno != EEXIST)
+		return -1;
+	return open(cache_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+}
+
+/* fusedev's after-init hook: passthrough on or off for this mount. */
+static void probe_passthrough(void *arg)
+{
+	struct sfs_fs *fs = arg;
+
+	sfs_pt_probe(&fs->pt);
+}
+
 /* Open into fs (nothing started: no thread before the fork) the namespace
  * (immutable), the origin, the inode table, the job table and the store.
  * Returns 0, or -1 after saying why; what was opened stays in fs for
@@ -382,7 +402,8 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 	pthread_mutex_init(&fs->statfs_lock, NULL);
 	fs->opts = o;
 	fs->page_cache.mode = o->page_cache;
-	fs->pt.wanted = o->passthrough;
+	fs->pt.wanted = o->passthrough && o->cache_dir;
+	fs->pt.probe_fd = fs->pt.wanted ? passthrough_probe_file(o->cache_dir) : -1;
 	fs->pt.willneed_max = o->prefetch == SFS_PREFETCH_SHARD ? o->prefetch_max : 0;
 	fs->attr_timeout_s = o->immutable ? SFS_IMMUTABLE_TIMEOUT_S : o->actimeo_s;
 	fs->start_ns = sfs_now_ns();
@@ -450,7 +471,7 @@ static int start_daemon(struct sfs_fs *fs, struct sfs_options *o, int n_addrs)
 	}
 	/* Passthrough reads are not checked as they are read: the scrubber
 	 * re-reads the cache (and verifies what a restart left unverified). */
-	if (fs->store && (o->scrub_interval_s || o->passthrough) &&
+	if (fs->store && (o->scrub_interval_s || fs->pt.wanted) &&
 	    (rc = sfs_store_scrub_start(fs->store, &(struct sfs_store_scrub_conf){
 						       .interval_ms = o->scrub_interval_s * 1000ull,
 						       .rate_bytes = o->scrub_rate})) < 0) {
@@ -587,7 +608,8 @@ static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *arg
 			o->mountpoint);
 		goto out_signals;
 	}
-	sfs_fusedev_want_passthrough(o->passthrough);
+	sfs_fusedev_want_passthrough(fs->pt.wanted);
+	sfs_fusedev_after_init(probe_passthrough, fs);
 	int rc = sfs_fusedev_attach(se, o->page_cache == SFS_PAGE_CACHE_NEVER);
 	if (rc < 0) /* not fatal: libfuse keeps its own device I/O */
 		sfs_log(SFS_LOG_WARN, "main", "cannot hook the FUSE device: %s", strerror(-rc));

@@ -61,12 +61,14 @@ static const struct sfs_opt_choice prefetch_choices[] = {{"readahead", SFS_PREFE
 							 {"shard", SFS_PREFETCH_SHARD},
 							 {"off", SFS_PREFETCH_OFF},
 							 {NULL, 0}};
+static const struct sfs_opt_choice passthrough_choices[] = {
+    {"auto", SFS_PASSTHROUGH_AUTO}, {"off", SFS_PASSTHROUGH_OFF}, {NULL, 0}};
 static const struct sfs_opt_choice page_cache_choices[] = {{"auto", SFS_PAGE_CACHE_AUTO},
 							   {"always", SFS_PAGE_CACHE_ALWAYS},
 							   {"never", SFS_PAGE_CACHE_NEVER},
 							   {NULL, 0}};
 _Static_assert(sizeof(enum sfs_store_policy) == 4 && sizeof(enum sfs_prefetch_mode) == 4 &&
-		   sizeof(enum sfs_page_cache) == 4,
+		   sizeof(enum sfs_page_cache) == 4 && sizeof(enum sfs_passthrough) == 4,
 	       "choices are stored as 4-byte values");
 
 #define FIELD(f)                                                                                   \
@@ -207,15 +209,18 @@ static const struct sfs_opt_def opt_table[] = {
 	     "it is not being read, or beyond an equal share among datasets being read; lru: "
 	     "evict least recently used files; pin: once full keep what is cached, admit nothing "
 	     "new"},
-    {FLAG("passthrough", passthrough, true),
-     .help = "a file whose version is wholly in cache_dir and verified is opened as a "
-	     "kernel passthrough of its cache file: its reads never reach the daemon (no "
-	     "per-read checksum: scrub_interval re-reads the cache); needs Linux 6.9 and root"},
+    {CHOICE("passthrough", passthrough, passthrough_choices), .def = SFS_PASSTHROUGH_AUTO,
+     .bare = "auto", .given = offsetof(struct sfs_options, passthrough_given),
+     .help = "auto: with cache_dir, a file whose version is wholly cached and verified is "
+	     "opened as a kernel passthrough of its cache file, its reads never reaching the "
+	     "daemon (checked at fill and by the scrubber, not per read), wherever the kernel "
+	     "offers it (Linux 6.9) and the daemon may register backing files (root); off: "
+	     "every read through the daemon, verified as it is read"},
     {UINT("scrub_interval", scrub_interval_s, 0, 31536000), .def = 0, .meta = "SECONDS",
      .given = offsetof(struct sfs_options, scrub_interval_given),
      .help = "re-read every cached file with its checksums this often (a pass starts at "
 	     "most this often, at scrub_rate), evicting those that fail; 0: never",
-     .def_help = "86400 with passthrough, else 0"},
+     .def_help = "86400 with cache_dir and passthrough=auto, else 0"},
     {SIZE("scrub_rate", scrub_rate, 1u << 20, 1ull << 44), .def = 256ull << 20, .meta = "BYTES",
      .given = offsetof(struct sfs_options, scrub_rate_given),
      .help = "the scrubber reads at most this many bytes per second, K/M/G suffixes"},
@@ -418,6 +423,8 @@ static int parse_choice(struct sfs_options *o, const struct sfs_opt_def *d, cons
 {
 	char words[256];
 
+	if (!val && d->bare)
+		val = d->bare;
 	if (!val || !*val)
 		return fail(err, len, "mount option '%s' needs a value (%s)", d->name,
 			    choice_list(d, words, sizeof(words)));
@@ -622,18 +629,19 @@ static int finish_options(struct sfs_options *o, char *err, size_t len)
 		o->namespace_max = mem_names(o->mem_max);
 	/* Settings of a cache that is not there mean a forgotten cache_dir. */
 	if (!o->cache_dir && (o->cache_size || o->cache_policy_given || o->cache_idle_given ||
-			      o->passthrough || o->scrub_interval_given || o->scrub_rate_given))
+			      (o->passthrough_given && o->passthrough) || o->scrub_interval_given ||
+			      o->scrub_rate_given))
 		return fail(err, len,
 			    "%s without cache_dir: there is no cache to size or to manage",
-			    o->cache_size	      ? "cache_size"
-			    : o->cache_policy_given   ? "cache_policy"
-			    : o->cache_idle_given     ? "cache_idle"
-			    : o->passthrough	      ? "passthrough"
-			    : o->scrub_interval_given ? "scrub_interval"
-						      : "scrub_rate");
+			    o->cache_size			     ? "cache_size"
+			    : o->cache_policy_given		     ? "cache_policy"
+			    : o->cache_idle_given		     ? "cache_idle"
+			    : o->passthrough_given && o->passthrough ? "passthrough"
+			    : o->scrub_interval_given		     ? "scrub_interval"
+								     : "scrub_rate");
 	/* Passthrough reads are not checked as they are read: the scrubber
 	 * is what re-reads them, daily unless told otherwise. */
-	if (o->passthrough && !o->scrub_interval_given)
+	if (o->cache_dir && o->passthrough && !o->scrub_interval_given)
 		o->scrub_interval_s = 86400;
 	/* allow_other lets every local user in: the kernel must then check
 	 * each caller against the file's mode, owner and group, or everyone

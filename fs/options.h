@@ -38,6 +38,11 @@
 /* Kernel entry/attr timeout under immutable: a year, i.e. never revalidate. */
 #define SFS_IMMUTABLE_TIMEOUT_S (365.0 * 86400)
 
+/* passthrough=: whether cached files are opened as kernel passthroughs
+ * (fs/kernel/passthrough.h). auto: wherever the kernel offers it and the
+ * daemon may register backing files (probed once at mount). */
+enum sfs_passthrough { SFS_PASSTHROUGH_OFF = 0, SFS_PASSTHROUGH_AUTO = 1 };
+
 struct sfs_options {
 	char *source;	   /* HOST[,HOST...]:/EXPORT as given */
 	char *hosts;	   /* the HOST[,HOST...] part */
@@ -76,19 +81,20 @@ struct sfs_options {
 	uint64_t cache_size;		    /* 0: 90% of cache_dir's filesystem */
 	enum sfs_store_policy cache_policy; /* cache_policy=auto|lru|pin */
 	unsigned cache_idle_s;		    /* auto: a dataset not read this long is idle */
-	bool passthrough;		    /* complete verified versions: kernel passthrough */
-	unsigned scrub_interval_s;	    /* a scrub pass this often; 0: none */
-	uint64_t scrub_rate;		    /* the scrubber's bytes per second at most */
-	enum sfs_prefetch_mode prefetch;    /* prefetch=readahead|shard|off */
-	uint64_t prefetch_max;		    /* shard: files up to this size are fetched whole */
-	unsigned hint_window;		    /* epoch hints: items fetched ahead per list */
-	unsigned hint_fetchers;		    /* epoch hints: fetcher threads */
-	unsigned warm_share;		    /* warm-ups: percent of the NFS slots at most */
-	uint64_t warm_rate;		    /* warm-ups: bytes per second at most; 0: no limit */
-	bool immutable;		/* files never change: no revalidation, namespace kept */
-	bool noimmutable;	/* refuse the immutable implied by a .snapshot/ path */
-	uint64_t namespace_max; /* immutable: names held at most (memory and cache_dir) */
-	uint64_t listing_max;	/* not immutable: names held from listings; 0: none */
+	enum sfs_passthrough passthrough;   /* passthrough=auto|off */
+	bool passthrough_given;
+	unsigned scrub_interval_s;	 /* a scrub pass this often; 0: none */
+	uint64_t scrub_rate;		 /* the scrubber's bytes per second at most */
+	enum sfs_prefetch_mode prefetch; /* prefetch=readahead|shard|off */
+	uint64_t prefetch_max;		 /* shard: files up to this size are fetched whole */
+	unsigned hint_window;		 /* epoch hints: items fetched ahead per list */
+	unsigned hint_fetchers;		 /* epoch hints: fetcher threads */
+	unsigned warm_share;		 /* warm-ups: percent of the NFS slots at most */
+	uint64_t warm_rate;		 /* warm-ups: bytes per second at most; 0: no limit */
+	bool immutable;			 /* files never change: no revalidation, namespace kept */
+	bool noimmutable;		 /* refuse the immutable implied by a .snapshot/ path */
+	uint64_t namespace_max;		 /* immutable: names held at most (memory and cache_dir) */
+	uint64_t listing_max;		 /* not immutable: names held from listings; 0: none */
 };
 
 /*
@@ -102,7 +108,8 @@ enum sfs_opt_kind {
 	SFS_OPT_UINT,	       /* "name=N", min..max */
 	SFS_OPT_SIZE,	       /* "name=SIZE" with K/M/G/T, min..max */
 	SFS_OPT_STRING,	       /* "name=TEXT", strdup'd */
-	SFS_OPT_CHOICE,	       /* "name=WORD", one of .choices, stores its value */
+	SFS_OPT_CHOICE,	       /* "name=WORD", one of .choices, stores its value ("name"
+				  alone: .bare's word, where it has one) */
 	SFS_OPT_IGNORED,       /* generic mount(8) flag: accepted, ignored */
 	SFS_OPT_IGNORED_VALUE, /* generic mount(8) "name[=value]": accepted, ignored */
 };
@@ -127,6 +134,7 @@ struct sfs_opt_def {
 	uint64_t (*def_fn)(void);
 	bool set_to;
 	const struct sfs_opt_choice *choices; /* CHOICE: ends with {NULL} */
+	const char *bare;     /* CHOICE: the word the name alone stands for; NULL: needs a value */
 	size_t given;	      /* offset of a bool set when the option is given, or 0 */
 	const char *meta;     /* the value's name in --help ("N", "SIZE") */
 	const char *help;     /* --help text; NULL only for IGNORED kinds */

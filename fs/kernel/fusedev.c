@@ -70,6 +70,9 @@ static bool swallow_init;	 /* set before the loop: resuming, INIT is not the ker
 /* Set before the loop (sfs_fusedev_want_uring); uring NULL: no ring. */
 static const struct sfs_fusedev_uring *uring;
 static unsigned uring_depth;
+/* Set before the loop (sfs_fusedev_after_init); NULL: none. */
+static void (*after_init)(void *arg);
+static void *after_init_arg;
 
 static size_t iov_length(const struct iovec *iov, int count);
 
@@ -213,10 +216,15 @@ static ssize_t dev_writev(int fd, struct iovec *iov, int count, void *userdata)
 		const struct fuse_out_header *h = iov[0].iov_base;
 		if (unique && count > 0 && iov[0].iov_len >= sizeof(*h) && h->unique == unique) {
 			__atomic_store_n(&init_done, true, __ATOMIC_RELAXED);
-			if (swallow_init) /* the kernel had its answer from the first server */
-				return (ssize_t)iov_length(iov, count);
-			return init_reply(fd, iov, count,
-					  __atomic_load_n(&flags2_wanted, __ATOMIC_RELAXED));
+			/* Resumed: the kernel had its answer from the first server. */
+			ssize_t n =
+			    swallow_init
+				? (ssize_t)iov_length(iov, count)
+				: init_reply(fd, iov, count,
+					     __atomic_load_n(&flags2_wanted, __ATOMIC_RELAXED));
+			if (n >= 0 && after_init)
+				after_init(after_init_arg);
+			return n;
 		}
 	}
 	if (keeper && !__atomic_load_n(&served, __ATOMIC_RELAXED)) {
@@ -283,6 +291,12 @@ int sfs_fusedev_resume(struct fuse_session *se, struct sfs_keeper_state *k)
 }
 
 void sfs_fusedev_want_passthrough(bool want) { passthrough_wanted = want; }
+
+void sfs_fusedev_after_init(void (*fn)(void *arg), void *arg)
+{
+	after_init = fn;
+	after_init_arg = arg;
+}
 
 bool sfs_fusedev_passthrough(void) { return __atomic_load_n(&passthrough_on, __ATOMIC_RELAXED); }
 

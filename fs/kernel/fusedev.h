@@ -83,6 +83,13 @@ int sfs_fusedev_resume(struct fuse_session *se, struct sfs_keeper_state *k);
  * kernel offers it. Call before sfs_fusedev_attach. */
 void sfs_fusedev_want_passthrough(bool want);
 
+/* Call fn(arg) once the kernel has taken the INIT reply (or, resumed, once
+ * the kernel's INIT was replayed), on the thread that wrote it, before it
+ * serves another request: what needs the connection's negotiated features
+ * in force (registering a backing file) may run there. Call before
+ * sfs_fusedev_attach. */
+void sfs_fusedev_after_init(void (*fn)(void *arg), void *arg);
+
 /* Whether the INIT reply carries FUSE_PASSTHROUGH (known once the INIT
  * request was read; false before). */
 bool sfs_fusedev_passthrough(void);

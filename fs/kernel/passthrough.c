@@ -13,17 +13,40 @@
 
 static void add(uint64_t *c, int64_t n) { __atomic_fetch_add(c, (uint64_t)n, __ATOMIC_RELAXED); }
 
-void sfs_pt_kernel_ready(struct sfs_pt *pt)
+/* Why the kernel refuses backing files, for the log. */
+static const char *backing_refusal(int err)
+{
+	return err == -EPERM   ? "the daemon lacks CAP_SYS_ADMIN (not root, or in a user namespace)"
+	       : err == -ELOOP ? "cache_dir is on a stacked filesystem"
+			       : "see dmesg";
+}
+
+void sfs_pt_probe(struct sfs_pt *pt)
 {
 	bool on = pt->wanted && sfs_fusedev_passthrough();
+	int id = -ENOENT;
 
+	if (on && pt->probe_fd >= 0) {
+		id = sfs_fusedev_backing_open(pt->probe_fd);
+		if (id > 0)
+			sfs_fusedev_backing_close(id);
+		on = id > 0;
+	}
+	if (pt->probe_fd >= 0)
+		close(pt->probe_fd);
+	pt->probe_fd = -1;
 	__atomic_store_n(&pt->available, on, __ATOMIC_RELAXED);
-	if (pt->wanted && !on)
-		sfs_log(SFS_LOG_WARN, "fuse",
-			"passthrough: this kernel does not offer FUSE passthrough (Linux 6.9+ "
-			"with CONFIG_FUSE_PASSTHROUGH): cached files are read through the daemon");
-	else if (on)
+	if (on)
 		sfs_log(SFS_LOG_INFO, "fuse", "passthrough: cached files are read by the kernel");
+	else if (pt->wanted && !sfs_fusedev_passthrough())
+		sfs_log(SFS_LOG_WARN, "fuse",
+			"passthrough off: this kernel does not offer FUSE passthrough (Linux 6.9+ "
+			"with CONFIG_FUSE_PASSTHROUGH): cached files are read through the daemon");
+	else if (pt->wanted)
+		sfs_log(SFS_LOG_WARN, "fuse",
+			"passthrough off: the kernel refused a backing file: %s (%s): cached "
+			"files are read through the daemon",
+			strerror(-id), backing_refusal(id));
 }
 
 /* The choice under the inode lock; *join: the existing backing id (0 with
@@ -84,14 +107,15 @@ static int pt_register(struct sfs_pt *pt, sfs_pf_file *pf, uint64_t size, int *b
 	close(fd);
 	if (id < 0) {
 		add(&pt->st.backing_errors, 1);
+		/* Refused for good (capabilities do not come back): off, as
+		 * though the probe had failed, so that no later open tries. */
+		if (id == -EPERM)
+			__atomic_store_n(&pt->available, false, __ATOMIC_RELAXED);
 		if (!__atomic_exchange_n(&pt->logged_error, true, __ATOMIC_RELAXED))
 			sfs_log(SFS_LOG_WARN, "fuse",
 				"passthrough: the kernel refused a backing file: %s (%s); such "
 				"files are read through the daemon",
-				strerror(-id),
-				id == -EPERM   ? "the daemon needs CAP_SYS_ADMIN"
-				: id == -ELOOP ? "cache_dir is on a stacked filesystem"
-					       : "see dmesg");
+				strerror(-id), backing_refusal(id));
 		return id;
 	}
 	*backing_id = id;

@@ -64,19 +64,29 @@ struct sfs_pt_stats {
 };
 
 struct sfs_pt {
-	bool wanted; /* set at start: the passthrough option */
+	bool wanted; /* set at start: passthrough=auto and a cache_dir */
+	/* Set at start: a regular file on cache_dir's filesystem (an unnamed
+	 * one), registered once as a backing file after INIT to learn whether
+	 * this daemon may (sfs_pt_probe); -1: none. The probe closes it. */
+	int probe_fd;
 	/* Set at start: a file up to this size has its whole backing file read
 	 * ahead into the page cache at its first passthrough open (prefetch=
 	 * shard's prefetch_max; 0: none). */
 	uint64_t willneed_max;
-	bool available;		/* atomic: wanted, and the kernel took it at INIT */
+	bool available;		/* atomic: wanted, offered at INIT, and the probe passed */
 	bool logged_error;	/* atomic: a backing error was logged */
 	struct sfs_pt_stats st; /* atomic counters */
 };
 
-/* After INIT (the filesystem's init): whether the kernel offered it; logs
- * once where it was wanted and is not. */
-void sfs_pt_kernel_ready(struct sfs_pt *pt);
+/* Once the kernel took the INIT reply (fusedev's after-init hook): whether
+ * passthrough is on for this mount. It is when it was wanted, the kernel
+ * offered it, and one backing file (probe_fd) registers; otherwise it is
+ * off for the mount, said in one log line naming the reason (no FUSE
+ * passthrough in this kernel; EPERM: no CAP_SYS_ADMIN, as for a daemon that
+ * is not root or runs in a user namespace; ELOOP: cache_dir on a stacked
+ * filesystem), and no open tries. Before it runs every open is served by
+ * the daemon. */
+void sfs_pt_probe(struct sfs_pt *pt);
 
 /* How an open of i goes, decided with i's other opens (see above). */
 enum sfs_pt_mode {

@@ -1390,7 +1390,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/* fusedev has read the INIT request by now (fusedev.h). */
 	struct sfs_fs *fs = userdata;
 	fs->page_cache.direct_mmap = sfs_fusedev_direct_io_mmap();
-	sfs_pt_kernel_ready(&fs->pt);
+	/* Passthrough is probed once the kernel took this reply (main.c,
+	 * sfs_fusedev_after_init). */
 }
 
 const char *const sfs_fuse_op_names[SFS_OP_COUNT] = {
