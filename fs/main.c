@@ -342,6 +342,14 @@ static int passthrough_probe_file(const char *cache_dir)
 	return open(cache_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 }
 
+/* sfs_inode_each_adopted_passthrough's: hold what the kernel still reads. */
+static void adopt_passthrough(struct sfs_inode *i, void *arg)
+{
+	struct sfs_fs *fs = arg;
+
+	sfs_pt_adopted(&fs->pt, i);
+}
+
 /* fusedev's after-init hook: passthrough on or off for this mount. */
 static void probe_passthrough(void *arg)
 {
@@ -469,6 +477,10 @@ static int start_daemon(struct sfs_fs *fs, struct sfs_options *o, int n_addrs)
 		sfs_log(SFS_LOG_ERR, "main", "cannot start: %s", strerror(-rc));
 		return -1;
 	}
+	/* The versions passthrough opens read are held in the store, also
+	 * those a dead server's opens still read. */
+	sfs_pt_start(&fs->pt, fs->store);
+	sfs_inode_each_adopted_passthrough(fs->inodes, adopt_passthrough, fs);
 	/* Passthrough reads are not checked as they are read: the scrubber
 	 * re-reads the cache (and verifies what a restart left unverified). */
 	if (fs->store && (o->scrub_interval_s || fs->pt.wanted) &&

@@ -147,8 +147,9 @@ static int match_ids(sfs_store *s, const char *prefix, struct id_set *m)
 
 /* Take one matching object out of the index. Nobody holds it: chained on
  * *victims (its file unlinked and it freed by the caller). Held: detached
- * (every chunk ABSENT, evicted, freed with its last reference); its key is
- * added to keys[] for the unlink. Caller holds lock. */
+ * (every chunk ABSENT, evicted, its bytes held until it is freed with its
+ * last reference); its key is added to keys[] for the unlink. Caller holds
+ * lock. */
 static void evict_one(sfs_store *s, sfs_store_obj *o, struct sfs_store_evicted *r,
 		      sfs_store_obj **victims, uint8_t (*keys)[16], size_t *n_keys)
 {
@@ -171,6 +172,8 @@ static void evict_one(sfs_store *s, sfs_store_obj *o, struct sfs_store_evicted *
 		if (chunk_cached(o, i))
 			o->state[i] = SFS_CHUNK_ABSENT;
 	o->used_bytes = 0;
+	o->held_bytes = had; /* until its last reference (sfs_store_obj_put) */
+	s->held_bytes += had;
 	o->gen++; /* reads planned before see that their chunk went */
 	o->evicted = true;
 	if (o->on_disk)

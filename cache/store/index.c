@@ -200,6 +200,8 @@ bool make_room(sfs_store *s, const sfs_store_obj *for_obj, uint64_t need, uint64
 {
 	struct pol_allow allow, *a = s->conf.policy == SFS_STORE_AUTO ? &allow : NULL;
 
+	if (s->held_bytes + need > s->capacity_bytes)
+		return false; /* no eviction can make room: admit nothing */
 	for (;;) {
 		bool fits = used_total(s) + need <= s->capacity_bytes &&
 			    *fs_avail >= need + in_batch + s->min_free_bytes;

@@ -467,6 +467,8 @@ static int write_refusal(sfs_store *s, sfs_store_obj *o, uint32_t index, uint32_
 		return -EAGAIN;
 	if (o->state[index] != SFS_CHUNK_ABSENT)
 		return -EEXIST;
+	if (s->held_bytes + need > s->capacity_bytes)
+		return -ENOSPC; /* held versions alone fill it: served uncached */
 	if (s->conf.policy == SFS_STORE_PIN && used_total(s) + need > s->capacity_bytes)
 		return -ENOSPC;
 	if (s->conf.policy == SFS_STORE_AUTO)

@@ -141,12 +141,20 @@ void sfs_store_get_stats(sfs_store *s, struct sfs_store_stats *out)
 	pthread_mutex_lock(&s->lock);
 	out->used_bytes = used_total(s); /* what admission sees */
 	out->capacity_bytes = s->capacity_bytes;
+	out->held_bytes = s->held_bytes;
 	out->objects = s->n_objects + gs.objects;
 	out->small_objects = gs.objects;
 	out->segments = gs.segments;
 	out->index_bytes = s->mem_bytes + s->n_buckets * sizeof(*s->buckets) + gs.index_bytes;
 	out->queued_bytes = s->queued_bytes;
 	out->online = s->online;
+	pthread_mutex_unlock(&s->lock);
+}
+
+void sfs_store_held_add(sfs_store *s, int64_t n)
+{
+	pthread_mutex_lock(&s->lock);
+	s->held_bytes += (uint64_t)n;
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -198,6 +206,7 @@ void sfs_store_obj_put(sfs_store_obj *o)
 				index_remove(s, o);
 			if (o->recs)
 				s->mem_bytes -= (uint64_t)o->n_chunks * sizeof(*o->recs);
+			s->held_bytes -= o->held_bytes; /* its unlinked file goes now */
 			gone = true;
 		} else {
 			/* Bound open files and records in memory by the objects

@@ -103,7 +103,11 @@ struct sfs_file_version {
 enum sfs_chunk_state { SFS_CHUNK_ABSENT, SFS_CHUNK_WRITING, SFS_CHUNK_PRESENT, SFS_CHUNK_VERIFIED };
 
 struct sfs_store_stats {
-	uint64_t used_bytes; /* object files' chunk bytes + segment files' bytes */
+	uint64_t used_bytes; /* object files' chunk bytes + segment files' bytes + held_bytes */
+	/* Of used_bytes: versions no longer cached that readers still hold
+	 * (evicted while open, passthrough opens included) and
+	 * sfs_store_held_add's, until their last release. */
+	uint64_t held_bytes;
 	uint64_t capacity_bytes;
 	uint64_t write_bytes, evicted_bytes, checksum_failures, errors;
 	uint64_t read_bytes; /* read from cache files: whole sub-blocks, chunks, records */
@@ -138,6 +142,12 @@ void sfs_store_get_stats(sfs_store *store, struct sfs_store_stats *out);
  * Returns NULL on ENOMEM. */
 sfs_store_obj *sfs_store_obj_get(sfs_store *store, const struct sfs_file_version *v);
 void sfs_store_obj_put(sfs_store_obj *obj);
+/* Bytes the disk holds for a version this store no longer knows (a
+ * passthrough open adopted from a dead server whose version that server
+ * evicted): counted as held (sfs_store_stats.held_bytes) from +n until the
+ * caller's -n. Any thread. */
+void sfs_store_held_add(sfs_store *store, int64_t n);
+
 /* One more reference to an object the caller already holds. */
 void sfs_store_obj_ref(sfs_store_obj *obj);
 

@@ -178,7 +178,8 @@ struct sfs_store_obj {
 	int dfd; /* O_DIRECT twin of fd for chunk bytes, or -1 */
 	int rfd; /* the .sums file (records), with fd */
 	bool on_disk, in_index;
-	bool evicted;			     /* detached by an eviction: nothing is written to it */
+	bool evicted;	     /* detached by an eviction: nothing is written to it */
+	uint64_t held_bytes; /* evicted while referenced: its bytes in store->held_bytes */
 	uint8_t state_inline[INLINE_STATES]; /* state[] of small objects */
 	struct sfs_store_obj *hnext, *lru_prev, *lru_next;
 };
@@ -251,6 +252,12 @@ struct sfs_store {
 	uint64_t mem_bytes;		    /* protected by lock: objects' structs, states, recs */
 	sfs_store_obj *lru_head, *lru_tail; /* protected by lock; head = coldest */
 	uint64_t used_bytes;		    /* protected by lock: object files' chunk bytes */
+	/* Protected by lock: bytes the disk still holds for what is no longer
+	 * cached: objects an eviction detached while referenced (their files
+	 * unlinked, kept by their holders' fds and the kernel's passthrough
+	 * opens of them) until their last reference, and sfs_store_held_add's.
+	 * Counted against capacity; admission stops while they alone fill it. */
+	uint64_t held_bytes;
 	uint64_t seg_disk_bytes;	    /* protected by lock: segments, as of the writer's
 					       last flush or eviction */
 	uint64_t seg_reserved;		    /* protected by lock: packed bytes being written */
@@ -378,7 +385,7 @@ static inline uint64_t packed_bytes(uint32_t len) { return sfs_seg_read_buf_byte
 /* Bytes counted against capacity. Caller holds lock. */
 static inline uint64_t used_total(const sfs_store *s)
 {
-	return s->used_bytes + s->seg_disk_bytes + s->seg_reserved;
+	return s->used_bytes + s->seg_disk_bytes + s->seg_reserved + s->held_bytes;
 }
 
 /* Whether a packed version is durable in the segments. Any thread, no lock

@@ -49,6 +49,10 @@ struct sfs_inode_table {
 	 * far below its limit pays one load per close, not a lock. */
 	uint64_t closed_from; /* set before the FUSE loop, then read-only */
 	bool closing_queued;
+	/* Adopted inodes with passthrough opens (slab ids), from adopt until
+	 * sfs_inode_each_adopted_passthrough hands them out once. */
+	uint64_t *adopted_pt;
+	size_t n_adopted_pt, cap_adopted_pt;
 	uint64_t kick_at;   /* set before the FUSE loop, then read-only */
 	void (*kick)(void); /* set before the FUSE loop, then read-only */
 	bool kicked;	    /* protected by lock: kick called, not below kick_at since */
@@ -186,6 +190,7 @@ static void table_free(sfs_inode_table *t)
 {
 	free(t->buckets);
 	free(t->closed);
+	free(t->adopted_pt);
 	pthread_mutex_destroy(&t->lock);
 	pthread_mutex_destroy(&t->closed_lock);
 	free(t);
@@ -218,6 +223,22 @@ err_table:
 static struct sfs_inode *find_locked(sfs_inode_table *t, const struct inode_key *k);
 static void maybe_grow(sfs_inode_table *t);
 
+/* Note an adopted inode with passthrough opens for
+ * sfs_inode_each_adopted_passthrough. False on ENOMEM. */
+static bool remember_passthrough(sfs_inode_table *t, const struct sfs_inode *ino)
+{
+	if (t->n_adopted_pt == t->cap_adopted_pt) {
+		size_t cap = t->cap_adopted_pt ? 2 * t->cap_adopted_pt : 64;
+		uint64_t *a = realloc(t->adopted_pt, cap * sizeof(*a));
+		if (!a)
+			return false;
+		t->adopted_pt = a;
+		t->cap_adopted_pt = cap;
+	}
+	t->adopted_pt[t->n_adopted_pt++] = sfs_inode_slab_id(&t->slab, ino);
+	return true;
+}
+
 /* sfs_inode_slab_adopt's keep(): whether a slot of the adopted region holds
  * an inode the kernel may still refer to (a handle, and lookups, or the
  * root), which then goes into the table; what meant something only to the
@@ -235,6 +256,8 @@ static bool adopt_slot(void *slot, void *arg)
 	ino->pf = NULL;
 	ino->n_open = 0;
 	ino->pt_blocked = ino->pt_opens > 0 || ino->have_opened; /* opens unknown */
+	if (ino->pt_opens)
+		(void)remember_passthrough(t, ino); /* ENOMEM: its version goes unheld */
 	ino->hash_next = NULL;
 	if (root) {
 		t->root = ino;
@@ -280,6 +303,19 @@ err_slab:
 err_table:
 	table_free(t);
 	return err;
+}
+
+void sfs_inode_each_adopted_passthrough(sfs_inode_table *t,
+					void (*fn)(struct sfs_inode *ino, void *arg), void *arg)
+{
+	for (size_t k = 0; k < t->n_adopted_pt; k++) {
+		struct sfs_inode *ino = sfs_inode_slab_at(&t->slab, t->adopted_pt[k]);
+		if (ino)
+			fn(ino, arg);
+	}
+	free(t->adopted_pt);
+	t->adopted_pt = NULL;
+	t->n_adopted_pt = t->cap_adopted_pt = 0;
 }
 
 int sfs_inode_table_region_fd(const sfs_inode_table *t) { return t->slab.fd; }

@@ -168,6 +168,13 @@ int sfs_inode_table_check_region(int region_fd);
 /* The memfd that holds the table's inodes (owned by the table). */
 int sfs_inode_table_region_fd(const sfs_inode_table *t);
 
+/* Once, after sfs_inode_table_adopt and before the FUSE loop: fn for every
+ * adopted inode that had passthrough opens (pt_opens > 0) when the other
+ * process stopped, so that the versions the kernel still reads are held
+ * again (passthrough.h). Then forgets them. */
+void sfs_inode_each_adopted_passthrough(sfs_inode_table *t,
+					void (*fn)(struct sfs_inode *ino, void *arg), void *arg);
+
 /* An inode's node id (not the root's FUSE_ROOT_ID: fs/ops/ops.c maps that),
  * and the inode of a node id this table gave, or NULL for any other
  * number (never one the kernel holds). Any thread, no lock. */

@@ -3,15 +3,119 @@
 #include "passthrough.h"
 #include "../../cache/common/log.h"
 #include "../../cache/prefetch/prefetch.h"
+#include "../../cache/store/store.h"
 #include "fusedev.h"
 #include "../inode/inode.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+/* One inode's hold (sfs_pt_start): the store object of the version its
+ * passthrough opens read, or, adopted with that version evicted by the dead
+ * server, the bytes counted as held in its place. */
+struct pt_hold {
+	const struct sfs_inode *ino;
+	sfs_store_obj *obj;    /* referenced; NULL: orphan_bytes instead */
+	uint64_t orphan_bytes; /* counted by sfs_store_held_add */
+	struct pt_hold *next;
+};
+
 static void add(uint64_t *c, int64_t n) { __atomic_fetch_add(c, (uint64_t)n, __ATOMIC_RELAXED); }
+
+void sfs_pt_start(struct sfs_pt *pt, sfs_store *store)
+{
+	pt->store = store;
+	pthread_mutex_init(&pt->hold_lock, NULL);
+}
+
+static struct pt_hold **hold_slot(struct sfs_pt *pt, const struct sfs_inode *i)
+{
+	uint64_t h = (uint64_t)(uintptr_t)i * 0x9E3779B97F4A7C15ull;
+	struct pt_hold **p = &pt->holds[h >> 54]; /* SFS_PT_HOLD_BUCKETS: 10 bits */
+
+	while (*p && (*p)->ino != i)
+		p = &(*p)->next;
+	return p;
+}
+
+/* Hold obj (referenced by the caller, handed over) or orphan bytes for i.
+ * An inode has one hold: a second one is dropped. */
+static void hold_add(struct sfs_pt *pt, const struct sfs_inode *i, sfs_store_obj *obj,
+		     uint64_t orphan_bytes)
+{
+	struct pt_hold *h = malloc(sizeof(*h));
+
+	if (h) {
+		*h = (struct pt_hold){.ino = i, .obj = obj, .orphan_bytes = orphan_bytes};
+		pthread_mutex_lock(&pt->hold_lock);
+		struct pt_hold **p = hold_slot(pt, i);
+		if (!*p) {
+			*p = h;
+			h = NULL;
+		}
+		pthread_mutex_unlock(&pt->hold_lock);
+	}
+	if (!h)
+		return;
+	if (obj) /* ENOMEM, or held already: unheld is only unaccounted */
+		sfs_store_obj_put(obj);
+	else
+		sfs_store_held_add(pt->store, -(int64_t)orphan_bytes);
+	free(h);
+}
+
+/* i's last passthrough open was released: its hold, out of the table (NULL:
+ * none). Caller holds i's lock, so that no new first open of i adds its own
+ * before this one is out. */
+static struct pt_hold *hold_take(struct sfs_pt *pt, const struct sfs_inode *i)
+{
+	pthread_mutex_lock(&pt->hold_lock);
+	struct pt_hold **p = hold_slot(pt, i), *h = *p;
+	if (h)
+		*p = h->next;
+	pthread_mutex_unlock(&pt->hold_lock);
+	return h;
+}
+
+/* Let a taken hold go: the store may free its version now. No lock held. */
+static void hold_free(struct sfs_pt *pt, struct pt_hold *h)
+{
+	if (!h)
+		return;
+	if (h->obj)
+		sfs_store_obj_put(h->obj);
+	else if (h->orphan_bytes)
+		sfs_store_held_add(pt->store, -(int64_t)h->orphan_bytes);
+	free(h);
+}
+
+void sfs_pt_adopted(struct sfs_pt *pt, struct sfs_inode *i)
+{
+	sfs_inode_lock(i);
+	bool known = i->pt_opens && i->have_opened;
+	struct sfs_file_version v = {.fsid = i->fsid,
+				     .fileid = i->fileid,
+				     .size = i->opened.size,
+				     .mtime_s = i->opened.mtime_s,
+				     .mtime_ns = i->opened.mtime_ns,
+				     .ctime_s = i->opened.ctime_s,
+				     .ctime_ns = i->opened.ctime_ns,
+				     .dataset = __atomic_load_n(&i->dataset, __ATOMIC_RELAXED)};
+	sfs_inode_unlock(i);
+	if (!pt->store || !known)
+		return;
+	if (sfs_store_cached_bytes(pt->store, &v) == v.size) {
+		sfs_store_obj *obj = sfs_store_obj_get(pt->store, &v);
+		if (obj)
+			hold_add(pt, i, obj, 0);
+	} else { /* evicted by the dead server: its file lives on in the kernel */
+		sfs_store_held_add(pt->store, (int64_t)v.size);
+		hold_add(pt, i, NULL, v.size);
+	}
+}
 
 /* Why the kernel refuses backing files, for the log. */
 static const char *backing_refusal(int err)
@@ -123,10 +227,11 @@ static int pt_register(struct sfs_pt *pt, sfs_pf_file *pf, uint64_t size, int *b
 	return 0;
 }
 
-enum sfs_pt_mode sfs_pt_open(struct sfs_pt *pt, struct sfs_inode *i, sfs_pf_file *pf, uint64_t size,
-			     bool eligible, int *backing_id)
+enum sfs_pt_mode sfs_pt_open(struct sfs_pt *pt, struct sfs_inode *i, sfs_pf_file *pf,
+			     const struct sfs_file_version *v, bool eligible, int *backing_id)
 {
 	int join = 0, rc = -ENOENT;
+	uint64_t size = v->size;
 
 	if (!__atomic_load_n(&pt->available, __ATOMIC_RELAXED))
 		return SFS_PT_NO;
@@ -145,6 +250,9 @@ enum sfs_pt_mode sfs_pt_open(struct sfs_pt *pt, struct sfs_inode *i, sfs_pf_file
 		sfs_inode_unlock(i);
 		if (rc < 0)
 			m = SFS_PT_NO;
+		sfs_store_obj *obj = rc == 0 && pt->store ? sfs_store_obj_get(pt->store, v) : NULL;
+		if (obj) /* the first open: the version is held until the last release */
+			hold_add(pt, i, obj, 0);
 	}
 	if (m == SFS_PT_OPEN) {
 		*backing_id = join;
@@ -159,16 +267,19 @@ enum sfs_pt_mode sfs_pt_open(struct sfs_pt *pt, struct sfs_inode *i, sfs_pf_file
 void sfs_pt_release(struct sfs_pt *pt, struct sfs_inode *i)
 {
 	int drop = 0;
+	struct pt_hold *h = NULL;
 
 	sfs_inode_lock(i);
 	if (i->pt_opens && --i->pt_opens == 0) {
 		drop = (int)i->backing_id;
 		i->backing_id = 0;
 		i->pt_stale = 0;
+		h = hold_take(pt, i);
 	}
 	sfs_inode_unlock(i);
 	if (drop)
 		sfs_fusedev_backing_close(drop);
+	hold_free(pt, h);
 }
 
 void sfs_pt_get_stats(struct sfs_pt *pt, struct sfs_pt_stats *out)

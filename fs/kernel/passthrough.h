@@ -48,11 +48,17 @@
 #ifndef SFS_PASSTHROUGH_H
 #define SFS_PASSTHROUGH_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 struct sfs_inode;
+struct sfs_file_version;
 typedef struct sfs_pf_file sfs_pf_file;
+typedef struct sfs_store sfs_store;
+typedef struct sfs_store_obj sfs_store_obj;
+
+#define SFS_PT_HOLD_BUCKETS 1024
 
 struct sfs_pt_stats {
 	uint64_t opens;		 /* answered with passthrough */
@@ -76,7 +82,26 @@ struct sfs_pt {
 	bool available;		/* atomic: wanted, offered at INIT, and the probe passed */
 	bool logged_error;	/* atomic: a backing error was logged */
 	struct sfs_pt_stats st; /* atomic counters */
+	/* The version each inode's passthrough opens read, held in the store
+	 * from the first of them to the last release (sfs_pt_start). */
+	sfs_store *store;
+	pthread_mutex_t hold_lock;		    /* a leaf */
+	struct pt_hold *holds[SFS_PT_HOLD_BUCKETS]; /* protected by hold_lock, by inode */
 };
+
+/* Before any open: the store whose versions passthrough opens read (NULL:
+ * none). Holding: while an inode has passthrough opens, the version they
+ * read keeps a store reference, so the policy never evicts it, and an
+ * explicit eviction (shardfs-cache evict, a failed scrub) counts its bytes
+ * as held (cache/store/store.h, held_bytes) until the last release, when
+ * the kernel lets go of the file. */
+void sfs_pt_start(struct sfs_pt *pt, sfs_store *store);
+
+/* Resumed (fs/restart/keeper.h): an inode a dead server left with
+ * passthrough opens: its last opened version is held again as though its
+ * opens were this server's (or, evicted by the dead server, its size is
+ * counted as held) until their last release. Before the FUSE loop. */
+void sfs_pt_adopted(struct sfs_pt *pt, struct sfs_inode *i);
 
 /* Once the kernel took the INIT reply (fusedev's after-init hook): whether
  * passthrough is on for this mount. It is when it was wanted, the kernel
@@ -98,7 +123,7 @@ enum sfs_pt_mode {
 /*
  * Decide an open of i (already counted in i->n_open, with pt_stale set
  * when its version is not the one i's passthrough opens read: see
- * sfs_pt_opened_version) of the version pf holds. eligible: the caller's
+ * sfs_pt_opened_version) of version v, which pf holds. eligible: the caller's
  * wish for a first passthrough open (a reader's open; joining is not a
  * wish: it is the only open the kernel allows beside passthrough ones).
  * SFS_PT_OPEN sets *backing_id and counts the open in i->pt_opens (the
@@ -106,8 +131,8 @@ enum sfs_pt_mode {
  * now when the reply failed). Takes the inode lock; may open and register
  * a backing file without it.
  */
-enum sfs_pt_mode sfs_pt_open(struct sfs_pt *pt, struct sfs_inode *i, sfs_pf_file *pf, uint64_t size,
-			     bool eligible, int *backing_id);
+enum sfs_pt_mode sfs_pt_open(struct sfs_pt *pt, struct sfs_inode *i, sfs_pf_file *pf,
+			     const struct sfs_file_version *v, bool eligible, int *backing_id);
 
 /* An open of i found a version other than the one last opened: caller
  * holds the inode lock (the same section that records the new version, so

@@ -364,6 +364,10 @@ static void render_cache(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_s
 	       cs->used_bytes);
 	metric(f, "shardfs_cache_capacity_bytes", "gauge", "cache_size in effect.",
 	       cs->capacity_bytes);
+	metric(f, "shardfs_cache_held_bytes", "gauge",
+	       "Of the used bytes: versions evicted while readers (passthrough opens "
+	       "included) still hold them, until their last release.",
+	       cs->held_bytes);
 	metric(f, "shardfs_cache_objects", "gauge", "File versions with chunks in the local cache.",
 	       cs->objects);
 	metric(f, "shardfs_cache_small_objects", "gauge",

@@ -763,7 +763,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int backing_id = 0;
 	sfs_pf_file_opened_no_prefetch(pf);
 	enum sfs_pt_mode pt =
-	    fs->pt.wanted ? sfs_pt_open(&fs->pt, i, pf, v.size, !tool, &backing_id) : SFS_PT_NO;
+	    fs->pt.wanted ? sfs_pt_open(&fs->pt, i, pf, &v, !tool, &backing_id) : SFS_PT_NO;
 	if (pt == SFS_PT_STALE) { /* the kernel looks the name up again and retries */
 		file_closed(i, pf);
 		reply_err(req, -ESTALE);

@@ -2367,6 +2367,69 @@ static void test_evict_keys(void)
 	tmp_remove();
 }
 
+/* A version evicted while referenced (a reader's open, a passthrough open:
+ * the file is unlinked, the holder's fds keep it on disk) is counted as held
+ * until its last reference; while held versions alone fill the capacity
+ * nothing is admitted. */
+static void test_held(void)
+{
+	diag("held: an evicted version still open counts until its last release");
+	tmp_new();
+	const char *dir = tpath("cache");
+	uint64_t cap = 4 * MiB, size = 2 * MiB;
+	sfs_store *s = store_open(dir, cap, SFS_STORE_LRU);
+	struct sfs_file_version A = version(701, size), B = version(702, size),
+				C = version(703, size);
+	uint8_t keys[2][16];
+
+	lru_write(s, 701, 71, size, cap, "A");
+	lru_write(s, 702, 72, size, cap, "B");
+	sfs_store_obj *a = sfs_store_obj_get(s, &A), *b = sfs_store_obj_get(s, &B);
+	sfs_store_key(&A, keys[0]);
+	sfs_store_key(&B, keys[1]);
+	struct sfs_store_evicted ev;
+	int rc = sfs_store_evict_keys(s, (const uint8_t(*)[16])keys, 1, &ev);
+	struct sfs_store_stats ss = stats(s);
+	ok(rc == 0 && ev.bytes == size && ss.held_bytes == size && ss.used_bytes == cap,
+	   "A evicted while held: held %llu used %llu (want %llu %llu)",
+	   (unsigned long long)ss.held_bytes, (unsigned long long)ss.used_bytes,
+	   (unsigned long long)size, (unsigned long long)cap);
+	ok(sfs_store_cached_bytes(s, &A) == 0 && count_files(dir) == 1,
+	   "A is no longer cached, its file unlinked (%d files)", count_files(dir));
+
+	/* Room for C: B is held by its reader, A's bytes by its holder. */
+	sfs_store_obj *c = sfs_store_obj_get(s, &C);
+	rc = write_sync(c, 73, size, 0);
+	ok(rc == -ENOSPC, "A held, B referenced: C not admitted (%d)", rc);
+	sfs_store_obj_put(b);
+	rc = sfs_store_evict_keys(s, (const uint8_t(*)[16])keys + 1, 1, &ev);
+	sfs_store_obj_put(b = sfs_store_obj_get(s, &B)); /* B's reader is gone: freed */
+	ss = stats(s);
+	ok(ss.held_bytes == size && ss.used_bytes == size,
+	   "B evicted with nobody holding it: not held (held %llu used %llu)",
+	   (unsigned long long)ss.held_bytes, (unsigned long long)ss.used_bytes);
+
+	/* Held bytes alone at the capacity: nothing admitted, nothing evicted. */
+	sfs_store_held_add(s, (int64_t)(cap - size));
+	uint64_t evicted = stats(s).evicted_bytes;
+	rc = write_sync(c, 73, size, 0);
+	ss = stats(s);
+	ok(rc == -ENOSPC && ss.evicted_bytes == evicted,
+	   "held bytes fill the capacity: C refused (%d), nothing evicted", rc);
+	sfs_store_held_add(s, -(int64_t)(cap - size));
+
+	sfs_store_obj_put(a); /* A's last holder: its bytes go */
+	ss = stats(s);
+	ok(ss.held_bytes == 0 && ss.used_bytes == 0,
+	   "A's last release: held %llu used %llu (want 0 0)", (unsigned long long)ss.held_bytes,
+	   (unsigned long long)ss.used_bytes);
+	rc = write_sync(c, 73, size, 0);
+	ok(rc == 0, "then C is admitted (%d)", rc);
+	sfs_store_obj_put(c);
+	sfs_store_close(s);
+	tmp_remove();
+}
+
 /* The cost of a listing at many packed objects: written without waiting
  * for each, then listed. */
 static void test_list_cost(void)
@@ -2838,19 +2901,23 @@ static void test_scrub(void)
 	}
 	struct sfs_store_stats ss = stats(s);
 	fd = sfs_store_obj_backing_fd(o);
-	ok(st.passes >= 2 && st.failures == 1 && ss.objects == 1 && ss.used_bytes == RW_SIZE &&
-	       fd == -ENOENT,
-	   "passes %llu failures %llu; objects %llu used %llu; backing %d (want >=2 1 1 %llu "
-	   "-ENOENT)",
+	ok(st.passes >= 2 && st.failures == 1 && ss.objects == 1 && ss.held_bytes > 0 &&
+	       ss.used_bytes == RW_SIZE + ss.held_bytes && fd == -ENOENT,
+	   "passes %llu failures %llu; objects %llu used %llu held %llu; backing %d (want >=2 1 1 "
+	   "%llu + held -ENOENT)",
 	   (unsigned long long)st.passes, (unsigned long long)st.failures,
-	   (unsigned long long)ss.objects, (unsigned long long)ss.used_bytes, fd,
-	   (unsigned long long)RW_SIZE);
+	   (unsigned long long)ss.objects, (unsigned long long)ss.used_bytes,
+	   (unsigned long long)ss.held_bytes, fd, (unsigned long long)RW_SIZE);
 	ok(st.bytes >= RW_SIZE * 2 && st.versions >= 3 && st.last_pass_ms > 0,
 	   "bytes %llu versions %llu last pass %llu ms (the rate: a 3 MiB pass >= 40 ms)",
 	   (unsigned long long)st.bytes, (unsigned long long)st.versions,
 	   (unsigned long long)st.last_pass_ms);
 	ok(!exists(path), "the failed version's data file is gone");
 	sfs_store_obj_put(o);
+	ss = stats(s);
+	ok(ss.held_bytes == 0 && ss.used_bytes == RW_SIZE,
+	   "its holder gone: held %llu used %llu (want 0 %llu)", (unsigned long long)ss.held_bytes,
+	   (unsigned long long)ss.used_bytes, (unsigned long long)RW_SIZE);
 	o = sfs_store_obj_get(s, &bad);
 	int rc = 0;
 	for (uint32_t i = 0; i < 3 && rc == 0; i++)
@@ -2899,6 +2966,7 @@ static const struct tap_test tests[] = {
     {"offline", test_offline},
     {"datasets", test_datasets},
     {"evict_keys", test_evict_keys},
+    {"held", test_held},
     {"list_cost", test_list_cost},
 };
 
