@@ -434,7 +434,10 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 					    .capacity_bytes = o->cache_size,
 					    .policy = o->cache_policy,
 					    .idle_ms = o->cache_idle_s * 1000ull,
-					    .chunk_bytes = SFS_CHUNK_BYTES};
+					    .chunk_bytes = SFS_CHUNK_BYTES,
+					    /* passthrough=off: every read checked */
+					    .trust_verified =
+						o->passthrough != SFS_PASSTHROUGH_OFF};
 		rc = sfs_store_open(&sc, &fs->store, err, sizeof(err));
 		if (rc < 0) { /* another daemon owns it, or a bad path: refuse */
 			fprintf(stderr, "shardfs: %s\n", err[0] ? err : strerror(-rc));

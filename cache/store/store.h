@@ -88,6 +88,12 @@ struct sfs_store_conf {
 	uint64_t idle_ms;	/* auto: a dataset not read this long is idle; 0: the default */
 	uint64_t chunk_bytes;	/* 1 MiB (a power of two, 64 KiB to 1 MiB) */
 	uint64_t segment_bytes; /* packed segments; 0 = capacity / 16, 4 to 256 MiB */
+	/* A per-file chunk already VERIFIED (written by this daemon, or checked
+	 * whole since the cache was loaded) is read without checking it again:
+	 * the trade passthrough makes (checked at fill and by the scrubber, not
+	 * per read), for the daemon's own reads. false: every read checks
+	 * every sub-block. Packed versions are checked at every read either way. */
+	bool trust_verified;
 };
 
 /* The identity of one version of one file. */

@@ -2367,6 +2367,45 @@ static void test_evict_keys(void)
 	tmp_remove();
 }
 
+/* trust_verified: a chunk VERIFIED in this run is read without its checks
+ * (a flip made under it is served: the passthrough trade, found by the
+ * scrubber); one loaded by a restart is checked at its first read. */
+static void test_trust_verified(void)
+{
+	diag("trust_verified: verified chunks read unchecked, loaded ones checked");
+	tmp_new();
+	const char *dir = tpath("cache");
+	char err[256] = "";
+	sfs_store *s = NULL;
+	struct sfs_store_conf conf = {.dir = dir, .chunk_bytes = MiB, .trust_verified = true};
+	if (sfs_store_open(&conf, &s, err, sizeof(err)) || sfs_store_start(s))
+		bail("sfs_store_open", -EIO);
+	struct sfs_file_version v = version(31, RW_SIZE);
+	sfs_store_obj *o = write_all(s, &v, RW_SEED);
+	char path[1024];
+	if (find_object(dir, RW_SIZE, path, sizeof(path)) != 0)
+		bail("object file not found", -ENOENT);
+	flip_byte(path, (off_t)(MiB + 4321)); /* chunk 1, VERIFIED (written here) */
+	long bad;
+	ssize_t n = read_check(o, RW_SEED, RW_SIZE, 1, &bad);
+	ok(n == (ssize_t)MiB && bad == 4321,
+	   "a VERIFIED chunk is not checked: read %zd, the flip served at %ld", n, bad);
+	n = read_check(o, RW_SEED, RW_SIZE, 0, &bad);
+	ok(n == (ssize_t)MiB && bad < 0, "chunk 0 byte-exact (%zd, %ld)", n, bad);
+	sfs_store_obj_put(o);
+	sfs_store_close(s);
+	s = NULL;
+	if (sfs_store_open(&conf, &s, err, sizeof(err)) || sfs_store_start(s))
+		bail("sfs_store_open", -EIO);
+	o = sfs_store_obj_get(s, &v);
+	n = read_check(o, RW_SEED, RW_SIZE, 1, &bad);
+	ok(n == -EBADMSG && stats(s).checksum_failures == 1,
+	   "after a restart the chunk is PRESENT: checked, the flip found (%zd)", n);
+	sfs_store_obj_put(o);
+	sfs_store_close(s);
+	tmp_remove();
+}
+
 /* A version evicted while referenced (a reader's open, a passthrough open:
  * the file is unlinked, the holder's fds keep it on disk) is counted as held
  * until its last reference; while held versions alone fill the capacity
@@ -2967,6 +3006,7 @@ static const struct tap_test tests[] = {
     {"datasets", test_datasets},
     {"evict_keys", test_evict_keys},
     {"held", test_held},
+    {"trust_verified", test_trust_verified},
     {"list_cost", test_list_cost},
 };
 
