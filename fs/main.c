@@ -598,6 +598,21 @@ static void start_keeper(struct sfs_fs *fs, struct sfs_options *o, struct fuse_s
 	sfs_fusedev_keep_init(fs->keeper);
 }
 
+/* At a takeover: the stats file as rendered now, saved for the next
+ * process (carry.h), which adds its counters to its own. Returns 0 or
+ * -errno. */
+static int carry_counters(struct sfs_fs *fs, int state_fd)
+{
+	char *text = NULL;
+	ssize_t n = sfs_stats_render(fs, &text);
+
+	if (n < 0)
+		return (int)n;
+	int rc = sfs_carry_save(text, (size_t)n, state_fd, fs->keeper);
+	free(text);
+	return rc;
+}
+
 /* Mount (or, resumed, take the keeper's connection), detach, serve until
  * unmounted or signalled, and take the session down. Returns the exit
  * status. */
@@ -664,7 +679,7 @@ static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *arg
 		 * the cache recovers what was being written, as after a crash.
 		 * The counters go on in the next process (carry.h). */
 		sfs_log(SFS_LOG_INFO, "main", "handing %s over to the next binary", o->mountpoint);
-		if ((rc = sfs_carry_save(fs, m->state_fd, fs->keeper)) < 0)
+		if ((rc = carry_counters(fs, m->state_fd)) < 0)
 			sfs_log(SFS_LOG_WARN, "main", "counters not carried over: %s",
 				strerror(-rc));
 		_exit(SFS_TAKEOVER_EXIT);

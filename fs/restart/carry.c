@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /* carry — see carry.h. */
 #include "carry.h"
-#include "../fs.h"
+#include "keeper.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -24,20 +24,12 @@ struct sfs_carry {
 	char *text; /* what the series point into */
 };
 
-int sfs_carry_save(struct sfs_fs *fs, int state_fd, struct sfs_keeper_state *k)
+int sfs_carry_save(const char *text, size_t len, int state_fd, struct sfs_keeper_state *k)
 {
-	char *text = NULL;
-	ssize_t n = sfs_stats_render(fs, &text);
-
-	if (n < 0)
-		return (int)n;
-	int rc = 0;
-	if ((size_t)n > CARRY_MAX || pwrite(state_fd, text, (size_t)n, CARRY_OFFSET) != n)
-		rc = -EIO;
-	else
-		__atomic_store_n(&k->carry_len, (uint64_t)n, __ATOMIC_RELEASE);
-	free(text);
-	return rc;
+	if (len > CARRY_MAX || pwrite(state_fd, text, len, CARRY_OFFSET) != (ssize_t)len)
+		return -EIO;
+	__atomic_store_n(&k->carry_len, (uint64_t)len, __ATOMIC_RELEASE);
+	return 0;
 }
 
 static int by_series(const void *a, const void *b)

@@ -8,6 +8,10 @@
  * under the same series. After a crash nothing is carried: counters
  * restart, as Prometheus allows.
  *
+ * Owns: the saved text's place in the memfd and the carried values. Does
+ * not render the stats: main renders them and hands the text to save, and
+ * wires apply into the stats file's rendering (fs/observe/stats.h).
+ *
  * Threading: save and load run before or after the FUSE loop; apply runs
  * on any thread (the carried values are read-only once loaded).
  */
@@ -16,13 +20,13 @@
 
 #include <stddef.h>
 
-struct sfs_fs;
 struct sfs_keeper_state;
 struct sfs_carry;
 
-/* Render the stats of fs and save them for the next process. Returns 0 or
- * -errno. */
-int sfs_carry_save(struct sfs_fs *fs, int state_fd, struct sfs_keeper_state *k);
+/* Save text[0, len), the stats file as this process last rendered it, in
+ * the keeper's state memfd state_fd for the next process (k->carry_len says
+ * how much). Returns 0, or -EIO (too long, or not written). */
+int sfs_carry_save(const char *text, size_t len, int state_fd, struct sfs_keeper_state *k);
 
 /* Load what the last process saved (and forget it there). NULL when
  * nothing was saved, or on ENOMEM. */
