@@ -513,14 +513,31 @@ static int start_daemon(struct sfs_fs *fs, struct sfs_options *o, int n_addrs)
 		o->source, o->mountpoint, n_addrs, o->nconnect, o->immutable ? ", immutable" : "");
 	if (o->cache_dir)
 		sfs_log(SFS_LOG_INFO, "main", "cache checksums: XXH3-64, %s code", sfs_xxh3_impl());
-	/* With a keeper, a heartbeat: a wedged process is replaced (watchdog.h). */
-	if (fs->keeper && (rc = sfs_watchdog_start(fs, o->wedge_timeout_s * 1000ull)) < 0)
-		sfs_log(SFS_LOG_WARN, "main", "no watchdog (%s): a wedged process is not replaced",
-			strerror(-rc));
 	tune_readahead(o->mountpoint);
 	if ((rc = sfs_memtrim_start(release_idle, fs)) < 0) /* not fatal: freed memory stays */
 		sfs_log(SFS_LOG_WARN, "main", "cannot start the memory trimmer: %s", strerror(-rc));
 	return 0;
+}
+
+/* With a keeper, a heartbeat (watchdog.h): a wedged process is replaced.
+ * After start_daemon (it watches the origin's threads). NULL without a
+ * keeper, with wedge_timeout=0, or when it cannot start (logged). */
+static sfs_watchdog *start_watchdog(struct sfs_fs *fs, const struct sfs_options *o)
+{
+	sfs_watchdog *w = NULL;
+	int rc;
+
+	if (!fs->keeper || !o->wedge_timeout_s)
+		return NULL;
+	struct sfs_watchdog_conf c = {
+	    .origin = fs->origin, .keeper = fs->keeper, .wedge_ms = o->wedge_timeout_s * 1000ull};
+	if ((rc = sfs_watchdog_open(&c, &w)) < 0 || (rc = sfs_watchdog_start(w)) < 0) {
+		sfs_log(SFS_LOG_WARN, "main", "no watchdog (%s): a wedged process is not replaced",
+			strerror(-rc));
+		sfs_watchdog_close(w);
+		return NULL;
+	}
+	return w;
 }
 
 /* The FUSE workers until unmounted or signalled. Returns the exit status. */
@@ -620,6 +637,7 @@ static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *arg
 		 struct serve_mode *m)
 {
 	int status = 1;
+	sfs_watchdog *watchdog = NULL;
 	struct fuse_session *se = fuse_session_new(args, &sfs_fuse_ops, sizeof(sfs_fuse_ops), fs);
 	char devfd[32];
 
@@ -672,8 +690,10 @@ static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *arg
 		sigaction(SIGUSR2, &(struct sigaction){.sa_handler = on_handover}, NULL);
 	}
 	sfs_handles_set_epoch(fs->keeper ? fs->keeper->epoch : 0);
-	if (start_daemon(fs, o, n_addrs) == 0)
+	if (start_daemon(fs, o, n_addrs) == 0) {
+		watchdog = start_watchdog(fs, o);
 		status = run_loop(se, o, fs->keeper != NULL);
+	}
 	if (handing_over) {
 		/* What was read and not answered goes to the next binary (RESEND);
 		 * the cache recovers what was being written, as after a crash.
@@ -686,7 +706,7 @@ static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *arg
 	}
 
 out_unmount:
-	sfs_watchdog_stop(); /* before the origin it watches closes */
+	sfs_watchdog_close(watchdog); /* before the origin it watches closes */
 	sfs_memtrim_stop();
 	fuse_session_unmount(se); /* resumed: nothing (libfuse did not mount) */
 out_signals:

@@ -6,75 +6,100 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <time.h>
 
-static pthread_t thread;
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
-static bool running, stopping; /* protected by lock */
-static struct sfs_fs *watched; /* set at start */
-static uint64_t wedge;	       /* set at start */
+struct sfs_watchdog {
+	struct sfs_watchdog_conf c; /* set at open, then read-only */
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;	/* stopping, for the thread's wait */
+	bool running, stopping; /* protected by lock */
+	bool said;		/* the checker's own: this stretch was logged */
+};
 
-static void *watch(void *arg)
+int sfs_watchdog_open(const struct sfs_watchdog_conf *c, sfs_watchdog **out)
 {
-	(void)arg;
-	bool said = false;
-
-	pthread_mutex_lock(&lock);
-	while (!stopping) {
-		pthread_mutex_unlock(&lock);
-		uint64_t now = sfs_now_ms();
-		uint64_t io = sfs_origin_stuck_ms(watched->origin, now);
-		uint64_t worker = sfs_workers_stuck_ms(now);
-		if (io < wedge && worker < wedge) {
-			__atomic_fetch_add(&watched->keeper->heartbeat, 1, __ATOMIC_RELAXED);
-			said = false;
-		} else if (!said) {
-			sfs_log(SFS_LOG_ERR, "watchdog",
-				"wedged: an I/O thread without a turn for %llu ms, a worker in one "
-				"request for %llu ms; the keeper replaces this process",
-				(unsigned long long)io, (unsigned long long)worker);
-			said = true;
-		}
-		pthread_mutex_lock(&lock);
-		struct timespec ts = sfs_deadline(CLOCK_MONOTONIC, SFS_WATCHDOG_TICK_MS * 1000u);
-		while (!stopping && pthread_cond_timedwait(&wake, &lock, &ts) == 0)
-			;
-	}
-	pthread_mutex_unlock(&lock);
-	return NULL;
-}
-
-int sfs_watchdog_start(struct sfs_fs *fs, uint64_t wedge_ms)
-{
+	sfs_watchdog *w = calloc(1, sizeof(*w));
 	pthread_condattr_t ca;
 
-	if (!fs->keeper || !wedge_ms)
-		return 0;
-	watched = fs;
-	wedge = wedge_ms;
+	if (!w)
+		return -ENOMEM;
+	w->c = *c;
+	if (!w->c.now_ms)
+		w->c.now_ms = sfs_now_ms;
+	pthread_mutex_init(&w->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&wake, &ca);
+	pthread_cond_init(&w->wake, &ca);
 	pthread_condattr_destroy(&ca);
-	int rc = pthread_create(&thread, NULL, watch, NULL);
-	if (rc)
-		return -rc;
-	__atomic_store_n(&fs->keeper->wedge_ms, wedge_ms, __ATOMIC_RELEASE);
-	pthread_mutex_lock(&lock);
-	running = true;
-	pthread_mutex_unlock(&lock);
+	*out = w;
 	return 0;
 }
 
-void sfs_watchdog_stop(void)
+bool sfs_watchdog_check(sfs_watchdog *w)
 {
-	pthread_mutex_lock(&lock);
-	bool was = running;
-	stopping = true;
-	running = false;
-	pthread_cond_signal(&wake);
-	pthread_mutex_unlock(&lock);
+	uint64_t now = w->c.now_ms();
+	uint64_t io = sfs_origin_stuck_ms(w->c.origin, now);
+	uint64_t worker = sfs_workers_stuck_ms(now);
+
+	if (io < w->c.wedge_ms && worker < w->c.wedge_ms) {
+		__atomic_fetch_add(&w->c.keeper->heartbeat, 1, __ATOMIC_RELAXED);
+		w->said = false;
+		return true;
+	}
+	if (!w->said)
+		sfs_log(SFS_LOG_ERR, "watchdog",
+			"wedged: an I/O thread without a turn for %llu ms, a worker in one "
+			"request for %llu ms; the keeper replaces this process",
+			(unsigned long long)io, (unsigned long long)worker);
+	w->said = true;
+	return false;
+}
+
+static void *watch(void *arg)
+{
+	sfs_watchdog *w = arg;
+
+	pthread_mutex_lock(&w->lock);
+	while (!w->stopping) {
+		pthread_mutex_unlock(&w->lock);
+		sfs_watchdog_check(w);
+		pthread_mutex_lock(&w->lock);
+		struct timespec ts = sfs_deadline(CLOCK_MONOTONIC, SFS_WATCHDOG_TICK_MS * 1000u);
+		while (!w->stopping && pthread_cond_timedwait(&w->wake, &w->lock, &ts) == 0)
+			;
+	}
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+int sfs_watchdog_start(sfs_watchdog *w)
+{
+	int rc = pthread_create(&w->thread, NULL, watch, w);
+
+	if (rc)
+		return -rc;
+	__atomic_store_n(&w->c.keeper->wedge_ms, w->c.wedge_ms, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&w->lock);
+	w->running = true;
+	pthread_mutex_unlock(&w->lock);
+	return 0;
+}
+
+void sfs_watchdog_close(sfs_watchdog *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->lock);
+	bool was = w->running;
+	w->stopping = true;
+	w->running = false;
+	pthread_cond_signal(&w->wake);
+	pthread_mutex_unlock(&w->lock);
 	if (was)
-		pthread_join(thread, NULL);
+		pthread_join(w->thread, NULL);
+	pthread_cond_destroy(&w->wake);
+	pthread_mutex_destroy(&w->lock);
+	free(w);
 }
