@@ -453,6 +453,38 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 	return 0;
 }
 
+/* The hints' listing_start (hints.h): a lookup that missed a directory's
+ * listing counts towards listing it, as a reader's own lookup does. */
+static void start_listing(void *arg, const struct sfs_fh *dir, uint64_t key)
+{
+	sfs_fs_listing_start(arg, dir, key);
+}
+
+/* Epoch hints (hints.h), handed the modules they resolve and fetch with.
+ * They hold at most half of the fetch memory unread: readers' own chunks
+ * and readahead keep the rest. Returns 0 or -errno. */
+static int open_hints(struct sfs_fs *fs, const struct sfs_options *o)
+{
+	struct sfs_hints_handles hh = {.prefetch = fs->prefetch,
+				       .origin = fs->origin,
+				       .ns = fs->ns,
+				       .listings = fs->listings,
+				       .inodes = fs->inodes,
+				       .attr_timeout_s = fs->attr_timeout_s,
+				       .store = fs->store,
+				       .root_dataset = fs->root_dataset,
+				       .opts = o,
+				       .listing_start = start_listing,
+				       .listing_arg = fs};
+	struct sfs_hints_conf c = {.window = o->hint_window,
+				   .fetchers = o->hint_fetchers,
+				   .mem_bytes = o->prefetch_mem / 2,
+				   .list_mem_max = o->mem_max / 8,
+				   .check_perms = o->default_permissions};
+
+	return sfs_hints_open(&hh, &c, &fs->hints);
+}
+
 /* After the fork: start every module's threads (the CUDA runtime, if any,
  * must live in the daemon too), then the readahead tuner and the memory
  * trimmer. Returns 0, or -1 after logging why. */
@@ -493,15 +525,7 @@ static int start_daemon(struct sfs_fs *fs, struct sfs_options *o, int n_addrs)
 		sfs_log(SFS_LOG_ERR, "main", "cannot start the scrubber: %s", strerror(-rc));
 		return -1;
 	}
-	/* Hints hold at most half of the fetch memory unread: readers' own
-	 * chunks and readahead keep the rest. */
-	if ((rc = sfs_hints_open(fs,
-				 &(struct sfs_hints_conf){.window = o->hint_window,
-							  .fetchers = o->hint_fetchers,
-							  .mem_bytes = o->prefetch_mem / 2,
-							  .list_mem_max = o->mem_max / 8,
-							  .check_perms = o->default_permissions},
-				 &fs->hints)) < 0) {
+	if ((rc = open_hints(fs, o)) < 0) {
 		sfs_log(SFS_LOG_ERR, "main", "cannot start: %s", strerror(-rc));
 		return -1;
 	}

@@ -4,7 +4,6 @@
  * (hint_resolve.h).
  */
 #include "hint_resolve.h"
-#include "../fs.h"
 #include "../../cache/common/log.h"
 
 #include <errno.h>
@@ -26,7 +25,7 @@ struct hint_dir {
 #define DIR_MAX	    4096 /* directories kept per list; past it the table starts over */
 
 struct sfs_hint_dirs {
-	struct sfs_fs *fs;
+	const struct sfs_hints_handles *hh; /* the hints', which outlive the table */
 	struct sfs_hint_sender sender;
 	bool check_perms;
 	pthread_mutex_t lock; /* a leaf: the table below */
@@ -45,14 +44,14 @@ static void dirs_clear(struct sfs_hint_dirs *D)
 	D->n_dirs = 0;
 }
 
-struct sfs_hint_dirs *sfs_hint_dirs_new(struct sfs_fs *fs, const struct sfs_hint_sender *s,
-					bool check_perms)
+struct sfs_hint_dirs *sfs_hint_dirs_new(const struct sfs_hints_handles *hh,
+					const struct sfs_hint_sender *s, bool check_perms)
 {
 	struct sfs_hint_dirs *D = calloc(1, sizeof(*D));
 
 	if (!D)
 		return NULL;
-	D->fs = fs;
+	D->hh = hh;
 	D->sender = *s;
 	D->check_perms = check_perms;
 	pthread_mutex_init(&D->lock, NULL);
@@ -104,7 +103,7 @@ static uint64_t path_hash(const char *p, size_t n)
 static bool dir_cached(struct sfs_hint_dirs *D, const char *path, size_t len, struct hint_dir *out)
 {
 	uint64_t hash = path_hash(path, len), now = sfs_now_ms();
-	uint64_t ttl = (uint64_t)(D->fs->attr_timeout_s * 1000) + 1000;
+	uint64_t ttl = (uint64_t)(D->hh->attr_timeout_s * 1000) + 1000;
 
 	for (struct hint_dir *d = D->dirs[hash % DIR_BUCKETS]; d; d = d->next)
 		if (d->hash == hash && d->len == len && !memcmp(d->path, path, len) &&
@@ -142,32 +141,33 @@ static void dir_keep(struct sfs_hint_dirs *D, const char *path, size_t len,
 static int lookup_name(struct sfs_hint_dirs *D, const struct hint_dir *d, const char *name,
 		       struct sfs_fh *fh, struct sfs_attr *a)
 {
-	struct sfs_fs *fs = D->fs;
+	const struct sfs_hints_handles *hh = D->hh;
 	uint64_t listed_ms;
 	int rc;
 
-	if (fs->ns) {
-		if ((rc = sfs_ns_lookup(fs->ns, d->key, name, fh, a)) != -ENODATA)
+	if (hh->ns) {
+		if ((rc = sfs_ns_lookup(hh->ns, d->key, name, fh, a)) != -ENODATA)
 			return rc;
-	} else if (fs->listings) {
-		rc = sfs_ns_lookup_listed(fs->listings, d->key, name, fh, a, &listed_ms);
+	} else if (hh->listings) {
+		rc = sfs_ns_lookup_listed(hh->listings, d->key, name, fh, a, &listed_ms);
 		if (rc == 0)
 			return 0;
-		if (rc == -ENODATA && sfs_ns_listing_wanted(fs->listings, d->key))
-			sfs_fs_listing_start(fs, &d->fh, d->key);
+		if (rc == -ENODATA && hh->listing_start &&
+		    sfs_ns_listing_wanted(hh->listings, d->key))
+			hh->listing_start(hh->listing_arg, &d->fh, d->key);
 	}
 	struct sfs_origin_req r = {.op = SFS_ORIGIN_LOOKUP, .fh = d->fh, .name = name};
-	if ((rc = sfs_origin_call(fs->origin, &r)) < 0)
+	if ((rc = sfs_origin_call(hh->origin, &r)) < 0)
 		return rc;
 	*fh = r.out_fh;
 	if (!r.have_attr) {
 		r = (struct sfs_origin_req){.op = SFS_ORIGIN_GETATTR, .fh = *fh};
-		if ((rc = sfs_origin_call(fs->origin, &r)) < 0)
+		if ((rc = sfs_origin_call(hh->origin, &r)) < 0)
 			return rc;
 	}
 	*a = r.attr;
-	if (fs->ns)
-		sfs_ns_add(fs->ns, d->key, name, fh, a);
+	if (hh->ns)
+		sfs_ns_add(hh->ns, d->key, name, fh, a);
 	return 0;
 }
 
@@ -231,7 +231,7 @@ static int lookup_dir(struct sfs_hint_dirs *D, const char *path, size_t len, str
 		return out->err;
 	int rc = 0;
 	if (len == 0) {
-		struct sfs_inode *root = sfs_inode_root(D->fs->inodes);
+		struct sfs_inode *root = sfs_inode_root(D->hh->inodes);
 		struct sfs_attr a;
 		sfs_inode_lock(root);
 		sfs_inode_attr_get(root, &a);
@@ -270,17 +270,17 @@ int sfs_hint_resolve(struct sfs_hint_dirs *D, const char *path, size_t len, stru
 
 /* The dataset (cache/store/store.h) of a path: its top-level directory, or
  * the export itself for a file at the root. */
-uint32_t sfs_hint_path_dataset(struct sfs_fs *fs, const char *path, size_t len)
+uint32_t sfs_hint_path_dataset(const struct sfs_hints_handles *hh, const char *path, size_t len)
 {
 	const char *slash = memchr(path, '/', len);
 	char buf[2048];
 
-	if (!fs->store)
+	if (!hh->store)
 		return 0;
 	if (!slash)
-		return fs->root_dataset;
-	if (sfs_export_join(fs->opts, path, (size_t)(slash - path), buf, sizeof(buf)) >=
+		return hh->root_dataset;
+	if (sfs_export_join(hh->opts, path, (size_t)(slash - path), buf, sizeof(buf)) >=
 	    (int)sizeof(buf))
 		return 0;
-	return sfs_store_dataset(fs->store, buf);
+	return sfs_store_dataset(hh->store, buf);
 }

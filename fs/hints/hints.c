@@ -18,7 +18,6 @@
  * window.
  */
 #include "hints.h"
-#include "../fs.h"
 #include "hint_list.h"
 #include "hint_resolve.h"
 #include "../../cache/common/log.h"
@@ -84,7 +83,7 @@ struct hint_pending {
 };
 
 struct sfs_hints {
-	struct sfs_fs *fs;
+	struct sfs_hints_handles hh; /* set at open, then read-only */
 	struct sfs_hints_conf conf;
 	pthread_mutex_t lock;
 	pthread_cond_t work; /* an item to take, or stop */
@@ -327,7 +326,7 @@ int sfs_hints_commit(sfs_hints *h, uint64_t owner, uint64_t *n_items)
 		h->st.refused_invalid++;
 		rc = -EINVAL;
 	} else if (!L || !slots || (rc = start_fetchers(h)) < 0 ||
-		   !(L->dirs = sfs_hint_dirs_new(h->fs, &(*p)->sender, h->conf.check_perms))) {
+		   !(L->dirs = sfs_hint_dirs_new(&h->hh, &(*p)->sender, h->conf.check_perms))) {
 		rc = rc ? rc : -ENOMEM;
 	} else {
 		struct hint_list *old = list_of(h, owner);
@@ -757,7 +756,7 @@ static struct item_result fetch_item(sfs_hints *h, struct hint_list *L, uint64_t
 			r.outcome = ITEM_CACHED; /* an empty file: nothing to fetch */
 		return r;			 /* else a range past its end: unknown */
 	}
-	struct sfs_file_version v = {.dataset = sfs_hint_path_dataset(h->fs, path, it->path_len),
+	struct sfs_file_version v = {.dataset = sfs_hint_path_dataset(&h->hh, path, it->path_len),
 				     .fsid = a.fsid,
 				     .fileid = a.fileid,
 				     .size = a.size,
@@ -766,7 +765,7 @@ static struct item_result fetch_item(sfs_hints *h, struct hint_list *L, uint64_t
 				     .ctime_s = a.ctime.tv_sec,
 				     .ctime_ns = (uint32_t)a.ctime.tv_nsec};
 	sfs_pf_file *pf;
-	if (sfs_pf_file_open_version(h->fs->prefetch, &fh, &v, &pf) < 0)
+	if (sfs_pf_file_open_version(h->hh.prefetch, &fh, &v, &pf) < 0)
 		return r;
 	sfs_pf_file_hint_hold(pf);
 	sfs_pf_file_unref(pf); /* the hold has its own reference */
@@ -910,13 +909,14 @@ static void *fetcher_main(void *arg)
 
 /* --- open, close, stats -------------------------------------------------------- */
 
-int sfs_hints_open(struct sfs_fs *fs, const struct sfs_hints_conf *conf, sfs_hints **out)
+int sfs_hints_open(const struct sfs_hints_handles *hh, const struct sfs_hints_conf *conf,
+		   sfs_hints **out)
 {
 	sfs_hints *h = calloc(1, sizeof(*h));
 
 	if (!h)
 		return -ENOMEM;
-	h->fs = fs;
+	h->hh = *hh;
 	h->conf = *conf;
 	if (!h->conf.window)
 		h->conf.window = 1;
@@ -929,7 +929,7 @@ int sfs_hints_open(struct sfs_fs *fs, const struct sfs_hints_conf *conf, sfs_hin
 	pthread_mutex_init(&h->lock, NULL);
 	pthread_cond_init(&h->work, NULL);
 	snprintf(h->jobs[SFS_HINT_JOBS_MAX - 1].job, sizeof(h->jobs[0].job), "other");
-	sfs_prefetch_set_observers(fs->prefetch, observe_read, observe_fetched, h);
+	sfs_prefetch_set_observers(hh->prefetch, observe_read, observe_fetched, h);
 	*out = h;
 	return 0;
 }

@@ -17,7 +17,8 @@
  * waste); a reader past the fetch makes it skip there. The counters, per
  * job and in all.
  * Does not own: fetching and caching bytes (cache/prefetch, cache/store),
- * the ioctl structs' plumbing (fs/ops/ioctl.c).
+ * the ioctl structs' plumbing (fs/ops/ioctl.c), the handles it is given
+ * (struct sfs_hints_handles: main's, set at open).
  *
  * Threading: any thread. One mutex protects every list and counter; it is
  * taken before a prefetch file's lock (holds are released under it) and
@@ -27,6 +28,10 @@
 #ifndef SFS_HINTS_H
 #define SFS_HINTS_H
 
+#include "../../cache/namespace/namespace.h"
+#include "../../cache/prefetch/prefetch.h"
+#include "../inode/inode.h"
+#include "../options.h"
 #include <shardfs/shardfs_ioctl.h>
 
 #include <stdbool.h>
@@ -34,8 +39,26 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-struct sfs_fs;
 typedef struct sfs_hints sfs_hints;
+
+/* What the hints use of the daemon, handed over by main at open (copied):
+ * each set at start, then read-only; every one outlives the hints. */
+struct sfs_hints_handles {
+	sfs_prefetch *prefetch;		/* fetches ahead; its observers report reads, fetches */
+	sfs_origin *origin;		/* lookups the namespace or a listing do not answer */
+	sfs_ns *ns;			/* immutable: the namespace (NULL: not immutable) */
+	sfs_ns *listings;		/* not immutable: directory listings (NULL: none) */
+	sfs_inode_table *inodes;	/* the root directory's handle and attributes */
+	double attr_timeout_s;		/* how long a directory resolved stands */
+	sfs_store *store;		/* datasets (NULL: no cache, every dataset 0) */
+	uint32_t root_dataset;		/* the export's own dataset */
+	const struct sfs_options *opts; /* the export path, for datasets' names */
+	/* Start listing directory dir (namespace key `key`) into listings,
+	 * after sfs_ns_listing_wanted() said so: fs/ops's listing, wired by
+	 * main. Any thread; never blocks. NULL: never. */
+	void (*listing_start)(void *arg, const struct sfs_fh *dir, uint64_t key);
+	void *listing_arg;
+};
 
 struct sfs_hints_conf {
 	unsigned window;       /* items of one list fetched ahead at most */
@@ -56,7 +79,8 @@ struct sfs_hint_sender {
 };
 
 /* Returns 0 and *out, or -ENOMEM. Threads start with the first list. */
-int sfs_hints_open(struct sfs_fs *fs, const struct sfs_hints_conf *conf, sfs_hints **out);
+int sfs_hints_open(const struct sfs_hints_handles *hh, const struct sfs_hints_conf *conf,
+		   sfs_hints **out);
 /* Stop the fetchers (each finishes its item) and drop every list. Before
  * the prefetch pool and the origin close. NULL is fine. */
 void sfs_hints_close(sfs_hints *h);
