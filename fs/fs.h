@@ -24,6 +24,7 @@
 #include "../cache/staging/staging.h"
 #include "inode/inode.h"
 #include "observe/jobs.h"
+#include "observe/stats.h"
 #include "restart/keeper.h"
 #include "options.h"
 #include "kernel/passthrough.h"
@@ -77,6 +78,7 @@ struct sfs_fs {
 	sfs_ns *ns;		  /* set at start; non-NULL iff immutable */
 	sfs_ns *listings;	  /* set at start: not immutable, directory listings (NULL: none) */
 	struct sfs_hints *hints;  /* set at start: epoch hints (hints.h) */
+	sfs_stats *stats;	  /* set at start: the stats file (observe/stats.h) */
 	pthread_mutex_t statfs_lock;		/* immutable: guards the two below */
 	bool have_fsstat;			/* protected by statfs_lock */
 	struct sfs_fsstat fsstat;		/* protected by statfs_lock: first answer */
@@ -184,10 +186,11 @@ void sfs_fs_listing_start(struct sfs_fs *fs, const struct sfs_fh *dir, uint64_t 
 void sfs_open_file_drop_regions(struct sfs_open_file *of);
 extern const char *const sfs_fuse_op_names[SFS_OP_COUNT];
 
-/*
- * Render the stats file into a malloc'd buffer (Prometheus text format).
- * Returns its length and sets *out, or -ENOMEM.
- */
-ssize_t sfs_stats_render(struct sfs_fs *fs, char **out);
+/* The stats file's text (fs/observe/stats.h: sfs_stats_read) into a
+ * malloc'd *out. Returns its length, or -ENOMEM. */
+static inline ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
+{
+	return sfs_stats_read(fs->stats, out);
+}
 
 #endif

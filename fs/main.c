@@ -282,6 +282,8 @@ static uint64_t release_idle(void *arg)
  * not answer. Before prefetch's close: completions touch its files. Once. */
 static void close_origin(struct sfs_fs *fs)
 {
+	sfs_stats_close(fs->stats); /* it reads the modules closed below */
+	fs->stats = NULL;
 	sfs_hints_close(fs->hints); /* its fetchers call the origin and prefetch */
 	fs->hints = NULL;
 	sfs_prefetch_stop(fs->prefetch);
@@ -485,6 +487,61 @@ static int open_hints(struct sfs_fs *fs, const struct sfs_options *o)
 	return sfs_hints_open(&hh, &c, &fs->hints);
 }
 
+/* The stats' amend hook (stats.h): the counters carried from the process
+ * that handed over go on (carry.h). */
+static int amend_carried(void *arg, char **text, size_t *len)
+{
+	return sfs_carry_apply(arg, text, len);
+}
+
+/* The label values of the staging counters, from fs/ops's tables. */
+static const char *stage_targets[SFS_STAGE_KIND_COUNT];
+static const char *stage_reasons[SFS_STAGE_E_COUNT];
+
+/* The stats file (stats.h), handed every module it reports on and where
+ * fs/ops keeps its counters. After the modules opened, the keeper's state
+ * mapped and the carried counters loaded. Returns 0 or -errno. */
+static int open_stats(struct sfs_fs *fs, const struct sfs_options *o)
+{
+	for (int t = 0; t < SFS_STAGE_KIND_COUNT; t++)
+		stage_targets[t] = sfs_stage_target_name((enum sfs_stage_kind)t);
+	for (int r = 0; r < SFS_STAGE_E_COUNT; r++)
+		stage_reasons[r] = sfs_stage_reason_name((enum sfs_stage_reason)r);
+	struct sfs_stats_sources src = {.origin = fs->origin,
+					.prefetch = fs->prefetch,
+					.store = fs->store,
+					.ns = fs->ns,
+					.listings = fs->listings,
+					.staging = fs->staging,
+					.inodes = fs->inodes,
+					.jobs = fs->jobs,
+					.hints = fs->hints,
+					.keeper = fs->keeper,
+					.pt = &fs->pt,
+					.page_cache = &fs->page_cache,
+					.start_ns = fs->start_ns,
+					.mem_max = o->mem_max,
+					.fuse = {.ops = fs->op_count,
+						 .op_names = sfs_fuse_op_names,
+						 .n_ops = SFS_OP_COUNT,
+						 .read_bytes = &fs->read_bytes,
+						 .read_errors = &fs->read_errors,
+						 .invalidations = &fs->invalidations,
+						 .direct_opens = &fs->direct_opens,
+						 .inodes_pruned = &fs->inodes_pruned,
+						 .stage_bytes = fs->stage_bytes,
+						 .stage_requests = fs->stage_requests,
+						 .stage_targets = stage_targets,
+						 .n_stage_targets = SFS_STAGE_KIND_COUNT,
+						 .stage_errors = fs->stage_errors,
+						 .stage_reasons = stage_reasons,
+						 .n_stage_reasons = SFS_STAGE_E_COUNT},
+					.amend = fs->carry ? amend_carried : NULL,
+					.amend_arg = fs->carry};
+
+	return sfs_stats_open(&src, &fs->stats);
+}
+
 /* After the fork: start every module's threads (the CUDA runtime, if any,
  * must live in the daemon too), then the readahead tuner and the memory
  * trimmer. Returns 0, or -1 after logging why. */
@@ -531,6 +588,10 @@ static int start_daemon(struct sfs_fs *fs, struct sfs_options *o, int n_addrs)
 	}
 	if ((rc = sfs_staging_open(&fs->staging)) < 0) {
 		sfs_log(SFS_LOG_ERR, "main", "cannot set up staging: %s", strerror(-rc));
+		return -1;
+	}
+	if ((rc = open_stats(fs, o)) < 0) {
+		sfs_log(SFS_LOG_ERR, "main", "cannot start: %s", strerror(-rc));
 		return -1;
 	}
 	sfs_log(SFS_LOG_INFO, "main", "mounted %s on %s (%d node addresses, %u connections each%s)",
@@ -645,7 +706,7 @@ static void start_keeper(struct sfs_fs *fs, struct sfs_options *o, struct fuse_s
 static int carry_counters(struct sfs_fs *fs, int state_fd)
 {
 	char *text = NULL;
-	ssize_t n = sfs_stats_render(fs, &text);
+	ssize_t n = fs->stats ? sfs_stats_render(fs, &text) : -ENODATA;
 
 	if (n < 0)
 		return (int)n;

@@ -1,25 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * stats — renders MOUNTPOINT/.shardfs/stats in the Prometheus text
- * exposition format (version 0.0.4) from every module's counters.
- * Runs on a FUSE worker at open of the stats file. Reads each module's
- * counters through its get_stats call: atomics, and the gauges that the
- * store and the segment index keep under their locks (taken briefly, no
- * I/O under them); /proc/self/statm for the RSS.
+ * stats — the text of MOUNTPOINT/.shardfs/stats (stats.h): a snapshot of
+ * the counters (stats_snap.c) in the Prometheus text exposition format
+ * (version 0.0.4). Reads the snapshot and nothing else; every metric
+ * rendered here has one entry in shardfs-stats(7) (tests/docs checks).
+ * Any thread; no lock.
  */
-#include "../fs.h"
-#include "../restart/carry.h"
-#include "../hints/hints.h"
-#include "../kernel/fusedev.h"
-#include "../memtrim.h"
-#include "../kernel/workers.h"
-#include "../../cache/common/iobuf.h"
-#include "../../cache/common/log.h"
+#include "stats.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 static void help(FILE *f, const char *name, const char *type, const char *text)
 {
@@ -45,15 +36,13 @@ static void metric(FILE *f, const char *name, const char *type, const char *text
 				(unsigned long long)js[k].field);                                  \
 	} while (0)
 
-/* Per-job read accounting (fs/observe/jobs.h). Returns 0 or -ENOMEM. */
-static int render_jobs(FILE *f, sfs_jobs *jobs)
+/* Per-job read accounting (fs/observe/jobs.h). */
+static void render_jobs(FILE *f, const struct sfs_stats_snapshot *s)
 {
-	struct sfs_jobs_totals t;
-	struct sfs_job_stats *js = malloc(SFS_JOBS_MAX * sizeof(*js));
+	const struct sfs_jobs_totals *t = &s->job_totals;
+	const struct sfs_job_stats *js = s->jobs;
+	size_t n = s->n_jobs;
 
-	if (!js)
-		return -ENOMEM;
-	size_t n = sfs_jobs_snapshot(jobs, js, SFS_JOBS_MAX, &t);
 	PER_JOB("shardfs_job_read_bytes_total", "counter",
 		"Bytes returned to read() and placed by STAGE, by the caller's job.", read_bytes);
 	PER_JOB("shardfs_job_read_requests_total", "counter",
@@ -82,209 +71,206 @@ static int render_jobs(FILE *f, sfs_jobs *jobs)
 	for (size_t k = 0; k < n; k++)
 		fprintf(f, "shardfs_job_read_blocked_seconds_total{job=\"%s\"} %.6f\n", js[k].label,
 			(double)js[k].busy_ns / 1e9);
-	free(js);
 	metric(f, "shardfs_jobs", "gauge",
-	       "Jobs being accounted (at most " STR(SFS_JOBS_MAX) "; idle ones age out).", t.jobs);
+	       "Jobs being accounted (at most " STR(SFS_JOBS_MAX) "; idle ones age out).", t->jobs);
 	metric(f, "shardfs_jobs_aged_out_total", "counter",
 	       "Jobs removed from the accounting after a long time without a read.",
-	       t.evicted_jobs);
+	       t->evicted_jobs);
 	metric(f, "shardfs_job_pid_entries", "gauge",
 	       "Entries of the pid -> job cache in use (at most " STR(SFS_JOBS_PID_ENTRIES) ").",
-	       t.pid_entries);
+	       t->pid_entries);
 	metric(f, "shardfs_job_cgroup_reads_total", "counter",
 	       "/proc/PID/cgroup files read to find a caller's job (pid cache misses).",
-	       t.cgroup_reads);
-	return 0;
+	       t->cgroup_reads);
 }
 #undef PER_JOB
 
 /* Per node: metadata calls by kind and the latency histogram. */
-static void render_node_calls(FILE *f, struct sfs_fs *fs)
+static void render_node_calls(FILE *f, const struct sfs_stats_snapshot *s)
 {
-	size_t n_nodes = sfs_origin_node_count(fs->origin);
-	struct sfs_origin_node_stats ns;
+	size_t n_nodes = s->n_nodes;
+	const struct sfs_origin_node_stats *ns;
 
 	help(f, "shardfs_node_metadata_calls_total", "counter",
 	     "Metadata requests the node answered, by kind (lookup, getattr, readdir, readlink, "
 	     "fsstat).");
 	for (size_t i = 0; i < n_nodes; i++) {
-		sfs_origin_node_stats(fs->origin, i, &ns);
+		ns = &s->nodes[i];
 		for (int k = 0; k < SFS_ORIGIN_N_OPS; k++)
 			if (k != SFS_ORIGIN_READ)
 				fprintf(f,
 					"shardfs_node_metadata_calls_total{node=\"%s\",kind=\"%s\"}"
 					" %llu\n",
-					ns.addr, sfs_origin_op_names[k],
-					(unsigned long long)ns.meta_by_op[k]);
+					ns->addr, s->origin_op_names[k],
+					(unsigned long long)ns->meta_by_op[k]);
 	}
 	help(f, "shardfs_node_latency_seconds", "histogram",
 	     "Time from sending a request to its reply.");
 	for (size_t i = 0; i < n_nodes; i++) {
-		sfs_origin_node_stats(fs->origin, i, &ns);
+		ns = &s->nodes[i];
 		for (int b = 0; b < SFS_ORIGIN_LAT_BUCKETS; b++)
-			fprintf(f,
-				"shardfs_node_latency_seconds_bucket{node=\"%s\",le=\"%g\"} %llu\n",
-				ns.addr, sfs_origin_lat_bounds_s[b],
-				(unsigned long long)ns.lat_buckets[b]);
+			fprintf(
+			    f, "shardfs_node_latency_seconds_bucket{node=\"%s\",le=\"%g\"} %llu\n",
+			    ns->addr, s->lat_bounds_s[b], (unsigned long long)ns->lat_buckets[b]);
 		fprintf(f, "shardfs_node_latency_seconds_bucket{node=\"%s\",le=\"+Inf\"} %llu\n",
-			ns.addr, (unsigned long long)ns.lat_count);
-		fprintf(f, "shardfs_node_latency_seconds_sum{node=\"%s\"} %.6f\n", ns.addr,
-			(double)ns.lat_sum_ns / 1e9);
-		fprintf(f, "shardfs_node_latency_seconds_count{node=\"%s\"} %llu\n", ns.addr,
-			(unsigned long long)ns.lat_count);
+			ns->addr, (unsigned long long)ns->lat_count);
+		fprintf(f, "shardfs_node_latency_seconds_sum{node=\"%s\"} %.6f\n", ns->addr,
+			(double)ns->lat_sum_ns / 1e9);
+		fprintf(f, "shardfs_node_latency_seconds_count{node=\"%s\"} %llu\n", ns->addr,
+			(unsigned long long)ns->lat_count);
 	}
 }
 
 /* Warm-ups' fetches, which yield to readers (warm_share, warm_rate). */
-static void render_background(FILE *f, struct sfs_fs *fs)
+static void render_background(FILE *f, const struct sfs_stats_snapshot *s)
 {
-	struct sfs_origin_background_stats b;
+	const struct sfs_origin_background_stats *b = &s->background;
 
-	sfs_origin_background_stats(fs->origin, &b);
 	metric(f, "shardfs_background_fetch_slots", "gauge",
 	       "Warm-up READs allowed in flight at once (warm_share of the connection slots; "
 	       "4294967295: no share).",
-	       b.slots);
+	       b->slots);
 	metric(f, "shardfs_background_fetch_inflight", "gauge", "Warm-up READs in flight now.",
-	       b.inflight);
+	       b->inflight);
 	metric(f, "shardfs_background_fetch_queued", "gauge",
 	       "Warm-up READs waiting for a slot of their share, for the rate, or for readers' "
 	       "requests to go first.",
-	       b.queued);
+	       b->queued);
 	metric(f, "shardfs_background_fetch_rate_limit_bytes", "gauge",
-	       "warm_rate: bytes per second warm-ups may fetch (0: no limit).", b.rate_limit);
+	       "warm_rate: bytes per second warm-ups may fetch (0: no limit).", b->rate_limit);
 	metric(f, "shardfs_background_fetch_bytes_total", "counter",
-	       "Bytes warm-ups fetched from NFS.", b.read_bytes);
+	       "Bytes warm-ups fetched from NFS.", b->read_bytes);
 	metric(f, "shardfs_background_fetch_requests_total", "counter", "Warm-up READs answered.",
-	       b.read_requests);
+	       b->read_requests);
 	metric(f, "shardfs_background_fetch_promoted_total", "counter",
 	       "Warm-up READs a reader came to wait for, sent ahead of the rest of the warm-up.",
-	       b.promoted);
+	       b->promoted);
 	help(f, "shardfs_background_fetch_rate_limited_seconds_total", "counter",
 	     "Time warm-up READs waited for warm_rate.");
 	fprintf(f, "shardfs_background_fetch_rate_limited_seconds_total %.3f\n",
-		(double)b.rate_limited_ms / 1000);
+		(double)b->rate_limited_ms / 1000);
 }
 
 /* Per node: health, traffic, hedges; then the request queue. */
-static void render_nodes(FILE *f, struct sfs_fs *fs)
+static void render_nodes(FILE *f, const struct sfs_stats_snapshot *s)
 {
-	size_t n_nodes = sfs_origin_node_count(fs->origin);
-	struct sfs_origin_node_stats ns;
+	size_t n_nodes = s->n_nodes;
+	const struct sfs_origin_node_stats *ns;
 
 #define PER_NODE(metric, type, text, expr)                                                         \
 	do {                                                                                       \
 		help(f, metric, type, text);                                                       \
 		for (size_t i = 0; i < n_nodes; i++) {                                             \
-			sfs_origin_node_stats(fs->origin, i, &ns);                                 \
-			fprintf(f, metric "{node=\"%s\"} %llu\n", ns.addr,                         \
+			ns = &s->nodes[i];                                                         \
+			fprintf(f, metric "{node=\"%s\"} %llu\n", ns->addr,                        \
 				(unsigned long long)(expr));                                       \
 		}                                                                                  \
 	} while (0)
 	PER_NODE("shardfs_node_up", "gauge",
 		 "1 if the node has a connection and answers in time, else 0.",
-		 ns.state == SFS_NODE_UP);
+		 ns->state == SFS_NODE_UP);
 	help(f, "shardfs_node_state", "gauge",
 	     "Health of the node: up, suspect (timed out, probed) or down.");
 	for (size_t i = 0; i < n_nodes; i++) {
 		static const char *const names[] = {"up", "suspect", "down"};
-		sfs_origin_node_stats(fs->origin, i, &ns);
-		for (int s = 0; s < 3; s++)
-			fprintf(f, "shardfs_node_state{node=\"%s\",state=\"%s\"} %d\n", ns.addr,
-				names[s], (int)ns.state == s);
+		ns = &s->nodes[i];
+		for (int st = 0; st < 3; st++)
+			fprintf(f, "shardfs_node_state{node=\"%s\",state=\"%s\"} %d\n", ns->addr,
+				names[st], (int)ns->state == st);
 	}
 	PER_NODE("shardfs_node_connections", "gauge", "Connections to the node that are up.",
-		 ns.conns_up);
+		 ns->conns_up);
 	PER_NODE("shardfs_node_read_bytes_total", "counter", "Bytes read from the node.",
-		 ns.read_bytes);
+		 ns->read_bytes);
 	PER_NODE("shardfs_node_read_requests_total", "counter", "READ requests the node answered.",
-		 ns.read_requests);
+		 ns->read_requests);
 	PER_NODE("shardfs_node_metadata_requests_total", "counter",
 		 "LOOKUP, GETATTR, READDIRPLUS, READLINK and FSSTAT requests the node answered.",
-		 ns.meta_requests);
+		 ns->meta_requests);
 	PER_NODE("shardfs_node_errors_total", "counter",
-		 "Failed requests and broken connections on the node.", ns.errors);
+		 "Failed requests and broken connections on the node.", ns->errors);
 	PER_NODE("shardfs_node_reissued_total", "counter",
 		 "Requests re-issued to other nodes because this node failed or did not answer "
 		 "within timeo.",
-		 ns.reissued);
+		 ns->reissued);
 	PER_NODE("shardfs_node_hedged_total", "counter",
 		 "Slow READs on the node (waiting 4x the recent READ latency, at least 40 ms, "
 		 "within timeo; every READ of a node silent that long) also sent to another "
 		 "node; the first reply wins.",
-		 ns.hedged);
+		 ns->hedged);
 	PER_NODE("shardfs_node_hedge_wins_total", "counter",
-		 "Hedged READs of the node that the other node answered first.", ns.hedge_wins);
+		 "Hedged READs of the node that the other node answered first.", ns->hedge_wins);
 	PER_NODE("shardfs_node_read_slots", "gauge",
 		 "READs the node may have in flight: nconnect x 4; for a node slower than 0.75 of "
 		 "the median node for 0.5 s, its rate's share of what the other nodes have in "
 		 "flight (its READs then take as long as theirs).",
-		 ns.read_slots);
+		 ns->read_slots);
 	PER_NODE("shardfs_node_read_rate_bytes", "gauge",
 		 "Bytes per second the node's READs have been giving (each reply's size x the "
 		 "READs in flight on the node / its latency; a moving average).",
-		 ns.read_rate);
+		 ns->read_rate);
 	PER_NODE("shardfs_node_reconnects_total", "counter",
-		 "Connections to the node lost and re-made.", ns.reconnects);
+		 "Connections to the node lost and re-made.", ns->reconnects);
 #undef PER_NODE
-	render_node_calls(f, fs);
+	render_node_calls(f, s);
 	metric(f, "shardfs_origin_queue_depth", "gauge",
-	       "Requests waiting for a free connection slot.", sfs_origin_queue_depth(fs->origin));
-	render_background(f, fs);
+	       "Requests waiting for a free connection slot.", s->queue_depth);
+	render_background(f, s);
 }
 
 /* The FUSE side: requests by operation, read bytes and errors, inodes. */
-static void render_fuse(FILE *f, struct sfs_fs *fs)
+static void render_fuse(FILE *f, const struct sfs_stats_snapshot *s)
 {
+	const struct sfs_stats_fuse *fu = &s->fuse;
+
 	help(f, "shardfs_fuse_requests_total", "counter", "FUSE requests by operation.");
-	for (int op = 0; op < SFS_OP_COUNT; op++)
-		fprintf(f, "shardfs_fuse_requests_total{op=\"%s\"} %llu\n", sfs_fuse_op_names[op],
-			(unsigned long long)__atomic_load_n(&fs->op_count[op], __ATOMIC_RELAXED));
+	for (unsigned op = 0; op < fu->n_ops; op++)
+		fprintf(f, "shardfs_fuse_requests_total{op=\"%s\"} %llu\n", fu->op_names[op],
+			(unsigned long long)__atomic_load_n(&fu->ops[op], __ATOMIC_RELAXED));
 	metric(f, "shardfs_fuse_read_bytes_total", "counter", "Bytes returned to read() callers.",
-	       __atomic_load_n(&fs->read_bytes, __ATOMIC_RELAXED));
+	       __atomic_load_n(fu->read_bytes, __ATOMIC_RELAXED));
 	metric(f, "shardfs_fuse_read_errors_total", "counter",
 	       "read() calls answered with an error.",
-	       __atomic_load_n(&fs->read_errors, __ATOMIC_RELAXED));
-	metric(f, "shardfs_inodes", "gauge", "Inodes the kernel holds references to.",
-	       sfs_inode_count(fs->inodes));
+	       __atomic_load_n(fu->read_errors, __ATOMIC_RELAXED));
+	metric(f, "shardfs_inodes", "gauge", "Inodes the kernel holds references to.", s->inodes);
 	metric(f, "shardfs_inodes_pruned_total", "counter",
 	       "Inodes the kernel was asked to forget because it held more than inode_max.",
-	       __atomic_load_n(&fs->inodes_pruned, __ATOMIC_RELAXED));
+	       __atomic_load_n(fu->inodes_pruned, __ATOMIC_RELAXED));
 	metric(f, "shardfs_fuse_direct_opens_total", "counter",
 	       "Opens answered direct_io (page_cache=, never or auto's first epochs).",
-	       __atomic_load_n(&fs->direct_opens, __ATOMIC_RELAXED));
+	       __atomic_load_n(fu->direct_opens, __ATOMIC_RELAXED));
 	help(f, "shardfs_fuse_small_read_share", "gauge",
 	     "page_cache=auto: moving share of direct_io opens that read in small pieces; from "
 	     "0.5 first reads go through the page cache.");
-	fprintf(f, "shardfs_fuse_small_read_share %.3f\n",
-		sfs_pc_small_share(&fs->page_cache) / 256.0);
+	fprintf(f, "shardfs_fuse_small_read_share %.3f\n", s->small_read_share / 256.0);
 	metric(f, "shardfs_fuse_direct_io_mmap", "gauge",
 	       "1: the kernel maps direct_io files shared (FUSE_DIRECT_IO_ALLOW_MMAP).",
-	       sfs_fusedev_direct_io_mmap());
+	       s->direct_io_mmap);
 	metric(f, "shardfs_fuse_kernel_protocol_minor", "gauge",
 	       "The FUSE protocol 7.N the kernel speaks (7.45: inodes can be handed back).",
-	       sfs_fusedev_kernel_minor());
+	       s->kernel_minor);
 
-	struct sfs_workers_stats ws;
-	sfs_workers_get_stats(&ws);
+	const struct sfs_workers_stats *ws = &s->workers;
 	help(f, "shardfs_fuse_workers", "gauge",
 	     "FUSE worker threads by state: working (taking requests), waiting (for NFS or a "
 	     "chunk), parked (spare).");
-	fprintf(f, "shardfs_fuse_workers{state=\"working\"} %u\n", ws.working);
-	fprintf(f, "shardfs_fuse_workers{state=\"waiting\"} %u\n", ws.waiting);
-	fprintf(f, "shardfs_fuse_workers{state=\"parked\"} %u\n", ws.parked);
+	fprintf(f, "shardfs_fuse_workers{state=\"working\"} %u\n", ws->working);
+	fprintf(f, "shardfs_fuse_workers{state=\"waiting\"} %u\n", ws->waiting);
+	fprintf(f, "shardfs_fuse_workers{state=\"parked\"} %u\n", ws->parked);
 	metric(f, "shardfs_fuse_worker_handoffs_total", "counter",
 	       "Waits that woke or started a spare worker to take requests meanwhile.",
-	       ws.handoffs);
+	       ws->handoffs);
 	metric(f, "shardfs_fuse_worker_limit_total", "counter",
 	       "Waits that wanted a spare worker with max_threads already started: requests "
 	       "queued in the kernel meanwhile.",
-	       ws.at_limit);
+	       ws->at_limit);
 }
 
 /* Fetching: buffers, cache writes waiting or skipped, readahead, waste. */
-static void render_prefetch(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_stats *ps)
+static void render_prefetch(FILE *f, const struct sfs_stats_snapshot *s)
 {
+	const struct sfs_prefetch_stats *ps = &s->prefetch;
+
 	metric(f, "shardfs_prefetch_inflight_bytes", "gauge",
 	       "Chunk bytes being fetched from NFS now.", ps->inflight_bytes);
 	metric(f, "shardfs_prefetch_buffer_bytes", "gauge", "Memory held in chunk buffers.",
@@ -327,15 +313,17 @@ static void render_prefetch(FILE *f, struct sfs_fs *fs, const struct sfs_prefetc
 	       ps->stale_errors);
 	metric(f, "shardfs_kernel_cache_invalidations_total", "counter",
 	       "Kernel page caches dropped because a file changed on the server.",
-	       __atomic_load_n(&fs->invalidations, __ATOMIC_RELAXED));
+	       __atomic_load_n(s->fuse.invalidations, __ATOMIC_RELAXED));
 }
 
 /* The local cache. */
-static void render_cache(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_stats *ps,
-			 const struct sfs_store_stats *cs)
+static void render_cache(FILE *f, const struct sfs_stats_snapshot *s)
 {
+	const struct sfs_prefetch_stats *ps = &s->prefetch;
+	const struct sfs_store_stats *cs = &s->store;
+
 	metric(f, "shardfs_cache_enabled", "gauge",
-	       "1 if a cache_dir is configured and usable now.", fs->store && cs->online);
+	       "1 if a cache_dir is configured and usable now.", s->have_store && cs->online);
 	metric(f, "shardfs_cache_hit_bytes_total", "counter",
 	       "Bytes read served from the local cache.", ps->hit_bytes);
 	metric(f, "shardfs_cache_read_bytes_total", "counter",
@@ -358,7 +346,7 @@ static void render_cache(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_s
 	       ps->preload_unread);
 	metric(f, "shardfs_cache_miss_bytes_total", "counter",
 	       "Bytes readers needed that were not in the local cache (fetched from NFS).",
-	       (fs->store ? ps->miss_bytes : 0));
+	       (s->have_store ? ps->miss_bytes : 0));
 	metric(f, "shardfs_cache_used_bytes", "gauge",
 	       "Bytes of chunks in the local cache, chunks being written included.",
 	       cs->used_bytes);
@@ -397,55 +385,52 @@ static void render_cache(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_s
 }
 
 /* Passthrough opens (passthrough.h) and the scrubber (cache/store/scrub.c). */
-static void render_passthrough(FILE *f, struct sfs_fs *fs)
+static void render_passthrough(FILE *f, const struct sfs_stats_snapshot *s)
 {
-	struct sfs_pt_stats pt;
-	struct sfs_store_scrub_stats sc = {0};
+	const struct sfs_pt_stats *pt = &s->pt;
+	const struct sfs_store_scrub_stats *sc = &s->scrub;
 
-	sfs_pt_get_stats(&fs->pt, &pt);
-	if (fs->store)
-		sfs_store_scrub_get_stats(fs->store, &sc);
 	metric(f, "shardfs_passthrough_enabled", "gauge",
 	       "1 if passthrough is on and the kernel took it at mount (Linux 6.9+).",
-	       __atomic_load_n(&fs->pt.available, __ATOMIC_RELAXED));
+	       s->pt_available);
 	metric(f, "shardfs_passthrough_opens_total", "counter",
 	       "Opens the kernel reads from the cache file itself (no read reaches the daemon).",
-	       pt.opens);
+	       pt->opens);
 	metric(f, "shardfs_passthrough_open_bytes_total", "counter",
-	       "Sizes of the file versions opened through passthrough.", pt.open_bytes);
+	       "Sizes of the file versions opened through passthrough.", pt->open_bytes);
 	metric(f, "shardfs_passthrough_stale_opens_total", "counter",
 	       "Opens refused with ESTALE beside passthrough readers of an older or evicted "
 	       "version (the kernel retries them on a new inode).",
-	       pt.stale_opens);
+	       pt->stale_opens);
 	metric(f, "shardfs_passthrough_unverified_opens_total", "counter",
 	       "Opens of wholly cached versions not yet verified since the cache was loaded "
 	       "(served by the daemon; the scrubber verifies them).",
-	       pt.unverified);
+	       pt->unverified);
 	metric(f, "shardfs_passthrough_backing_files_total", "counter",
 	       "Backing files registered with the kernel (one per file and version opened).",
-	       pt.backing_files);
+	       pt->backing_files);
 	metric(f, "shardfs_passthrough_backing_errors_total", "counter",
 	       "Backing files the kernel refused (no CAP_SYS_ADMIN, a stacked cache_dir).",
-	       pt.backing_errors);
+	       pt->backing_errors);
 	metric(f, "shardfs_cache_scrub_interval_seconds", "gauge",
-	       "scrub_interval in effect; 0: no passes.", sc.interval_ms / 1000);
+	       "scrub_interval in effect; 0: no passes.", sc->interval_ms / 1000);
 	metric(f, "shardfs_cache_scrub_rate_bytes", "gauge",
 	       "scrub_rate in effect (0: the scrubber is not running).",
-	       sc.running ? sc.rate_bytes : 0);
+	       sc->running ? sc->rate_bytes : 0);
 	metric(f, "shardfs_cache_scrub_passes_total", "counter",
-	       "Scrub passes completed over every cached file.", sc.passes);
+	       "Scrub passes completed over every cached file.", sc->passes);
 	metric(f, "shardfs_cache_scrub_bytes_total", "counter",
-	       "Bytes the scrubber read and checked.", sc.bytes);
+	       "Bytes the scrubber read and checked.", sc->bytes);
 	metric(f, "shardfs_cache_scrub_versions_total", "counter",
-	       "Cached file versions the scrubber checked.", sc.versions);
+	       "Cached file versions the scrubber checked.", sc->versions);
 	metric(f, "shardfs_cache_scrub_failures_total", "counter",
-	       "Cached file versions that failed a scrub (evicted, fetched again).", sc.failures);
+	       "Cached file versions that failed a scrub (evicted, fetched again).", sc->failures);
 	metric(f, "shardfs_cache_scrub_verified_for_open_total", "counter",
 	       "Versions verified ahead of the passes because a passthrough open wanted them.",
-	       sc.queued_verified);
+	       sc->queued_verified);
 	help(f, "shardfs_cache_scrub_last_pass_seconds", "gauge",
 	     "How long the last complete scrub pass took.");
-	fprintf(f, "shardfs_cache_scrub_last_pass_seconds %.3f\n", sc.last_pass_ms / 1000.0);
+	fprintf(f, "shardfs_cache_scrub_last_pass_seconds %.3f\n", sc->last_pass_ms / 1000.0);
 }
 
 /* A dataset's name as a label value: \ " and newline escaped; id 0 is
@@ -475,20 +460,20 @@ static void put_dataset_label(FILE *f, const struct sfs_store_dataset *d)
 	} while (0)
 
 /* The cache by dataset: what each holds and what the policy decided. */
-static void render_datasets(FILE *f, struct sfs_fs *fs)
+static void render_datasets(FILE *f, const struct sfs_stats_snapshot *s)
 {
 	static const char *const policy[] = {
 	    [SFS_STORE_LRU] = "lru", [SFS_STORE_PIN] = "pin", [SFS_STORE_AUTO] = "auto"};
 	static const char *const reason[] = {[SFS_STORE_REFUSED_FULL] = "full",
 					     [SFS_STORE_REFUSED_SCAN] = "scan",
 					     [SFS_STORE_REFUSED_SHARE] = "share"};
-	struct sfs_store_dataset *ds = NULL;
-	size_t n = 0;
-	uint64_t idle_ms = 0;
+	const struct sfs_store_dataset *ds = s->datasets;
+	size_t n = s->n_datasets;
+	uint64_t idle_ms = s->policy_idle_ms;
 
-	if (!fs->store || sfs_store_dataset_stats(fs->store, &ds, &n) < 0)
+	if (!s->have_datasets)
 		return;
-	enum sfs_store_policy p = sfs_store_policy_of(fs->store, &idle_ms);
+	enum sfs_store_policy p = s->policy;
 	help(f, "shardfs_cache_policy_info", "gauge", "The cache policy in effect (cache_policy).");
 	fprintf(f, "shardfs_cache_policy_info{policy=\"%s\"} 1\n", policy[p]);
 	metric(f, "shardfs_cache_idle_seconds", "gauge",
@@ -497,7 +482,7 @@ static void render_datasets(FILE *f, struct sfs_fs *fs)
 	metric(f, "shardfs_cache_dataset_overflows_total", "counter",
 	       "Lookups of datasets the cache's table had no room for (their files are counted "
 	       "under dataset \"(unknown)\").",
-	       sfs_store_dataset_overflows(fs->store));
+	       s->dataset_overflows);
 	PER_DATASET("shardfs_cache_dataset_bytes", "gauge",
 		    "Bytes a dataset holds in the local cache (a segment of packed files is "
 		    "counted under its files' dataset, under \"(unknown)\" when they are of "
@@ -538,21 +523,17 @@ static void render_datasets(FILE *f, struct sfs_fs *fs)
 	PER_DATASET("shardfs_cache_dataset_reading", "gauge",
 		    "1 if the dataset was read within cache_idle/20 (it counts for the shares).",
 		    ds[k].in_use);
-	free(ds);
 }
 
 /* The immutable namespace, and whether the mount serves from the cache only. */
-static void render_namespace(FILE *f, struct sfs_fs *fs, const struct sfs_ns_stats *nss)
+static void render_namespace(FILE *f, const struct sfs_stats_snapshot *s)
 {
-	size_t n_nodes = sfs_origin_node_count(fs->origin);
-	struct sfs_origin_node_stats ns;
+	const struct sfs_ns_stats *nss = &s->ns;
 	bool any_up = false;
-	for (size_t i = 0; i < n_nodes && !any_up; i++) {
-		sfs_origin_node_stats(fs->origin, i, &ns);
-		any_up = ns.state == SFS_NODE_UP;
-	}
+	for (size_t i = 0; i < s->n_nodes && !any_up; i++)
+		any_up = s->nodes[i].state == SFS_NODE_UP;
 	metric(f, "shardfs_immutable", "gauge", "1 if mounted immutable (never revalidates).",
-	       fs->ns != NULL);
+	       s->immutable);
 	metric(f, "shardfs_namespace_entries", "gauge",
 	       "Names (with handles and attributes) held by the immutable namespace.",
 	       nss->entries);
@@ -573,10 +554,10 @@ static void render_namespace(FILE *f, struct sfs_fs *fs, const struct sfs_ns_sta
 	       nss->discarded_bytes);
 	metric(f, "shardfs_serving_from_cache", "gauge",
 	       "1 if immutable and no node is up: names and data come from the cache only.",
-	       fs->ns && !any_up);
+	       s->immutable && !any_up);
 }
 
-/* Not immutable: lookups answered from directory listings (fs->listings). */
+/* Not immutable: lookups answered from directory listings. */
 static void render_listings(FILE *f, const struct sfs_ns_stats *ls)
 {
 	metric(f, "shardfs_listing_names", "gauge",
@@ -603,73 +584,60 @@ static void render_listings(FILE *f, const struct sfs_ns_stats *ls)
 }
 
 /* Staging into GPU or shared memory. */
-static void render_staging(FILE *f, struct sfs_fs *fs)
+static void render_staging(FILE *f, const struct sfs_stats_snapshot *s)
 {
-	metric(f, "shardfs_gpus", "gauge", "GPUs usable for staging (0 without CUDA).",
-	       fs->staging ? sfs_staging_gpu_count(fs->staging) : 0);
+	const struct sfs_stats_fuse *fu = &s->fuse;
+
+	metric(f, "shardfs_gpus", "gauge", "GPUs usable for staging (0 without CUDA).", s->gpus);
 	help(f, "shardfs_stage_bytes_total", "counter",
 	     "Bytes placed by SHARDFS_IOC_STAGE, by target.");
-	for (int t = 0; t < SFS_STAGE_KIND_COUNT; t++)
-		fprintf(f, "shardfs_stage_bytes_total{target=\"%s\"} %llu\n",
-			sfs_stage_target_name((enum sfs_stage_kind)t),
-			(unsigned long long)__atomic_load_n(&fs->stage_bytes[t], __ATOMIC_RELAXED));
+	for (unsigned t = 0; t < fu->n_stage_targets; t++)
+		fprintf(f, "shardfs_stage_bytes_total{target=\"%s\"} %llu\n", fu->stage_targets[t],
+			(unsigned long long)__atomic_load_n(&fu->stage_bytes[t], __ATOMIC_RELAXED));
 	help(f, "shardfs_stage_requests_total", "counter",
 	     "SHARDFS_IOC_STAGE calls served, by target.");
-	for (int t = 0; t < SFS_STAGE_KIND_COUNT; t++)
+	for (unsigned t = 0; t < fu->n_stage_targets; t++)
 		fprintf(
-		    f, "shardfs_stage_requests_total{target=\"%s\"} %llu\n",
-		    sfs_stage_target_name((enum sfs_stage_kind)t),
-		    (unsigned long long)__atomic_load_n(&fs->stage_requests[t], __ATOMIC_RELAXED));
+		    f, "shardfs_stage_requests_total{target=\"%s\"} %llu\n", fu->stage_targets[t],
+		    (unsigned long long)__atomic_load_n(&fu->stage_requests[t], __ATOMIC_RELAXED));
 	help(f, "shardfs_stage_errors_total", "counter",
 	     "Staging ioctls refused or failed, by reason.");
-	for (int r = 0; r < SFS_STAGE_E_COUNT; r++)
+	for (unsigned r = 0; r < fu->n_stage_reasons; r++)
 		fprintf(
-		    f, "shardfs_stage_errors_total{reason=\"%s\"} %llu\n",
-		    sfs_stage_reason_name((enum sfs_stage_reason)r),
-		    (unsigned long long)__atomic_load_n(&fs->stage_errors[r], __ATOMIC_RELAXED));
+		    f, "shardfs_stage_errors_total{reason=\"%s\"} %llu\n", fu->stage_reasons[r],
+		    (unsigned long long)__atomic_load_n(&fu->stage_errors[r], __ATOMIC_RELAXED));
 }
 
 /* The process's resident memory, and the bytes the daemon accounts for, by
  * kind, so that an operator sees where memory goes. */
-static void render_memory(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_stats *ps,
-			  const struct sfs_store_stats *cs, const struct sfs_ns_stats *nss,
-			  const struct sfs_ns_stats *ls)
+static void render_memory(FILE *f, const struct sfs_stats_snapshot *s)
 {
-	long page = sysconf(_SC_PAGESIZE);
-	unsigned long long size_pages = 0, rss_pages = 0;
-	FILE *statm = fopen("/proc/self/statm", "r");
+	const struct sfs_prefetch_stats *ps = &s->prefetch;
 
-	if (statm) {
-		if (fscanf(statm, "%llu %llu", &size_pages, &rss_pages) != 2)
-			rss_pages = 0;
-		fclose(statm);
-	}
 	metric(f, "shardfs_process_resident_bytes", "gauge", "Resident memory of the daemon (RSS).",
-	       rss_pages * (unsigned long long)page);
+	       s->rss_bytes);
 	metric(f, "shardfs_memory_budget_bytes", "gauge",
 	       "mem_max: the memory budget prefetch_mem, inode_max, listing_max and namespace_max "
 	       "are derived from where not given.",
-	       fs->opts->mem_max);
+	       s->mem_max);
 	help(f, "shardfs_memory_bytes", "gauge",
 	     "Memory the daemon accounts for, by kind: chunk buffers (fetches, cache loads and "
 	     "writes waiting; prefetch_mem), free halves of their huge pages kept for reuse, "
 	     "the direct-read scratch (in flight and kept), the cache index, "
 	     "the immutable namespace, the directory listings, the inodes the kernel holds, the "
 	     "pinned GPU staging buffers.");
-	struct sfs_iobuf_stats io;
-	sfs_iobuf_get_stats(&io);
 	const struct {
 		const char *kind;
 		uint64_t bytes;
 	} kinds[] = {
 	    {"chunk_buffers", ps->buffer_bytes},
-	    {"chunk_buffers_kept", io.kept_bytes},
+	    {"chunk_buffers_kept", s->iobuf.kept_bytes},
 	    {"read_scratch", ps->direct_scratch_bytes},
-	    {"cache_index", cs->index_bytes},
-	    {"namespace", nss->mem_bytes},
-	    {"listings", ls->mem_bytes},
-	    {"inodes", sfs_inode_bytes(fs->inodes)},
-	    {"staging_pinned", fs->staging ? sfs_staging_pinned_bytes(fs->staging) : 0},
+	    {"cache_index", s->store.index_bytes},
+	    {"namespace", s->ns.mem_bytes},
+	    {"listings", s->listings.mem_bytes},
+	    {"inodes", s->inode_bytes},
+	    {"staging_pinned", s->staging_pinned_bytes},
 	};
 	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
 		fprintf(f, "shardfs_memory_bytes{kind=\"%s\"} %llu\n", kinds[k].kind,
@@ -677,28 +645,23 @@ static void render_memory(FILE *f, struct sfs_fs *fs, const struct sfs_prefetch_
 	metric(
 	    f, "shardfs_memory_trims_total", "counter",
 	    "Times memory freed in bulk (inodes the kernel forgot) was given back to the system.",
-	    sfs_memtrim_count());
+	    s->memtrims);
 }
 
 /* The keeper (keeper.h): who serves, how often it was restarted and why. */
-static void render_keeper(FILE *f, struct sfs_fs *fs)
+static void render_keeper(FILE *f, const struct sfs_stats_snapshot *s)
 {
-	const struct sfs_keeper_state *k = fs->keeper;
-
 	metric(f, "shardfs_serving_pid", "gauge",
-	       "The process that serves the mount now (its keeper restarts it).",
-	       (uint64_t)getpid());
+	       "The process that serves the mount now (its keeper restarts it).", s->serving_pid);
 	metric(f, "shardfs_crash_recovery", "gauge",
 	       "1 if a keeper holds the mount and the kernel resends what a dead server left "
 	       "unanswered (FUSE 7.40): a crash of the serving process costs a pause.",
-	       k && k->kernel_minor >= SFS_FUSE_RESEND_MINOR);
+	       s->crash_recovery);
 	help(f, "shardfs_daemon_restarts_total", "counter",
 	     "Serving processes started on the mount's connection after the first, by reason.");
 	for (int r = 0; r < SFS_RESTART_N; r++)
 		fprintf(f, "shardfs_daemon_restarts_total{reason=\"%s\"} %llu\n",
-			sfs_restart_reason_names[r],
-			(unsigned long long)(k ? __atomic_load_n(&k->restarts[r], __ATOMIC_RELAXED)
-					       : 0));
+			s->restart_names[r], (unsigned long long)s->restarts[r]);
 }
 
 /* One labelled sample per job's hint lists. */
@@ -711,32 +674,30 @@ static void render_keeper(FILE *f, struct sfs_fs *fs)
 	} while (0)
 
 /* Epoch hints (fs/hints/hints.h): the lists alive, and per job what they asked
- * for, fetched, got read and wasted. Returns 0 or -ENOMEM. */
-static int render_hints(FILE *f, struct sfs_fs *fs)
+ * for, fetched, got read and wasted. */
+static void render_hints(FILE *f, const struct sfs_stats_snapshot *s)
 {
-	struct sfs_hints_stats t;
-	struct sfs_hint_job_counts *js = malloc(SFS_HINT_JOBS_MAX * sizeof(*js));
+	const struct sfs_hints_stats *t = &s->hints;
+	const struct sfs_hint_job_counts *js = s->hint_jobs;
+	size_t n = s->n_hint_jobs;
 
-	if (!js)
-		return -ENOMEM;
-	size_t n = sfs_hints_stats(fs->hints, &t, js, SFS_HINT_JOBS_MAX);
 	metric(f, "shardfs_hint_lists", "gauge", "Hint lists with items left to fetch or read.",
-	       t.active_lists);
+	       t->active_lists);
 	metric(
 	    f, "shardfs_hint_held_bytes", "gauge",
 	    "Bytes of hinted items fetched ahead and not yet read (at most half of prefetch_mem).",
-	    t.held_bytes);
+	    t->held_bytes);
 	metric(f, "shardfs_hint_list_memory_bytes", "gauge",
-	       "Memory of the hint lists' items and paths.", t.list_mem_bytes);
+	       "Memory of the hint lists' items and paths.", t->list_mem_bytes);
 	help(f, "shardfs_hint_refused_total", "counter",
 	     "Hint batches or lists refused: malformed (EINVAL), too long (E2BIG), or past the "
 	     "lists' memory, mem_max / 8 (ENOMEM).");
 	fprintf(f, "shardfs_hint_refused_total{reason=\"invalid\"} %llu\n",
-		(unsigned long long)t.refused_invalid);
+		(unsigned long long)t->refused_invalid);
 	fprintf(f, "shardfs_hint_refused_total{reason=\"too_long\"} %llu\n",
-		(unsigned long long)t.refused_too_long);
+		(unsigned long long)t->refused_too_long);
 	fprintf(f, "shardfs_hint_refused_total{reason=\"memory\"} %llu\n",
-		(unsigned long long)t.refused_memory);
+		(unsigned long long)t->refused_memory);
 	PER_HINT_JOB("shardfs_hint_lists_total", "counter", "Hint lists committed, by job.", lists);
 	PER_HINT_JOB("shardfs_hint_items_total", "counter",
 		     "Items in committed hint lists, by job.", items);
@@ -773,54 +734,39 @@ static int render_hints(FILE *f, struct sfs_fs *fs)
 		fprintf(f, "shardfs_hint_skipped_items_total{job=\"%s\",reason=\"passed\"} %llu\n",
 			js[k].job, (unsigned long long)js[k].c.passed_items);
 	}
-	free(js);
-	return 0;
 }
 
-ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
+int sfs_stats_format(const struct sfs_stats_snapshot *s, char **text, size_t *len)
 {
 	char *buf = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
-	struct sfs_prefetch_stats ps;
-	struct sfs_store_stats cs = {0};
-	struct sfs_ns_stats nss = {0}, ls = {0};
+	size_t n = 0;
+	FILE *f = open_memstream(&buf, &n);
 
 	if (!f)
 		return -ENOMEM;
-	sfs_prefetch_get_stats(fs->prefetch, &ps);
-	if (fs->store)
-		sfs_store_get_stats(fs->store, &cs);
-	if (fs->ns)
-		sfs_ns_get_stats(fs->ns, &nss);
-	if (fs->listings)
-		sfs_ns_get_stats(fs->listings, &ls);
 	help(f, "shardfs_build_info", "gauge", "Version of the running daemon.");
 	fprintf(f, "shardfs_build_info{version=\"%s\"} 1\n", SFS_VERSION);
 	help(f, "shardfs_uptime_seconds", "gauge", "Seconds since the daemon mounted.");
-	fprintf(f, "shardfs_uptime_seconds %.3f\n", (double)(sfs_now_ns() - fs->start_ns) / 1e9);
-	render_keeper(f, fs);
-	render_nodes(f, fs);
-	render_fuse(f, fs);
-	render_prefetch(f, fs, &ps);
-	render_cache(f, fs, &ps, &cs);
-	render_passthrough(f, fs);
-	render_datasets(f, fs);
-	render_namespace(f, fs, &nss);
-	render_listings(f, &ls);
-	render_staging(f, fs);
-	render_memory(f, fs, &ps, &cs, &nss, &ls);
-	int rc = fs->jobs ? render_jobs(f, fs->jobs) : 0;
-	if (rc == 0)
-		rc = render_hints(f, fs);
-	if (fclose(f) != 0 || rc < 0) {
+	fprintf(f, "shardfs_uptime_seconds %.3f\n", (double)s->uptime_ns / 1e9);
+	render_keeper(f, s);
+	render_nodes(f, s);
+	render_fuse(f, s);
+	render_prefetch(f, s);
+	render_cache(f, s);
+	render_passthrough(f, s);
+	render_datasets(f, s);
+	render_namespace(f, s);
+	render_listings(f, &s->listings);
+	render_staging(f, s);
+	render_memory(f, s);
+	if (s->have_jobs)
+		render_jobs(f, s);
+	render_hints(f, s);
+	if (fclose(f) != 0) {
 		free(buf);
 		return -ENOMEM;
 	}
-	if (fs->carry && sfs_carry_apply(fs->carry, &buf, &len) < 0) {
-		free(buf);
-		return -ENOMEM;
-	}
-	*out = buf;
-	return (ssize_t)len;
+	*text = buf;
+	*len = n;
+	return 0;
 }
