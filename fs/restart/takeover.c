@@ -49,6 +49,22 @@ int sfs_takeover_listen(const char *mnt)
 	return fd;
 }
 
+int sfs_takeover_connect(const char *mnt)
+{
+	struct sockaddr_un a;
+	socklen_t len = socket_name(mnt, &a);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&a, len) < 0) {
+		int err = -errno;
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
 int sfs_takeover_recv(int cfd, struct sfs_takeover_req *r)
 {
 	struct ucred cred;
@@ -115,8 +131,6 @@ const char *sfs_takeover_source_of(char *const argv[])
 int sfs_takeover_request(const char *mnt, const char *source, char *const argv[])
 {
 	char exe[PATH_MAX], msg[SFS_TAKEOVER_MSG_MAX], reply[512];
-	struct sockaddr_un a;
-	socklen_t len = socket_name(mnt, &a);
 	size_t off = 0;
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 
@@ -141,14 +155,12 @@ int sfs_takeover_request(const char *mnt, const char *source, char *const argv[]
 		memcpy(msg + off, argv[i], l);
 		off += l;
 	}
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&a, len) < 0) {
+	int fd = sfs_takeover_connect(mnt);
+	if (fd < 0) {
 		fprintf(stderr,
 			"shardfs: takeover: no shardfs keeper holds '%s' (not a shardfs mount, one "
 			"of another network namespace, or one without a keeper)\n",
 			mnt);
-		if (fd >= 0)
-			close(fd);
 		return 1;
 	}
 	struct pollfd p = {.fd = fd, .events = POLLIN};

@@ -40,6 +40,10 @@
  * CLOEXEC). Returns the fd or -errno (-EADDRINUSE: another keeper). */
 int sfs_takeover_listen(const char *mnt);
 
+/* The requester's connection to the keeper of mountpoint mnt (blocking,
+ * CLOEXEC). Returns the fd or -errno (-ECONNREFUSED: no keeper there). */
+int sfs_takeover_connect(const char *mnt);
+
 /* A request as the keeper received it: pointers into buf. */
 struct sfs_takeover_req {
 	char buf[SFS_TAKEOVER_MSG_MAX];
