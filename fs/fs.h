@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fs.h — private to fs/: the daemon's state shared by the FUSE operations,
- * the stats renderer and main. Other folders never include it.
+ * fs.h — private to fs/: the daemon's state shared by the FUSE operations
+ * and main. Other folders never include it, nor do the wings main hands
+ * their handles to (restart/, hints/, observe/).
  *
  * Owns: struct sfs_fs (filled by main before the session starts), the state
  * of an open file (struct sfs_open_file) and the node ids of the virtual

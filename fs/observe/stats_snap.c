@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * stats_snap — the stats object and its snapshot: every module's counters
- * read through the handles main gave at open (stats.h). The text is
- * stats.c's, from the snapshot alone.
+ * read through the handles main gave at open (stats.h). Owns the
+ * snapshot's arrays; not the text (stats.c, from the snapshot alone), nor
+ * any counter. Any thread: each get_stats call takes its module's own
+ * lock briefly; the object is read-only once open.
  */
 #include "stats.h"
 #include "../kernel/fusedev.h"
