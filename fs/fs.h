@@ -3,9 +3,9 @@
  * fs.h — private to fs/: the daemon's state shared by the FUSE operations,
  * the stats renderer and main. Other folders never include it.
  *
- * Owns: struct sfs_fs (filled by main before the session starts), the state
- * of an open file (struct sfs_open_file) and the node ids of the virtual
- * .shardfs/ tree. Does not own the modules it points to: each keeps its
+ * Owns: struct sfs_fs (filled by main before the session starts) and the
+ * node ids of the virtual .shardfs/ tree (an open file's state is
+ * fs/ops/open_file.h). Does not own the modules it points to: each keeps its
  * own state and locks.
  * Threading: every field says what protects it; those set at start are
  * read-only once the FUSE workers run.
@@ -126,8 +126,6 @@ static inline uint64_t sfs_fs_ino(struct sfs_fs *fs, const struct sfs_inode *i)
 					       : sfs_inode_id(fs->inodes, i);
 }
 
-#define SFS_MAX_REGIONS 16 /* per open file */
-
 /* The first staging region id of an open file: the serving process's epoch
  * (keeper.h; 0 without a keeper) in the top 32 bits, so that an id a dead
  * process gave is told from this one's (ioctl.c, -EOWNERDEAD). */
@@ -136,31 +134,8 @@ static inline uint64_t sfs_fs_first_region_id(const struct sfs_fs *fs)
 	return ((uint64_t)(fs->keeper ? fs->keeper->epoch : 0) << 32) | 1;
 }
 
-struct sfs_open_file;
-/* The open file of fh on inode i: this process's, or, for a file a dead
- * server opened (keeper.h), one made again for the version that open
- * read (the inode's last opened one), kept under the old fh until its
- * release. NULL on ENOMEM (or a fetch state that cannot be made). */
-struct sfs_open_file *sfs_fs_open_file(struct sfs_fs *fs, struct sfs_inode *i, uint64_t fh);
-
 /* The kernel's readahead for buffered FUSE reads (op_init), 1 MiB requests. */
 #define SFS_FUSE_MAX_READAHEAD (8u << 20)
-
-/* What fi->fh points to for an open NFS file. */
-struct sfs_open_file {
-	sfs_pf_file *pf;	    /* set at open: the file version this open reads */
-	uid_t uid;		    /* set at open: the opener */
-	bool direct;		    /* set at open: FOPEN_DIRECT_IO (pagecache.h) */
-	uint64_t direct_reads;	    /* atomic: direct: read requests */
-	uint64_t direct_read_bytes; /* atomic: direct: bytes they asked for */
-	pthread_mutex_t lock;	    /* serialises ioctls on this open file */
-	struct {
-		uint64_t id; /* 0: free slot */
-		uid_t uid;
-		sfs_stage_region *region;
-	} regions[SFS_MAX_REGIONS]; /* protected by lock */
-	uint64_t next_region_id;    /* protected by lock */
-};
 
 /* Start per-job accounting (fs/observe/jobs.h) of a read or STAGE for req's caller;
  * end it with sfs_jobs_read_end(fs->jobs, ...). Any FUSE worker. */
@@ -180,8 +155,6 @@ void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
  * fs->listings in the background, after sfs_ns_listing_wanted() said so.
  * Any thread; never blocks. */
 void sfs_fs_listing_start(struct sfs_fs *fs, const struct sfs_fh *dir, uint64_t key);
-/* Drop an open file's regions (release). */
-void sfs_open_file_drop_regions(struct sfs_open_file *of);
 extern const char *const sfs_fuse_op_names[SFS_OP_COUNT];
 
 /*

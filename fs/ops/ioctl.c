@@ -20,7 +20,7 @@
  * by its lock (regions are used by one thread at a time). Never replies
  * with a lock held.
  */
-#include "../fs.h"
+#include "ops_int.h"
 #include "../hints/hints.h"
 #include <shardfs/shardfs_ioctl.h>
 #include "../../cache/common/blocking.h"
@@ -370,18 +370,6 @@ static int do_stage(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid, stru
 	__atomic_fetch_add(&fs->stage_bytes[t], s->bytes_placed, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&fs->stage_requests[t], 1, __ATOMIC_RELAXED);
 	return 0;
-}
-
-void sfs_open_file_drop_regions(struct sfs_open_file *of)
-{
-	pthread_mutex_lock(&of->lock);
-	for (int i = 0; i < SFS_MAX_REGIONS; i++)
-		if (of->regions[i].id) {
-			sfs_stage_region_free(of->regions[i].region);
-			of->regions[i].id = 0;
-			of->regions[i].region = NULL;
-		}
-	pthread_mutex_unlock(&of->lock);
 }
 
 static int do_warm(struct sfs_fs *fs, struct sfs_inode *i, struct sfs_open_file *of,

@@ -15,7 +15,7 @@
  * decoded the reply (the FUSE buffer is private to the request until we
  * reply).
  */
-#include "../fs.h"
+#include "ops_int.h"
 #include "../hints/hints.h"
 #include "../kernel/fusedev.h"
 #include "../kernel/handles.h"
@@ -592,63 +592,6 @@ static struct stats_snapshot *stats_snapshot_of(uint64_t fh)
 	return s;
 }
 
-/* The identity of a file version: what names it in the cache. */
-static struct sfs_file_version version_of(const struct sfs_attr *a, const struct sfs_inode *i)
-{
-	return (struct sfs_file_version){.dataset = __atomic_load_n(&i->dataset, __ATOMIC_RELAXED),
-					 .fsid = a->fsid,
-					 .fileid = a->fileid,
-					 .size = a->size,
-					 .mtime_s = a->mtime.tv_sec,
-					 .mtime_ns = (uint32_t)a->mtime.tv_nsec,
-					 .ctime_s = a->ctime.tv_sec,
-					 .ctime_ns = (uint32_t)a->ctime.tv_nsec};
-}
-
-/* Whether the kernel's pages of i (the version last opened) are of v. */
-static bool opened_is(const struct sfs_inode *i, const struct sfs_file_version *v)
-{
-	const struct sfs_inode_version *o = &i->opened;
-	return i->have_opened && o->size == v->size && o->mtime_s == v->mtime_s &&
-	       o->mtime_ns == v->mtime_ns && o->ctime_s == v->ctime_s && o->ctime_ns == v->ctime_ns;
-}
-
-static void opened_set(struct sfs_inode *i, const struct sfs_file_version *v)
-{
-	i->opened = (struct sfs_inode_version){.size = v->size,
-					       .mtime_s = v->mtime_s,
-					       .ctime_s = v->ctime_s,
-					       .mtime_ns = v->mtime_ns,
-					       .ctime_ns = v->ctime_ns};
-	i->have_opened = 1;
-}
-
-/* The end of one open of i (its handle holds a reference on pf). When the
- * last one closes, the inode lets go of its fetch state too: chunks kept for
- * it go back to the memory budget, and a file the kernel remembers but
- * nobody reads holds no prefetch or store state. Returns whether it was the
- * last. */
-static bool file_closed(struct sfs_inode *i, sfs_pf_file *pf)
-{
-	sfs_pf_file *last = NULL;
-	bool was_last;
-
-	sfs_inode_lock(i);
-	was_last = --i->n_open == 0;
-	if (was_last) {
-		last = i->pf;
-		i->pf = NULL;
-		i->first_epoch = 0;
-		i->referenced = 0; /* read and done with: the first to prune */
-	}
-	sfs_inode_unlock(i);
-	sfs_pf_file_drop_idle(pf); /* pairs with sfs_pf_file_opened() */
-	sfs_pf_file_unref(pf);
-	if (last)
-		sfs_pf_file_unref(last); /* the inode's reference */
-	return was_last;
-}
-
 /* open() of the stats file: a snapshot of the text, served direct_io. */
 static void open_stats_file(fuse_req_t req, struct sfs_fs *fs, struct fuse_file_info *fi)
 {
@@ -668,51 +611,9 @@ static void open_stats_file(fuse_req_t req, struct sfs_fs *fs, struct fuse_file_
 	fuse_reply_open(req, fi);
 }
 
-/*
- * One more open of version v of i: the fetch state shared by the opens of
- * v (made if none is), referenced for the caller and counted in n_open.
- * *unchanged: the kernel's pages of i, if any, are of v (keep_cache);
- * *changed: they are of another version and must be dropped; *first_epoch:
- * this open overlaps the first open of v since the kernel took i in (the
- * kernel's page cache cannot hold v yet). Returns 0 or
- * -ENOMEM. Takes the inode lock.
- */
-static int open_fetch_state(struct sfs_fs *fs, struct sfs_inode *i,
-			    const struct sfs_file_version *v, sfs_pf_file **out, bool *unchanged,
-			    bool *changed, bool *first_epoch)
-{
-	sfs_inode_lock(i);
-	*unchanged = opened_is(i, v);
-	*changed = i->have_opened && !*unchanged;
-	sfs_pt_opened_version(i, *unchanged); /* no open of v joins an older backing file */
-	if (!*unchanged)
-		i->first_epoch = 1; /* ends when every open of it closed */
-	*first_epoch = i->first_epoch;
-	sfs_pf_file *pf = i->pf;
-	if (pf && !*unchanged) {
-		sfs_pf_file_unref(pf); /* open handles of the old version keep theirs */
-		pf = i->pf = NULL;
-	}
-	if (!pf) {
-		struct sfs_fh fh = sfs_inode_fh(i);
-		int rc = sfs_pf_file_open_version(fs->prefetch, &fh, v, &pf);
-		if (rc < 0) {
-			sfs_inode_unlock(i);
-			return rc;
-		}
-		i->pf = pf;
-	}
-	opened_set(i, v);
-	sfs_pf_file_ref(pf);
-	i->n_open++;
-	sfs_inode_unlock(i);
-	*out = pf;
-	return 0;
-}
-
 static void open_reply(struct sfs_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
 		       struct sfs_inode *i, struct sfs_open_file *of,
-		       const struct sfs_file_version *v, bool unchanged, bool first_epoch,
+		       const struct sfs_file_version *v, const struct sfs_open_state *st,
 		       enum sfs_pt_mode pt, int backing_id);
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -721,7 +622,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct sfs_inode *i = I(fs, ino);
 	struct sfs_attr a;
 	sfs_pf_file *pf;
-	bool unchanged, changed, first_epoch;
+	struct sfs_open_state st;
 	int rc;
 
 	op_count(fs, SFS_OP_OPEN);
@@ -743,12 +644,12 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		reply_err(req, rc);
 		return;
 	}
-	struct sfs_file_version v = version_of(&a, i);
-	if ((rc = open_fetch_state(fs, i, &v, &pf, &unchanged, &changed, &first_epoch)) < 0) {
+	struct sfs_file_version v = sfs_open_file_version(&a, i);
+	if ((rc = sfs_open_file_begin(fs->prefetch, i, &v, &pf, &st)) < 0) {
 		reply_err(req, rc);
 		return;
 	}
-	if (changed) {
+	if (st.changed) {
 		/* The file changed on the server: pages the kernel cached for the
 		 * old version must go (AUTO_INVAL_DATA also does this on the next
 		 * getattr; this makes it immediate). */
@@ -765,28 +666,25 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	enum sfs_pt_mode pt =
 	    fs->pt.wanted ? sfs_pt_open(&fs->pt, i, pf, v.size, !tool, &backing_id) : SFS_PT_NO;
 	if (pt == SFS_PT_STALE) { /* the kernel looks the name up again and retries */
-		file_closed(i, pf);
+		sfs_open_file_end(i, pf);
 		reply_err(req, -ESTALE);
 		return;
 	}
 	if (!tool && pt != SFS_PT_OPEN)
 		sfs_pf_file_prefetch_whole(pf);
-	if (!unchanged && !tool && pt != SFS_PT_OPEN) /* the kernel will read it */
+	if (!st.unchanged && !tool && pt != SFS_PT_OPEN) /* the kernel will read it */
 		sfs_pf_file_preload(pf);
 	sfs_hints_opened(fs->hints, a.fsid, a.fileid); /* where a hint list's reader is */
-	struct sfs_open_file *of = calloc(1, sizeof(*of));
+	struct sfs_open_file *of =
+	    sfs_open_file_new(pf, fuse_req_ctx(req)->uid, sfs_fs_first_region_id(fs));
 	if (!of) {
 		if (pt == SFS_PT_OPEN)
 			sfs_pt_release(&fs->pt, i);
-		file_closed(i, pf);
+		sfs_open_file_end(i, pf);
 		reply_err(req, -ENOMEM);
 		return;
 	}
-	of->pf = pf;
-	of->uid = fuse_req_ctx(req)->uid;
-	of->next_region_id = sfs_fs_first_region_id(fs);
-	pthread_mutex_init(&of->lock, NULL);
-	open_reply(fs, req, fi, i, of, &v, unchanged, first_epoch, pt, backing_id);
+	open_reply(fs, req, fi, i, of, &v, &st, pt, backing_id);
 }
 
 /* Answer an open (op_open's last step): the handle, the page cache or
@@ -794,13 +692,13 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
  * the daemon: the version counts as read from the cache at open). */
 static void open_reply(struct sfs_fs *fs, fuse_req_t req, struct fuse_file_info *fi,
 		       struct sfs_inode *i, struct sfs_open_file *of,
-		       const struct sfs_file_version *v, bool unchanged, bool first_epoch,
+		       const struct sfs_file_version *v, const struct sfs_open_state *st,
 		       enum sfs_pt_mode pt, int backing_id)
 {
 	fi->fh = sfs_handle_make_flagged(of, pt == SFS_PT_OPEN ? SFS_HANDLE_PASSTHROUGH : 0);
-	fi->keep_cache = unchanged && pt != SFS_PT_OPEN;
+	fi->keep_cache = st->unchanged && pt != SFS_PT_OPEN;
 	fi->direct_io = of->direct =
-	    pt == SFS_PT_NO && sfs_pc_open_direct(&fs->page_cache, v->size, first_epoch);
+	    pt == SFS_PT_NO && sfs_pc_open_direct(&fs->page_cache, v->size, st->first_epoch);
 	if (fi->direct_io)
 		__atomic_fetch_add(&fs->direct_opens, 1, __ATOMIC_RELAXED);
 	if (pt == SFS_PT_OPEN) {
@@ -812,53 +710,8 @@ static void open_reply(struct sfs_fs *fs, fuse_req_t req, struct fuse_file_info 
 	if (sfs_fusedev_reply_open(req, fi, pt == SFS_PT_OPEN ? backing_id : 0) != 0) {
 		if (pt == SFS_PT_OPEN)
 			sfs_pt_release(&fs->pt, i);
-		pthread_mutex_destroy(&of->lock);
-		sfs_pf_file *pf = of->pf;
-		free(of);
-		file_closed(i, pf);
+		sfs_open_file_end(i, sfs_open_file_free(of));
 	}
-}
-
-struct sfs_open_file *sfs_fs_open_file(struct sfs_fs *fs, struct sfs_inode *i, uint64_t fh)
-{
-	struct sfs_open_file *of = sfs_handle_get(fh);
-
-	if (of || sfs_inode_kind(i) != SFS_INODE_NFS || (of = sfs_handle_adopted(fh)))
-		return of;
-	/* A dead server's open: the version it read is the inode's last opened
-	 * one (the region kept it); never a newer one, so a reader gets no mix. */
-	struct sfs_attr a;
-	sfs_inode_lock(i);
-	sfs_inode_attr_get(i, &a);
-	if (i->have_opened) {
-		a.size = i->opened.size;
-		a.mtime =
-		    (struct timespec){.tv_sec = i->opened.mtime_s, .tv_nsec = i->opened.mtime_ns};
-		a.ctime =
-		    (struct timespec){.tv_sec = i->opened.ctime_s, .tv_nsec = i->opened.ctime_ns};
-	}
-	sfs_inode_unlock(i);
-	struct sfs_file_version v = version_of(&a, i);
-	sfs_pf_file *pf;
-	bool unchanged, changed, first_epoch;
-	if (open_fetch_state(fs, i, &v, &pf, &unchanged, &changed, &first_epoch) < 0)
-		return NULL;
-	sfs_pf_file_opened(pf);
-	struct sfs_open_file *mine = calloc(1, sizeof(*mine));
-	if (!mine) {
-		file_closed(i, pf);
-		return NULL;
-	}
-	mine->pf = pf;
-	mine->next_region_id = sfs_fs_first_region_id(fs);
-	pthread_mutex_init(&mine->lock, NULL);
-	of = sfs_handle_adopt(fh, mine);
-	if (of != mine) { /* another thread was first, or ENOMEM */
-		pthread_mutex_destroy(&mine->lock);
-		free(mine);
-		file_closed(i, pf);
-	}
-	return of;
 }
 
 /* A read answered from the thread that got its bytes (a fetch without a
@@ -980,10 +833,9 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		if (of->direct)
 			sfs_pc_direct_closed(&fs->page_cache, of->direct_reads,
 					     of->direct_read_bytes);
-		if (file_closed(i, of->pf)) /* the kernel holds i until this reply */
+		/* The kernel holds i until this reply. */
+		if (sfs_open_file_end(i, sfs_open_file_free(of)))
 			sfs_inode_closed(fs->inodes, i);
-		pthread_mutex_destroy(&of->lock);
-		free(of);
 	}
 	fuse_reply_err(req, 0);
 }
@@ -1238,7 +1090,7 @@ static uint64_t inode_cached_bytes(struct sfs_fs *fs, struct sfs_inode *i)
 
 	if (!fs->store || inode_getattr(fs, i, &a, false) < 0)
 		return 0;
-	struct sfs_file_version v = version_of(&a, i);
+	struct sfs_file_version v = sfs_open_file_version(&a, i);
 	return sfs_store_cached_bytes(fs->store, &v);
 }
 
@@ -1257,7 +1109,7 @@ static int inode_key_hex(struct sfs_fs *fs, struct sfs_inode *i, char *out)
 		return rc;
 	if (a.type != S_IFREG)
 		return -ENODATA;
-	struct sfs_file_version v = version_of(&a, i);
+	struct sfs_file_version v = sfs_open_file_version(&a, i);
 	sfs_store_key(&v, key);
 	for (int k = 0; k < 16; k++)
 		snprintf(out + 2 * k, 3, "%02x", key[k]);
