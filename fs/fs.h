@@ -147,10 +147,6 @@ static inline struct sfs_job_read sfs_fs_job_begin(struct sfs_fs *fs, fuse_req_t
 
 extern const struct fuse_lowlevel_ops sfs_fuse_ops;
 
-/* The ioctl handler (fs/ops/ioctl.c). */
-void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
-		  struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
-		  size_t out_bufsz);
 /* Not immutable: list directory `dir` (namespace key `key`) into
  * fs->listings in the background, after sfs_ns_listing_wanted() said so.
  * Any thread; never blocks. */
