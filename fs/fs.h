@@ -147,10 +147,6 @@ static inline struct sfs_job_read sfs_fs_job_begin(struct sfs_fs *fs, fuse_req_t
 
 extern const struct fuse_lowlevel_ops sfs_fuse_ops;
 
-/* Not immutable: list directory `dir` (namespace key `key`) into
- * fs->listings in the background, after sfs_ns_listing_wanted() said so.
- * Any thread; never blocks. */
-void sfs_fs_listing_start(struct sfs_fs *fs, const struct sfs_fh *dir, uint64_t key);
 extern const char *const sfs_fuse_op_names[SFS_OP_COUNT];
 
 /*

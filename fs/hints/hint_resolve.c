@@ -5,6 +5,7 @@
  */
 #include "hint_resolve.h"
 #include "../fs.h"
+#include "../../cache/namespace/listing.h"
 #include "../../cache/common/log.h"
 
 #include <errno.h>
@@ -153,8 +154,8 @@ static int lookup_name(struct sfs_hint_dirs *D, const struct hint_dir *d, const 
 		rc = sfs_ns_lookup_listed(fs->listings, d->key, name, fh, a, &listed_ms);
 		if (rc == 0)
 			return 0;
-		if (rc == -ENODATA && sfs_ns_listing_wanted(fs->listings, d->key))
-			sfs_fs_listing_start(fs, &d->fh, d->key);
+		if (rc == -ENODATA)
+			sfs_listing_missed(fs->listings, fs->origin, &d->fh, d->key);
 	}
 	struct sfs_origin_req r = {.op = SFS_ORIGIN_LOOKUP, .fh = d->fh, .name = name};
 	if ((rc = sfs_origin_call(fs->origin, &r)) < 0)

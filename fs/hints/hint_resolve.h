@@ -7,7 +7,7 @@
  * directory on the way searchable and the file readable by the sender (the
  * kernel's generic_permission under default_permissions, root's override
  * included). A lookup that misses a directory's listing counts towards
- * listing it (fs/ops/ops.c), so that the reader's own lookups there need no NFS.
+ * listing it (cache/namespace/listing.h), so that the reader's own lookups there need no NFS.
  *
  * Owns: the directories resolved for one list (struct sfs_hint_dirs: by path,
  * missing and closed ones too, each kept for the attribute timeout, at most

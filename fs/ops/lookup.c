@@ -14,6 +14,7 @@
 #include "ops_int.h"
 #include "../../cache/common/log.h"
 #include "../memtrim.h"
+#include "../../cache/namespace/listing.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -190,100 +191,6 @@ static void lookup_from_nfs(struct sfs_fs *fs, fuse_req_t req, struct sfs_inode 
 	sfs_origin_submit(fs->origin, &c->r);
 }
 
-/*
- * Not immutable, the kernel asks again for every name whose entry is older
- * than actimeo (and for every name after drop_caches or memory pressure):
- * an NFS LOOKUP per file per epoch, a metadata call on the cluster for
- * every image. A directory whose names miss SFS_NS_LIST_AFTER times within
- * actimeo is listed whole instead (READDIRPLUS: the names, handles and
- * attributes of a few hundred entries a call), and that listing answers its
- * lookups until actimeo after the listing started; the kernel is told the
- * time left, so no answer is older than actimeo, as with LOOKUPs
- * (fs->listings, the listings mode of cache/namespace/namespace.h). The listing runs
- * on the I/O threads; lookups meanwhile go to NFS.
- */
-#define LISTING_REPLY_BYTES 65536 /* READDIRPLUS maxcount */
-
-struct listing_call {
-	struct sfs_origin_req r;
-	struct sfs_fs *fs;
-	struct sfs_fh fh;     /* the directory */
-	uint64_t dir;	      /* its listings key */
-	uint64_t names;	      /* recorded so far */
-	uint64_t last_cookie; /* where the next READDIRPLUS resumes */
-	unsigned in_reply;    /* entries in the current reply */
-	bool bad;	      /* a name could not be recorded: the listing fails */
-};
-
-static void listing_done(struct sfs_origin_req *r);
-
-/* Runs on the origin I/O thread (sfs_origin_dirent_fn); never blocks. */
-static int listing_dirent(struct sfs_origin_req *r, const char *name, uint64_t cookie,
-			  const struct sfs_attr *attr, const struct sfs_fh *fh)
-{
-	struct listing_call *c = r->arg;
-
-	c->last_cookie = cookie;
-	c->in_reply++;
-	if (!strcmp(name, ".") || !strcmp(name, ".."))
-		return 0;
-	if (!attr || !fh || sfs_ns_add(c->fs->listings, c->dir, name, fh, attr) < 0) {
-		c->bad = true; /* no handle or attributes, or over listing_max */
-		return 1;
-	}
-	c->names++;
-	return 0;
-}
-
-static void listing_send(struct listing_call *c, const uint8_t *verf)
-{
-	c->in_reply = 0;
-	c->r = (struct sfs_origin_req){.op = SFS_ORIGIN_READDIRPLUS,
-				       .fh = c->fh,
-				       .cookie = c->last_cookie,
-				       .dir_max_bytes = LISTING_REPLY_BYTES,
-				       .dirent = listing_dirent,
-				       .done = listing_done,
-				       .arg = c};
-	if (verf)
-		memcpy(c->r.dir_verf, verf, sizeof(c->r.dir_verf));
-	sfs_origin_submit(c->fs->origin, &c->r);
-}
-
-/* Runs on an I/O thread; owns c. */
-static void listing_done(struct sfs_origin_req *r)
-{
-	struct listing_call *c = r->arg;
-	sfs_ns *ls = c->fs->listings;
-
-	if (r->result < 0 || c->bad ||
-	    (!r->eof && (!c->in_reply || !sfs_ns_listing_may_go_on(ls, c->dir, c->names)))) {
-		sfs_ns_listing_failed(ls, c->dir); /* or a huge folder, few lookups */
-	} else if (!r->eof) {
-		uint8_t verf[SFS_DIR_VERF_BYTES];
-		memcpy(verf, r->dir_verf, sizeof(verf));
-		listing_send(c, verf);
-		return;
-	} else {
-		sfs_ns_dir_complete(ls, c->dir, c->names); /* a miscount fails it */
-	}
-	free(c);
-}
-
-void sfs_fs_listing_start(struct sfs_fs *fs, const struct sfs_fh *dir, uint64_t key)
-{
-	struct listing_call *c = calloc(1, sizeof(*c));
-
-	if (!c) {
-		sfs_ns_listing_failed(fs->listings, key);
-		return;
-	}
-	c->fs = fs;
-	c->fh = *dir;
-	c->dir = key;
-	listing_send(c, NULL);
-}
-
 /* Not immutable: answer a lookup from p's listing, or count the miss (and
  * start the listing). A name the listing lacks is not answered: it may have
  * been created on the cluster since the listing, and only NFS knows (a name
@@ -297,9 +204,9 @@ static bool lookup_from_listing(struct sfs_fs *fs, fuse_req_t req, struct sfs_in
 	struct sfs_attr a;
 	int rc = sfs_ns_lookup_listed(fs->listings, key, name, &fh, &a, &listed_ms);
 
-	if (rc == -ENODATA && sfs_ns_listing_wanted(fs->listings, key)) {
+	if (rc == -ENODATA) {
 		struct sfs_fh dir = sfs_inode_fh(p);
-		sfs_fs_listing_start(fs, &dir, key);
+		sfs_listing_missed(fs->listings, fs->origin, &dir, key);
 	}
 	if (rc < 0)
 		return false;
