@@ -27,42 +27,7 @@
 #include "restart/keeper.h"
 #include "options.h"
 #include "kernel/passthrough.h"
-
-/* FUSE operations we count, by name in the stats file. */
-enum sfs_fuse_op {
-	SFS_OP_LOOKUP,
-	SFS_OP_FORGET,
-	SFS_OP_GETATTR,
-	SFS_OP_READLINK,
-	SFS_OP_OPEN,
-	SFS_OP_READ,
-	SFS_OP_RELEASE,
-	SFS_OP_OPENDIR,
-	SFS_OP_READDIR,
-	SFS_OP_READDIRPLUS,
-	SFS_OP_RELEASEDIR,
-	SFS_OP_STATFS,
-	SFS_OP_GETXATTR,
-	SFS_OP_IOCTL,
-	SFS_OP_WRITE_DENIED, /* any modifying operation, answered EROFS */
-	SFS_OP_COUNT
-};
-
-/* Staging counters: by target (enum sfs_stage_kind, cache/staging/staging.h) and by
- * refusal reason. The reasons and the errnos they stand for are a table in
- * fs/ops/ioctl.c, as are the targets' ABI bits and names. */
-enum sfs_stage_reason {
-	SFS_STAGE_E_INVALID,	 /* EINVAL: bad struct, sizes, reserved words */
-	SFS_STAGE_E_RANGE,	 /* ERANGE */
-	SFS_STAGE_E_NOREGION,	 /* ENOENT */
-	SFS_STAGE_E_PERM,	 /* EPERM */
-	SFS_STAGE_E_UNSUPPORTED, /* EOPNOTSUPP */
-	SFS_STAGE_E_IO,		 /* EIO, ESTALE and others while placing bytes */
-	SFS_STAGE_E_COUNT
-};
-/* The stats label of a target ("shm") and of a reason ("out_of_range"). */
-const char *sfs_stage_target_name(enum sfs_stage_kind t);
-const char *sfs_stage_reason_name(enum sfs_stage_reason r);
+#include "counters.h"
 
 struct sfs_fs {
 	struct sfs_options *opts; /* set at start, then read-only */
@@ -83,6 +48,10 @@ struct sfs_fs {
 	double attr_timeout_s;			/* set at start, then read-only */
 	uint64_t start_ns;			/* set at start, then read-only */
 	struct sfs_inode *ctl_dir, *stats_file; /* set at start: the virtual .shardfs/ tree */
+	/* set at start: the stats file's text (sfs_stats_render), so that the
+	 * .shardfs/ tree (fs/ops/ctl.c) serves it without depending on
+	 * fs/observe */
+	ssize_t (*stats_render)(struct sfs_fs *fs, char **out);
 	/* set at start: the keeper's state page (keeper.h), NULL without one */
 	struct sfs_keeper_state *keeper;
 	/* set at start: counters carried from the process that handed over
@@ -146,8 +115,6 @@ static inline struct sfs_job_read sfs_fs_job_begin(struct sfs_fs *fs, fuse_req_t
 }
 
 extern const struct fuse_lowlevel_ops sfs_fuse_ops;
-
-extern const char *const sfs_fuse_op_names[SFS_OP_COUNT];
 
 /*
  * Render the stats file into a malloc'd buffer (Prometheus text format).

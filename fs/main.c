@@ -381,6 +381,7 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 	}
 	pthread_mutex_init(&fs->statfs_lock, NULL);
 	fs->opts = o;
+	fs->stats_render = sfs_stats_render;
 	fs->page_cache.mode = o->page_cache;
 	fs->pt.wanted = o->passthrough;
 	fs->pt.willneed_max = o->prefetch == SFS_PREFETCH_SHARD ? o->prefetch_max : 0;

@@ -10,7 +10,8 @@
  * Threading: FUSE workers; GETATTR, READLINK and STATFS wait for NFS with
  * no lock held.
  */
-#include "ops_int.h"
+#include "ops.h"
+#include "ctl.h"
 #include "../../cache/common/log.h"
 #include <shardfs/shardfs_ioctl.h>
 
@@ -21,51 +22,6 @@
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 
-void sfs_ops_attr_to_stat(const struct sfs_attr *a, struct stat *st)
-{
-	memset(st, 0, sizeof(*st));
-	st->st_ino = a->fileid;
-	st->st_mode = a->type | (a->mode & 07777);
-	st->st_nlink = a->nlink;
-	st->st_uid = a->uid;
-	st->st_gid = a->gid;
-	st->st_size = (off_t)a->size;
-	st->st_blksize = SFS_CHUNK_BYTES;
-	st->st_blocks = (blkcnt_t)((a->used + 511) / 512);
-	st->st_rdev = makedev(a->rdev_major, a->rdev_minor);
-	st->st_atim = a->atime;
-	st->st_mtim = a->mtime;
-	st->st_ctim = a->ctime;
-}
-
-int sfs_ops_inode_getattr(struct sfs_fs *fs, struct sfs_inode *i, struct sfs_attr *out, bool force)
-{
-	uint64_t now = sfs_now_ms();
-	bool is_root = i == sfs_inode_root(fs->inodes);
-
-	sfs_inode_lock(i);
-	bool fresh =
-	    i->attr_time_ms && (fs->ns || now - i->attr_time_ms < fs->opts->actimeo_s * 1000ull);
-	sfs_inode_attr_get(i, out);
-	sfs_inode_unlock(i);
-	if (fresh && !force)
-		return 0;
-	if (fs->ns && is_root && !force && sfs_ns_lookup(fs->ns, SFS_NS_ROOT, "", NULL, out) == 0) {
-		sfs_inode_set_attr(i, out, now);
-		return 0;
-	}
-	struct sfs_fh fh = sfs_inode_fh(i);
-	struct sfs_origin_req r = {.op = SFS_ORIGIN_GETATTR, .fh = fh};
-	int rc = sfs_origin_call(fs->origin, &r);
-	if (rc < 0)
-		return rc;
-	sfs_inode_set_attr(i, &r.attr, now);
-	if (fs->ns && is_root)
-		sfs_ns_add(fs->ns, SFS_NS_ROOT, "", &fh, &r.attr);
-	*out = r.attr;
-	return 0;
-}
-
 void sfs_op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct sfs_fs *fs = FS(req);
@@ -75,8 +31,7 @@ void sfs_op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 	op_count(fs, SFS_OP_GETATTR);
 	if (sfs_inode_kind(i) != SFS_INODE_NFS) {
-		sfs_ops_virtual_stat(fs, i, &st);
-		fuse_reply_attr(req, &st, 0);
+		sfs_ops_ctl_getattr(req, fs, i);
 		return;
 	}
 	int rc = sfs_ops_inode_getattr(fs, i, &a, false);

@@ -1,26 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-/*
- * ctl — the virtual .shardfs/ tree: MOUNTPOINT/.shardfs/ and its stats
- * file, whose text (fs/observe: sfs_stats_render) is a snapshot taken at
- * open and served direct_io.
- *
- * Owns: the tree's entries and attributes, the snapshots (what fi->fh
- * points to for the stats file). Does not own: the text (the stats
- * renderer), the two inodes (made by main, fs->ctl_dir and fs->stats_file).
- * Threading: FUSE workers; a snapshot is written once before the OPEN reply
- * and read by its READs, freed by its RELEASE (the kernel orders them).
- */
-#include "ops_int.h"
+/* ctl — the virtual .shardfs/ tree (ctl.h). */
+#include "ctl.h"
 #include "../kernel/handles.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 /* Attributes of the virtual .shardfs directory and its stats file. */
-void sfs_ops_virtual_stat(struct sfs_fs *fs, struct sfs_inode *i, struct stat *st)
+static void virtual_stat(struct sfs_fs *fs, struct sfs_inode *i, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = i->fileid;
@@ -37,7 +28,7 @@ void sfs_ops_virtual_stat(struct sfs_fs *fs, struct sfs_inode *i, struct stat *s
 		 * copiers that stop at st_size (cp with copy_file_range) never cut
 		 * the snapshot, which is served with direct_io and ends at EOF. */
 		char *text;
-		ssize_t n = sfs_stats_render(fs, &text);
+		ssize_t n = fs->stats_render(fs, &text);
 		if (n > 0) {
 			st->st_size = (2 * n + 4095) & ~(off_t)4095;
 			free(text);
@@ -67,13 +58,32 @@ static struct stats_snapshot *stats_snapshot_of(uint64_t fh)
 	return s;
 }
 
-struct sfs_inode *sfs_ops_ctl_child(struct sfs_fs *fs, struct sfs_inode *p, const char *name)
+bool sfs_ops_ctl_lookup(fuse_req_t req, struct sfs_fs *fs, struct sfs_inode *p, const char *name)
 {
+	struct sfs_inode *child = NULL;
+	struct fuse_entry_param e;
+
 	if (p == sfs_inode_root(fs->inodes) && !strcmp(name, ".shardfs"))
-		return fs->ctl_dir;
-	if (sfs_inode_kind(p) == SFS_INODE_CTL_DIR && !strcmp(name, "stats"))
-		return fs->stats_file;
-	return NULL;
+		child = fs->ctl_dir;
+	else if (sfs_inode_kind(p) == SFS_INODE_CTL_DIR && !strcmp(name, "stats"))
+		child = fs->stats_file;
+	if (!child)
+		return false;
+	memset(&e, 0, sizeof(e));
+	e.ino = sfs_fs_ino(fs, child);
+	virtual_stat(fs, child, &e.attr);
+	e.attr_timeout = fs->attr_timeout_s;
+	e.entry_timeout = fs->attr_timeout_s;
+	fuse_reply_entry(req, &e);
+	return true;
+}
+
+void sfs_ops_ctl_getattr(fuse_req_t req, struct sfs_fs *fs, struct sfs_inode *i)
+{
+	struct stat st;
+
+	virtual_stat(fs, i, &st);
+	fuse_reply_attr(req, &st, 0);
 }
 
 bool sfs_ops_ctl_dirent(struct sfs_fs *fs, off_t k, const char **name, struct sfs_attr *a)
@@ -91,11 +101,11 @@ bool sfs_ops_ctl_dirent(struct sfs_fs *fs, off_t k, const char **name, struct sf
 void sfs_ops_ctl_open(fuse_req_t req, struct sfs_fs *fs, struct fuse_file_info *fi)
 {
 	struct stats_snapshot *s = calloc(1, sizeof(*s));
-	ssize_t n = s ? sfs_stats_render(fs, &s->text) : -ENOMEM;
+	ssize_t n = s ? fs->stats_render(fs, &s->text) : -ENOMEM;
 
 	if (n < 0) {
 		free(s);
-		reply_err(req, (int)n);
+		fuse_reply_err(req, (int)-n);
 		return;
 	}
 	s->len = (size_t)n;
@@ -122,7 +132,7 @@ void sfs_ops_ctl_read(fuse_req_t req, struct fuse_file_info *fi, size_t size, of
 	 * call returns, so it took that for a use after free. */
 	char *copy = n ? malloc(n) : NULL;
 	if (n && !copy) {
-		reply_err(req, -ENOMEM);
+		fuse_reply_err(req, ENOMEM);
 		return;
 	}
 	if (n)

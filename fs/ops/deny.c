@@ -5,7 +5,7 @@
  *
  * Owns: nothing but the refusals. Threading: FUSE workers, no lock.
  */
-#include "ops_int.h"
+#include "ops.h"
 
 #include <errno.h>
 

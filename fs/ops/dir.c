@@ -13,7 +13,8 @@
  * buffer is private to the request until it replies). The kernel
  * serialises the readdirs of one handle.
  */
-#include "ops_int.h"
+#include "ops.h"
+#include "ctl.h"
 #include "../../cache/common/log.h"
 #include "../hints/hints.h"
 #include "../kernel/handles.h"

@@ -12,7 +12,8 @@
  * I/O thread for bytes fetched, a loader thread or another worker for a
  * chunk loaded from the cache. Replies are sent with no lock held.
  */
-#include "ops_int.h"
+#include "ops.h"
+#include "ctl.h"
 #include "../hints/hints.h"
 #include "../kernel/fusedev.h"
 #include "../kernel/handles.h"

@@ -4,12 +4,12 @@
  * (sfs_fuse_ops), and INIT: what the daemon asks of the kernel.
  *
  * Owns: the operations table and the connection's parameters. Does not
- * own: the operations (one file per concern, ops_int.h), the INIT exchange
+ * own: the operations (one file per concern, ops.h), the INIT exchange
  * on the device (fs/kernel/fusedev.c).
  * Threading: INIT runs once, before any other request; the table is
  * read-only.
  */
-#include "ops_int.h"
+#include "ops.h"
 #include "../kernel/fusedev.h"
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
@@ -37,24 +37,6 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	fs->page_cache.direct_mmap = sfs_fusedev_direct_io_mmap();
 	sfs_pt_kernel_ready(&fs->pt);
 }
-
-const char *const sfs_fuse_op_names[SFS_OP_COUNT] = {
-    [SFS_OP_LOOKUP] = "lookup",
-    [SFS_OP_FORGET] = "forget",
-    [SFS_OP_GETATTR] = "getattr",
-    [SFS_OP_READLINK] = "readlink",
-    [SFS_OP_OPEN] = "open",
-    [SFS_OP_READ] = "read",
-    [SFS_OP_RELEASE] = "release",
-    [SFS_OP_OPENDIR] = "opendir",
-    [SFS_OP_READDIR] = "readdir",
-    [SFS_OP_READDIRPLUS] = "readdirplus",
-    [SFS_OP_RELEASEDIR] = "releasedir",
-    [SFS_OP_STATFS] = "statfs",
-    [SFS_OP_GETXATTR] = "getxattr",
-    [SFS_OP_IOCTL] = "ioctl",
-    [SFS_OP_WRITE_DENIED] = "write_denied",
-};
 
 const struct fuse_lowlevel_ops sfs_fuse_ops = {
     .init = op_init,

@@ -11,7 +11,8 @@
  * origin I/O thread that gets its reply (lookup_call). Replies are sent
  * with no lock held.
  */
-#include "ops_int.h"
+#include "ops.h"
+#include "ctl.h"
 #include "../../cache/common/log.h"
 #include "../memtrim.h"
 #include "../../cache/namespace/listing.h"
@@ -19,19 +20,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-void sfs_ops_fill_entry(struct sfs_fs *fs, struct fuse_entry_param *e, struct sfs_inode *i,
-			const struct sfs_attr *a)
-{
-	memset(e, 0, sizeof(*e));
-	e->ino = INO(fs, i);
-	if (sfs_inode_kind(i) == SFS_INODE_NFS)
-		sfs_ops_attr_to_stat(a, &e->attr);
-	else
-		sfs_ops_virtual_stat(fs, i, &e->attr);
-	e->attr_timeout = fs->attr_timeout_s;
-	e->entry_timeout = fs->attr_timeout_s;
-}
 
 /* How long the kernel may keep what NFS said at seen_ms (0: now): what is
  * left of actimeo, so that no answer is older than actimeo; immutable:
@@ -55,22 +43,6 @@ static void reply_noent(struct sfs_fs *fs, fuse_req_t req)
 	memset(&e, 0, sizeof(e));
 	e.entry_timeout = fs->attr_timeout_s;
 	fuse_reply_entry(req, &e);
-}
-
-uint32_t sfs_ops_child_dataset(struct sfs_fs *fs, struct sfs_inode *p, const char *name,
-			       const struct sfs_attr *a)
-{
-	char buf[2048];
-
-	if (!fs->store)
-		return 0;
-	if (p != sfs_inode_root(fs->inodes))
-		return __atomic_load_n(&p->dataset, __ATOMIC_RELAXED);
-	if (a->type != S_IFDIR)
-		return fs->root_dataset;
-	if (sfs_export_join(fs->opts, name, strlen(name), buf, sizeof(buf)) >= (int)sizeof(buf))
-		return 0;
-	return sfs_store_dataset(fs->store, buf);
 }
 
 /* Reply an entry for (fh, attr), `name` in directory p, as NFS said it at
@@ -217,15 +189,11 @@ static bool lookup_from_listing(struct sfs_fs *fs, fuse_req_t req, struct sfs_in
 void sfs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct sfs_fs *fs = FS(req);
-	struct sfs_inode *p = I(fs, parent), *child = NULL;
-	struct fuse_entry_param e;
+	struct sfs_inode *p = I(fs, parent);
 
 	op_count(fs, SFS_OP_LOOKUP);
-	if ((child = sfs_ops_ctl_child(fs, p, name))) {
-		sfs_ops_fill_entry(fs, &e, child, NULL);
-		fuse_reply_entry(req, &e);
+	if (sfs_ops_ctl_lookup(req, fs, p, name))
 		return;
-	}
 	if (sfs_inode_kind(p) != SFS_INODE_NFS) {
 		reply_err(req, -ENOENT);
 		return;

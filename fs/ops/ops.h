@@ -1,24 +1,25 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * ops_int.h — private to fs/ops/: what the files of the FUSE operations
- * share. Other folders never include it; main.c reaches the operations
- * through sfs_fuse_ops (fs.h) alone.
+ * ops — private to fs/ops/: what the files of the FUSE operations share,
+ * the helpers of ops.c among it. Other folders never include it; main.c
+ * reaches the operations through sfs_fuse_ops (fs.h) alone.
  *
  * The wing, one file per concern, arrows only downwards:
  *   init.c       INIT and the operations table (sfs_fuse_ops)
+ *   ops.c        attributes, entries, datasets: what the files below share
  *   lookup.c     LOOKUP, FORGET: entries of the export's tree
  *   attr.c       GETATTR, READLINK, STATFS, the cache's xattrs
  *   file.c       OPEN, READ, RELEASE of NFS files
  *   dir.c        OPENDIR, READDIR(PLUS), RELEASEDIR
  *   ioctl.c      the ioctl ABI (include/shardfs/shardfs_ioctl.h)
- *   ctl.c        the virtual .shardfs/ tree and its stats file
+ *   ctl.c        the virtual .shardfs/ tree and its stats file (ctl.h)
  *   deny.c       EROFS for every modifying operation
- *   open_file.c  one open NFS file, below file.c and ioctl.c
+ *   open_file.c  one open NFS file, below file.c and ioctl.c (open_file.h)
  * Threading: every operation runs on a FUSE worker; each file says which
  * of its replies come from another thread.
  */
-#ifndef SFS_OPS_INT_H
-#define SFS_OPS_INT_H
+#ifndef SFS_OPS_H
+#define SFS_OPS_H
 
 #include "../fs.h"
 #include "open_file.h"
@@ -65,7 +66,7 @@ static inline struct sfs_open_file *sfs_fs_open_file(struct sfs_fs *fs, struct s
 	return sfs_open_file_of(fs->prefetch, i, fh, sfs_fs_first_region_id(fs));
 }
 
-/* --- attr.c --------------------------------------------------------------- */
+/* --- ops.c ---------------------------------------------------------------- */
 
 void sfs_ops_attr_to_stat(const struct sfs_attr *a, struct stat *st);
 /*
@@ -77,10 +78,7 @@ void sfs_ops_attr_to_stat(const struct sfs_attr *a, struct stat *st);
  */
 int sfs_ops_inode_getattr(struct sfs_fs *fs, struct sfs_inode *i, struct sfs_attr *out, bool force);
 
-/* --- lookup.c ------------------------------------------------------------- */
-
-/* The entry of inode i with attributes a (NULL for a virtual inode), for
- * the attribute timeout. */
+/* The entry of NFS inode i with attributes a, for the attribute timeout. */
 void sfs_ops_fill_entry(struct sfs_fs *fs, struct fuse_entry_param *e, struct sfs_inode *i,
 			const struct sfs_attr *a);
 /*
@@ -91,22 +89,6 @@ void sfs_ops_fill_entry(struct sfs_fs *fs, struct fuse_entry_param *e, struct sf
  */
 uint32_t sfs_ops_child_dataset(struct sfs_fs *fs, struct sfs_inode *p, const char *name,
 			       const struct sfs_attr *a);
-
-/* --- ctl.c: the virtual .shardfs/ tree ------------------------------------ */
-
-/* Attributes of the virtual .shardfs directory and its stats file. */
-void sfs_ops_virtual_stat(struct sfs_fs *fs, struct sfs_inode *i, struct stat *st);
-/* The virtual inode `name` names in directory p (.shardfs in the root,
- * stats in .shardfs), or NULL. */
-struct sfs_inode *sfs_ops_ctl_child(struct sfs_fs *fs, struct sfs_inode *p, const char *name);
-/* The k-th entry of the .shardfs directory (".", "..", "stats" at offsets
- * 1, 2, 3): its name and attributes. Returns false past the last. */
-bool sfs_ops_ctl_dirent(struct sfs_fs *fs, off_t k, const char **name, struct sfs_attr *a);
-/* OPEN, READ and RELEASE of the stats file: a snapshot of the text taken
- * at open, served direct_io. Each replies. */
-void sfs_ops_ctl_open(fuse_req_t req, struct sfs_fs *fs, struct fuse_file_info *fi);
-void sfs_ops_ctl_read(fuse_req_t req, struct fuse_file_info *fi, size_t size, off_t off);
-void sfs_ops_ctl_release(struct fuse_file_info *fi);
 
 /* --- the operations, by file (init.c puts them in sfs_fuse_ops) ----------- */
 
