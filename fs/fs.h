@@ -26,8 +26,9 @@
 #include "observe/jobs.h"
 #include "restart/keeper.h"
 #include "options.h"
-#include "kernel/passthrough.h"
 #include "counters.h"
+
+struct sfs_pt;
 
 struct sfs_fs {
 	struct sfs_options *opts; /* set at start, then read-only */
@@ -64,7 +65,7 @@ struct sfs_fs {
 	uint64_t direct_opens;		 /* atomic: opens answered FOPEN_DIRECT_IO */
 	uint64_t inodes_pruned;		 /* atomic: inodes handed back past inode_max */
 	struct sfs_pc_policy page_cache; /* which opens are direct_io */
-	struct sfs_pt pt;		 /* passthrough opens (passthrough.h) */
+	struct sfs_pt *pt;		 /* set at start: passthrough opens (passthrough.h) */
 	uint64_t stage_bytes[SFS_STAGE_KIND_COUNT];    /* atomic */
 	uint64_t stage_requests[SFS_STAGE_KIND_COUNT]; /* atomic */
 	uint64_t stage_errors[SFS_STAGE_E_COUNT];      /* atomic */

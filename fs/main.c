@@ -16,6 +16,7 @@
 #include "hints/hints.h"
 #include "kernel/fusedev.h"
 #include "kernel/handles.h"
+#include "kernel/passthrough.h"
 #include "restart/carry.h"
 #include "restart/keeper.h"
 #include "restart/takeover.h"
@@ -383,8 +384,8 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 	fs->opts = o;
 	fs->stats_render = sfs_stats_render;
 	fs->page_cache.mode = o->page_cache;
-	fs->pt.wanted = o->passthrough;
-	fs->pt.willneed_max = o->prefetch == SFS_PREFETCH_SHARD ? o->prefetch_max : 0;
+	fs->pt->wanted = o->passthrough;
+	fs->pt->willneed_max = o->prefetch == SFS_PREFETCH_SHARD ? o->prefetch_max : 0;
 	fs->attr_timeout_s = o->immutable ? SFS_IMMUTABLE_TIMEOUT_S : o->actimeo_s;
 	fs->start_ns = sfs_now_ns();
 	fs->ctl_dir = sfs_inode_virtual(SFS_INODE_CTL_DIR);
@@ -676,7 +677,8 @@ static int check_resume(const char *fds, const char *fault)
 int main(int argc, char **argv)
 {
 	struct sfs_options o;
-	struct sfs_fs fs = {0};
+	struct sfs_pt pt = {0};
+	struct sfs_fs fs = {.pt = &pt};
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	char err[512] = "";
 	char **addrs = NULL;

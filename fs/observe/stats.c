@@ -13,6 +13,7 @@
 #include "../kernel/fusedev.h"
 #include "../memtrim.h"
 #include "../kernel/workers.h"
+#include "../kernel/passthrough.h"
 #include "../../cache/common/iobuf.h"
 #include "../../cache/common/log.h"
 
@@ -398,12 +399,12 @@ static void render_passthrough(FILE *f, struct sfs_fs *fs)
 	struct sfs_pt_stats pt;
 	struct sfs_store_scrub_stats sc = {0};
 
-	sfs_pt_get_stats(&fs->pt, &pt);
+	sfs_pt_get_stats(fs->pt, &pt);
 	if (fs->store)
 		sfs_store_scrub_get_stats(fs->store, &sc);
 	metric(f, "shardfs_passthrough_enabled", "gauge",
 	       "1 if passthrough is on and the kernel took it at mount (Linux 6.9+).",
-	       __atomic_load_n(&fs->pt.available, __ATOMIC_RELAXED));
+	       __atomic_load_n(&fs->pt->available, __ATOMIC_RELAXED));
 	metric(f, "shardfs_passthrough_opens_total", "counter",
 	       "Opens the kernel reads from the cache file itself (no read reaches the daemon).",
 	       pt.opens);

@@ -16,6 +16,7 @@
 #include "ctl.h"
 #include "../hints/hints.h"
 #include "../kernel/fusedev.h"
+#include "../kernel/passthrough.h"
 #include "../kernel/handles.h"
 #include "../kernel/pagecache.h"
 
@@ -26,6 +27,13 @@ static void open_reply(struct sfs_fs *fs, fuse_req_t req, struct fuse_file_info 
 		       struct sfs_inode *i, struct sfs_open_file *of,
 		       const struct sfs_file_version *v, const struct sfs_open_state *st,
 		       enum sfs_pt_mode pt, int backing_id);
+
+/* passthrough.h's rule for an open that found version `unchanged` or not
+ * (sfs_open_file_seen_fn): under the inode lock. */
+static void pt_opened_version(struct sfs_inode *i, bool unchanged)
+{
+	sfs_pt_opened_version(i, unchanged);
+}
 
 void sfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -56,7 +64,7 @@ void sfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	struct sfs_file_version v = sfs_open_file_version(&a, i);
-	if ((rc = sfs_open_file_begin(fs->prefetch, i, &v, &pf, &st)) < 0) {
+	if ((rc = sfs_open_file_begin(fs->prefetch, i, &v, pt_opened_version, &pf, &st)) < 0) {
 		reply_err(req, rc);
 		return;
 	}
@@ -75,7 +83,7 @@ void sfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int backing_id = 0;
 	sfs_pf_file_opened_no_prefetch(pf);
 	enum sfs_pt_mode pt =
-	    fs->pt.wanted ? sfs_pt_open(&fs->pt, i, pf, v.size, !tool, &backing_id) : SFS_PT_NO;
+	    fs->pt->wanted ? sfs_pt_open(fs->pt, i, pf, v.size, !tool, &backing_id) : SFS_PT_NO;
 	if (pt == SFS_PT_STALE) { /* the kernel looks the name up again and retries */
 		sfs_open_file_end(i, pf);
 		reply_err(req, -ESTALE);
@@ -90,7 +98,7 @@ void sfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	    sfs_open_file_new(pf, fuse_req_ctx(req)->uid, sfs_fs_first_region_id(fs));
 	if (!of) {
 		if (pt == SFS_PT_OPEN)
-			sfs_pt_release(&fs->pt, i);
+			sfs_pt_release(fs->pt, i);
 		sfs_open_file_end(i, pf);
 		reply_err(req, -ENOMEM);
 		return;
@@ -120,7 +128,7 @@ static void open_reply(struct sfs_fs *fs, fuse_req_t req, struct fuse_file_info 
 	}
 	if (sfs_fusedev_reply_open(req, fi, pt == SFS_PT_OPEN ? backing_id : 0) != 0) {
 		if (pt == SFS_PT_OPEN)
-			sfs_pt_release(&fs->pt, i);
+			sfs_pt_release(fs->pt, i);
 		sfs_open_file_end(i, sfs_open_file_free(of));
 	}
 }
@@ -209,7 +217,7 @@ void sfs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	} else if (fi->fh) {
 		struct sfs_open_file *of = sfs_handle_get(fi->fh);
 		if (fi->fh & SFS_HANDLE_PASSTHROUGH) /* this server's or a dead one's */
-			sfs_pt_release(&fs->pt, i);
+			sfs_pt_release(fs->pt, i);
 		if (!of && !(of = sfs_handle_drop(fi->fh))) { /* a dead server's, never used here */
 			fuse_reply_err(req, 0);
 			return;

@@ -11,6 +11,7 @@
  */
 #include "ops.h"
 #include "../kernel/fusedev.h"
+#include "../kernel/passthrough.h"
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
@@ -35,7 +36,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/* fusedev has read the INIT request by now (fusedev.h). */
 	struct sfs_fs *fs = userdata;
 	fs->page_cache.direct_mmap = sfs_fusedev_direct_io_mmap();
-	sfs_pt_kernel_ready(&fs->pt);
+	sfs_pt_kernel_ready(fs->pt);
 }
 
 const struct fuse_lowlevel_ops sfs_fuse_ops = {

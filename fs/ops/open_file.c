@@ -4,7 +4,6 @@
  */
 #include "open_file.h"
 #include "../kernel/handles.h"
-#include "../kernel/passthrough.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -63,12 +62,13 @@ bool sfs_open_file_end(struct sfs_inode *i, sfs_pf_file *pf)
 }
 
 int sfs_open_file_begin(sfs_prefetch *p, struct sfs_inode *i, const struct sfs_file_version *v,
-			sfs_pf_file **out, struct sfs_open_state *st)
+			sfs_open_file_seen_fn seen, sfs_pf_file **out, struct sfs_open_state *st)
 {
 	sfs_inode_lock(i);
 	st->unchanged = opened_is(i, v);
 	st->changed = i->have_opened && !st->unchanged;
-	sfs_pt_opened_version(i, st->unchanged); /* no open of v joins an older backing file */
+	if (seen)
+		seen(i, st->unchanged);
 	if (!st->unchanged)
 		i->first_epoch = 1; /* ends when every open of it closed */
 	st->first_epoch = i->first_epoch;
@@ -140,7 +140,9 @@ struct sfs_open_file *sfs_open_file_of(sfs_prefetch *p, struct sfs_inode *i, uin
 	struct sfs_file_version v = sfs_open_file_version(&a, i);
 	struct sfs_open_state st;
 	sfs_pf_file *pf;
-	if (sfs_open_file_begin(p, i, &v, &pf, &st) < 0)
+	/* No one to tell: v is the version last opened, or (none opened) the
+	 * inode has no passthrough open that a new version would make stale. */
+	if (sfs_open_file_begin(p, i, &v, NULL, &pf, &st) < 0)
 		return NULL;
 	sfs_pf_file_opened(pf);
 	struct sfs_open_file *mine = sfs_open_file_new(pf, 0, first_region_id);

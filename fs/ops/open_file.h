@@ -59,15 +59,21 @@ struct sfs_open_state {
 			     kernel took i in (its page cache cannot hold it yet) */
 };
 
+/* Told, under the inode lock, in the section that records the version an
+ * open found, whether it is the one last opened (file.c passes passthrough's
+ * rule, sfs_pt_opened_version: no open of a new version joins an older
+ * backing file). */
+typedef void (*sfs_open_file_seen_fn)(struct sfs_inode *i, bool unchanged);
+
 /*
  * One more open of version v of i: the fetch state shared by the opens of
  * v (made through p if none is), referenced for the caller in *out and
  * counted in i's opens; end it with sfs_open_file_end. *st says how the
- * open found i. Returns 0 or -ENOMEM (or a fetch state that cannot be
- * made). Takes the inode lock.
+ * open found i; seen (NULL: none) is told too. Returns 0 or -ENOMEM (or a
+ * fetch state that cannot be made). Takes the inode lock.
  */
 int sfs_open_file_begin(sfs_prefetch *p, struct sfs_inode *i, const struct sfs_file_version *v,
-			sfs_pf_file **out, struct sfs_open_state *st);
+			sfs_open_file_seen_fn seen, sfs_pf_file **out, struct sfs_open_state *st);
 
 /* The end of one open of i (its handle held a reference on pf, which this
  * drops). When the last one closes, the inode lets go of its fetch state
