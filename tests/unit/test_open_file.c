@@ -224,15 +224,24 @@ static void test_open_fails(void)
 	free(i);
 }
 
-static void test_regions(void)
+/* One open of inode i's version (size 10, t 1) as an open file of uid's,
+ * region ids from first_region_id. */
+static struct sfs_open_file *open_one(struct sfs_inode *i, uid_t uid, uint64_t first_region_id)
 {
-	struct sfs_inode *i = inode_new(102);
 	struct sfs_open_state st;
 	sfs_pf_file *pf;
 	struct sfs_file_version v = version(i, 10, 1);
 
-	sfs_open_file_begin(NULL, i, &v, NULL, &pf, &st);
-	struct sfs_open_file *of = sfs_open_file_new(pf, 1000, (3ull << 32) | 1);
+	if (sfs_open_file_begin(NULL, i, &v, NULL, &pf, &st) < 0)
+		return NULL;
+	return sfs_open_file_new(pf, uid, first_region_id);
+}
+
+static void test_regions(void)
+{
+	struct sfs_inode *i = inode_new(102);
+	struct sfs_open_file *of = open_one(i, 1000, (3ull << 32) | 1);
+	sfs_pf_file *pf = of ? of->pf : NULL;
 	ok(of && of->pf == pf && of->uid == 1000 && of->next_region_id == ((3ull << 32) | 1),
 	   "a new open file reads pf, for its opener, region ids from the epoch's first");
 	static char fake_region[3];
@@ -259,13 +268,10 @@ static void test_regions(void)
 static void test_dead_server_open(void)
 {
 	struct sfs_inode *i = inode_new(103);
-	struct sfs_open_state st;
-	sfs_pf_file *pf;
 
 	/* This process's open: found as it is. */
-	struct sfs_file_version v = version(i, 10, 1);
-	sfs_open_file_begin(NULL, i, &v, NULL, &pf, &st);
-	struct sfs_open_file *of = sfs_open_file_new(pf, 0, 1);
+	struct sfs_open_file *of = open_one(i, 0, 1);
+	sfs_pf_file *pf = of->pf;
 	mine[1] = of;
 	ok(sfs_open_file_of(NULL, i, 1, 1) == of, "this process's open file");
 	ok(pf->refs == 2, "found without a new reference");
