@@ -414,7 +414,7 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 			return -1;
 		}
 		/* The files at the export's root form its own dataset; each
-		 * top-level directory one more (fs/ops/ops.c child_dataset). */
+		 * top-level directory one more (fs/ops/ops.c, sfs_ops_child_dataset). */
 		char name[1100];
 		sfs_export_join(o, "", 0, name, sizeof(name));
 		fs->root_dataset = sfs_store_dataset(fs->store, name);
@@ -643,7 +643,7 @@ out_signals:
 	fuse_remove_signal_handlers(se);
 out_session:
 	/* The origin goes before the session: its close completes the lookups
-	 * still in flight (ops.c answers them from I/O threads), whose replies
+	 * still in flight (fs/ops answers them from I/O threads), whose replies
 	 * need the session and the inode table. */
 	close_origin(fs);
 	fuse_session_destroy(se);
