@@ -4,9 +4,9 @@
  * and main. Other folders never include it, nor do the wings main hands
  * their handles to (restart/, hints/, observe/).
  *
- * Owns: struct sfs_fs (filled by main before the session starts), the state
- * of an open file (struct sfs_open_file) and the node ids of the virtual
- * .shardfs/ tree. Does not own the modules it points to: each keeps its
+ * Owns: struct sfs_fs (filled by main before the session starts) and the
+ * node ids of the virtual .shardfs/ tree (an open file's state is
+ * fs/ops/open_file.h). Does not own the modules it points to: each keeps its
  * own state and locks.
  * Threading: every field says what protects it; those set at start are
  * read-only once the FUSE workers run.
@@ -25,46 +25,12 @@
 #include "../cache/staging/staging.h"
 #include "inode/inode.h"
 #include "observe/jobs.h"
-#include "observe/stats.h"
 #include "restart/keeper.h"
 #include "options.h"
-#include "kernel/passthrough.h"
+#include "counters.h"
 
-/* FUSE operations we count, by name in the stats file. */
-enum sfs_fuse_op {
-	SFS_OP_LOOKUP,
-	SFS_OP_FORGET,
-	SFS_OP_GETATTR,
-	SFS_OP_READLINK,
-	SFS_OP_OPEN,
-	SFS_OP_READ,
-	SFS_OP_RELEASE,
-	SFS_OP_OPENDIR,
-	SFS_OP_READDIR,
-	SFS_OP_READDIRPLUS,
-	SFS_OP_RELEASEDIR,
-	SFS_OP_STATFS,
-	SFS_OP_GETXATTR,
-	SFS_OP_IOCTL,
-	SFS_OP_WRITE_DENIED, /* any modifying operation, answered EROFS */
-	SFS_OP_COUNT
-};
-
-/* Staging counters: by target (enum sfs_stage_kind, cache/staging/staging.h) and by
- * refusal reason. The reasons and the errnos they stand for are a table in
- * fs/ops/ioctl.c, as are the targets' ABI bits and names. */
-enum sfs_stage_reason {
-	SFS_STAGE_E_INVALID,	 /* EINVAL: bad struct, sizes, reserved words */
-	SFS_STAGE_E_RANGE,	 /* ERANGE */
-	SFS_STAGE_E_NOREGION,	 /* ENOENT */
-	SFS_STAGE_E_PERM,	 /* EPERM */
-	SFS_STAGE_E_UNSUPPORTED, /* EOPNOTSUPP */
-	SFS_STAGE_E_IO,		 /* EIO, ESTALE and others while placing bytes */
-	SFS_STAGE_E_COUNT
-};
-/* The stats label of a target ("shm") and of a reason ("out_of_range"). */
-const char *sfs_stage_target_name(enum sfs_stage_kind t);
-const char *sfs_stage_reason_name(enum sfs_stage_reason r);
+struct sfs_pt;
+typedef struct sfs_stats sfs_stats;
 
 struct sfs_fs {
 	struct sfs_options *opts; /* set at start, then read-only */
@@ -86,6 +52,10 @@ struct sfs_fs {
 	double attr_timeout_s;			/* set at start, then read-only */
 	uint64_t start_ns;			/* set at start, then read-only */
 	struct sfs_inode *ctl_dir, *stats_file; /* set at start: the virtual .shardfs/ tree */
+	/* set at start: the stats file's text (main.c, render_stats), so that the
+	 * .shardfs/ tree (fs/ops/ctl.c) serves it without depending on
+	 * fs/observe */
+	ssize_t (*stats_render)(struct sfs_fs *fs, char **out);
 	/* set at start: the keeper's state page (keeper.h), NULL without one */
 	struct sfs_keeper_state *keeper;
 	/* set at start: counters carried from the process that handed over
@@ -98,7 +68,7 @@ struct sfs_fs {
 	uint64_t direct_opens;		 /* atomic: opens answered FOPEN_DIRECT_IO */
 	uint64_t inodes_pruned;		 /* atomic: inodes handed back past inode_max */
 	struct sfs_pc_policy page_cache; /* which opens are direct_io */
-	struct sfs_pt pt;		 /* passthrough opens (passthrough.h) */
+	struct sfs_pt *pt;		 /* set at start: passthrough opens (passthrough.h) */
 	uint64_t stage_bytes[SFS_STAGE_KIND_COUNT];    /* atomic */
 	uint64_t stage_requests[SFS_STAGE_KIND_COUNT]; /* atomic */
 	uint64_t stage_errors[SFS_STAGE_E_COUNT];      /* atomic */
@@ -129,8 +99,6 @@ static inline uint64_t sfs_fs_ino(struct sfs_fs *fs, const struct sfs_inode *i)
 					       : sfs_inode_id(fs->inodes, i);
 }
 
-#define SFS_MAX_REGIONS 16 /* per open file */
-
 /* The first staging region id of an open file: the serving process's epoch
  * (keeper.h; 0 without a keeper) in the top 32 bits, so that an id a dead
  * process gave is told from this one's (ioctl.c, -EOWNERDEAD). */
@@ -139,31 +107,8 @@ static inline uint64_t sfs_fs_first_region_id(const struct sfs_fs *fs)
 	return ((uint64_t)(fs->keeper ? fs->keeper->epoch : 0) << 32) | 1;
 }
 
-struct sfs_open_file;
-/* The open file of fh on inode i: this process's, or, for a file a dead
- * server opened (keeper.h), one made again for the version that open
- * read (the inode's last opened one), kept under the old fh until its
- * release. NULL on ENOMEM (or a fetch state that cannot be made). */
-struct sfs_open_file *sfs_fs_open_file(struct sfs_fs *fs, struct sfs_inode *i, uint64_t fh);
-
 /* The kernel's readahead for buffered FUSE reads (op_init), 1 MiB requests. */
 #define SFS_FUSE_MAX_READAHEAD (8u << 20)
-
-/* What fi->fh points to for an open NFS file. */
-struct sfs_open_file {
-	sfs_pf_file *pf;	    /* set at open: the file version this open reads */
-	uid_t uid;		    /* set at open: the opener */
-	bool direct;		    /* set at open: FOPEN_DIRECT_IO (pagecache.h) */
-	uint64_t direct_reads;	    /* atomic: direct: read requests */
-	uint64_t direct_read_bytes; /* atomic: direct: bytes they asked for */
-	pthread_mutex_t lock;	    /* serialises ioctls on this open file */
-	struct {
-		uint64_t id; /* 0: free slot */
-		uid_t uid;
-		sfs_stage_region *region;
-	} regions[SFS_MAX_REGIONS]; /* protected by lock */
-	uint64_t next_region_id;    /* protected by lock */
-};
 
 /* Start per-job accounting (fs/observe/jobs.h) of a read or STAGE for req's caller;
  * end it with sfs_jobs_read_end(fs->jobs, ...). Any FUSE worker. */
@@ -174,24 +119,5 @@ static inline struct sfs_job_read sfs_fs_job_begin(struct sfs_fs *fs, fuse_req_t
 }
 
 extern const struct fuse_lowlevel_ops sfs_fuse_ops;
-
-/* The ioctl handler (fs/ops/ioctl.c). */
-void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
-		  struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
-		  size_t out_bufsz);
-/* Not immutable: list directory `dir` (namespace key `key`) into
- * fs->listings in the background, after sfs_ns_listing_wanted() said so.
- * Any thread; never blocks. */
-void sfs_fs_listing_start(struct sfs_fs *fs, const struct sfs_fh *dir, uint64_t key);
-/* Drop an open file's regions (release). */
-void sfs_open_file_drop_regions(struct sfs_open_file *of);
-extern const char *const sfs_fuse_op_names[SFS_OP_COUNT];
-
-/* The stats file's text (fs/observe/stats.h: sfs_stats_read) into a
- * malloc'd *out. Returns its length, or -ENOMEM. */
-static inline ssize_t sfs_stats_render(struct sfs_fs *fs, char **out)
-{
-	return sfs_stats_read(fs->stats, out);
-}
 
 #endif

@@ -13,9 +13,11 @@
  * signal handlers only set flags.
  */
 #include "fs.h"
+#include "observe/stats.h"
 #include "hints/hints.h"
 #include "kernel/fusedev.h"
 #include "kernel/handles.h"
+#include "kernel/passthrough.h"
 #include "restart/carry.h"
 #include "restart/keeper.h"
 #include "restart/takeover.h"
@@ -349,7 +351,7 @@ static void adopt_passthrough(struct sfs_inode *i, void *arg)
 {
 	struct sfs_fs *fs = arg;
 
-	sfs_pt_adopted(&fs->pt, i);
+	sfs_pt_adopted(fs->pt, i);
 }
 
 /* fusedev's after-init hook: passthrough on or off for this mount. */
@@ -357,7 +359,14 @@ static void probe_passthrough(void *arg)
 {
 	struct sfs_fs *fs = arg;
 
-	sfs_pt_probe(&fs->pt);
+	sfs_pt_probe(fs->pt);
+}
+
+/* fs->stats_render (fs.h): the stats file's text into a malloc'd *out.
+ * Returns its length, or -ENOMEM. */
+static ssize_t render_stats(struct sfs_fs *fs, char **out)
+{
+	return sfs_stats_read(fs->stats, out);
 }
 
 /* Open into fs (nothing started: no thread before the fork) the namespace
@@ -411,10 +420,11 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 	}
 	pthread_mutex_init(&fs->statfs_lock, NULL);
 	fs->opts = o;
+	fs->stats_render = render_stats;
 	fs->page_cache.mode = o->page_cache;
-	fs->pt.wanted = o->passthrough && o->cache_dir;
-	fs->pt.probe_fd = fs->pt.wanted ? passthrough_probe_file(o->cache_dir) : -1;
-	fs->pt.willneed_max = o->prefetch == SFS_PREFETCH_SHARD ? o->prefetch_max : 0;
+	fs->pt->wanted = o->passthrough && o->cache_dir;
+	fs->pt->probe_fd = fs->pt->wanted ? passthrough_probe_file(o->cache_dir) : -1;
+	fs->pt->willneed_max = o->prefetch == SFS_PREFETCH_SHARD ? o->prefetch_max : 0;
 	fs->attr_timeout_s = o->immutable ? SFS_IMMUTABLE_TIMEOUT_S : o->actimeo_s;
 	fs->start_ns = sfs_now_ns();
 	fs->ctl_dir = sfs_inode_virtual(SFS_INODE_CTL_DIR);
@@ -446,20 +456,13 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 			return -1;
 		}
 		/* The files at the export's root form its own dataset; each
-		 * top-level directory one more (fs/ops/ops.c child_dataset). */
+		 * top-level directory one more (fs/ops/ops.c, sfs_ops_child_dataset). */
 		char name[1100];
 		sfs_export_join(o, "", 0, name, sizeof(name));
 		fs->root_dataset = sfs_store_dataset(fs->store, name);
 		sfs_inode_root(fs->inodes)->dataset = fs->root_dataset;
 	}
 	return 0;
-}
-
-/* The hints' listing_start (hints.h): a lookup that missed a directory's
- * listing counts towards listing it, as a reader's own lookup does. */
-static void start_listing(void *arg, const struct sfs_fh *dir, uint64_t key)
-{
-	sfs_fs_listing_start(arg, dir, key);
 }
 
 /* Epoch hints (hints.h), handed the modules they resolve and fetch with.
@@ -475,9 +478,7 @@ static int open_hints(struct sfs_fs *fs, const struct sfs_options *o)
 				       .attr_timeout_s = fs->attr_timeout_s,
 				       .store = fs->store,
 				       .root_dataset = fs->root_dataset,
-				       .opts = o,
-				       .listing_start = start_listing,
-				       .listing_arg = fs};
+				       .opts = o};
 	struct sfs_hints_conf c = {.window = o->hint_window,
 				   .fetchers = o->hint_fetchers,
 				   .mem_bytes = o->prefetch_mem / 2,
@@ -517,7 +518,7 @@ static int open_stats(struct sfs_fs *fs, const struct sfs_options *o)
 					.jobs = fs->jobs,
 					.hints = fs->hints,
 					.keeper = fs->keeper,
-					.pt = &fs->pt,
+					.pt = fs->pt,
 					.page_cache = &fs->page_cache,
 					.start_ns = fs->start_ns,
 					.mem_max = o->mem_max,
@@ -571,11 +572,11 @@ static int start_daemon(struct sfs_fs *fs, struct sfs_options *o, int n_addrs)
 	}
 	/* The versions passthrough opens read are held in the store, also
 	 * those a dead server's opens still read. */
-	sfs_pt_start(&fs->pt, fs->store);
+	sfs_pt_start(fs->pt, fs->store);
 	sfs_inode_each_adopted_passthrough(fs->inodes, adopt_passthrough, fs);
 	/* Passthrough reads are not checked as they are read: the scrubber
 	 * re-reads the cache (and verifies what a restart left unverified). */
-	if (fs->store && (o->scrub_interval_s || fs->pt.wanted) &&
+	if (fs->store && (o->scrub_interval_s || fs->pt->wanted) &&
 	    (rc = sfs_store_scrub_start(fs->store, &(struct sfs_store_scrub_conf){
 						       .interval_ms = o->scrub_interval_s * 1000ull,
 						       .rate_bytes = o->scrub_rate})) < 0) {
@@ -706,7 +707,7 @@ static void start_keeper(struct sfs_fs *fs, struct sfs_options *o, struct fuse_s
 static int carry_counters(struct sfs_fs *fs, int state_fd)
 {
 	char *text = NULL;
-	ssize_t n = fs->stats ? sfs_stats_render(fs, &text) : -ENODATA;
+	ssize_t n = fs->stats ? render_stats(fs, &text) : -ENODATA;
 
 	if (n < 0)
 		return (int)n;
@@ -741,7 +742,7 @@ static int serve(struct sfs_fs *fs, struct sfs_options *o, struct fuse_args *arg
 			o->mountpoint);
 		goto out_signals;
 	}
-	sfs_fusedev_want_passthrough(fs->pt.wanted);
+	sfs_fusedev_want_passthrough(fs->pt->wanted);
 	sfs_fusedev_after_init(probe_passthrough, fs);
 	int rc = sfs_fusedev_attach(se, o->page_cache == SFS_PAGE_CACHE_NEVER);
 	if (rc < 0) /* not fatal: libfuse keeps its own device I/O */
@@ -798,7 +799,7 @@ out_signals:
 	fuse_remove_signal_handlers(se);
 out_session:
 	/* The origin goes before the session: its close completes the lookups
-	 * still in flight (ops.c answers them from I/O threads), whose replies
+	 * still in flight (fs/ops answers them from I/O threads), whose replies
 	 * need the session and the inode table. */
 	close_origin(fs);
 	fuse_session_destroy(se);
@@ -832,7 +833,8 @@ static int check_resume(const char *fds, const char *fault)
 int main(int argc, char **argv)
 {
 	struct sfs_options o;
-	struct sfs_fs fs = {0};
+	struct sfs_pt pt = {0};
+	struct sfs_fs fs = {.pt = &pt};
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	char err[512] = "";
 	char **addrs = NULL;

@@ -4,6 +4,9 @@
  * (hint_resolve.h).
  */
 #include "hint_resolve.h"
+#include "../inode/inode.h"
+#include "../options.h"
+#include "../../cache/namespace/listing.h"
 #include "../../cache/common/log.h"
 
 #include <errno.h>
@@ -152,9 +155,8 @@ static int lookup_name(struct sfs_hint_dirs *D, const struct hint_dir *d, const 
 		rc = sfs_ns_lookup_listed(hh->listings, d->key, name, fh, a, &listed_ms);
 		if (rc == 0)
 			return 0;
-		if (rc == -ENODATA && hh->listing_start &&
-		    sfs_ns_listing_wanted(hh->listings, d->key))
-			hh->listing_start(hh->listing_arg, &d->fh, d->key);
+		if (rc == -ENODATA)
+			sfs_listing_missed(hh->listings, hh->origin, &d->fh, d->key);
 	}
 	struct sfs_origin_req r = {.op = SFS_ORIGIN_LOOKUP, .fh = d->fh, .name = name};
 	if ((rc = sfs_origin_call(hh->origin, &r)) < 0)

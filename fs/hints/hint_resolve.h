@@ -7,7 +7,7 @@
  * directory on the way searchable and the file readable by the sender (the
  * kernel's generic_permission under default_permissions, root's override
  * included). A lookup that misses a directory's listing counts towards
- * listing it (the handles' listing_start), so that the reader's own lookups
+ * listing it (cache/namespace/listing.h), so that the reader's own lookups
  * there need no NFS.
  *
  * Owns: the directories resolved for one list (struct sfs_hint_dirs: by path,
@@ -21,7 +21,7 @@
 #ifndef SFS_HINT_RESOLVE_H
 #define SFS_HINT_RESOLVE_H
 
-#include "hints.h"
+#include "hint_handles.h"
 #include "../../cache/nfs/origin.h"
 
 #include <stdbool.h>

@@ -28,10 +28,7 @@
 #ifndef SFS_HINTS_H
 #define SFS_HINTS_H
 
-#include "../../cache/namespace/namespace.h"
-#include "../../cache/prefetch/prefetch.h"
-#include "../inode/inode.h"
-#include "../options.h"
+#include "hint_handles.h"
 #include <shardfs/shardfs_ioctl.h>
 
 #include <stdbool.h>
@@ -41,41 +38,12 @@
 
 typedef struct sfs_hints sfs_hints;
 
-/* What the hints use of the daemon, handed over by main at open (copied):
- * each set at start, then read-only; every one outlives the hints. */
-struct sfs_hints_handles {
-	sfs_prefetch *prefetch;		/* fetches ahead; its observers report reads, fetches */
-	sfs_origin *origin;		/* lookups the namespace or a listing do not answer */
-	sfs_ns *ns;			/* immutable: the namespace (NULL: not immutable) */
-	sfs_ns *listings;		/* not immutable: directory listings (NULL: none) */
-	sfs_inode_table *inodes;	/* the root directory's handle and attributes */
-	double attr_timeout_s;		/* how long a directory resolved stands */
-	sfs_store *store;		/* datasets (NULL: no cache, every dataset 0) */
-	uint32_t root_dataset;		/* the export's own dataset */
-	const struct sfs_options *opts; /* the export path, for datasets' names */
-	/* Start listing directory dir (namespace key `key`) into listings,
-	 * after sfs_ns_listing_wanted() said so: fs/ops's listing, wired by
-	 * main. Any thread; never blocks. NULL: never. */
-	void (*listing_start)(void *arg, const struct sfs_fh *dir, uint64_t key);
-	void *listing_arg;
-};
-
 struct sfs_hints_conf {
 	unsigned window;       /* items of one list fetched ahead at most */
 	unsigned fetchers;     /* items being fetched at once (threads: at most 4) */
 	uint64_t mem_bytes;    /* bytes fetched ahead and not yet read, all lists */
 	uint64_t list_mem_max; /* memory of all lists' items and paths (ENOMEM past it) */
 	bool check_perms;      /* default_permissions: a hint reads only what its sender may */
-};
-
-/* Who sent a list: from the ioctl's request. */
-#define SFS_HINT_GROUPS_MAX 64
-struct sfs_hint_sender {
-	uid_t uid;
-	gid_t gid;
-	int n_groups; /* supplementary groups known (at most SFS_HINT_GROUPS_MAX) */
-	gid_t groups[SFS_HINT_GROUPS_MAX];
-	char job[64]; /* the job label (fs/observe/jobs.h) */
 };
 
 /* Returns 0 and *out, or -ENOMEM. Threads start with the first list. */

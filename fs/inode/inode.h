@@ -10,7 +10,7 @@
  * shared-memory region (inode_slab.h), which outlives the process: a
  * process that adopts the region (sfs_inode_table_adopt: a daemon started
  * again on the same connection) finds each inode the kernel holds under the
- * id the kernel knows. The root answers to FUSE_ROOT_ID too (fs/ops/ops.c).
+ * id the kernel knows. The root answers to FUSE_ROOT_ID too (fs/fs.h).
  * Memory is per inode the kernel remembers (struct sfs_inode and its
  * handle in a 216-byte slab slot, 248 for a handle over 36 bytes, ~2 bucket
  * pointers), never per byte; a slab page all of whose inodes were forgotten
@@ -175,7 +175,7 @@ int sfs_inode_table_region_fd(const sfs_inode_table *t);
 void sfs_inode_each_adopted_passthrough(sfs_inode_table *t,
 					void (*fn)(struct sfs_inode *ino, void *arg), void *arg);
 
-/* An inode's node id (not the root's FUSE_ROOT_ID: fs/ops/ops.c maps that),
+/* An inode's node id (not the root's FUSE_ROOT_ID: fs/fs.h maps that),
  * and the inode of a node id this table gave, or NULL for any other
  * number (never one the kernel holds). Any thread, no lock. */
 uint64_t sfs_inode_id(const sfs_inode_table *t, const struct sfs_inode *ino);

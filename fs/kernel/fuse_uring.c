@@ -278,3 +278,5 @@ unsigned long long sfs_fuse_uring_requests(void)
 {
 	return __atomic_load_n(&g_requests, __ATOMIC_RELAXED);
 }
+
+bool sfs_fuse_uring_built(void) { return true; }

@@ -19,7 +19,9 @@
  * module's enable_uring parameter is set; fusedev.c asks for it in the INIT
  * reply when this module's start and reply were registered with
  * sfs_fusedev_want_uring(), and starts this module once that reply is
- * written; only the binaries that register it link it (not the daemon).
+ * written. The kernel wing's library carries this module, or where it is
+ * not built (meson option fuse_uring) fuse_uring_stub.c, whose start answers
+ * -ENOTSUP; the daemon links it but registers no ring.
  * Then every CPU has a queue (the kernel queues a request on the queue of
  * the CPU its caller runs on, and uses the ring only once every queue has
  * entries): a thread pinned to that CPU with its
@@ -66,5 +68,9 @@ bool sfs_fuse_uring_reply(const struct iovec *iov, int count, ssize_t *res);
 
 /* Requests served through the ring so far. */
 unsigned long long sfs_fuse_uring_requests(void);
+
+/* Whether this build has the transport (false: fuse_uring_stub.c, whose
+ * start answers -ENOTSUP). */
+bool sfs_fuse_uring_built(void);
 
 #endif

@@ -6,7 +6,7 @@
  * process's epoch (keeper.h: 1 for the first server of a mount, +1 per
  * restart; 0 without a keeper) in its top 16 bits, so that a resumed
  * server tells a handle of a dead process (whose address means nothing
- * here) from its own with one compare. fs/ops/ops.c rebuilds the state of such
+ * here) from its own with one compare. fs/ops (open_file.c, dir.c) rebuilds the state of such
  * a stale handle on its first use (a READ, a READDIR after a restart) and
  * keeps it here, adopted, under the old fh until the kernel releases it.
  *

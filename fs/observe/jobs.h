@@ -6,7 +6,7 @@
  * Owns: parsing /proc/PID/cgroup (cgroup v1 and v2) into a job label, a
  * bounded pid -> job cache (so the read path reads /proc only on a miss),
  * a bounded job table with per-job counters and a wait histogram, and the
- * snapshot the stats renderer prints. Does not include libfuse: fs/ops/ops.c
+ * snapshot the stats renderer prints. Does not include libfuse: fs/ops (fs.h)
  * passes the caller's pid and uid from fuse_req_ctx().
  *
  * Labels: a path component "job_<N>" -> "slurm/<N>"; "pod<uid>" or

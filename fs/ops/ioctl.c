@@ -20,7 +20,7 @@
  * by its lock (regions are used by one thread at a time). Never replies
  * with a lock held.
  */
-#include "../fs.h"
+#include "ops.h"
 #include "../hints/hints.h"
 #include <shardfs/shardfs_ioctl.h>
 #include "../../cache/common/blocking.h"
@@ -49,36 +49,12 @@ _Static_assert(sizeof(struct shardfs_cache_evict_keys) <= 16383,
  * how long it holds it. */
 #define SFS_MAX_STAGE_BYTES (1ull << 30)
 
-/* Stage refusals: the stats label of each reason and the errnos it stands
- * for; an errno no row lists counts as "io". */
-static const struct stage_reason {
-	const char *name;
-	int errnos[2];
-} stage_reasons[] = {
-    [SFS_STAGE_E_INVALID] = {"invalid", {EINVAL, ENOSPC}},
-    [SFS_STAGE_E_RANGE] = {"out_of_range", {ERANGE}},
-    [SFS_STAGE_E_NOREGION] = {"no_region", {ENOENT, EOWNERDEAD}},
-    [SFS_STAGE_E_PERM] = {"permission", {EPERM, EACCES}},
-    [SFS_STAGE_E_UNSUPPORTED] = {"unsupported", {EOPNOTSUPP}},
-    [SFS_STAGE_E_IO] = {"io", {0}},
-};
-_Static_assert(sizeof(stage_reasons) / sizeof(stage_reasons[0]) == SFS_STAGE_E_COUNT,
-	       "one row per stage refusal reason");
-
-const char *sfs_stage_reason_name(enum sfs_stage_reason r) { return stage_reasons[r].name; }
-
 /* Count the refusal err (-errno) under its reason, then reply it. The one
  * error reply of the staging ioctls (REGISTER, STAGE, UNREGISTER). FUSE
  * worker, no lock held. */
 static void stage_reply_err(fuse_req_t req, struct sfs_fs *fs, int err)
 {
-	enum sfs_stage_reason r = SFS_STAGE_E_IO;
-
-	for (int k = 0; k < SFS_STAGE_E_COUNT && r == SFS_STAGE_E_IO; k++)
-		for (int e = 0; e < 2; e++)
-			if (stage_reasons[k].errnos[e] && stage_reasons[k].errnos[e] == -err)
-				r = (enum sfs_stage_reason)k;
-	__atomic_fetch_add(&fs->stage_errors[r], 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&fs->stage_errors[sfs_stage_reason_of(err)], 1, __ATOMIC_RELAXED);
 	fuse_reply_err(req, -err);
 }
 
@@ -117,7 +93,6 @@ static bool cuda_usable(struct sfs_fs *fs)
  * bits in shardfs_ioctl.h) and its constructor and copy in cache/staging/staging.c.
  */
 static const struct stage_target {
-	const char *name;     /* stats label target="..." */
 	uint32_t region_kind; /* SHARDFS_REGION_* that registers one */
 	uint32_t cap;	      /* SHARDFS_CAP_* that QUERY reports while usable */
 	uint32_t path;	      /* SHARDFS_PATH_* of how STAGE moves bytes into it */
@@ -127,15 +102,13 @@ static const struct stage_target {
 	int (*region)(struct sfs_fs *fs, uid_t uid, const struct shardfs_region *r,
 		      sfs_stage_region **out);
 } stage_targets[] = {
-    [SFS_STAGE_SHM] = {"shm", SHARDFS_REGION_SHM, SHARDFS_CAP_SHM, SHARDFS_PATH_SHM_COPY, false,
+    [SFS_STAGE_SHM] = {SHARDFS_REGION_SHM, SHARDFS_CAP_SHM, SHARDFS_PATH_SHM_COPY, false,
 		       shm_usable, shm_region},
-    [SFS_STAGE_CUDA] = {"cuda", SHARDFS_REGION_CUDA, SHARDFS_CAP_CUDA_IPC, SHARDFS_PATH_CUDA_PINNED,
-			true, cuda_usable, cuda_region},
+    [SFS_STAGE_CUDA] = {SHARDFS_REGION_CUDA, SHARDFS_CAP_CUDA_IPC, SHARDFS_PATH_CUDA_PINNED, true,
+			cuda_usable, cuda_region},
 };
 _Static_assert(sizeof(stage_targets) / sizeof(stage_targets[0]) == SFS_STAGE_KIND_COUNT,
 	       "one row per staging target");
-
-const char *sfs_stage_target_name(enum sfs_stage_kind t) { return stage_targets[t].name; }
 
 static bool all_zero(const void *p, size_t n)
 {
@@ -370,18 +343,6 @@ static int do_stage(struct sfs_fs *fs, struct sfs_open_file *of, uid_t uid, stru
 	__atomic_fetch_add(&fs->stage_bytes[t], s->bytes_placed, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&fs->stage_requests[t], 1, __ATOMIC_RELAXED);
 	return 0;
-}
-
-void sfs_open_file_drop_regions(struct sfs_open_file *of)
-{
-	pthread_mutex_lock(&of->lock);
-	for (int i = 0; i < SFS_MAX_REGIONS; i++)
-		if (of->regions[i].id) {
-			sfs_stage_region_free(of->regions[i].region);
-			of->regions[i].id = 0;
-			of->regions[i].region = NULL;
-		}
-	pthread_mutex_unlock(&of->lock);
 }
 
 static int do_warm(struct sfs_fs *fs, struct sfs_inode *i, struct sfs_open_file *of,

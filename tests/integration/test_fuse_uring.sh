@@ -14,6 +14,7 @@
 [ -c /dev/fuse ] || skip "no /dev/fuse"
 FLOOR=${SFS_FUSEFLOOR:-$SRC_ROOT/build/tools/shardfs-fusefloor}
 [ -x "$FLOOR" ] || skip "not built: $FLOOR"
+[ "${SFS_FUSE_URING_BUILT:-1}" = 1 ] || skip "built without FUSE over io_uring (meson option fuse_uring): the stub answers -ENOTSUP"
 PARAM=/sys/module/fuse/parameters/enable_uring
 [ -w "$PARAM" ] || skip "this kernel's fuse module has no FUSE over io_uring ($PARAM)"
 OLD=$(cat "$PARAM")

@@ -16,6 +16,9 @@
  * threads: the test waits for the counters it checks, never for a time.
  */
 #include "../../fs/hints/hints.h"
+#include "../../fs/inode/inode.h"
+#include "../../fs/options.h"
+#include "../../cache/namespace/listing.h"
 #include "tap.h"
 
 #include <errno.h>
@@ -142,7 +145,7 @@ struct sfs_fh sfs_inode_fh(const struct sfs_inode *ino)
 /* --- namespace and listings, store, options ------------------------------------ */
 
 static bool listings_on;	   /* sfs_ns_lookup_listed misses and wants a listing */
-static struct sfs_fh listed_fh[8]; /* what listing_start was asked for */
+static struct sfs_fh listed_fh[8]; /* what sfs_listing_missed started */
 static uint64_t listed_key[8];
 static unsigned n_listed;
 
@@ -166,10 +169,15 @@ int sfs_ns_add(sfs_ns *ns, uint64_t parent, const char *name, const struct sfs_f
 	return 0;
 }
 
-static void listing_start(void *arg, const struct sfs_fh *dir, uint64_t key)
+/* The listing module (cache/namespace/listing.h), faked: a miss in a
+ * directory of the listings whose listing is wanted starts one. */
+void sfs_listing_missed(sfs_ns *ls, sfs_origin *origin, const struct sfs_fh *dir, uint64_t key)
 {
+	(void)origin;
+	if (!sfs_ns_listing_wanted(ls, key))
+		return;
 	pthread_mutex_lock(&fake_lock);
-	if (arg == &listings_marker && n_listed < 8) {
+	if (n_listed < 8) {
 		listed_fh[n_listed] = *dir;
 		listed_key[n_listed++] = key;
 	}
@@ -337,9 +345,7 @@ static sfs_hints *open_hints(unsigned window, unsigned fetchers, bool check_perm
 				       .attr_timeout_s = 60,
 				       .store = (sfs_store *)&store_marker,
 				       .root_dataset = 7,
-				       .opts = &opts,
-				       .listing_start = listing_start,
-				       .listing_arg = &listings_marker};
+				       .opts = &opts};
 	struct sfs_hints_conf c = {.window = window,
 				   .fetchers = fetchers,
 				   .mem_bytes = 1ull << 30,

@@ -499,7 +499,7 @@ static void test_prune_pick(void)
 	   "of them looked up again",
 	   n);
 
-	/* A file read and closed (ops.c clears referenced at the last close)
+	/* A file read and closed (fs/ops/open_file.c clears referenced at the last close)
 	 * goes before one only looked up, however recently, when the hand
 	 * passes both. */
 	int closed = 0;
@@ -554,7 +554,7 @@ static void test_prune_closed(void)
 		struct sfs_attr a = mkattr(1, 5000 + (uint64_t)k, 1);
 		ino[k] = sfs_inode_get(t, &fh, &a, 1);
 	}
-	/* Closed, in this order: 40, 41, ..., 47 (what ops.c does at the last
+	/* Closed, in this order: 40, 41, ..., 47 (what fs/ops/open_file.c does at the last
 	 * close: referenced cleared, then queued). */
 	for (int k = 40; k < 48; k++) {
 		ino[k]->referenced = 0;
