@@ -24,12 +24,11 @@ def publish(path, fill):
     os.rename(tmp, path)
 
 
-def make_files(export, prefix, n, mib):
-    d = os.path.join(export, "shards")
+def random_files(d, names, mib):
+    """The files names of mib MiB of /dev/urandom in directory d, each written
+    unless a file of that size is there. Returns names."""
     os.makedirs(d, exist_ok=True)
-    names = []
-    for i in range(n):
-        name = f"{prefix}-{i:05d}-of-{n:05d}.bin"
+    for name in names:
         path = os.path.join(d, name)
         if not (os.path.exists(path) and os.path.getsize(path) == mib * MiB):
             def fill(tmp):
@@ -37,26 +36,19 @@ def make_files(export, prefix, n, mib):
                     subprocess.run(["head", "-c", str(mib * MiB), "/dev/urandom"], stdout=out,
                                    check=True)
             publish(path, fill)
-        names.append(name)
     return names
+
+
+def make_files(export, prefix, n, mib):
+    """n shards of mib MiB in EXPORT/shards, named PREFIX-I-of-N.bin."""
+    return random_files(os.path.join(export, "shards"),
+                        [f"{prefix}-{i:05d}-of-{n:05d}.bin" for i in range(n)], mib)
 
 
 def make_dataset(export, name, n, mib):
     """n files of mib MiB in EXPORT/name (a dataset: a top-level directory)."""
-    d = os.path.join(export, name)
-    os.makedirs(d, exist_ok=True)
-    names = []
-    for i in range(n):
-        fname = f"{name}-{i:05d}.bin"
-        path = os.path.join(d, fname)
-        if not (os.path.exists(path) and os.path.getsize(path) == mib * MiB):
-            def fill(tmp):
-                with open(tmp, "wb") as out:
-                    subprocess.run(["head", "-c", str(mib * MiB), "/dev/urandom"], stdout=out,
-                                   check=True)
-            publish(path, fill)
-        names.append(fname)
-    return names
+    return random_files(os.path.join(export, name), [f"{name}-{i:05d}.bin" for i in range(n)],
+                        mib)
 
 
 def copy_tree_once(src, dst, rels):

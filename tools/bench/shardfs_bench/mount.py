@@ -101,20 +101,13 @@ class Mount:
         return self
 
     def stats(self):
-        out = {}
+        """The stats file as {name: value}; {} (and a warning) when it
+        cannot be read."""
         try:
-            with open(os.path.join(self.mnt, ".shardfs", "stats")) as f:
-                for line in f:
-                    if line.startswith("#") or not line.strip():
-                        continue
-                    name, _, val = line.rpartition(" ")
-                    try:
-                        out[name] = float(val)
-                    except ValueError:
-                        pass
+            return read_stats(self.mnt)
         except OSError as e:
             log(f"warning: cannot read stats: {e}")
-        return out
+            return {}
 
     def unmount(self):
         if not self.mounted:
@@ -158,33 +151,42 @@ class Mount:
         self.unmount()
 
 
-def quiet_stats(mnt):
-    """The stats file of mnt as {name: value}, or None (a mount going away)."""
+def read_stats(mnt):
+    """The stats file of the mount at mnt (MNT/.shardfs/stats) as {name:
+    value}: one entry per sample line, labels part of the name. Raises
+    OSError when it cannot be read."""
     out = {}
-    try:
-        with open(os.path.join(mnt, ".shardfs", "stats")) as f:
-            for line in f:
-                if line.startswith("#") or not line.strip():
-                    continue
-                name, _, val = line.rpartition(" ")
-                try:
-                    out[name] = float(val)
-                except ValueError:
-                    pass
-    except OSError:
-        return None
+    with open(os.path.join(mnt, ".shardfs", "stats")) as f:
+        for line in f:
+            if line.startswith("#") or not line.strip():
+                continue
+            name, _, val = line.rpartition(" ")
+            try:
+                out[name] = float(val)
+            except ValueError:
+                pass
     return out
 
 
-def settle(m):
-    """Wait (up to 60 s) until the daemon's fetches and cache writes drained."""
+def quiet_stats(mnt):
+    """The stats file of mnt as {name: value}, or None (a mount going away)."""
+    try:
+        return read_stats(mnt)
+    except OSError:
+        return None
+
+
+def settle(m, warn=True):
+    """Wait (up to 60 s) until the daemon's fetches and cache writes drained;
+    with warn, say so on stderr when they did not."""
     for _ in range(600):
         st = m.stats()
         if (st.get("shardfs_prefetch_inflight_bytes", 0) == 0 and
                 st.get("shardfs_cache_write_queue_bytes", 0) == 0):
             return
         time.sleep(0.1)
-    log("warning: cache write queue not empty 60 s after the pass")
+    if warn:
+        log("warning: cache write queue not empty 60 s after the pass")
 
 
 def fresh_cache(cache_dir, size_bytes):

@@ -12,12 +12,11 @@ or policies in one mount (--policy). Threading: the main thread.
 
 import os
 import shutil
-import time
 
 from ..common import ARGS, MiB, log
 from ..data import local_shards, make_files
 from ..disk import disk_billing, disk_limits, limit_note
-from ..mount import Mount
+from ..mount import Mount, settle
 from ..passes import measure, mount_pass, raw_pass
 from ..perf import fmt_split
 from ..report import counts_per_item, stat_delta
@@ -55,12 +54,7 @@ def cache_bench(cluster, out):
                 p = measure(cluster, mount_pass(ARGS.mnt, names, T, sizes, shuffle_seed=100 + e),
                             total, m.pid)
                 # Let write-behind settle so the next epoch sees it all.
-                for _ in range(600):
-                    st = m.stats()
-                    if (st.get("shardfs_prefetch_inflight_bytes", 0) == 0 and
-                            st.get("shardfs_cache_write_queue_bytes", 0) == 0):
-                        break
-                    time.sleep(0.1)
+                settle(m, warn=False)
                 s1 = m.stats()
                 hit = stat_delta(s0, s1, "shardfs_cache_hit_bytes_total")
                 miss = stat_delta(s0, s1, "shardfs_cache_miss_bytes_total")

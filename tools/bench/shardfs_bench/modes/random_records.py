@@ -12,14 +12,13 @@ Threading: the main thread.
 """
 
 import os
-import re
 import shutil
 
 from ..common import ARGS, GiB, MiB, log
 from ..data import record_setup
 from ..disk import disk_limits, limit_note
 from ..floor import fuse_floor_pass
-from ..mount import Mount
+from ..mount import Mount, prefetch_max
 from ..passes import item_pass, smallread_argv
 from ..perf import fmt_split
 from ..report import (ceiling_line, counts_per_item, family_sum, fmt_mib, fuse_calls,
@@ -44,10 +43,7 @@ def random_records_bench(cluster, out):
 
     # Which path the mount takes: a file up to prefetch_max is fetched whole
     # on open (shard prefetch); a larger one goes through readahead.
-    pmax = 2 * GiB
-    m = re.search(r"(?:^|,)prefetch_max=(\d+)([kKmMgG]?)", ARGS.mount_opts)
-    if m:
-        pmax = int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2).lower()]
+    pmax = prefetch_max()
     if size <= pmax:
         out.append(f"  note: the file is not over prefetch_max ({pmax / GiB:g} GiB): the mount "
                    f"fetches it whole on open, not through readahead as a file over prefetch_max "
