@@ -18,7 +18,7 @@ import threading
 import time
 
 from .accounting import (children_cpu_s, machine_busy_s, proc_cpu_s, proc_status,
-    proc_switches_faults, reset_hwm)
+                         proc_switches_faults, reset_hwm)
 from .common import ARGS, BenchError, run
 from .mount import settle
 from .perf import perf_start, perf_stop

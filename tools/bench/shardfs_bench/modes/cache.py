@@ -21,8 +21,21 @@ from ..passes import measure, mount_pass, raw_pass
 from ..perf import fmt_split
 from ..report import counts_per_item, stat_delta
 
+OPTION = "--cache"
+GROUP = None
+HEADER = "passes"
+RAW_LINE = True
+CACHE_BASE = True
+TOOLS = ("shardfs", "rawread")
 
-def cache_bench(cluster, out):
+
+def add_arguments(ap):
+    ap.add_argument("--cache", action="store_true",
+                    help="run the cache benchmark (epochs; lru and pin) instead of the striping one")
+    ap.add_argument("--epochs", metavar="E", type=int, default=3, help="--cache: epochs with lru")
+
+
+def bench(cluster, out):
     """The training read pattern over E epochs with the local cache, next to
     local disk and the raw libnfs reader; then pin with a dataset twice the cache."""
     hosts = cluster.addrs

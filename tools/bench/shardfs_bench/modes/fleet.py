@@ -16,9 +16,43 @@ import statistics
 from ..common import ARGS, GiB, MiB, log, rate_mb_s
 from ..data import make_dataset
 from ..fleet_clients import (FLEET_DIR, FleetClient, fleet_client_lines, fleet_epoch,
-    fleet_load_lines)
+                             fleet_load_lines)
 from ..passes import drop_caches, raw_pass
 from ..report import fmt_mib, hint_log_lines
+
+OPTION = "--fleet"
+GROUP = "fleet"
+HEADER = "rows"
+RAW_LINE = False
+CACHE_BASE = True
+TOOLS = ("shardfs", "rawread")
+
+
+def add_arguments(ap):
+    ap.add_argument("--fleet", metavar="K", default=None,
+                    help="run the fleet benchmark: K client nodes (network namespaces, each "
+                    "with its own daemon and cache) against --nodes nodes each capped at --rate, "
+                    "cold at once (epoch 1, then 2 from the caches), for K = 1, 2, 4, ... up to "
+                    "K (or the comma list given), then the largest K started --fleet-stagger "
+                    "apart; beside the raw libnfs reader from one client")
+    ap.add_argument("--fleet-stagger", metavar="S", type=float, default=5.0,
+                    help="--fleet: seconds between the staggered clients' starts")
+
+
+def check(args):
+    if args.fleet is None:
+        return None
+    if fleet_ks(args.fleet) is None:
+        return "bad --fleet (want K, 1..64, or a comma list of them)"
+    if (args.fleet_files < 1 or args.fleet_file_mib < 1 or args.fleet_stagger < 0
+            or rate_mb_s(args.rate) is None):
+        return "bad --fleet-* value or --rate"
+    return None
+
+
+def clients(args):
+    """The fleet client namespaces: one per client of the largest K."""
+    return fleet_ks(args.fleet)[-1]
 
 
 def fleet_ks(spec):
@@ -64,7 +98,7 @@ FLEET_HEAD = (f"  {'K':>2}  {'start':<16}{'epoch':>5}{'aggregate':>11}{'x caps':
               f"{'CPU-s/GiB':>9}{'peak RSS':>10}")
 
 
-def fleet_bench(cluster, out):
+def bench(cluster, out):
     """--fleet: for each K, K clients cold at once (epoch 1, then epoch 2 from
     their caches); then the largest K again, started --fleet-stagger apart."""
     names = make_dataset(cluster.export, FLEET_DIR, ARGS.fleet_files, ARGS.fleet_file_mib)

@@ -19,12 +19,49 @@ import time
 from ..common import ARGS, BenchError, GiB, MiB, log, rate_mb_s, tool
 from ..data import make_dataset
 from ..fleet_clients import (FLEET_DIR, FLEET_WARM_DIR, FleetClient, fleet_client_lines,
-    fleet_epoch, fleet_load_lines)
+                             fleet_epoch, fleet_load_lines)
 from ..passes import drop_caches
 from ..report import hint_log_lines
 
+OPTION = "--fleet-warm"
+GROUP = "fleet"
+HEADER = "rows"
+RAW_LINE = False
+CACHE_BASE = True
+TOOLS = ("shardfs",)
 
-def fleet_warm_bench(cluster, out):
+
+def add_arguments(ap):
+    ap.add_argument("--fleet-warm", action="store_true",
+                    help="run the warm-up scenario: client 1 runs shardfs-warm on a large data "
+                    "set while clients 2..4 train, against the three training alone")
+    ap.add_argument("--fleet-opts", metavar="OPTS", default="",
+                    help="--fleet-warm: extra -o options for the warming client's daemon "
+                    "(e.g. warm_rate=50M)")
+    ap.add_argument("--fleet-warm-files", metavar="N", type=int, default=16,
+                    help="--fleet-warm: files in the warmed data set")
+    ap.add_argument("--fleet-warm-mib", metavar="M", type=int, default=256,
+                    help="--fleet-warm: size of each warmed file")
+    ap.add_argument("--fleet-warm-lead", metavar="S", type=float, default=2.0,
+                    help="--fleet-warm: seconds the warm-up runs before the training starts")
+
+
+def check(args):
+    if not args.fleet_warm:
+        return None
+    if (args.fleet_files < 1 or args.fleet_file_mib < 1 or args.fleet_warm_files < 1
+            or args.fleet_warm_mib < 1 or args.fleet_warm_lead < 0
+            or rate_mb_s(args.rate) is None):
+        return "bad --fleet-* value or --rate"
+    return None
+
+
+def clients(args):
+    """Client 1 warms, clients 2..4 train."""
+    return 4
+
+
+def bench(cluster, out):
     """--fleet-warm: client 1 runs shardfs-warm on a large data set while
     clients 2..4 train (cold, at once), against the three training alone."""
     names = make_dataset(cluster.export, FLEET_DIR, ARGS.fleet_files, ARGS.fleet_file_mib)

@@ -18,13 +18,55 @@ import subprocess
 import time
 
 from ..accounting import proc_cpu_s, proc_switches_faults, reset_hwm
-from ..common import ARGS, BenchError, ENTRY, GiB, MiB, ROOT, log, rate_mb_s
+from ..common import ARGS, BenchError, ENTRY, GiB, MiB, ROOT, log, rate_mb_s, run
 from ..data import imagenet_specs, make_record_file, make_tree, publish, record_table, write_list
 from ..hint_child import HINT_BATCH, HINT_CHILD
 from ..mount import Mount, find_daemon, fresh_cache, prefetch_max, settle
 from ..passes import (RUNNING, RUNNING_LOCK, drop_caches, item_pass, mount_item_pass, prewarm,
-    smallread_argv)
+                      smallread_argv)
 from ..report import counts_per_item, family_sum, fmt_mib, hint_log_lines
+
+OPTION = "--hints"
+GROUP = None
+HEADER = "rows"
+RAW_LINE = False
+CACHE_BASE = True
+TOOLS = ("shardfs", "smallread")
+
+
+def add_arguments(ap):
+    ap.add_argument("--hints", action="store_true",
+                    help="run the epoch-hint benchmark: a torchvision ImageFolder DataLoader and "
+                    "shuffled records of one file, read with and without epoch hints, every "
+                    "node's link capped at --hint-rate")
+    ap.add_argument("--hint-files", metavar="N", type=int, default=20000,
+                    help="--hints: image files (100-130 KB, in --sf-dirs class folders)")
+    ap.add_argument("--hint-rec-gib", metavar="S", type=float, default=3.0,
+                    help="--hints: size of the record file in GiB (records of --rr-record-kb)")
+    ap.add_argument("--hint-rate", metavar="RATE", default="200mbit",
+                    help="--hints: per-node link cap (tc tbf)")
+    ap.add_argument("--hint-nodes", metavar="N", type=int, default=4,
+                    help="--hints: cluster nodes")
+    ap.add_argument("--hint-uncapped", action="store_true",
+                    help="--hints: then every case again without a cap")
+    ap.add_argument("--hint-python", metavar="PATH", default="/usr/bin/python3",
+                    help="--hints: the Python with torch and torchvision that runs the "
+                    "DataLoader and sends the hints")
+
+
+def configure(args):
+    if args.hints:
+        args.nodes = args.hint_nodes
+
+
+def check(args):
+    if not args.hints:
+        return None
+    if args.hint_files < 1 or args.hint_rec_gib <= 0 or rate_mb_s(args.hint_rate) is None:
+        return "bad --hint-files, --hint-rec-gib or --hint-rate"
+    if run([args.hint_python, "-c", "import torch, torchvision"], check=False).returncode != 0:
+        return f"--hints needs torch and torchvision in {args.hint_python} (--hint-python)"
+    return None
 
 
 HINT_WORKERS = (2, 8)     # DataLoader num_workers of the image cases
@@ -371,7 +413,7 @@ def hint_record_lines(name, size, n, total, raw, rows):
     return out
 
 
-def hints_bench(cluster, out):
+def bench(cluster, out):
     """--hints: the image cases and the record cases, at --hint-rate per node
     (and, with --hint-uncapped, again without a cap)."""
     N, D = ARGS.hint_files, ARGS.sf_dirs

@@ -22,6 +22,21 @@ from ..mount import Mount
 from ..passes import drop_caches, mount_pass
 from ..report import fmt_mib, stat_delta
 
+OPTION = "--memory"
+GROUP = None
+HEADER = "passes"
+RAW_LINE = True
+CACHE_BASE = True
+TOOLS = ("shardfs", "smallread")
+
+
+def add_arguments(ap):
+    ap.add_argument("--memory", action="store_true",
+                    help="run the memory benchmark: the daemon's peak RSS in five workloads "
+                    "against mem_max, at its default and at --mem-small")
+    ap.add_argument("--mem-small", metavar="SIZE", default="128M",
+                    help="--memory: the small mem_max")
+
 
 class SlowDisk:
     """A cache filesystem on a loop device whose writes a cgroup v1 blkio
@@ -66,7 +81,7 @@ class SlowDisk:
                 pass
 
 
-def memory_bench(cluster, out):
+def bench(cluster, out):
     """The daemon's peak RSS (VmHWM) in each workload against mem_max, at
     its default and at --mem-small: a walk of 200,000 small files, the
     reference FIO job, shuffled records in one big file, a cold epoch into

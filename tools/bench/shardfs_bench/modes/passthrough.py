@@ -18,8 +18,22 @@ from ..mount import Mount, settle
 from ..passes import item_pass, measure, mount_pass, smallread_argv
 from ..report import stat_delta
 
+OPTION = "--passthrough"
+GROUP = "items"
+HEADER = "rows"
+RAW_LINE = False
+CACHE_BASE = True
+TOOLS = ("shardfs", "smallread")
 
-def passthrough_bench(cluster, out):
+
+def add_arguments(ap):
+    ap.add_argument("--passthrough", action="store_true",
+                    help="run the passthrough benchmark: warm shards (--files x --file-mib, "
+                         "--readers and 1) and records (--rr-*) with passthrough, against local "
+                         "disk and the daemon's own path")
+
+
+def bench(cluster, out):
     """Warm reads of a cached data set through kernel passthrough (issue 42),
     next to the same files on local disk and the daemon's own path: shards
     (T readers and one, a single cat) and shuffled records in one file."""

@@ -21,8 +21,26 @@ from ..mount import Mount, settle
 from ..passes import drop_caches, mount_pass
 from ..report import stat_delta
 
+OPTION = "--policy"
+GROUP = None
+HEADER = "passes"
+RAW_LINE = True
+CACHE_BASE = True
+TOOLS = ("shardfs",)
 
-def policy_bench(cluster, out):
+
+def add_arguments(ap):
+    ap.add_argument("--policy", action="store_true",
+                    help="run the cache-policy benchmark: five workloads (a dataset larger than "
+                    "the cache, one dataset after another, a scan between epochs, two jobs at "
+                    "once, a dataset that fits) under auto, lru and pin")
+    ap.add_argument("--pol-cache-mib", metavar="M", type=int, default=256,
+                    help="--policy: cache_size in MiB")
+    ap.add_argument("--pol-shard-mib", metavar="M", type=int, default=8,
+                    help="--policy: size of each file in MiB")
+
+
+def bench(cluster, out):
     """The five workloads of the cache policy (issue 38) under auto (the
     default), lru and pin, each on a fresh cache_dir: per epoch, the share
     of a dataset's bytes read from the cache and the bytes admitted into the

@@ -22,10 +22,22 @@ from ..mount import Mount, prefetch_max
 from ..passes import item_pass, smallread_argv
 from ..perf import fmt_split
 from ..report import (ceiling_line, counts_per_item, family_sum, fmt_mib, fuse_calls,
-    machine_cpu_lines, nfs_calls, per_item)
+                      machine_cpu_lines, nfs_calls, per_item)
+
+OPTION = "--random-records"
+GROUP = "items"
+HEADER = "rows"
+RAW_LINE = False
+CACHE_BASE = True
+TOOLS = ("shardfs", "smallread")
 
 
-def random_records_bench(cluster, out):
+def add_arguments(ap):
+    ap.add_argument("--random-records", action="store_true",
+                    help="run the random-record benchmark (MXNet .rec: shuffled preads in one file)")
+
+
+def bench(cluster, out):
     hosts = cluster.addrs
     src = ",".join(hosts) + ":/ifs"
     R = ARGS.rr_threads

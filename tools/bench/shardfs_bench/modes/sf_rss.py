@@ -20,8 +20,30 @@ from ..mount import Mount
 from ..passes import smallread_argv
 from ..report import fmt_mib
 
+OPTION = "--sf-rss"
+GROUP = "items"
+HEADER = "rows"
+RAW_LINE = False
+CACHE_BASE = True
+TOOLS = ("shardfs", "smallread")
 
-def sf_rss_bench(cluster, out):
+
+def add_arguments(ap):
+    ap.add_argument("--sf-rss", action="store_true",
+                    help="measure the daemon's memory per file (1 KiB files, first half then all)")
+    ap.add_argument("--sf-rss-per-dir", metavar="N", type=int, default=1000,
+                    help="--sf-rss: files per folder")
+    ap.add_argument("--sf-rss-inode-max", metavar="N", type=int, default=0,
+                    help="--sf-rss: then the same on a fresh mount with -o inode_max=N "
+                         "(0: not)")
+
+
+def check(args):
+    bad = args.sf_rss_per_dir < 1 or args.sf_rss_inode_max < 0
+    return "bad --sf-*/--rr-* value" if bad else None
+
+
+def bench(cluster, out):
     """Daemon memory per file: list and read the first half, then all, of
     --sf-rss-files 1 KB files through a mount with a cache; VmHWM after each,
     VmRSS after drop_caches 2 (dentries and inodes: the kernel forgets)."""

@@ -16,8 +16,29 @@ from ..mount import Mount
 from ..passes import measure, mount_pass, raw_pass
 from ..report import fmt_pass_list, median_mbps, row
 
+OPTION = "--slow-node"
+GROUP = None
+HEADER = "passes"
+RAW_LINE = False
+CACHE_BASE = False
+TOOLS = ("shardfs", "rawread")
 
-def slow_node_bench(cluster, out):
+
+def add_arguments(ap):
+    ap.add_argument("--slow-node", action="store_true",
+                    help="every link capped at --rate, the last node's at half: one file read by "
+                         "the raw striped reader and one dd through a default mount (--nodes 8 "
+                         "unless given)")
+    ap.add_argument("--slow-mib", metavar="M", type=int, default=512,
+                    help="--slow-node: size of the file in MiB")
+
+
+def configure(args):
+    if args.slow_node and args.nodes is None:
+        args.nodes = 8
+
+
+def bench(cluster, out):
     """Issue 9's slow node: every node's link capped at --rate, then the last
     node at half of it; one file read by the raw striped reader and by one
     dd through a default mount, passes alternated, with equal caps and with

@@ -24,10 +24,27 @@ from ..mount import Mount
 from ..passes import item_pass, smallread_argv
 from ..perf import fmt_split
 from ..report import (counts_per_item, family_sum, fmt_mib, fuse_calls, machine_cpu_lines,
-    nfs_calls, per_item)
+                      nfs_calls, per_item)
+
+OPTION = "--small-files"
+GROUP = "items"
+HEADER = "rows"
+RAW_LINE = False
+CACHE_BASE = True
+TOOLS = ("shardfs", "smallread")
 
 
-def small_files_bench(cluster, out):
+def add_arguments(ap):
+    ap.add_argument("--small-files", action="store_true",
+                    help="run the small-file benchmark (PyTorch ImageFolder: open, read whole, close)")
+    ap.add_argument("--sf-files", metavar="N", type=int, default=20000, help="--small-files: files")
+
+
+def check(args):
+    return "bad --sf-*/--rr-* value" if args.sf_files < 1 else None
+
+
+def bench(cluster, out):
     hosts = cluster.addrs
     src = ",".join(hosts) + ":/ifs"
     N, D, T = ARGS.sf_files, ARGS.sf_dirs, ARGS.sf_threads

@@ -15,6 +15,24 @@ from ..mount import Mount
 from ..passes import measure, mount_pass
 from ..report import cpu_note, family_sum, fmt_pass_list, median_mbps, row
 
+OPTION = "--stall"
+GROUP = None
+HEADER = "passes"
+RAW_LINE = False
+CACHE_BASE = False
+TOOLS = ("shardfs",)
+
+
+def add_arguments(ap):
+    ap.add_argument("--stall", action="store_true",
+                    help="run the stall benchmark (one node stopped 300 ms of every second vs healthy)")
+    ap.add_argument("--stall-mib", metavar="M", type=int, default=1024,
+                    help="--stall: size of the file read")
+
+
+def check(args):
+    return "bad --stall-mib" if args.stall_mib < 1 else None
+
 
 class StallLoop:
     """Stop node K's ganesha for `on` seconds of every `period` while active
@@ -42,7 +60,7 @@ class StallLoop:
         run([CLUSTER, "thaw", self.cluster.id, self.node], check=False)
 
 
-def stall_bench(cluster, out):
+def bench(cluster, out):
     names = make_files(cluster.export, "stall", 1, ARGS.stall_mib)
     size = ARGS.stall_mib * MiB
     node = 2
