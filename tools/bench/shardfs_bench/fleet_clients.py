@@ -124,22 +124,15 @@ class FleetRun:
         return max(r) / min(r) if min(r) > 0 else float("inf")
 
 
-def fleet_epoch(cluster, label, readers, names, sizes, stagger_s=0.0, seed=0, watch=()):
-    """Every client of readers reads names (mount_pass: ARGS.readers dd, its
-    own shuffled order, seed + client) once; client i (from 0) starts
-    i * stagger_s after the first. The clients of watch (not reading) are
-    sampled too. Page caches dropped first; the daemons' cache writes drain
-    before their CPU time and stats are taken. Returns a FleetRun."""
-    hosts = cluster.addrs
-    watched = list(readers) + [w for w in watch if w not in readers]
-    drop_caches()
-    for cl in readers:
-        reset_hwm(cl.pid)
-    s0 = [cl.m.stats() for cl in watched]
-    cpu0 = [proc_cpu_s(cl.pid) or 0.0 for cl in readers]
-    gpids = cluster.ganesha_pids()
-    g0 = sum(proc_cpu_s(p) or 0 for p in gpids)
-    b0, t0m = machine_busy_s()
+def read_at_once(cluster, label, readers, watched, names, sizes, stagger_s, seed):
+    """The epoch itself: one thread per client of readers, started
+    together (client i after i * stagger_s), and the nodes' links sampled
+    every FLEET_SAMPLE_S from a thread of its own. Returns (per reader
+    {start, secs, nbytes, mbps}, seconds from the start to the last end,
+    [(t, link MB/s)], the bytes each watched client's link received, the
+    bytes each node's link sent, {id(client): stats} of the watched clients
+    that do not read, taken at the readers' end); raises the first reader's
+    failure."""
     rows = [None] * len(readers)
     errors = []
     go = threading.Event()
@@ -192,10 +185,32 @@ def fleet_epoch(cluster, label, readers, names, sizes, stagger_s=0.0, seed=0, wa
     # The non-readers' bytes over the readers' time, not their drain.
     s1_extra = {id(cl): cl.m.stats() for cl in watched[len(readers):]}
     smp.join()
-    b1, t1m = machine_busy_s()
-    g1 = sum(proc_cpu_s(p) or 0 for p in gpids)
     if errors:
         raise BenchError(f"{label}: {errors[0]}")
+    return (rows, secs, samples, [b - a for a, b in zip(rx0, rx1)],
+            [b - a for a, b in zip(link0, link1)], s1_extra)
+
+
+def fleet_epoch(cluster, label, readers, names, sizes, stagger_s=0.0, seed=0, watch=()):
+    """Every client of readers reads names (mount_pass: ARGS.readers dd, its
+    own shuffled order, seed + client) once; client i (from 0) starts
+    i * stagger_s after the first. The clients of watch (not reading) are
+    sampled too. Page caches dropped first; the daemons' cache writes drain
+    before their CPU time and stats are taken. Returns a FleetRun."""
+    hosts = cluster.addrs
+    watched = list(readers) + [w for w in watch if w not in readers]
+    drop_caches()
+    for cl in readers:
+        reset_hwm(cl.pid)
+    s0 = [cl.m.stats() for cl in watched]
+    cpu0 = [proc_cpu_s(cl.pid) or 0.0 for cl in readers]
+    gpids = cluster.ganesha_pids()
+    g0 = sum(proc_cpu_s(p) or 0 for p in gpids)
+    b0, t0m = machine_busy_s()
+    rows, secs, samples, rx, link_tot, s1_extra = read_at_once(
+        cluster, label, readers, watched, names, sizes, stagger_s, seed)
+    b1, t1m = machine_busy_s()
+    g1 = sum(proc_cpu_s(p) or 0 for p in gpids)
     for cl in readers:
         settle(cl.m)
     s1 = [s1_extra.get(id(cl)) or cl.m.stats() for cl in watched]
@@ -204,19 +219,18 @@ def fleet_epoch(cluster, label, readers, names, sizes, stagger_s=0.0, seed=0, wa
     for j, cl in enumerate(watched):
         nb = [b - a for a, b in zip(node_bytes(s0[j], hosts), node_bytes(s1[j], hosts))]
         node_tot = [x + y for x, y in zip(node_tot, nb)]
-        rx = rx1[j] - rx0[j]
         if j < len(readers):
             row = rows[j]
             row["nfs"] = sum(nb)
-            row["rx"] = rx
+            row["rx"] = rx[j]
             row["cpu"] = (proc_cpu_s(cl.pid) or 0.0) - cpu0[j]
             row["hwm"] = proc_status(cl.pid, "VmHWM")
             row["restarted"] = cl.serving_pid() != cl.pid
         else:
-            extra.append((cl, rx))
+            extra.append((cl, rx[j]))
     r = FleetRun(label, readers, rows, secs, sum(r["nbytes"] for r in rows), samples,
                  node_tot, hosts, g1 - g0, (b1 - b0, t1m - t0m), extra)
-    r.link_tot = [b - a for a, b in zip(link0, link1)]
+    r.link_tot = link_tot
     return r
 
 

@@ -192,6 +192,12 @@ class ItemPass:
         self.daemon_cpu_sampled = None  # with --perf: the daemon's CPU-s in perf's samples
 
 
+# The item modes read with build/tools/shardfs-smallread: T threads, each
+# takes the next item of one shared list (a file: open, read whole, close; or
+# a record: one pread). The same binary reads the mount, a local-disk copy,
+# and the NFS nodes directly (libnfs, one synchronous context per thread,
+# threads round-robin over the nodes), so that a row and its baseline differ
+# only in the source.
 def smallread_argv(source, list_path, threads, record_file=None):
     argv = [ARGS.smallread, "-q", "-t", str(threads), "-l", list_path]
     if record_file:

@@ -171,7 +171,7 @@ def machine_cpu_lines(passes, n, what, unit):
     return out
 
 
-def hint_log_lines(logs):
+def daemon_log_lines(logs):
     """What the daemons logged at warning or error level, per run."""
     bad = [(label, lines) for label, lines in logs if lines]
     if not bad:

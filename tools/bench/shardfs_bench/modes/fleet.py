@@ -18,7 +18,7 @@ from ..data import make_dataset
 from ..fleet_clients import (FLEET_DIR, FleetClient, fleet_client_lines, fleet_epoch,
                              fleet_load_lines)
 from ..passes import drop_caches, raw_pass
-from ..report import fmt_mib, hint_log_lines
+from ..report import daemon_log_lines, fmt_mib
 
 OPTION = "--fleet"
 GROUP = "fleet"
@@ -167,6 +167,6 @@ def bench(cluster, out):
     top = [r1 for k, how, r1, _ in results if k == ks[-1] and how == "cold at once"][0]
     out.append(f"  goals, K={ks[-1]} cold at once: aggregate {top.mbps / raw:.2f} x raw (goal "
                f">= 0.90), max/min {top.fairness():.2f} (goal <= 1.25)")
-    out.extend(hint_log_lines(logs))
+    out.extend(daemon_log_lines(logs))
     cluster.cap("off")
     shutil.rmtree(os.path.join(ARGS.cache_base, f"fleet-{ARGS.id}"), ignore_errors=True)

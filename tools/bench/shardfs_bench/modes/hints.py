@@ -24,7 +24,7 @@ from ..hint_child import HINT_BATCH, HINT_CHILD
 from ..mount import Mount, find_daemon, fresh_cache, prefetch_max, settle
 from ..passes import (RUNNING, RUNNING_LOCK, drop_caches, item_pass, mount_item_pass, prewarm,
                       smallread_argv)
-from ..report import counts_per_item, family_sum, fmt_mib, hint_log_lines
+from ..report import counts_per_item, daemon_log_lines, family_sum, fmt_mib
 
 OPTION = "--hints"
 GROUP = None
@@ -445,5 +445,5 @@ def bench(cluster, out):
         out.extend(hint_image_lines(rows, N, total, len({r.split('/')[0] for r, _ in specs})))
         rec = hint_record_cases(cluster, work, logs)
         out.extend(hint_record_lines(*rec))
-        out.extend(hint_log_lines(logs))
+        out.extend(daemon_log_lines(logs))
     cluster.cap("off")

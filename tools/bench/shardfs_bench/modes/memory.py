@@ -81,104 +81,126 @@ class SlowDisk:
                 pass
 
 
-def bench(cluster, out):
-    """The daemon's peak RSS (VmHWM) in each workload against mem_max, at
-    its default and at --mem-small: a walk of 200,000 small files, the
-    reference FIO job, shuffled records in one big file, a cold epoch into
-    a cache disk slower than the network, and several jobs at once."""
-    hosts = cluster.addrs
-    base = ARGS.cache_base
-    work = os.path.dirname(ARGS.mnt)
-    n_walk = ARGS.sf_rss_files
-    walk_name = f"tiny-{n_walk}f-1000pd-s{ARGS.seed}"
-    walk_specs = [(f"d{i // 1000:05d}/f{i:07d}", 1024) for i in range(n_walk)]
-    make_tree(cluster.export, walk_name, walk_specs, f"tiny-{ARGS.seed}")
-    walk_list = os.path.join(work, "walk.list")
-    with open(walk_list, "w") as f:
-        f.write("".join(f"{walk_name}/{r}\n" for r, _ in walk_specs))
-    fio = make_files(cluster.export, "fio", 16, 64)
-    rec_file = make_files(cluster.export, "records", 1, 1024)[0]
-    rng = random.Random(ARGS.seed)
-    rec_list = os.path.join(work, "records.list")
-    with open(rec_list, "w") as f:
-        for _ in range(20000):
-            ln = rng.randint(100 * KB, 120 * KB)
-            f.write(f"{rng.randrange(0, 1024 * MiB - ln)} {ln}\n")
-    img_name = f"imagenet-2000f-20d-s{ARGS.seed}"
-    img_specs = imagenet_specs(2000, 20, ARGS.seed)
-    make_tree(cluster.export, img_name, img_specs, ARGS.seed)
-    img_list = os.path.join(work, "images.list")
-    with open(img_list, "w") as f:
-        f.write("".join(f"{img_name}/{r}\n" for r, _ in img_specs))
+class Inputs:
+    """The workloads' data in the export and their readers' lists in work."""
 
-    def smallread(argv_tail):
-        p = run([ARGS.smallread, "-q"] + argv_tail, check=False)
-        if p.returncode != 0:
-            raise BenchError(f"shardfs-smallread: {p.stderr.strip() or p.returncode}")
+    def __init__(self, export, work):
+        self.n_walk = ARGS.sf_rss_files
+        walk_name = f"tiny-{self.n_walk}f-1000pd-s{ARGS.seed}"
+        walk_specs = [(f"d{i // 1000:05d}/f{i:07d}", 1024) for i in range(self.n_walk)]
+        make_tree(export, walk_name, walk_specs, f"tiny-{ARGS.seed}")
+        self.walk_list = os.path.join(work, "walk.list")
+        with open(self.walk_list, "w") as f:
+            f.write("".join(f"{walk_name}/{r}\n" for r, _ in walk_specs))
+        self.fio = make_files(export, "fio", 16, 64)
+        self.rec_file = make_files(export, "records", 1, 1024)[0]
+        rng = random.Random(ARGS.seed)
+        self.rec_list = os.path.join(work, "records.list")
+        with open(self.rec_list, "w") as f:
+            for _ in range(20000):
+                ln = rng.randint(100 * KB, 120 * KB)
+                f.write(f"{rng.randrange(0, 1024 * MiB - ln)} {ln}\n")
+        img_name = f"imagenet-2000f-20d-s{ARGS.seed}"
+        img_specs = imagenet_specs(2000, 20, ARGS.seed)
+        make_tree(export, img_name, img_specs, ARGS.seed)
+        self.img_list = os.path.join(work, "images.list")
+        with open(self.img_list, "w") as f:
+            f.write("".join(f"{img_name}/{r}\n" for r, _ in img_specs))
 
-    def fio_job(mnt, files):
-        """One dd per file, O_DIRECT 1 MiB reads, four at a time."""
-        mount_pass(mnt, files, 4, [64 * MiB] * len(files))()
 
+def smallread(argv_tail):
+    p = run([ARGS.smallread, "-q"] + argv_tail, check=False)
+    if p.returncode != 0:
+        raise BenchError(f"shardfs-smallread: {p.stderr.strip() or p.returncode}")
+
+
+def fio_job(mnt, files):
+    """One dd per file, O_DIRECT 1 MiB reads, four at a time."""
+    mount_pass(mnt, files, 4, [64 * MiB] * len(files))()
+
+
+def workloads(inp):
+    """[(label, fn(mountpoint), whether the cache disk is the slow one)]."""
     def walk(mnt):
-        smallread(["-t", "16", "-l", walk_list, mnt])
+        smallread(["-t", "16", "-l", inp.walk_list, mnt])
 
     def records(mnt):
-        smallread(["-t", "8", "-r", f"shards/{rec_file}", "-l", rec_list, mnt])
+        smallread(["-t", "8", "-r", f"shards/{inp.rec_file}", "-l", inp.rec_list, mnt])
 
     def many(mnt):
-        jobs = [lambda: fio_job(mnt, fio[:8]), lambda: smallread(["-t", "8", "-l", img_list, mnt]),
-                lambda: records(mnt), lambda: fio_job(mnt, fio[8:])]
+        jobs = [lambda: fio_job(mnt, inp.fio[:8]),
+                lambda: smallread(["-t", "8", "-l", inp.img_list, mnt]),
+                lambda: records(mnt), lambda: fio_job(mnt, inp.fio[8:])]
         ts = [threading.Thread(target=j) for j in jobs]
         for t in ts:
             t.start()
         for t in ts:
             t.join()
 
-    workloads = [
-        (f"walk: {n_walk} files of 1 KiB, 16 threads", walk, False),
-        ("FIO job: 16 x 64 MiB, 4 dd bs=1M at once", lambda m: fio_job(m, fio), False),
+    return [
+        (f"walk: {inp.n_walk} files of 1 KiB, 16 threads", walk, False),
+        ("FIO job: 16 x 64 MiB, 4 dd bs=1M at once", lambda m: fio_job(m, inp.fio), False),
         ("shuffled records: 20,000 of ~110 KB in 1 GiB, 8 threads", records, False),
-        ("cold epoch, cache disk at 50 MB/s: the FIO job", lambda m: fio_job(m, fio), True),
+        ("cold epoch, cache disk at 50 MB/s: the FIO job", lambda m: fio_job(m, inp.fio), True),
         ("several jobs at once: 2 FIO jobs, 2,000 images, records", many, False),
     ]
+
+
+def one_run(cluster, work, fn, slow, opt):
+    """fn on a fresh mount with a cache_dir (on the slow disk where slow)
+    and the options opt. Returns (VmHWM, the budget, and where slow the
+    chunks fetched ahead and on demand, else None)."""
+    cache_dir = os.path.join(ARGS.cache_base, "memory-cache")
+    disk = SlowDisk(work, 50 * 1000 * 1000) if slow else None
+    counts = None
+    try:
+        if disk:
+            disk.__enter__()
+            cache_dir = os.path.join(disk.mnt, "cache")
+        shutil.rmtree(cache_dir, ignore_errors=True)
+        opts = f"cache_dir={cache_dir},cache_size=2G" + (f",{opt}" if opt else "")
+        with Mount(cluster, cluster.addrs, ARGS.mnt, ARGS.nconnect, opts) as m:
+            if disk:
+                disk.add(m.pid)
+            budget = m.stats().get("shardfs_memory_budget_bytes", 0)
+            drop_caches()
+            reset_hwm(m.pid)
+            s0 = m.stats()
+            fn(ARGS.mnt)
+            hwm = proc_status(m.pid, "VmHWM")
+            if disk:
+                s1 = m.stats()
+                counts = (stat_delta(s0, s1, "shardfs_prefetch_readahead_chunks_total"),
+                          stat_delta(s0, s1, "shardfs_prefetch_direct_fetches_total"))
+            # unmounting waits for the writes to the slow disk
+        shutil.rmtree(cache_dir, ignore_errors=True)
+    finally:
+        if disk:
+            disk.__exit__()
+    return hwm, budget, counts
+
+
+def bench(cluster, out):
+    """The daemon's peak RSS (VmHWM) in each workload against mem_max, at
+    its default and at --mem-small: a walk of 200,000 small files, the
+    reference FIO job, shuffled records in one big file, a cold epoch into
+    a cache disk slower than the network, and several jobs at once."""
+    work = os.path.dirname(ARGS.mnt)
+    loads = workloads(Inputs(cluster.export, work))
     budgets = [("default", ""), (ARGS.mem_small, f"mem_max={ARGS.mem_small}")]
     res, ahead, demand = {}, {}, {}
-    for label, fn, slow in workloads:
+    for label, fn, slow in loads:
         for bname, opt in budgets:
             log(f"memory: {label} at mem_max {bname}")
-            cache_dir = os.path.join(base, "memory-cache")
-            disk = SlowDisk(work, 50 * 1000 * 1000) if slow else None
-            try:
-                if disk:
-                    disk.__enter__()
-                    cache_dir = os.path.join(disk.mnt, "cache")
-                shutil.rmtree(cache_dir, ignore_errors=True)
-                opts = f"cache_dir={cache_dir},cache_size=2G" + (f",{opt}" if opt else "")
-                with Mount(cluster, hosts, ARGS.mnt, ARGS.nconnect, opts) as m:
-                    if disk:
-                        disk.add(m.pid)
-                    budget = m.stats().get("shardfs_memory_budget_bytes", 0)
-                    drop_caches()
-                    reset_hwm(m.pid)
-                    s0 = m.stats()
-                    fn(ARGS.mnt)
-                    hwm = proc_status(m.pid, "VmHWM")
-                    res[(label, bname)] = (hwm, budget)
-                    if disk:
-                        s1 = m.stats()
-                        ahead[bname] = stat_delta(s0, s1, "shardfs_prefetch_readahead_chunks_total")
-                        demand[bname] = stat_delta(s0, s1, "shardfs_prefetch_direct_fetches_total")
-                    # unmounting waits for the writes to the slow disk
-                shutil.rmtree(cache_dir, ignore_errors=True)
-            finally:
-                if disk:
-                    disk.__exit__()
+            hwm, budget, counts = one_run(cluster, work, fn, slow, opt)
+            res[(label, bname)] = (hwm, budget)
+            if counts:
+                ahead[bname], demand[bname] = counts
     out.append(f"memory: the daemon's peak RSS (VmHWM, reset after mount) in each workload, "
                f"with cache_dir (cache_size 2G) and mem_max at its default and at "
                f"{ARGS.mem_small}; page caches dropped first")
     out.append(f"  {'':<58}" + "".join(f"{'mem_max ' + b:>26}" for b, _ in budgets))
-    for label, _, _ in workloads:
+    for label, _, _ in loads:
         cells = []
         for bname, _ in budgets:
             hwm, budget = res[(label, bname)]
