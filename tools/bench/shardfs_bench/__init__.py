@@ -80,9 +80,13 @@ and (small files, random records) its context switches and page faults per
 item: counts that the machine's noise leaves alone, for comparing builds.
 
 The package (tools/bench/shardfs_bench/, installed beside the entry point in
-PKGLIBEXECDIR): cli.py parses the options and runs a mode; the shared modules
-are common.py (ARGS, paths, tool(), log, run), cluster.py, mount.py,
+PKGLIBEXECDIR): cli.py parses the options and runs the modes; modes/ holds one
+module per mode, registered in modes.MODES (modes/__init__.py says what a mode
+module declares, and that adding one is a module and a line there). What the
+modes share: common.py (ARGS, paths, tool(), log, run), cluster.py, mount.py,
 passes.py (one measured pass), accounting.py (CPU and memory from /proc),
 perf.py, disk.py, data.py, report.py, floor.py (the FUSE floor),
-fleet_clients.py and hint_child.py; modes/ holds one module per mode.
+fleet_clients.py, and hint_child.py (the --hints child).
+
+Threading: see each module; the package keeps no state across runs.
 """

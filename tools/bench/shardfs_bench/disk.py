@@ -128,7 +128,7 @@ def disk_read_billing(directory, read_bytes, file_bytes=512 * MiB, secs=2.0):
     return n / took, lost / max(n, 1)
 
 
-WRITER_SYNC_BYTES = 32 * MiB  # about the cache writer's batch (21-47 MiB measured)
+WRITER_SYNC_BYTES = 32 * MiB  # about the cache writer's batch (see benchmarks.md)
 
 
 def disk_limits(directory, nbytes):

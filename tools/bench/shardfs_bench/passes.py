@@ -41,10 +41,10 @@ def mem_available():
 def prewarm(nbytes):
     """Touch and free nbytes of anonymous memory.
 
-    On a VM with free page reporting (virtio-balloon; this dev VM reports
-    free 8 MiB blocks to the host ~2 s after they are freed), a page the
-    guest has not touched since it was reported costs a host fault on first
-    use: ~1.5 s per GiB measured here. A FUSE read fills fresh page-cache
+    On a VM with free page reporting (virtio-balloon: the guest hands free
+    blocks back to the host soon after they are freed), a page the guest has
+    not touched since it was reported costs a host fault on first use
+    (benchmarks.md has the figures). A FUSE read fills fresh page-cache
     pages and the raw reader reuses its buffers, so without this the mount
     pays that VM artefact and the raw reader does not. The kernel hands out
     unreported (just freed) pages first, so touching and freeing the memory

@@ -43,8 +43,8 @@ def perf_start():
 # VM exit per request the guest submits to the virtual disk;
 # clear_page_erms: zeroing memory on its first touch (the prefetch pool's
 # huge pages, once per daemon and after an idle trim), where every fresh
-# guest page is also a host fault (measured: ~1.3 CPU-s for the 256 MiB
-# pool, ~15 ms on bare metal). On bare metal the first two are near zero.
+# guest page is also a host fault (benchmarks.md has the figures). On bare
+# metal the first two are near zero.
 SAMPLE_PARTS = [("event delivery", "pvm_irq_enable"), ("virtio kicks", "iowrite16"),
                 ("first touch", "clear_page_erms")]
 
