@@ -113,11 +113,11 @@ def parser():
 
 def selected_modes():
     """The modes the options select, in MODES' order ([DEFAULT] when none);
-    exits when two of them do not mix (they share no GROUP)."""
+    exits when two of them do not mix (they share no group)."""
     modes = [m for m in MODES if getattr(ARGS, dest(m)) not in (None, False)]
     for m in modes[1:]:
-        if m.GROUP is None or m.GROUP != modes[0].GROUP:
-            sys.exit(f"{PROG}: {modes[0].OPTION} and {m.OPTION} do not mix")
+        if m.MODE.group is None or m.MODE.group != modes[0].MODE.group:
+            sys.exit(f"{PROG}: {modes[0].MODE.option} and {m.MODE.option} do not mix")
     return modes or [DEFAULT]
 
 
@@ -150,7 +150,7 @@ def check(modes):
         said = m.check(ARGS) if hook(m, "check") else None
         if said:
             sys.exit(f"{PROG}: {said}")
-    for attr in sorted({t for m in modes for t in m.TOOLS}):
+    for attr in sorted({t for m in modes for t in m.MODE.tools}):
         exe = getattr(ARGS, attr)
         if not os.access(exe, os.X_OK):
             sys.exit(f"{PROG}: {exe} not found; build first: ninja -C build")
@@ -163,7 +163,7 @@ def workspace(modes):
     made_export = not os.path.exists(export)
     ARGS.mnt = f"/tmp/shardfs-bench-{ARGS.id}/mnt"
     hold_lock(os.path.join(os.path.dirname(ARGS.mnt), "lock"), f"--id ({ARGS.id})")
-    if any(m.CACHE_BASE for m in modes):
+    if any(m.MODE.cache_base for m in modes):
         hold_lock(os.path.join(ARGS.cache_base, ".lock"), f"--cache-base ({ARGS.cache_base})")
     return export, made_export
 
@@ -173,7 +173,7 @@ def header(modes, cluster):
     ncpu = os.cpu_count()
     load = os.getloadavg()[0]
     data = "tmpfs" if cluster.export.startswith("/dev/shm") else cluster.export
-    if modes[0].HEADER == "rows":
+    if modes[0].MODE.header == "rows":
         out = [f"shardfs-bench: {ncpu} CPUs (load {load:.2f} at start), {len(cluster.addrs)} "
                f"nodes, data on {data}, MB = 1e6 bytes, one run per row"]
     else:
@@ -181,7 +181,7 @@ def header(modes, cluster):
                f"caches dropped before every pass"
                f"{'' if ARGS.no_prewarm else ' (then memory prewarmed)'}, uncapped MB/s = "
                f"median of {ARGS.reps} (MB = 1e6 bytes)"]
-    if modes[0].RAW_LINE:
+    if modes[0].MODE.raw_line:
         threads = max(1, min(ncpu or 1, len(cluster.addrs) * ARGS.nconnect))
         out.append(f"raw reader: -c {ARGS.nconnect} -d {ARGS.raw_depth} -b 1M -j {ARGS.readers} "
                    f"-t {threads}; mount: -o nconnect={ARGS.nconnect}"

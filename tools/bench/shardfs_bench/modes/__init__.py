@@ -4,18 +4,9 @@
 A mode module has a header docstring (what it measures, against which
 baseline, what it does not do) and declares:
 
-  OPTION      the option that selects it ("--cache"; None for DEFAULT, the
-              mode run when no option selects one); its dest names the ARGS
-              attribute, and a value other than None or False selects it
-  GROUP       None, or a name shared by modes that may run in one invocation
-              (they run in MODES' order, under one header); two selected
-              modes that share no GROUP do not mix
-  HEADER      "passes" (page caches dropped, MB/s the median of --reps) or
-              "rows" (one run per row): the first output line
-  RAW_LINE    whether the raw reader's and the mount's options follow it
-  CACHE_BASE  whether it uses --cache-base (then locked for the run)
-  TOOLS       the ARGS attributes of the programs it runs ("shardfs",
-              "rawread", "smallread"), checked before the cluster starts
+  MODE                 a mode.Mode: the option that selects it, its group (the
+                       modes that may run with it), its header, whether it
+                       uses --cache-base, the programs it runs
   add_arguments(ap)    its own options (options that several modes read are
                        cli.py's)
   bench(cluster, out)  its runs on the started cluster (ARGS.mnt is its
@@ -44,19 +35,18 @@ from . import (cache, fleet, fleet_warm, hints, memory, passthrough, policy, ran
 
 DEFAULT = striping
 
-# The order of --help and, within a GROUP, of the runs and their tables.
+# The order of --help and, within a group, of the runs and their tables.
 MODES = [cache, policy, memory, small_files, random_records, passthrough, sf_rss, hints, stall,
          slow_node, fleet, fleet_warm]
 
-REQUIRED = ("OPTION", "GROUP", "HEADER", "RAW_LINE", "CACHE_BASE", "TOOLS", "add_arguments",
-            "bench")
+REQUIRED = ("MODE", "add_arguments", "bench")
 for _m in [DEFAULT] + MODES:
     assert all(hasattr(_m, a) for a in REQUIRED), f"{_m.__name__} lacks one of {REQUIRED}"
 
 
 def dest(mode):
-    """The ARGS attribute of mode's OPTION (--slow-node: slow_node)."""
-    return mode.OPTION.lstrip("-").replace("-", "_")
+    """The ARGS attribute of mode's option (--slow-node: slow_node)."""
+    return mode.MODE.option.lstrip("-").replace("-", "_")
 
 
 def hook(mode, name):

@@ -16,17 +16,13 @@ import shutil
 from ..common import ARGS, MiB, log
 from ..data import local_shards, make_files
 from ..disk import disk_billing, disk_limits, limit_note
+from ..mode import Mode
 from ..mount import Mount, settle
 from ..passes import measure, mount_pass, raw_pass
 from ..perf import fmt_split
 from ..report import counts_per_item, stat_delta
 
-OPTION = "--cache"
-GROUP = None
-HEADER = "passes"
-RAW_LINE = True
-CACHE_BASE = True
-TOOLS = ("shardfs", "rawread")
+MODE = Mode("--cache", raw_line=True, cache_base=True)
 
 
 def add_arguments(ap):

@@ -17,15 +17,11 @@ from ..common import ARGS, GiB, MiB, log, rate_mb_s
 from ..data import make_dataset
 from ..fleet_clients import (FLEET_DIR, FleetClient, fleet_client_lines, fleet_epoch,
                              fleet_load_lines)
+from ..mode import Mode
 from ..passes import drop_caches, raw_pass
 from ..report import daemon_log_lines, fmt_mib
 
-OPTION = "--fleet"
-GROUP = "fleet"
-HEADER = "rows"
-RAW_LINE = False
-CACHE_BASE = True
-TOOLS = ("shardfs", "rawread")
+MODE = Mode("--fleet", group="fleet", header="rows", cache_base=True)
 
 
 def add_arguments(ap):

@@ -20,15 +20,12 @@ from ..common import ARGS, BenchError, GiB, MiB, log, rate_mb_s, tool
 from ..data import make_dataset
 from ..fleet_clients import (FLEET_DIR, FLEET_WARM_DIR, FleetClient, fleet_client_lines,
                              fleet_epoch, fleet_load_lines)
+from ..mode import Mode
 from ..passes import drop_caches
 from ..report import daemon_log_lines
 
-OPTION = "--fleet-warm"
-GROUP = "fleet"
-HEADER = "rows"
-RAW_LINE = False
-CACHE_BASE = True
-TOOLS = ("shardfs",)
+MODE = Mode("--fleet-warm", group="fleet", header="rows", cache_base=True,
+            tools=("shardfs",))
 
 
 def add_arguments(ap):

@@ -21,17 +21,13 @@ from ..accounting import proc_cpu_s, proc_switches_faults, reset_hwm
 from ..common import ARGS, BenchError, ENTRY, GiB, MiB, ROOT, log, rate_mb_s, run
 from ..data import imagenet_specs, make_record_file, make_tree, publish, record_table, write_list
 from ..hint_child import HINT_BATCH, HINT_CHILD
+from ..mode import Mode
 from ..mount import Mount, find_daemon, fresh_cache, prefetch_max, settle
 from ..passes import (RUNNING, RUNNING_LOCK, drop_caches, item_pass, mount_item_pass, prewarm,
                       smallread_argv)
 from ..report import counts_per_item, daemon_log_lines, family_sum, fmt_mib
 
-OPTION = "--hints"
-GROUP = None
-HEADER = "rows"
-RAW_LINE = False
-CACHE_BASE = True
-TOOLS = ("shardfs", "smallread")
+MODE = Mode("--hints", header="rows", cache_base=True, tools=("shardfs", "smallread"))
 
 
 def add_arguments(ap):

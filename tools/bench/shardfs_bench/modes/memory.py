@@ -18,16 +18,12 @@ import threading
 from ..accounting import proc_status, reset_hwm
 from ..common import ARGS, BenchError, KB, MiB, log, run
 from ..data import imagenet_specs, make_files, make_tree
+from ..mode import Mode
 from ..mount import Mount
 from ..passes import drop_caches, mount_pass
 from ..report import fmt_mib, stat_delta
 
-OPTION = "--memory"
-GROUP = None
-HEADER = "passes"
-RAW_LINE = True
-CACHE_BASE = True
-TOOLS = ("shardfs", "smallread")
+MODE = Mode("--memory", raw_line=True, cache_base=True, tools=("shardfs", "smallread"))
 
 
 def add_arguments(ap):

@@ -14,16 +14,12 @@ import shutil
 
 from ..common import ARGS, GiB, MiB, log, run, tool
 from ..data import local_shards, make_files, record_setup
+from ..mode import item_mode
 from ..mount import Mount, settle
 from ..passes import item_pass, measure, mount_pass, smallread_argv
 from ..report import stat_delta
 
-OPTION = "--passthrough"
-GROUP = "items"
-HEADER = "rows"
-RAW_LINE = False
-CACHE_BASE = True
-TOOLS = ("shardfs", "smallread")
+MODE = item_mode("--passthrough")
 
 
 def add_arguments(ap):

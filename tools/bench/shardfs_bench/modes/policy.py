@@ -17,16 +17,12 @@ import time
 
 from ..common import ARGS, BenchError, MiB, log
 from ..data import make_dataset
+from ..mode import Mode
 from ..mount import Mount, settle
 from ..passes import drop_caches, mount_pass
 from ..report import stat_delta
 
-OPTION = "--policy"
-GROUP = None
-HEADER = "passes"
-RAW_LINE = True
-CACHE_BASE = True
-TOOLS = ("shardfs",)
+MODE = Mode("--policy", raw_line=True, cache_base=True, tools=("shardfs",))
 
 
 def add_arguments(ap):

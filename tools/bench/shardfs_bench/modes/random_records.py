@@ -18,18 +18,14 @@ from ..common import ARGS, GiB, MiB, log
 from ..data import record_setup
 from ..disk import disk_limits, limit_note
 from ..floor import fuse_floor_pass
+from ..mode import item_mode
 from ..mount import Mount, prefetch_max
 from ..passes import item_pass, smallread_argv
 from ..perf import fmt_split
 from ..report import (ceiling_line, counts_per_item, family_sum, fmt_mib, fuse_calls,
                       machine_cpu_lines, nfs_calls, per_item)
 
-OPTION = "--random-records"
-GROUP = "items"
-HEADER = "rows"
-RAW_LINE = False
-CACHE_BASE = True
-TOOLS = ("shardfs", "smallread")
+MODE = item_mode("--random-records")
 
 
 def add_arguments(ap):

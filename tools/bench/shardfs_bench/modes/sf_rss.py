@@ -16,16 +16,12 @@ import time
 from ..accounting import proc_status
 from ..common import ARGS, BenchError, MiB, log, run
 from ..data import make_tree, write_list
+from ..mode import item_mode
 from ..mount import Mount
 from ..passes import smallread_argv
 from ..report import fmt_mib
 
-OPTION = "--sf-rss"
-GROUP = "items"
-HEADER = "rows"
-RAW_LINE = False
-CACHE_BASE = True
-TOOLS = ("shardfs", "smallread")
+MODE = item_mode("--sf-rss")
 
 
 def add_arguments(ap):

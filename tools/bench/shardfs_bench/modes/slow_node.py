@@ -12,16 +12,12 @@ import re
 
 from ..common import ARGS, BenchError, CLUSTER, MiB, log, run
 from ..data import make_files
+from ..mode import Mode
 from ..mount import Mount
 from ..passes import measure, mount_pass, raw_pass
 from ..report import fmt_pass_list, median_mbps, row
 
-OPTION = "--slow-node"
-GROUP = None
-HEADER = "passes"
-RAW_LINE = False
-CACHE_BASE = False
-TOOLS = ("shardfs", "rawread")
+MODE = Mode("--slow-node")
 
 
 def add_arguments(ap):

@@ -20,18 +20,14 @@ from ..common import ARGS, MiB, log
 from ..data import copy_tree_once, imagenet_specs, make_tree, write_list
 from ..disk import disk_limits, disk_read_billing, limit_note
 from ..floor import fuse_floor_pass
+from ..mode import item_mode
 from ..mount import Mount
 from ..passes import item_pass, smallread_argv
 from ..perf import fmt_split
 from ..report import (counts_per_item, family_sum, fmt_mib, fuse_calls, machine_cpu_lines,
                       nfs_calls, per_item)
 
-OPTION = "--small-files"
-GROUP = "items"
-HEADER = "rows"
-RAW_LINE = False
-CACHE_BASE = True
-TOOLS = ("shardfs", "smallread")
+MODE = item_mode("--small-files")
 
 
 def add_arguments(ap):

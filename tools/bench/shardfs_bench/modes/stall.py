@@ -11,16 +11,12 @@ import threading
 
 from ..common import ARGS, CLUSTER, MiB, log, run
 from ..data import make_files
+from ..mode import Mode
 from ..mount import Mount
 from ..passes import measure, mount_pass
 from ..report import cpu_note, family_sum, fmt_pass_list, median_mbps, row
 
-OPTION = "--stall"
-GROUP = None
-HEADER = "passes"
-RAW_LINE = False
-CACHE_BASE = False
-TOOLS = ("shardfs",)
+MODE = Mode("--stall", tools=("shardfs",))
 
 
 def add_arguments(ap):

@@ -17,16 +17,12 @@ import re
 from ..common import ARGS, GiB, MiB, ROOT, log
 from ..data import make_files, write_list
 from ..floor import FloorMount
+from ..mode import Mode
 from ..mount import Mount
 from ..passes import measure, mount_pass, raw_pass
 from ..report import cpu_note, fmt_pass_list, median_mbps, mount_detail, row
 
-OPTION = None
-GROUP = None
-HEADER = "passes"
-RAW_LINE = True
-CACHE_BASE = False
-TOOLS = ("shardfs", "rawread")
+MODE = Mode(None, raw_line=True)
 
 
 def add_arguments(ap):
