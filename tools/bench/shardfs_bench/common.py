@@ -20,16 +20,13 @@ import sys
 
 PROG = "shardfs-bench"
 
-
 # The folder of the entry point (tools/bench/shardfs-bench in a source tree,
 # PKGLIBEXECDIR/shardfs-bench installed), which holds this package.
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-
 # In a source tree the bench lives in tools/bench/ and the root is two
 # folders up; installed, the tools it runs are beside it (PKGLIBEXECDIR).
 ROOT = os.path.dirname(os.path.dirname(HERE))
-
 
 # The entry point: what the --hints child runs (with --hint-child first).
 ENTRY = os.path.join(HERE, PROG)
@@ -45,30 +42,29 @@ def tool(name, tree_dir):
 
 
 CLUSTER = tool("shardfs-cluster", "testbed")
-
-MiB = 1 << 20
-
 KB = 1000
-
+MiB = 1 << 20
 GiB = 1 << 30
-
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
 
 # The options, filled in place by cli.main (see the module's docstring).
 ARGS = argparse.Namespace()
 
 
 class BenchError(Exception):
-    pass
+    """A run that cannot go on: cli prints what it has and this, and exits 1."""
 
 
 def log(msg):
+    """Progress on stderr, unless -q."""
     if not ARGS.quiet_progress:
         print(f"{PROG}: {msg}", file=sys.stderr, flush=True)
 
 
 def run(cmd, check=True, capture=True, timeout=None):
+    """Run cmd (its output captured as text unless capture is false).
+    Returns the CompletedProcess; with check, raises BenchError (with the
+    last line of its stderr) when it exits non-zero."""
     p = subprocess.run(cmd, stdout=subprocess.PIPE if capture else None,
                        stderr=subprocess.PIPE if capture else None,
                        text=True, timeout=timeout)
