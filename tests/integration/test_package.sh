@@ -86,6 +86,7 @@ for f in ./usr/sbin/shardfs ./usr/bin/shardfs-stat ./usr/bin/shardfs-warm \
 	./usr/bin/shardfs-cache ./usr/share/man/man1/shardfs-cache.1.gz \
 	./usr/share/man/man1/shardfs-bench.1.gz ./usr/bin/shardfs-bench \
 	./usr/lib/shardfs/shardfs-bench ./usr/lib/shardfs/shardfs-cluster \
+	./usr/lib/shardfs/shardfs_bench/cli.py ./usr/lib/shardfs/shardfs_bench/modes/striping.py \
 	./usr/lib/shardfs/shardfs-gendata ./usr/lib/shardfs/shardfs-rawread \
 	./usr/lib/shardfs/shardfs-smallread \
 	./usr/share/doc/shardfs/examples/systemd/mnt-dataset.mount \

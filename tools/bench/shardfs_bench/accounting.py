@@ -1,0 +1,83 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What a pass costs, read from /proc: a process's CPU seconds (utime+stime of all
+its threads; the daemon's CPU-s per GiB or per item is this over the pass's
+bytes or items), its context switches and page faults, its VmHWM and VmRSS
+and the reset of its peak, the whole machine's busy time, and the CPU time of
+the bench's own children (the dd readers).
+
+Does not divide or print (report.py) or sample stacks (perf.py). Threading:
+reads /proc only; any thread.
+"""
+
+import os
+import resource
+
+from .common import CLK_TCK, log
+
+
+def proc_cpu_s(pid):
+    """utime+stime of a process (all its threads) in seconds, or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def proc_switches_faults(pid):
+    """(context switches of all its live threads, minor + major page faults
+    of the process), or None. Counts, not times: on a shared, noisy VM they
+    tell two daemons apart where their CPU seconds do not."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        faults = int(fields[7]) + int(fields[9])
+        switches = 0
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    for line in f:
+                        if line.startswith(("voluntary_ctxt_switches:",
+                                            "nonvoluntary_ctxt_switches:")):
+                            switches += int(line.split()[1])
+            except (OSError, ValueError, IndexError):
+                pass  # a thread that exited meanwhile
+        return switches, faults
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def machine_busy_s():
+    """(busy, total) CPU seconds of the whole machine since boot."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    total = sum(v[:8])
+    return (total - idle) / CLK_TCK, total / CLK_TCK
+
+
+def children_cpu_s():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def proc_status(pid, key):
+    """A field of /proc/PID/status in bytes (VmHWM, VmRSS), or None."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def reset_hwm(pid):
+    """Reset the peak RSS (VmHWM) of pid to its current RSS (clear_refs 5)."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5\n")
+    except OSError as e:
+        log(f"warning: cannot reset VmHWM of {pid}: {e}")
