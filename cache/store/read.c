@@ -3,13 +3,11 @@
  * store/read — reads: a chunk or a range of a version read from its object file
  * or its packed record, every 16 KiB sub-block checked against its XXH3-64 (a
  * mismatch is a miss); the read of a packed version started ahead (preload);
- * the backing fd of a passthrough open; and the offer of a chunk to the cache
- * (write_refusal: whether it would be taken, policy.c deciding under auto;
- * then its write queued). Not here: the write itself and making room for it
- * (writer.c, index.c).
+ * the backing fd of a passthrough open. Not here: the offer of a chunk and
+ * its write (writer.c), making room for it (index.c, policy.c).
  *
  * Threading: any thread. s->lock is taken only to plan and to record the
- * outcome (and to queue an offer), never across I/O.
+ * outcome, never across I/O.
  */
 #include "store_int.h"
 
@@ -454,83 +452,4 @@ size_t sfs_store_range_bytes(const sfs_store_obj *o, uint64_t off, size_t len)
 	uint64_t start, end;
 	range_blocks(o, off, len, &start, &end);
 	return (size_t)((end - start + 4095) & ~4095ull);
-}
-
-/* Whether write_chunk_hashed refuses: -EAGAIN, -EEXIST, -ENOSPC (pin, auto), or
- * 0. record: a real offer (auto counts and remembers it; see policy_admit).
- * Caller holds lock. */
-static int write_refusal(sfs_store *s, sfs_store_obj *o, uint32_t index, uint32_t len, bool record)
-{
-	uint64_t need = o->packed ? packed_bytes(len) : len;
-
-	if (!s->online || o->evicted)
-		return -EAGAIN;
-	if (o->state[index] != SFS_CHUNK_ABSENT)
-		return -EEXIST;
-	if (s->conf.policy == SFS_STORE_PIN && used_total(s) + need > s->capacity_bytes)
-		return -ENOSPC;
-	if (s->conf.policy == SFS_STORE_AUTO)
-		return policy_admit(s, o, index, need, len, record);
-	return 0;
-}
-
-/* write_refusal of a real offer, counting what was not admitted. Caller
- * holds lock. */
-static int write_refused(sfs_store *s, sfs_store_obj *o, uint32_t index, uint32_t len)
-{
-	int rc = write_refusal(s, o, index, len, true);
-
-	if (rc == -ENOSPC)
-		count(&s->stats.not_admitted_bytes, len);
-	return rc;
-}
-
-bool sfs_store_would_take(sfs_store_obj *o, uint32_t index, uint32_t len)
-{
-	sfs_store *s = o->store;
-
-	if (index >= o->n_chunks)
-		return false;
-	pthread_mutex_lock(&s->lock);
-	bool take = write_refusal(s, o, index, len, false) == 0;
-	pthread_mutex_unlock(&s->lock);
-	return take;
-}
-
-int sfs_store_write_chunk_hashed(sfs_store_obj *o, uint32_t index, const void *buf, uint32_t len,
-				 const uint64_t *sub_xxh64, uint64_t known,
-				 void (*done)(void *arg, int err), void *arg)
-{
-	sfs_store *s = o->store;
-	struct write_job *j;
-
-	if (index >= o->n_chunks || len != chunk_len(o, index, s->chunk_shift))
-		return -EINVAL;
-	if (o->packed && packed_present(s, o))
-		return -EEXIST;
-	j = malloc(sizeof(*j));
-	if (!j)
-		return -ENOMEM;
-	pthread_mutex_lock(&s->lock);
-	int rc = write_refused(s, o, index, len);
-	if (rc) {
-		pthread_mutex_unlock(&s->lock);
-		free(j);
-		return rc;
-	}
-	o->state[index] = SFS_CHUNK_WRITING;
-	o->refs++;
-	s->queued_bytes += len;
-	*j = (struct write_job){
-	    o, index, len, buf, done, arg, NULL, sub_xxh64, sub_xxh64 ? known : 0};
-	if (s->jobs_tail)
-		s->jobs_tail->next = j;
-	else
-		s->jobs = j;
-	s->jobs_tail = j;
-	s->n_jobs++;
-	if (!s->gathering || gathered(s)) /* see writer_gather */
-		pthread_cond_signal(&s->work);
-	pthread_mutex_unlock(&s->lock);
-	return 0;
 }
