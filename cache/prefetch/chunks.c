@@ -63,11 +63,23 @@ static void count_undelivered(sfs_prefetch *pf, const struct pf_chunk *c)
 	      (int64_t)bytes);
 }
 
+/* Whether a waiter waits on c. Caller holds f->lock. */
+static bool chunk_has_waiter(const struct sfs_pf_file *f, const struct pf_chunk *c)
+{
+	for (const struct pf_waiter *w = f->waiters; w; w = w->next)
+		if (w->c == c)
+			return true;
+	return false;
+}
+
 void chunk_free(struct sfs_pf_file *f, size_t slot)
 {
 	struct pf_chunk *c = f->chunks[slot];
 
-	assert(!chunk_busy(c));
+	assert(slot < f->n_chunks);
+	assert(chunk_terminal(c->state) && c->refs == 0); /* !chunk_busy */
+	assert(!c->obj);				  /* a load gave its object back */
+	assert(!chunk_has_waiter(f, c));
 	if (c->readahead && !c->used && !c->in_store)
 		count(&f->pf->stats.wasted_chunks, 1);
 	count_undelivered(f->pf, c);
@@ -256,6 +268,63 @@ static void chunk_add_parts(struct pf_chunk *c, uint64_t from, uint64_t to, uint
 	*n += k;
 }
 
+/* The READ parts of a chunk's fetch (chunk_start): [start, end) of the
+ * file, and the head [h0, h1) a reader that jumps around asked for, which
+ * goes first when split. */
+struct chunk_parts {
+	uint64_t start, end, h0, h1;
+	uint32_t len, max_read;
+	bool split;
+	unsigned n_parts; /* 1 .. 64: a bit each in parts_done */
+};
+
+/* Plan the parts of chunk `index` of f for a head of [head_from, head_to)
+ * (absolute offsets; empty: none), on 64 KiB blocks inside the chunk; no
+ * head if it is all of the chunk, or if its pieces would pass 64 parts (a
+ * tiny rsize: one piece, as before). */
+static void chunk_plan_parts(const struct sfs_pf_file *f, uint64_t index, uint64_t head_from,
+			     uint64_t head_to, struct chunk_parts *pp)
+{
+	uint64_t start = index << SFS_CHUNK_SHIFT;
+
+	assert(start < f->size);
+	pp->start = start;
+	pp->len = (uint32_t)(f->size - start < SFS_CHUNK_BYTES ? f->size - start : SFS_CHUNK_BYTES);
+	pp->end = start + pp->len;
+	pp->max_read = pf_max_read(f->pf);
+	pp->h0 = head_from > start ? head_from & ~(uint64_t)0xffff : start;
+	pp->h1 = ((head_to + 0xffff) & ~(uint64_t)0xffff);
+	pp->h1 = pp->h1 < pp->end ? pp->h1 : pp->end;
+	pp->split = head_to > head_from && pp->h1 > pp->h0 && (pp->h0 > start || pp->h1 < pp->end);
+	pp->n_parts = pp->split ? parts_for(pp->h0, pp->h1, pp->max_read) +
+				      parts_for(pp->h1, pp->end, pp->max_read) +
+				      parts_for(start, pp->h0, pp->max_read)
+				: parts_for(start, pp->end, pp->max_read);
+	if (pp->n_parts > 64) {
+		pp->split = false;
+		pp->n_parts = parts_for(start, pp->end, pp->max_read);
+	}
+	assert(pp->n_parts >= 1 && pp->n_parts <= 64);
+}
+
+/* Fill c->parts as planned: the head first when split, then the rest of
+ * the chunk after it, then what lies before it. */
+static void chunk_fill_parts(struct pf_chunk *c, const struct chunk_parts *pp, bool hash)
+{
+	unsigned n = 0;
+
+	if (pp->split) {
+		chunk_add_parts(c, pp->h0, pp->h1, pp->max_read, hash, &n);
+		chunk_add_parts(c, pp->h1, pp->end, pp->max_read, hash, &n);
+		chunk_add_parts(c, pp->start, pp->h0, pp->max_read, hash, &n);
+	} else {
+		chunk_add_parts(c, pp->start, pp->end, pp->max_read, hash, &n);
+	}
+	assert(n == pp->n_parts);
+	for (unsigned p = 0; p < pp->n_parts; p++)
+		c->parts[p].background = c->background;
+}
+
 /*
  * Create chunk `index`, FETCHING (parts ready; the caller submits them after
  * dropping file->lock) or LOADING (the caller reads it from the store).
@@ -264,39 +333,27 @@ static void chunk_add_parts(struct pf_chunk *c, uint64_t from, uint64_t to, uint
  * the reader waits for them only (fill_view), and the rest of the chunk
  * follows in later parts, so that the whole chunk still reaches the store
  * (every byte fetched once per epoch). Returns NULL when there is no buffer
- * or, for readahead (!demand), no room.
+ * or, for readahead (!demand), no room. Caller holds f->lock.
  */
 struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint64_t cur, bool demand,
 			     bool loading, uint64_t head_from, uint64_t head_to)
 {
 	sfs_prefetch *pf = f->pf;
-	uint64_t start = index << SFS_CHUNK_SHIFT;
-	uint32_t len =
-	    (uint32_t)(f->size - start < SFS_CHUNK_BYTES ? f->size - start : SFS_CHUNK_BYTES);
-	uint64_t end = start + len;
-	uint32_t max_read = pf_max_read(pf);
+	struct chunk_parts pp;
 
-	/* The head, on 64 KiB blocks, inside the chunk; none if it is all of it. */
-	uint64_t h0 = head_from > start ? head_from & ~(uint64_t)0xffff : start;
-	uint64_t h1 = ((head_to + 0xffff) & ~(uint64_t)0xffff);
-	h1 = h1 < end ? h1 : end;
-	bool split = head_to > head_from && h1 > h0 && (h0 > start || h1 < end);
-	unsigned n_parts = split ? parts_for(h0, h1, max_read) + parts_for(h1, end, max_read) +
-				       parts_for(start, h0, max_read)
-				 : parts_for(start, end, max_read);
-	if (n_parts > 64) { /* tiny rsize: one piece, as before */
-		split = false;
-		n_parts = parts_for(start, end, max_read);
-	}
+	assert(!chunk_find(f, index));
+	assert(!loading || f->obj);
+	chunk_plan_parts(f, index, head_from, head_to, &pp);
 	if (!chunk_make_room(f, cur, demand))
 		return NULL;
+	assert(f->n_chunks < f->cap_chunks);
 	/* sfs_store_read_chunk fills a whole chunk's buffer (O_DIRECT, packed
 	 * records): a load gets a pooled one. */
-	uint32_t buf_bytes = loading ? SFS_CHUNK_BYTES : chunk_buf_bytes(len);
+	uint32_t buf_bytes = loading ? SFS_CHUNK_BYTES : chunk_buf_bytes(pp.len);
 	void *buf = buf_get(pf, buf_bytes, demand);
 	if (!buf)
 		return NULL;
-	struct pf_chunk *c = calloc(1, sizeof(*c) + n_parts * sizeof(c->parts[0]));
+	struct pf_chunk *c = calloc(1, sizeof(*c) + pp.n_parts * sizeof(c->parts[0]));
 	if (!c) {
 		buf_put(pf, buf, buf_bytes);
 		return NULL;
@@ -304,35 +361,24 @@ struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint64_t cur
 	c->buf_bytes = buf_bytes;
 	c->file = f;
 	c->index = index;
-	c->state = loading ? CHUNK_LOADING : CHUNK_FETCHING;
+	c->state = loading ? CHUNK_LOADING : CHUNK_FETCHING; /* born; chunk_move from now on */
 	if (loading) {
 		c->obj = f->obj;
 		sfs_store_obj_ref(c->obj);
 	}
-	c->len = c->fetch_len = len;
+	c->len = c->fetch_len = pp.len;
 	c->buf = buf;
 	c->readahead = !demand;
 	/* A warm-up's own fetches yield to readers (origin.h); a reader that
 	 * comes to wait for one promotes it (chunk_promote). */
 	c->background = !demand && !loading && f->warmed && !f->read_seen;
-	c->n_parts = n_parts;
-	c->parts_pending = n_parts;
-	unsigned n = 0;
-	bool hash = !loading && hash_as_landed(c);
-	if (split) {
-		chunk_add_parts(c, h0, h1, max_read, hash, &n);
-		chunk_add_parts(c, h1, end, max_read, hash, &n);
-		chunk_add_parts(c, start, h0, max_read, hash, &n);
-	} else {
-		chunk_add_parts(c, start, end, max_read, hash, &n);
-	}
-	assert(n == n_parts);
-	for (unsigned p = 0; p < n_parts; p++)
-		c->parts[p].background = c->background;
+	c->n_parts = pp.n_parts;
+	c->parts_pending = pp.n_parts;
+	chunk_fill_parts(c, &pp, !loading && hash_as_landed(c));
 	f->chunks[f->n_chunks++] = c;
-	f->refs++; /* the fetch holds the file */
+	file_get_locked(f); /* the fetch holds the file */
 	if (!loading)
-		count(&pf->stats.inflight_bytes, len);
+		count(&pf->stats.inflight_bytes, pp.len);
 	if (!demand)
 		count(&pf->stats.readahead_chunks, 1);
 	return c;
@@ -393,20 +439,27 @@ bool same_version(const struct sfs_file_version *v, const struct sfs_attr *a)
 	       v->ctime_ns == (uint32_t)a->ctime.tv_nsec;
 }
 
-/* A chunk's bytes are final (READY or FAILED): wake readers, offer the bytes
- * to the store. Caller holds lock. Returns true if the file's last
- * reference went (the caller frees it after unlocking). */
+/* A chunk's bytes are final: a load that checked (LOADING -> READY) or the
+ * last part of a fetch (FETCHING -> READY, or FAILED with c->err). Wakes
+ * readers, offers fetched bytes to the store. Caller holds lock. Returns
+ * true if the file's last reference went (the caller frees it after
+ * unlocking). */
 bool chunk_finish(struct sfs_pf_file *f, struct pf_chunk *c, bool from_origin)
 {
-	if (from_origin)
+	if (from_origin) {
+		assert(c->parts_pending == 0);
 		count(&f->pf->stats.inflight_bytes, -(int64_t)c->fetch_len);
-	c->state = c->err ? CHUNK_FAILED : CHUNK_READY;
+		chunk_move(c, CHUNK_FETCHING, c->err ? CHUNK_FAILED : CHUNK_READY);
+	} else {
+		assert(!c->err && c->loaded && c->in_store);
+		chunk_move(c, CHUNK_LOADING, CHUNK_READY);
+	}
 	pthread_cond_broadcast(&f->cond);
 	if (from_origin && chunk_storable(f, c) && write_admitted(f->pf, c) && chunk_offer(f, c))
 		return false; /* the fetch's file reference passes to the write */
 	/* Not admitted (no store, full, offline): it stays in memory for a
 	 * reader until evicted; the chunk limit and budget bound how many. */
-	return --f->refs == 0;
+	return file_put_locked(f);
 }
 
 /* Origin completion of one part: runs on an I/O thread. */
@@ -419,6 +472,9 @@ static void part_done(struct sfs_origin_req *req)
 	bool free_file = false;
 
 	pthread_mutex_lock(&f->lock);
+	assert(c->state == CHUNK_FETCHING && c->parts_pending > 0);
+	assert(req >= c->parts && req < c->parts + c->n_parts);
+	assert(!(c->parts_done & (1ull << (req - c->parts)))); /* each part lands once */
 	if (req->result < 0) {
 		c->err = req->result;
 	} else if (f->check_version && req->have_attr && !same_version(&f->version, &req->attr)) {
@@ -444,11 +500,12 @@ static void part_done(struct sfs_origin_req *req)
 		shard_pump(f, started, &n_started, SFS_PF_MAX_WINDOW);
 		hinted_done = f->hint_holds && f->pf->fetch_observer;
 		if (hinted_done)
-			f->refs++; /* for the observer: a hold may go meanwhile */
+			file_get_locked(f); /* for the observer: a hold may go meanwhile */
 	}
 	struct pf_waiter *ready = waiters_ready(f, c);
 	pthread_mutex_unlock(&f->lock);
 	submit_chunks(f, started, n_started);
+	assert(!ready || !free_file);
 	waiters_answer(f, ready); /* before file_free: waiters hold f, so !free_file */
 	if (hinted_done) {
 		f->pf->fetch_observer(f->pf->observer_arg, f);
@@ -465,7 +522,9 @@ static void part_done(struct sfs_origin_req *req)
 void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c)
 {
 	/* c->obj: the store object, referenced when the load was started (the
-	 * file may be closed, and its f->obj dropped, before a queued load runs). */
+	 * file may be closed, and its f->obj dropped, before a queued load runs).
+	 * Only this load touches c->obj and c->buf while c is LOADING. */
+	assert(c->obj);
 	ssize_t n = sfs_store_read_chunk(c->obj, (uint32_t)c->index, c->buf);
 	bool free_file = false;
 
@@ -473,6 +532,7 @@ void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c)
 	c->obj = NULL;
 
 	pthread_mutex_lock(&f->lock);
+	assert(c->state == CHUNK_LOADING && f->refs > 0); /* the load holds f */
 	if (n == (ssize_t)c->fetch_len) {
 		c->in_store = c->loaded = true;
 		free_file = chunk_finish(f, c, false);
@@ -481,7 +541,7 @@ void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c)
 		waiters_answer(f, ready);
 	} else {
 		/* Missing, short or failed its checksum: a miss, never an error. */
-		c->state = CHUNK_FETCHING;
+		chunk_move(c, CHUNK_LOADING, CHUNK_FETCHING);
 		count(&f->pf->stats.inflight_bytes, c->fetch_len);
 		pthread_mutex_unlock(&f->lock);
 		submit_chunks(f, &c, 1);
@@ -574,12 +634,13 @@ bool waiter_add(struct sfs_pf_file *f, struct pf_chunk *c, uint64_t off, uint64_
 {
 	struct pf_waiter *w = malloc(sizeof(*w));
 
+	assert(c->refs > 0 && !chunk_range_ready(c, off, end));
 	if (!w)
 		return false;
 	*w = (struct pf_waiter){.next = f->waiters, .c = c, .off = off, .end = end};
 	answer_set(&w->answer, done, arg, arg_len);
 	f->waiters = w;
-	f->refs++;
+	file_get_locked(f);
 	return true;
 }
 
@@ -610,8 +671,10 @@ void waiters_answer(struct sfs_pf_file *f, struct pf_waiter *ready)
 		struct sfs_pf_view v = {0};
 		ready = w->next;
 		pthread_mutex_lock(&f->lock);
+		assert(w->c->refs > 0 && chunk_range_ready(w->c, w->off, w->end));
 		ssize_t n = fill_view(f, w->off, w->end, &w->c, 1, &v); /* ready: no wait */
-		f->refs += v.n_pins ? 1 : 0; /* the view's reference, as in chunk_read */
+		if (v.n_pins)
+			file_get_locked(f); /* the view's reference, as in chunk_read */
 		pthread_mutex_unlock(&f->lock);
 		w->answer.done(w->answer.arg, n, &v);
 		sfs_pf_view_release(f, &v);

@@ -29,7 +29,7 @@ void sfs_pf_file_hint_hold(sfs_pf_file *f)
 	sfs_prefetch *pf = f->pf;
 
 	pthread_mutex_lock(&f->lock);
-	f->refs++;
+	file_get_locked(f);
 	if (f->openers++ == 0 && pf->conf.store && !f->obj)
 		f->obj = sfs_store_obj_get(pf->conf.store, &f->version); /* NULL: uncached */
 	__atomic_store_n(&f->hint_holds, f->hint_holds + 1, __ATOMIC_RELAXED);
@@ -39,6 +39,7 @@ void sfs_pf_file_hint_hold(sfs_pf_file *f)
 void sfs_pf_file_hint_release(sfs_pf_file *f)
 {
 	pthread_mutex_lock(&f->lock);
+	assert(f->hint_holds > 0 && f->openers > 0 && f->refs > 0); /* the hold's */
 	__atomic_store_n(&f->hint_holds, f->hint_holds - 1, __ATOMIC_RELAXED);
 	bool last_open = f->openers == 1;
 	pthread_mutex_unlock(&f->lock);

@@ -135,11 +135,12 @@ static void write_done(void *arg, int err);
  * offline). Caller holds lock. */
 bool chunk_offer(struct sfs_pf_file *f, struct pf_chunk *c)
 {
+	assert(c->state == CHUNK_READY && chunk_storable(f, c));
 	uint64_t known = __atomic_load_n(&c->sub_known, __ATOMIC_ACQUIRE);
 	if (sfs_store_write_chunk_hashed(f->obj, (uint32_t)c->index, c->buf, c->len, c->sub_xxh64,
 					 known, write_done, c) != 0)
 		return false;
-	c->refs++; /* the writer reads the buffer until done */
+	chunk_pin(c); /* the writer reads the buffer until done */
 	count(&f->pf->stats.write_pinned_bytes, c->buf_bytes);
 	return true;
 }
@@ -154,7 +155,8 @@ static void write_done(void *arg, int err)
 
 	count(&f->pf->stats.write_pinned_bytes, -(int64_t)c->buf_bytes);
 	pthread_mutex_lock(&f->lock);
-	c->refs--;
+	assert(c->state == CHUNK_READY && !c->in_store && !c->loaded);
+	chunk_unpin(c);
 	c->in_store = err == 0;
 	/* Bytes durable in the store need no memory: drop the buffer unless a
 	 * reader pins it, used it and has not finished it, or is still to
@@ -164,7 +166,7 @@ static void write_done(void *arg, int err)
 		chunk_free_ptr(f, c);
 	pthread_cond_broadcast(&f->cond);
 	shard_pump(f, started, &n_started, SFS_PF_MAX_WINDOW);
-	bool last = --f->refs == 0; /* chunks just started hold their own refs */
+	bool last = file_put_locked(f); /* chunks just started hold their own refs */
 	pthread_mutex_unlock(&f->lock);
 	submit_chunks(f, started, n_started);
 	if (last)

@@ -197,14 +197,14 @@ int sfs_pf_file_open_version(sfs_prefetch *pf, const struct sfs_fh *fh,
 void sfs_pf_file_ref(sfs_pf_file *f)
 {
 	pthread_mutex_lock(&f->lock);
-	f->refs++;
+	file_get_locked(f);
 	pthread_mutex_unlock(&f->lock);
 }
 
 void sfs_pf_file_unref(sfs_pf_file *f)
 {
 	pthread_mutex_lock(&f->lock);
-	bool last = --f->refs == 0;
+	bool last = file_put_locked(f);
 	pthread_mutex_unlock(&f->lock);
 	if (last)
 		file_free(f);
@@ -226,6 +226,10 @@ void file_free(struct sfs_pf_file *f)
 	/* Unlinked: no new pin; one taken before may still look at f. */
 	while (__atomic_load_n(&f->vpins, __ATOMIC_ACQUIRE))
 		sched_yield();
+	/* Nothing holds f any more: no open, hold, view, waiter, chunk in
+	 * flight or write (each holds a reference), so every chunk is idle. */
+	assert(f->refs == 0 && !f->waiters && !f->pre_busy);
+	assert(__atomic_load_n(&f->hint_holds, __ATOMIC_RELAXED) == 0);
 	while (f->n_chunks)
 		chunk_free(f, f->n_chunks - 1);
 	if (f->obj)

@@ -141,6 +141,60 @@ struct sfs_pf_file {
 	unsigned vpins; /* atomic: vtable_find between files_lock and f->lock; file_free waits */
 };
 
+/*
+ * The invariants of chunks and files, stated as asserts at every change
+ * (as SQLite's pcache1 does); all of them with the file's lock held.
+ *
+ * A chunk's state changes only through chunk_move, which asserts where it
+ * comes from: LOADING -> READY (checked in the store), LOADING -> FETCHING
+ * (a miss), FETCHING -> READY or FAILED (its last part landed). READY and
+ * FAILED are terminal. A chunk's pins (refs: views, waiters, a store write)
+ * go through chunk_pin and chunk_unpin and never below zero; a file's
+ * references (openers' and holds' callers, chunks in flight, writes, views,
+ * waiters, fetches) through file_get_locked and file_put_locked, never
+ * taken on a file whose count reached zero (it is being freed). chunk_free
+ * asserts a terminal state, no pin and no waiter; file_free no reference,
+ * no waiter and no hint hold.
+ */
+static inline bool chunk_terminal(enum chunk_state s)
+{
+	return s == CHUNK_READY || s == CHUNK_FAILED;
+}
+
+static inline void chunk_move(struct pf_chunk *c, enum chunk_state from, enum chunk_state to)
+{
+	assert(c->state == from);
+	assert((from == CHUNK_LOADING && (to == CHUNK_READY || to == CHUNK_FETCHING)) ||
+	       (from == CHUNK_FETCHING && chunk_terminal(to)));
+	c->state = to;
+}
+
+static inline void chunk_pin(struct pf_chunk *c)
+{
+	c->refs++;
+	assert(c->refs != 0);
+}
+
+static inline void chunk_unpin(struct pf_chunk *c)
+{
+	assert(c->refs > 0);
+	c->refs--;
+}
+
+static inline void file_get_locked(struct sfs_pf_file *f)
+{
+	assert(f->refs > 0);
+	f->refs++;
+}
+
+/* Returns whether that was the last reference: the caller frees f
+ * (file_free) once it has let go of f->lock. */
+static inline bool file_put_locked(struct sfs_pf_file *f)
+{
+	assert(f->refs > 0);
+	return --f->refs == 0;
+}
+
 /* How an asynchronous read is answered: the caller's done() and its copy
  * of the caller's context (sfs_pf_read_async checked its length). */
 struct pf_answer {

@@ -88,7 +88,7 @@ static struct read_plan plan_read(struct sfs_pf_file *f, uint64_t off, uint64_t 
 	p.fetch = (!p.obj && off_chunks && !p.seq && !small) || uncachable;
 	p.fetch_async = async && off_chunks && ((!p.obj && (!p.seq || small)) || uncachable);
 	if (p.fetch_async)
-		f->refs++;
+		file_get_locked(f);
 	p.pre = NULL;
 	p.pre_buf = NULL;
 	if (p.direct && f->pre_aio) { /* this read takes the preload over */
@@ -383,7 +383,7 @@ static int claim_chunks(struct sfs_pf_file *f, uint64_t off, uint64_t end, bool 
 			/* Out of memory or room: wait for a pin or fetch to end. */
 			pf_wait(f);
 		}
-		c->refs++;
+		chunk_pin(c);
 		c->used = true;
 		want[n_want++] = c;
 	}
@@ -401,9 +401,11 @@ ssize_t fill_view(struct sfs_pf_file *f, uint64_t off, uint64_t end, struct pf_c
 {
 	ssize_t ret = 0;
 
-	for (int i = 0; i < n_want; i++)
+	for (int i = 0; i < n_want; i++) {
+		assert(want[i]->refs > 0); /* pinned: claim_chunks, or a waiter */
 		while (!chunk_range_ready(want[i], off, end))
 			pf_wait(f);
+	}
 	for (int i = 0; i < n_want; i++) {
 		struct pf_chunk *c = want[i];
 		uint64_t cstart = c->index << SFS_CHUNK_SHIFT;
@@ -437,7 +439,7 @@ ssize_t fill_view(struct sfs_pf_file *f, uint64_t off, uint64_t end, struct pf_c
 		v->pins[v->n_pins++] = want[i];
 	if (ret < 0) {
 		for (int i = 0; i < v->n_pins; i++)
-			((struct pf_chunk *)v->pins[i])->refs--;
+			chunk_unpin(v->pins[i]);
 		v->n_pins = 0;
 		v->n_iov = 0;
 		v->bytes = 0;
@@ -479,7 +481,7 @@ static ssize_t chunk_read(struct sfs_pf_file *f, uint64_t off, uint64_t end, boo
 	 * and the kernel may then close the file and drop its last open before
 	 * this thread is done with f below: hold f until then. */
 	if (waiting)
-		f->refs++;
+		file_get_locked(f);
 	pthread_mutex_unlock(&f->lock);
 	submit_chunks(f, started, n_started);
 	loader_queue(f->pf, ahead_loads, n_ahead_loads);
@@ -495,7 +497,7 @@ static ssize_t chunk_read(struct sfs_pf_file *f, uint64_t off, uint64_t end, boo
 	/* A view holds its file: the kernel may see the reply and close the
 	 * file (and the last open may drop f) before the view is released. */
 	if (v->n_pins)
-		f->refs++;
+		file_get_locked(f);
 	pthread_mutex_unlock(&f->lock);
 	return ret;
 }
@@ -617,7 +619,7 @@ void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v)
 	pthread_mutex_lock(&f->lock);
 	for (int i = 0; i < v->n_pins; i++) {
 		struct pf_chunk *c = v->pins[i];
-		c->refs--;
+		chunk_unpin(c);
 		/* A sequential reader (and the kernel's page cache) will not ask
 		 * for a chunk read to its end again: free it now, not at eviction,
 		 * so finished chunks never hold the memory budget. */
@@ -626,7 +628,7 @@ void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v)
 	}
 	v->n_pins = 0;
 	pthread_cond_broadcast(&f->cond);
-	bool last = --f->refs == 0; /* the view's reference */
+	bool last = file_put_locked(f); /* the view's reference */
 	pthread_mutex_unlock(&f->lock);
 	if (last)
 		file_free(f);

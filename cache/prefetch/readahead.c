@@ -119,7 +119,7 @@ int sfs_pf_file_warm(sfs_pf_file *f, bool *active)
 	for (size_t i = 0; first && i < f->n_chunks; i++) {
 		struct pf_chunk *c = f->chunks[i];
 		if (c->state == CHUNK_READY && chunk_storable(f, c) && chunk_offer(f, c))
-			f->refs++; /* the write's */
+			file_get_locked(f); /* the write's */
 		/* What the open's prefetch queued for a reader that has not read
 		 * is the warm-up's (the warm tool's own open started it). */
 		if (!f->read_seen && !c->used)
@@ -154,7 +154,7 @@ void *pump_main(void *arg)
 			if (pthread_mutex_trylock(&f->lock) != 0)
 				continue;
 			if (f->shard) {
-				f->refs++; /* keep it across the unlocks below */
+				file_get_locked(f); /* keep it across the unlocks below */
 				shard_pump(f, started, &n, SFS_PF_MAX_WINDOW);
 			} else {
 				pthread_mutex_unlock(&f->lock);
@@ -164,7 +164,7 @@ void *pump_main(void *arg)
 			pthread_mutex_unlock(&pf->files_lock);
 			submit_chunks(f, started, n);
 			pthread_mutex_lock(&f->lock);
-			bool last = --f->refs == 0;
+			bool last = file_put_locked(f);
 			pthread_mutex_unlock(&f->lock);
 			if (last)
 				file_free(f); /* takes files_lock: not held here */

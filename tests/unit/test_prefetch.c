@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define MiB (1ull << 20)
@@ -1789,6 +1791,50 @@ static void test_warm_background(void)
 	store_teardown(store, dir);
 }
 
+/* --- the invariants are asserts, and they are compiled in ------------------ */
+
+/* In a child: a view released twice through a copy taken before the first
+ * release unpins its chunk a second time, which chunk_unpin must refuse
+ * (abort) rather than let the pin count wrap. */
+static void unpin_twice_child(void)
+{
+	setup(MiB, 0, 2, 4 * MiB, 1);
+	struct tfile t = topen(23, 8 * MiB, 8 * MiB);
+	struct sfs_pf_view v = {0};
+
+	/* From offset 0 (a sequential reader's first read): the chunk path,
+	 * and a range that does not end the chunk, so the chunk stays. */
+	if (sfs_pf_read(t.f, 1000, 64 * KiB, &v) != 64 * KiB || v.n_pins != 1)
+		_exit(2);
+	struct sfs_pf_view copy = v;
+	sfs_pf_view_release(t.f, &v);
+	sfs_pf_view_release(t.f, &copy); /* the pin is gone: must abort */
+	_exit(0);
+}
+
+static void test_invariants(void)
+{
+#ifdef NDEBUG
+	ok(0, "invariants: prefetch's asserts are compiled out (NDEBUG: keep meson's b_ndebug "
+	      "false)");
+#else
+	ok(1, "invariants: prefetch's asserts are compiled in (no NDEBUG)");
+#endif
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		if (!freopen("/dev/null", "w", stderr))
+			_exit(3);
+		unpin_twice_child();
+	}
+	int status = 0;
+	waitpid(pid, &status, 0);
+	ok(pid > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
+	   "invariants: a pin dropped twice aborts (child %s %d)",
+	   WIFSIGNALED(status) ? "signal" : "exit",
+	   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
 static const struct tap_test tests[] = {
     {"exact_1m", test_exact_1m},
     {"exact_256k", test_exact_256k},
@@ -1816,6 +1862,7 @@ static const struct tap_test tests[] = {
     {"place_100000", test_place_100000},
     {"hinted", test_hinted},
     {"warm_background", test_warm_background},
+    {"invariants", test_invariants},
 };
 
 /* With no arguments, runs every test; otherwise only the named ones. */
