@@ -676,6 +676,7 @@ void waiters_answer(struct sfs_pf_file *f, struct pf_waiter *ready)
 		if (v.n_pins)
 			file_get_locked(f); /* the view's reference, as in chunk_read */
 		pthread_mutex_unlock(&f->lock);
+		read_account(f, n, v.cache_bytes);
 		w->answer.done(w->answer.arg, n, &v);
 		sfs_pf_view_release(f, &v);
 		free(w);

@@ -310,6 +310,8 @@ void buf_put(sfs_prefetch *pf, void *b, uint32_t bytes);
  * them. Caller holds f->lock. */
 ssize_t fill_view(struct sfs_pf_file *f, uint64_t off, uint64_t end, struct pf_chunk **want,
 		  int n_want, struct sfs_pf_view *v);
+/* read.c: count a read's bytes for its dataset. No lock held. */
+void read_account(struct sfs_pf_file *f, ssize_t n, size_t cache_bytes);
 
 /* chunks.c: a chunk's life (caller holds file->lock unless said). */
 struct pf_chunk *chunk_find(struct sfs_pf_file *f, uint64_t index);

@@ -101,6 +101,21 @@ static struct read_plan plan_read(struct sfs_pf_file *f, uint64_t off, uint64_t 
 	return p;
 }
 
+/* What a reader got, counted for its dataset (store.h:
+ * sfs_store_dataset_read) where prefetch found the bytes: n bytes served
+ * (nothing for n <= 0), cache_bytes of them from chunks loaded from the
+ * store, the rest fetched from the origin. Only with a store. The direct
+ * path's bytes are counted by the store itself, which finds them
+ * (sfs_store_read_range). No lock held; any thread. */
+void read_account(struct sfs_pf_file *f, ssize_t n, size_t cache_bytes)
+{
+	sfs_store *s = f->pf->conf.store;
+
+	if (s && n > 0)
+		sfs_store_dataset_read(s, f->version.dataset, cache_bytes,
+				       (uint64_t)n - cache_bytes);
+}
+
 /* --- the direct path: cached bytes for small files and random readers -------- */
 
 /*
@@ -209,6 +224,7 @@ static ssize_t fetch_result(struct sfs_pf_file *f, const struct sfs_origin_req *
 	v->n_iov = 1;
 	v->bytes = (size_t)(to - off);
 	count(&pf->stats.direct_fetches, 1);
+	read_account(f, (ssize_t)v->bytes, 0);
 	return (ssize_t)v->bytes;
 }
 
@@ -499,6 +515,7 @@ static ssize_t chunk_read(struct sfs_pf_file *f, uint64_t off, uint64_t end, boo
 	if (v->n_pins)
 		file_get_locked(f);
 	pthread_mutex_unlock(&f->lock);
+	read_account(f, ret, v->cache_bytes);
 	return ret;
 }
 

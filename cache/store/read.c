@@ -3,8 +3,11 @@
  * store/read — reads: a chunk or a range of a version read from its object file
  * or its packed record, every 16 KiB sub-block checked against its XXH3-64 (a
  * mismatch is a miss); the read of a packed version started ahead (preload);
- * the backing fd of a passthrough open. Not here: the offer of a chunk and
- * its write (writer.c), making room for it (index.c, policy.c).
+ * the backing fd of a passthrough open. A range read's bytes are a
+ * reader's: counted for the version's dataset where they are found
+ * (served). Not here: the offer of a chunk and its write (writer.c),
+ * making room for it (index.c, policy.c), the dataset counters
+ * (policy.c, datasets.c).
  *
  * Threading: any thread. s->lock is taken only to plan and to record the
  * outcome, never across I/O.
@@ -372,6 +375,15 @@ int sfs_store_obj_backing_fd(sfs_store_obj *o)
 	return fd >= 0 ? fd : -errno;
 }
 
+/* A reader got n bytes of o (n <= 0: none) from the cache: counted for o's
+ * dataset (sfs_store_dataset_read) here, where they were found. Returns n. */
+static ssize_t served(sfs_store *s, const sfs_store_obj *o, ssize_t n)
+{
+	if (n > 0) /* o->dataset is set at creation: no lock */
+		sfs_store_dataset_read(s, o->dataset, (uint64_t)n, 0);
+	return n;
+}
+
 /* The sub-blocks [*start, *end) that a range read of [off, off + len)
  * (off < size, len > 0) reads and verifies, cut at the version's end. */
 static void range_blocks(const sfs_store_obj *o, uint64_t off, size_t len, uint64_t *start,
@@ -401,7 +413,7 @@ ssize_t sfs_store_read_range(sfs_store_obj *o, uint64_t off, size_t len, void *b
 		if (n < 0)
 			return n;
 		*data = d + off;
-		return (ssize_t)len;
+		return served(s, o, (ssize_t)len);
 	}
 	struct span sp = {0};
 	range_blocks(o, off, len, &sp.start, &sp.end);
@@ -411,7 +423,7 @@ ssize_t sfs_store_read_range(sfs_store_obj *o, uint64_t off, size_t len, void *b
 	if (n < 0)
 		return n;
 	*data = (const char *)buf + (off - sp.start);
-	return (ssize_t)len;
+	return served(s, o, (ssize_t)len);
 }
 
 int sfs_store_read_start(sfs_store_obj *o, void *buf, size_t buf_len, struct sfs_seg_aio **out)
@@ -439,7 +451,7 @@ ssize_t sfs_store_read_finish(sfs_store_obj *o, struct sfs_seg_aio *a, uint64_t 
 	if (off >= o->size || len == 0)
 		return 0;
 	*data = d + off;
-	return (ssize_t)(len < o->size - off ? len : o->size - off);
+	return served(s, o, (ssize_t)(len < o->size - off ? len : o->size - off));
 }
 
 size_t sfs_store_range_bytes(const sfs_store_obj *o, uint64_t off, size_t len)
