@@ -4,7 +4,7 @@
  * iobuf's huge-page arena, shorter ones made to size and kept for reuse),
  * their budget (prefetch_mem), the direct path's scratch (one per read in
  * flight), and giving all of them back once idle (sfs_prefetch_release_idle).
- * Not here: what is read into them (chunks.c, direct.c).
+ * Not here: what is read into them (chunks.c, read.c).
  *
  * Threading: any thread. See prefetch_int.h for the data structures and the
  * lock order; buf_lock and scratch_lock are leaves.

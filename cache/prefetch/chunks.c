@@ -1,24 +1,35 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * prefetch/chunks — one file's chunks: found, made (a buffer and the READ
- * parts of its fetch), evicted and freed; their bytes placed and hashed as
- * they land (chunk_place) and each part's completion (part_done), which
- * finishes the chunk, answers its waiters (direct.c) and moves the shard
- * pump on; the write-behind to the store (admission, offer, write_done);
- * the shard pump and the thread that restarts pumps stalled on the budget;
- * the queue and the threads that load cached chunks ahead of sequential
- * readers (the load itself is load_chunk, prefetch.c).
- * Not here: reads and readahead (direct.c), buffers (buffers.c).
+ * prefetch/chunks — a chunk's life, its loading and its waiters: chunks
+ * found, made (a buffer and the READ parts of its fetch: chunk_start),
+ * evicted to make room and freed; their parts handed to the origin and
+ * each part's completion (part_done); a cached chunk read from the store
+ * and checked (load_chunk), on the reader's thread or by the loader threads
+ * and their queue; the state a chunk ends in (chunk_finish); and the reads
+ * waiting for a chunk's bytes (waiters), answered by the thread that lands
+ * them.
  *
- * Threading: callers hold file->lock where a function says so;
- * part_done runs on origin I/O threads, write_done on the store's writer
- * thread, neither blocks. prefetch_int.h has the lock order.
+ *   chunk_start ─> LOADING ──load_chunk: checked──────────> READY
+ *                     └──load_chunk: absent, short, bad──> FETCHING
+ *   chunk_start ─> FETCHING ──last part_done──> READY, or FAILED (err)
+ *
+ * READY and FAILED are terminal. A chunk is freed only in one of them, with
+ * no pin (refs 0) and no waiter on it. Every chunk LOADING or FETCHING
+ * holds a reference on its file; chunk_finish gives it to the store write
+ * or drops it.
+ *
+ * Not here: what a read does with its chunks (read.c), which chunks are
+ * fetched ahead (readahead.c), their offer to the store (offer.c), their
+ * buffers (buffers.c).
+ *
+ * Threading: callers hold file->lock where a function says so; part_done
+ * runs on origin I/O threads and never blocks; load_chunk runs on a
+ * reader's thread or a loader thread, without file->lock; waiters are
+ * answered with no lock held. prefetch_int.h has the lock order.
  */
 #include "prefetch_int.h"
 
-#include <sched.h>
-
-/* --- chunks (caller holds file->lock) -------------------------------------- */
+/* --- finding and freeing (caller holds file->lock) --------------------------- */
 
 struct pf_chunk *chunk_find(struct sfs_pf_file *f, uint64_t index)
 {
@@ -31,6 +42,11 @@ struct pf_chunk *chunk_find(struct sfs_pf_file *f, uint64_t index)
 bool chunk_busy(const struct pf_chunk *c)
 {
 	return c->refs || c->state == CHUNK_FETCHING || c->state == CHUNK_LOADING;
+}
+
+enum sfs_chunk_state store_state(struct sfs_pf_file *f, uint64_t index)
+{
+	return f->obj ? sfs_store_chunk_state(f->obj, (uint32_t)index) : SFS_CHUNK_ABSENT;
 }
 
 /* Bytes of a chunk fetched from the origin that neither a reader nor the
@@ -47,11 +63,23 @@ static void count_undelivered(sfs_prefetch *pf, const struct pf_chunk *c)
 	      (int64_t)bytes);
 }
 
+/* Whether a waiter waits on c. Caller holds f->lock. */
+static bool chunk_has_waiter(const struct sfs_pf_file *f, const struct pf_chunk *c)
+{
+	for (const struct pf_waiter *w = f->waiters; w; w = w->next)
+		if (w->c == c)
+			return true;
+	return false;
+}
+
 void chunk_free(struct sfs_pf_file *f, size_t slot)
 {
 	struct pf_chunk *c = f->chunks[slot];
 
-	assert(!chunk_busy(c));
+	assert(slot < f->n_chunks);
+	assert(chunk_terminal(c->state) && c->refs == 0); /* !chunk_busy */
+	assert(!c->obj);				  /* a load gave its object back */
+	assert(!chunk_has_waiter(f, c));
 	if (c->readahead && !c->used && !c->in_store)
 		count(&f->pf->stats.wasted_chunks, 1);
 	count_undelivered(f->pf, c);
@@ -68,6 +96,8 @@ void chunk_free_ptr(struct sfs_pf_file *f, struct pf_chunk *c)
 			return;
 		}
 }
+
+/* --- making room (caller holds file->lock) ----------------------------------- */
 
 /* Chunks wait for a reader whose recent reads were mostly steps: the
  * kernel's readahead requests, handled by several workers, reach the
@@ -93,7 +123,7 @@ void chunk_free_ptr(struct sfs_pf_file *f, struct pf_chunk *c)
  * (sfs_pf_file_warm) or for a reader that jumps around: written chunks go,
  * and the pump runs through the file. Caller holds f->lock.
  */
-static bool chunk_awaits_reader(const struct sfs_pf_file *f, const struct pf_chunk *c)
+bool chunk_awaits_reader(const struct sfs_pf_file *f, const struct pf_chunk *c)
 {
 	return !f->warmed && f->rand_score < AWAIT_MAX_RAND_SCORE && !c->consumed &&
 	       c->index + AWAIT_BEHIND_CHUNKS >= f->next_seq;
@@ -130,8 +160,6 @@ static bool chunk_evict_one(struct sfs_pf_file *f, uint64_t cur, bool demand)
 	return true;
 }
 
-static void part_done(struct sfs_origin_req *req);
-
 /* Evict idle chunks of other files until the budget has room. Caller holds
  * self->lock; other files are only try-locked (no lock order between files),
  * and files_lock keeps them from being freed meanwhile. */
@@ -148,139 +176,6 @@ static void reclaim_from_other_files(sfs_prefetch *pf, struct sfs_pf_file *self)
 		pthread_mutex_unlock(&o->lock);
 	}
 	pthread_mutex_unlock(&pf->files_lock);
-}
-
-/* READ requests for [from, to) of file fh, max_read bytes each, into buf
- * (where byte `from` goes), zeroed but for op, fh, offset, count and buf.
- * Returns how many (parts_for). */
-unsigned read_parts(struct sfs_origin_req *r, const struct sfs_fh *fh, uint64_t from, uint64_t to,
-		    uint32_t max_read, char *buf)
-{
-	unsigned n = 0;
-
-	for (uint64_t at = from; at < to; at += max_read, n++) {
-		memset(&r[n], 0, sizeof(r[n]));
-		r[n].op = SFS_ORIGIN_READ;
-		r[n].fh = *fh;
-		r[n].offset = at;
-		r[n].count = (uint32_t)(to - at < max_read ? to - at : max_read);
-		r[n].buf = buf + (at - from);
-	}
-	return n;
-}
-
-/* Whether buf_bytes more of writes waiting would hold more than limit. */
-static bool write_behind_over(sfs_prefetch *pf, uint32_t buf_bytes, uint64_t limit)
-{
-	uint64_t pinned = __atomic_load_n(&pf->stats.write_pinned_bytes, __ATOMIC_RELAXED);
-	return pinned + buf_bytes > limit;
-}
-
-/* The bytes the writes waiting may hold for chunk c to be offered to the
- * store (see write_admitted). Caller holds the chunk's file lock. */
-static uint64_t write_limit(const sfs_prefetch *pf, const struct pf_chunk *c)
-{
-	if (c->file->warmed)
-		return UINT64_MAX;
-	return c->readahead ? pf->conf.mem_bytes / 2 : pf->conf.mem_bytes;
-}
-
-/*
- * Place a piece of a part's reply in its chunk: copied, and every 16 KiB
- * sub-block that the piece holds whole hashed right after its copy, while
- * its bytes are in the CPU's cache, for the store's record (cheaper than the
- * writer hashing the chunk again from memory later). A sub-block split
- * between pieces or parts (an rsize that is no multiple of 16 KiB, a short
- * reply) is left to the writer. An I/O thread; parts of one chunk may
- * land at once on several, each setting its own bits.
- */
-void chunk_place(struct sfs_origin_req *r, void *dst, const void *src, uint32_t n)
-{
-	struct pf_chunk *c = r->arg;
-	const uint32_t sub = 1u << SFS_STORE_SUB_SHIFT;
-	char *d = dst;
-	const char *s = src;
-	uint64_t from = (uint64_t)(d - c->buf), to = from + n, at = from, known = 0;
-
-	for (uint64_t k = (from + sub - 1) >> SFS_STORE_SUB_SHIFT;; k++) {
-		uint64_t b0 = k << SFS_STORE_SUB_SHIFT;
-		uint64_t b1 = b0 + sub < c->fetch_len ? b0 + sub : c->fetch_len;
-		if (b0 >= c->fetch_len || b1 > to)
-			break;
-		memcpy(d + (at - from), s + (at - from), b1 - at); /* a head before b0 too */
-		c->sub_xxh64[k] = sfs_xxh3_64(d + (b0 - from), b1 - b0);
-		known |= 1ull << k;
-		at = b1;
-	}
-	if (to > at)
-		memcpy(d + (at - from), s + (at - from), to - at);
-	if (known)
-		__atomic_fetch_or(&c->sub_known, known, __ATOMIC_RELEASE);
-}
-
-/* Whether chunk c's sub-blocks are hashed as they land (chunk_place): only
- * for the store's per-file layout (objects of one chunk or less are packed,
- * with one checksum of their own), and only while the chunk would be
- * offered (write_admitted) and taken (pin full, a chunk present). Caller
- * holds the chunk's file lock. */
-static bool hash_as_landed(const struct pf_chunk *c)
-{
-	const struct sfs_pf_file *f = c->file;
-
-	return f->obj && f->size > SFS_CHUNK_BYTES &&
-	       !write_behind_over(f->pf, c->buf_bytes, write_limit(f->pf, c)) &&
-	       sfs_store_would_take(f->obj, (uint32_t)c->index, c->fetch_len);
-}
-
-/* Origin requests for [from, to) of chunk c, appended to c->parts from slot
- * *n; their completions go to part_done, their bytes through chunk_place
- * when hash. */
-static void chunk_add_parts(struct pf_chunk *c, uint64_t from, uint64_t to, uint32_t max_read,
-			    bool hash, unsigned *n)
-{
-	uint64_t start = c->index << SFS_CHUNK_SHIFT;
-	unsigned k =
-	    read_parts(&c->parts[*n], &c->file->fh, from, to, max_read, c->buf + (from - start));
-
-	for (unsigned i = *n; i < *n + k; i++) {
-		c->parts[i].done = part_done;
-		c->parts[i].arg = c;
-		c->parts[i].place = hash ? chunk_place : NULL;
-	}
-	*n += k;
-}
-
-void chunk_promote(struct pf_chunk *c)
-{
-	if (!c->background || c->state != CHUNK_FETCHING)
-		return;
-	c->background = false;
-	for (unsigned p = 0; p < c->n_parts; p++)
-		if (!(c->parts_done & (1ull << p)))
-			sfs_origin_promote(c->file->pf->origin, &c->parts[p]);
-}
-
-void chunk_demote(struct pf_chunk *c)
-{
-	if (c->background || c->state != CHUNK_FETCHING)
-		return;
-	c->background = true;
-	for (unsigned p = 0; p < c->n_parts; p++)
-		if (!(c->parts_done & (1ull << p)))
-			sfs_origin_demote(c->file->pf->origin, &c->parts[p]);
-}
-
-/* The origin's READ size, at most a chunk (0: the origin did not say). */
-uint32_t pf_max_read(sfs_prefetch *pf)
-{
-	uint32_t max_read = sfs_origin_max_read(pf->origin);
-
-	return max_read == 0 || max_read > SFS_CHUNK_BYTES ? SFS_CHUNK_BYTES : max_read;
-}
-
-unsigned parts_for(uint64_t from, uint64_t to, uint32_t max_read)
-{
-	return to > from ? (unsigned)((to - from + max_read - 1) / max_read) : 0;
 }
 
 /* Make room (chunk limit and memory budget) for one more chunk of f.
@@ -319,6 +214,117 @@ static bool chunk_make_room(struct sfs_pf_file *f, uint64_t cur, bool demand)
 	return true;
 }
 
+/* --- a chunk and the parts of its fetch -------------------------------------- */
+
+/* READ requests for [from, to) of file fh, max_read bytes each, into buf
+ * (where byte `from` goes), zeroed but for op, fh, offset, count and buf.
+ * Returns how many (parts_for). */
+unsigned read_parts(struct sfs_origin_req *r, const struct sfs_fh *fh, uint64_t from, uint64_t to,
+		    uint32_t max_read, char *buf)
+{
+	unsigned n = 0;
+
+	for (uint64_t at = from; at < to; at += max_read, n++) {
+		memset(&r[n], 0, sizeof(r[n]));
+		r[n].op = SFS_ORIGIN_READ;
+		r[n].fh = *fh;
+		r[n].offset = at;
+		r[n].count = (uint32_t)(to - at < max_read ? to - at : max_read);
+		r[n].buf = buf + (at - from);
+	}
+	return n;
+}
+
+/* The origin's READ size, at most a chunk (0: the origin did not say). */
+uint32_t pf_max_read(sfs_prefetch *pf)
+{
+	uint32_t max_read = sfs_origin_max_read(pf->origin);
+
+	return max_read == 0 || max_read > SFS_CHUNK_BYTES ? SFS_CHUNK_BYTES : max_read;
+}
+
+unsigned parts_for(uint64_t from, uint64_t to, uint32_t max_read)
+{
+	return to > from ? (unsigned)((to - from + max_read - 1) / max_read) : 0;
+}
+
+static void part_done(struct sfs_origin_req *req);
+
+/* Origin requests for [from, to) of chunk c, appended to c->parts from slot
+ * *n; their completions go to part_done, their bytes through chunk_place
+ * when hash. */
+static void chunk_add_parts(struct pf_chunk *c, uint64_t from, uint64_t to, uint32_t max_read,
+			    bool hash, unsigned *n)
+{
+	uint64_t start = c->index << SFS_CHUNK_SHIFT;
+	unsigned k =
+	    read_parts(&c->parts[*n], &c->file->fh, from, to, max_read, c->buf + (from - start));
+
+	for (unsigned i = *n; i < *n + k; i++) {
+		c->parts[i].done = part_done;
+		c->parts[i].arg = c;
+		c->parts[i].place = hash ? chunk_place : NULL;
+	}
+	*n += k;
+}
+
+/* The READ parts of a chunk's fetch (chunk_start): [start, end) of the
+ * file, and the head [h0, h1) a reader that jumps around asked for, which
+ * goes first when split. */
+struct chunk_parts {
+	uint64_t start, end, h0, h1;
+	uint32_t len, max_read;
+	bool split;
+	unsigned n_parts; /* 1 .. 64: a bit each in parts_done */
+};
+
+/* Plan the parts of chunk `index` of f for a head of [head_from, head_to)
+ * (absolute offsets; empty: none), on 64 KiB blocks inside the chunk; no
+ * head if it is all of the chunk, or if its pieces would pass 64 parts (a
+ * tiny rsize: one piece, as before). */
+static void chunk_plan_parts(const struct sfs_pf_file *f, uint64_t index, uint64_t head_from,
+			     uint64_t head_to, struct chunk_parts *pp)
+{
+	uint64_t start = index << SFS_CHUNK_SHIFT;
+
+	assert(start < f->size);
+	pp->start = start;
+	pp->len = (uint32_t)(f->size - start < SFS_CHUNK_BYTES ? f->size - start : SFS_CHUNK_BYTES);
+	pp->end = start + pp->len;
+	pp->max_read = pf_max_read(f->pf);
+	pp->h0 = head_from > start ? head_from & ~(uint64_t)0xffff : start;
+	pp->h1 = ((head_to + 0xffff) & ~(uint64_t)0xffff);
+	pp->h1 = pp->h1 < pp->end ? pp->h1 : pp->end;
+	pp->split = head_to > head_from && pp->h1 > pp->h0 && (pp->h0 > start || pp->h1 < pp->end);
+	pp->n_parts = pp->split ? parts_for(pp->h0, pp->h1, pp->max_read) +
+				      parts_for(pp->h1, pp->end, pp->max_read) +
+				      parts_for(start, pp->h0, pp->max_read)
+				: parts_for(start, pp->end, pp->max_read);
+	if (pp->n_parts > 64) {
+		pp->split = false;
+		pp->n_parts = parts_for(start, pp->end, pp->max_read);
+	}
+	assert(pp->n_parts >= 1 && pp->n_parts <= 64);
+}
+
+/* Fill c->parts as planned: the head first when split, then the rest of
+ * the chunk after it, then what lies before it. */
+static void chunk_fill_parts(struct pf_chunk *c, const struct chunk_parts *pp, bool hash)
+{
+	unsigned n = 0;
+
+	if (pp->split) {
+		chunk_add_parts(c, pp->h0, pp->h1, pp->max_read, hash, &n);
+		chunk_add_parts(c, pp->h1, pp->end, pp->max_read, hash, &n);
+		chunk_add_parts(c, pp->start, pp->h0, pp->max_read, hash, &n);
+	} else {
+		chunk_add_parts(c, pp->start, pp->end, pp->max_read, hash, &n);
+	}
+	assert(n == pp->n_parts);
+	for (unsigned p = 0; p < pp->n_parts; p++)
+		c->parts[p].background = c->background;
+}
+
 /*
  * Create chunk `index`, FETCHING (parts ready; the caller submits them after
  * dropping file->lock) or LOADING (the caller reads it from the store).
@@ -327,39 +333,27 @@ static bool chunk_make_room(struct sfs_pf_file *f, uint64_t cur, bool demand)
  * the reader waits for them only (fill_view), and the rest of the chunk
  * follows in later parts, so that the whole chunk still reaches the store
  * (every byte fetched once per epoch). Returns NULL when there is no buffer
- * or, for readahead (!demand), no room.
+ * or, for readahead (!demand), no room. Caller holds f->lock.
  */
 struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint64_t cur, bool demand,
 			     bool loading, uint64_t head_from, uint64_t head_to)
 {
 	sfs_prefetch *pf = f->pf;
-	uint64_t start = index << SFS_CHUNK_SHIFT;
-	uint32_t len =
-	    (uint32_t)(f->size - start < SFS_CHUNK_BYTES ? f->size - start : SFS_CHUNK_BYTES);
-	uint64_t end = start + len;
-	uint32_t max_read = pf_max_read(pf);
+	struct chunk_parts pp;
 
-	/* The head, on 64 KiB blocks, inside the chunk; none if it is all of it. */
-	uint64_t h0 = head_from > start ? head_from & ~(uint64_t)0xffff : start;
-	uint64_t h1 = ((head_to + 0xffff) & ~(uint64_t)0xffff);
-	h1 = h1 < end ? h1 : end;
-	bool split = head_to > head_from && h1 > h0 && (h0 > start || h1 < end);
-	unsigned n_parts = split ? parts_for(h0, h1, max_read) + parts_for(h1, end, max_read) +
-				       parts_for(start, h0, max_read)
-				 : parts_for(start, end, max_read);
-	if (n_parts > 64) { /* tiny rsize: one piece, as before */
-		split = false;
-		n_parts = parts_for(start, end, max_read);
-	}
+	assert(!chunk_find(f, index));
+	assert(!loading || f->obj);
+	chunk_plan_parts(f, index, head_from, head_to, &pp);
 	if (!chunk_make_room(f, cur, demand))
 		return NULL;
+	assert(f->n_chunks < f->cap_chunks);
 	/* sfs_store_read_chunk fills a whole chunk's buffer (O_DIRECT, packed
 	 * records): a load gets a pooled one. */
-	uint32_t buf_bytes = loading ? SFS_CHUNK_BYTES : chunk_buf_bytes(len);
+	uint32_t buf_bytes = loading ? SFS_CHUNK_BYTES : chunk_buf_bytes(pp.len);
 	void *buf = buf_get(pf, buf_bytes, demand);
 	if (!buf)
 		return NULL;
-	struct pf_chunk *c = calloc(1, sizeof(*c) + n_parts * sizeof(c->parts[0]));
+	struct pf_chunk *c = calloc(1, sizeof(*c) + pp.n_parts * sizeof(c->parts[0]));
 	if (!c) {
 		buf_put(pf, buf, buf_bytes);
 		return NULL;
@@ -367,194 +361,47 @@ struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint64_t cur
 	c->buf_bytes = buf_bytes;
 	c->file = f;
 	c->index = index;
-	c->state = loading ? CHUNK_LOADING : CHUNK_FETCHING;
+	c->state = loading ? CHUNK_LOADING : CHUNK_FETCHING; /* born; chunk_move from now on */
 	if (loading) {
 		c->obj = f->obj;
 		sfs_store_obj_ref(c->obj);
 	}
-	c->len = c->fetch_len = len;
+	c->len = c->fetch_len = pp.len;
 	c->buf = buf;
 	c->readahead = !demand;
 	/* A warm-up's own fetches yield to readers (origin.h); a reader that
 	 * comes to wait for one promotes it (chunk_promote). */
 	c->background = !demand && !loading && f->warmed && !f->read_seen;
-	c->n_parts = n_parts;
-	c->parts_pending = n_parts;
-	unsigned n = 0;
-	bool hash = !loading && hash_as_landed(c);
-	if (split) {
-		chunk_add_parts(c, h0, h1, max_read, hash, &n);
-		chunk_add_parts(c, h1, end, max_read, hash, &n);
-		chunk_add_parts(c, start, h0, max_read, hash, &n);
-	} else {
-		chunk_add_parts(c, start, end, max_read, hash, &n);
-	}
-	assert(n == n_parts);
-	for (unsigned p = 0; p < n_parts; p++)
-		c->parts[p].background = c->background;
+	c->n_parts = pp.n_parts;
+	c->parts_pending = pp.n_parts;
+	chunk_fill_parts(c, &pp, !loading && hash_as_landed(c));
 	f->chunks[f->n_chunks++] = c;
-	f->refs++; /* the fetch holds the file */
+	file_get_locked(f); /* the fetch holds the file */
 	if (!loading)
-		count(&pf->stats.inflight_bytes, len);
+		count(&pf->stats.inflight_bytes, pp.len);
 	if (!demand)
 		count(&pf->stats.readahead_chunks, 1);
 	return c;
 }
 
-void file_free(struct sfs_pf_file *f)
+void chunk_promote(struct pf_chunk *c)
 {
-	sfs_prefetch *pf = f->pf;
-
-	pthread_mutex_lock(&pf->files_lock);
-	if (f->prev)
-		f->prev->next = f->next;
-	else
-		pf->files = f->next;
-	if (f->next)
-		f->next->prev = f->prev;
-	vtable_remove(pf, f);
-	pthread_mutex_unlock(&pf->files_lock);
-	/* Unlinked: no new pin; one taken before may still look at f. */
-	while (__atomic_load_n(&f->vpins, __ATOMIC_ACQUIRE))
-		sched_yield();
-	while (f->n_chunks)
-		chunk_free(f, f->n_chunks - 1);
-	if (f->obj)
-		sfs_store_obj_put(f->obj);
-	free(f->chunks);
-	pthread_cond_destroy(&f->cond);
-	pthread_mutex_destroy(&f->lock);
-	free(f);
+	if (!c->background || c->state != CHUNK_FETCHING)
+		return;
+	c->background = false;
+	for (unsigned p = 0; p < c->n_parts; p++)
+		if (!(c->parts_done & (1ull << p)))
+			sfs_origin_promote(c->file->pf->origin, &c->parts[p]);
 }
 
-enum sfs_chunk_state store_state(struct sfs_pf_file *f, uint64_t index)
+void chunk_demote(struct pf_chunk *c)
 {
-	return f->obj ? sfs_store_chunk_state(f->obj, (uint32_t)index) : SFS_CHUNK_ABSENT;
-}
-
-/* Queue more of a whole-file fetch: every chunk the store lacks, in order,
- * while the budget and the file's chunk limit allow. Caller holds lock;
- * chunks to submit are appended to started[*n] (room for cap). */
-void shard_pump(struct sfs_pf_file *f, struct pf_chunk **started, size_t *n, size_t cap)
-{
-	uint64_t last = f->size ? (f->size - 1) >> SFS_CHUNK_SHIFT : 0;
-
-	while (f->shard && f->size && f->shard_next <= last && *n < cap) {
-		uint64_t ci = f->shard_next;
-		if (chunk_find(f, ci) || store_state(f, ci) != SFS_CHUNK_ABSENT) {
-			f->shard_next++;
-			continue;
-		}
-		struct pf_chunk *c = chunk_start(f, ci, f->next_seq, false, false, 0, 0);
-		if (!c)
-			return; /* budget or room: resumed by a completion or the pump thread */
-		started[(*n)++] = c;
-		f->shard_next++;
-	}
-	if (f->shard && f->shard_next > last)
-		f->shard = false; /* every chunk is queued, fetched or cached */
-}
-
-static void write_done(void *arg, int err);
-
-/* Whether a reader's own chunk of bytes fetched now would be refused by
- * write_admitted: the writes waiting hold the budget. */
-bool write_behind_full(sfs_prefetch *pf, uint32_t buf_bytes)
-{
-	return write_behind_over(pf, buf_bytes, pf->conf.mem_bytes);
-}
-
-/*
- * Whether a fetched chunk may be offered to the cache. Its buffer stays
- * pinned until the write is durable, so when the cache disk is slower than
- * the network the writes waiting would hold memory without bound, many
- * times the budget.
- *
- * A chunk fetched ahead (readahead, the pump) is offered while the writes
- * waiting hold at most half the budget; past that it serves its reader from
- * memory and is not cached this time (counted). The other half keeps the
- * fetch ahead of the readers, so they go on at network speed and the cache
- * takes what its disk can write meanwhile. (When every such chunk was
- * offered, the writes held the whole budget behind a slow disk, the pump
- * and readahead stopped, and readers fetched their own chunks one at a
- * time: a cold epoch with cache_dir ran at the disk's pace.) A reader's own
- * chunk is offered while the writes hold less than the whole budget; past
- * it, it is not cached and its buffer goes once read. A warm-up
- * (sfs_pf_file_warm) is there to fill the cache: its chunks are always
- * offered, and its pump waits for the budget, so it goes at disk speed.
- * write_limit says which. Caller holds the chunk's file lock.
- */
-bool write_admitted(sfs_prefetch *pf, const struct pf_chunk *c)
-{
-	if (!write_behind_over(pf, c->buf_bytes, write_limit(pf, c)))
-		return true;
-	count(&pf->stats.write_skipped_bytes, c->len);
-	return false;
-}
-
-/* Whether READY chunk c holds what the store may take: all of a chunk
- * fetched from the origin, not yet durable there. Caller holds lock. */
-bool chunk_storable(const struct sfs_pf_file *f, const struct pf_chunk *c)
-{
-	return !c->err && f->obj && c->len == c->fetch_len && !c->loaded && !c->in_store;
-}
-
-/* Queue c's bytes for the store. Returns true if queued: the write pins c
- * until write_done and holds a file reference, which the caller gives it.
- * False when the store refuses (present or being written, pin full,
- * offline). Caller holds lock. */
-bool chunk_offer(struct sfs_pf_file *f, struct pf_chunk *c)
-{
-	uint64_t known = __atomic_load_n(&c->sub_known, __ATOMIC_ACQUIRE);
-	if (sfs_store_write_chunk_hashed(f->obj, (uint32_t)c->index, c->buf, c->len, c->sub_xxh64,
-					 known, write_done, c) != 0)
-		return false;
-	c->refs++; /* the writer reads the buffer until done */
-	count(&f->pf->stats.write_pinned_bytes, c->buf_bytes);
-	return true;
-}
-
-/* A chunk's bytes are final (READY or FAILED): wake readers, offer the bytes
- * to the store. Caller holds lock. Returns true if the file's last
- * reference went (the caller frees it after unlocking). */
-bool chunk_finish(struct sfs_pf_file *f, struct pf_chunk *c, bool from_origin)
-{
-	if (from_origin)
-		count(&f->pf->stats.inflight_bytes, -(int64_t)c->fetch_len);
-	c->state = c->err ? CHUNK_FAILED : CHUNK_READY;
-	pthread_cond_broadcast(&f->cond);
-	if (from_origin && chunk_storable(f, c) && write_admitted(f->pf, c) && chunk_offer(f, c))
-		return false; /* the fetch's file reference passes to the write */
-	/* Not admitted (no store, full, offline): it stays in memory for a
-	 * reader until evicted; the chunk limit and budget bound how many. */
-	return --f->refs == 0;
-}
-
-/* Store write completion: runs on the store's writer thread. */
-static void write_done(void *arg, int err)
-{
-	struct pf_chunk *c = arg;
-	struct sfs_pf_file *f = c->file;
-	struct pf_chunk *started[SFS_PF_MAX_WINDOW];
-	size_t n_started = 0;
-
-	count(&f->pf->stats.write_pinned_bytes, -(int64_t)c->buf_bytes);
-	pthread_mutex_lock(&f->lock);
-	c->refs--;
-	c->in_store = err == 0;
-	/* Bytes durable in the store need no memory: drop the buffer unless a
-	 * reader pins it, used it and has not finished it, or is still to
-	 * come to it (chunk_awaits_reader). */
-	if (c->in_store && !chunk_busy(c) && (c->consumed || !c->used) &&
-	    !chunk_awaits_reader(f, c))
-		chunk_free_ptr(f, c);
-	pthread_cond_broadcast(&f->cond);
-	shard_pump(f, started, &n_started, SFS_PF_MAX_WINDOW);
-	bool last = --f->refs == 0; /* chunks just started hold their own refs */
-	pthread_mutex_unlock(&f->lock);
-	submit_chunks(f, started, n_started);
-	if (last)
-		file_free(f);
+	if (c->background || c->state != CHUNK_FETCHING)
+		return;
+	c->background = true;
+	for (unsigned p = 0; p < c->n_parts; p++)
+		if (!(c->parts_done & (1ull << p)))
+			sfs_origin_demote(c->file->pf->origin, &c->parts[p]);
 }
 
 /*
@@ -583,11 +430,36 @@ void submit_chunks(struct sfs_pf_file *f, struct pf_chunk **started, size_t n)
 		sfs_origin_submit_batch(f->pf->origin, batch, n_batch);
 }
 
+/* --- landing ----------------------------------------------------------------- */
+
 bool same_version(const struct sfs_file_version *v, const struct sfs_attr *a)
 {
 	return v->size == a->size && v->mtime_s == a->mtime.tv_sec &&
 	       v->mtime_ns == (uint32_t)a->mtime.tv_nsec && v->ctime_s == a->ctime.tv_sec &&
 	       v->ctime_ns == (uint32_t)a->ctime.tv_nsec;
+}
+
+/* A chunk's bytes are final: a load that checked (LOADING -> READY) or the
+ * last part of a fetch (FETCHING -> READY, or FAILED with c->err). Wakes
+ * readers, offers fetched bytes to the store. Caller holds lock. Returns
+ * true if the file's last reference went (the caller frees it after
+ * unlocking). */
+bool chunk_finish(struct sfs_pf_file *f, struct pf_chunk *c, bool from_origin)
+{
+	if (from_origin) {
+		assert(c->parts_pending == 0);
+		count(&f->pf->stats.inflight_bytes, -(int64_t)c->fetch_len);
+		chunk_move(c, CHUNK_FETCHING, c->err ? CHUNK_FAILED : CHUNK_READY);
+	} else {
+		assert(!c->err && c->loaded && c->in_store);
+		chunk_move(c, CHUNK_LOADING, CHUNK_READY);
+	}
+	pthread_cond_broadcast(&f->cond);
+	if (from_origin && chunk_storable(f, c) && write_admitted(f->pf, c) && chunk_offer(f, c))
+		return false; /* the fetch's file reference passes to the write */
+	/* Not admitted (no store, full, offline): it stays in memory for a
+	 * reader until evicted; the chunk limit and budget bound how many. */
+	return file_put_locked(f);
 }
 
 /* Origin completion of one part: runs on an I/O thread. */
@@ -600,6 +472,9 @@ static void part_done(struct sfs_origin_req *req)
 	bool free_file = false;
 
 	pthread_mutex_lock(&f->lock);
+	assert(c->state == CHUNK_FETCHING && c->parts_pending > 0);
+	assert(req >= c->parts && req < c->parts + c->n_parts);
+	assert(!(c->parts_done & (1ull << (req - c->parts)))); /* each part lands once */
 	if (req->result < 0) {
 		c->err = req->result;
 	} else if (f->check_version && req->have_attr && !same_version(&f->version, &req->attr)) {
@@ -625,11 +500,12 @@ static void part_done(struct sfs_origin_req *req)
 		shard_pump(f, started, &n_started, SFS_PF_MAX_WINDOW);
 		hinted_done = f->hint_holds && f->pf->fetch_observer;
 		if (hinted_done)
-			f->refs++; /* for the observer: a hold may go meanwhile */
+			file_get_locked(f); /* for the observer: a hold may go meanwhile */
 	}
 	struct pf_waiter *ready = waiters_ready(f, c);
 	pthread_mutex_unlock(&f->lock);
 	submit_chunks(f, started, n_started);
+	assert(!ready || !free_file);
 	waiters_answer(f, ready); /* before file_free: waiters hold f, so !free_file */
 	if (hinted_done) {
 		f->pf->fetch_observer(f->pf->observer_arg, f);
@@ -639,46 +515,40 @@ static void part_done(struct sfs_origin_req *req)
 		file_free(f);
 }
 
-/* Restart shard pumps that stalled on the memory budget with nothing in
- * flight (so no completion would restart them). */
-void *pump_main(void *arg)
+/* --- loading ----------------------------------------------------------------- */
+
+/* Read a PRESENT chunk from the store and check it; on failure fetch it from
+ * the origin instead. Called without the file lock, on LOADING chunks. */
+void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c)
 {
-	sfs_prefetch *pf = arg;
-	pthread_setname_np(pthread_self(), "sfs-pump");
+	/* c->obj: the store object, referenced when the load was started (the
+	 * file may be closed, and its f->obj dropped, before a queued load runs).
+	 * Only this load touches c->obj and c->buf while c is LOADING. */
+	assert(c->obj);
+	ssize_t n = sfs_store_read_chunk(c->obj, (uint32_t)c->index, c->buf);
+	bool free_file = false;
 
-	pthread_mutex_lock(&pf->files_lock);
-	while (!pf->stopping) {
-		struct timespec ts = sfs_deadline(CLOCK_REALTIME, 100 * 1000u);
-		pthread_cond_timedwait(&pf->pump_cond, &pf->files_lock, &ts);
-		for (struct sfs_pf_file *f = pf->files; f && !pf->stopping; f = f->next) {
-			struct pf_chunk *started[SFS_PF_MAX_WINDOW];
-			size_t n = 0;
-			if (pthread_mutex_trylock(&f->lock) != 0)
-				continue;
-			if (f->shard) {
-				f->refs++; /* keep it across the unlocks below */
-				shard_pump(f, started, &n, SFS_PF_MAX_WINDOW);
-			} else {
-				pthread_mutex_unlock(&f->lock);
-				continue;
-			}
-			pthread_mutex_unlock(&f->lock);
-			pthread_mutex_unlock(&pf->files_lock);
-			submit_chunks(f, started, n);
-			pthread_mutex_lock(&f->lock);
-			bool last = --f->refs == 0;
-			pthread_mutex_unlock(&f->lock);
-			if (last)
-				file_free(f); /* takes files_lock: not held here */
-			pthread_mutex_lock(&pf->files_lock);
-			break; /* the list may have changed; next round */
-		}
+	sfs_store_obj_put(c->obj);
+	c->obj = NULL;
+
+	pthread_mutex_lock(&f->lock);
+	assert(c->state == CHUNK_LOADING && f->refs > 0); /* the load holds f */
+	if (n == (ssize_t)c->fetch_len) {
+		c->in_store = c->loaded = true;
+		free_file = chunk_finish(f, c, false);
+		struct pf_waiter *ready = waiters_ready(f, c);
+		pthread_mutex_unlock(&f->lock);
+		waiters_answer(f, ready);
+	} else {
+		/* Missing, short or failed its checksum: a miss, never an error. */
+		chunk_move(c, CHUNK_LOADING, CHUNK_FETCHING);
+		count(&f->pf->stats.inflight_bytes, c->fetch_len);
+		pthread_mutex_unlock(&f->lock);
+		submit_chunks(f, &c, 1);
 	}
-	pthread_mutex_unlock(&pf->files_lock);
-	return NULL;
+	if (free_file)
+		file_free(f);
 }
-
-/* --- loaders ---------------------------------------------------------------- */
 
 /* Hand LOADING chunks to the loader threads. Without loaders (no store) the
  * caller never makes any. The queue grows as needed: each entry already
@@ -730,4 +600,86 @@ void *loader_main(void *arg)
 	}
 	pthread_mutex_unlock(&pf->load_lock);
 	return NULL;
+}
+
+/* --- waiters ----------------------------------------------------------------- */
+
+/*
+ * Whether a reader of [off, end) may use chunk c now: it is READY or FAILED,
+ * or still FETCHING without an error and every part that overlaps the range
+ * has landed (a split fetch, chunk_start). A chunk with a failed part is
+ * waited for until it is FAILED, so that the reader's -EIO drops it and its
+ * retry starts a new fetch (never a second -EIO from the same fetch).
+ * Caller holds f->lock.
+ */
+bool chunk_range_ready(const struct pf_chunk *c, uint64_t off, uint64_t end)
+{
+	if (c->state == CHUNK_READY || c->state == CHUNK_FAILED)
+		return true;
+	if (c->state == CHUNK_LOADING || c->err)
+		return false;
+	for (unsigned p = 0; p < c->n_parts; p++) {
+		const struct sfs_origin_req *r = &c->parts[p];
+		if (r->offset < end && r->offset + r->count > off && !(c->parts_done & (1ull << p)))
+			return false;
+	}
+	return true;
+}
+
+/* Register an answer of [off, end) in chunk c (pinned by claim_chunks) for
+ * when its bytes land. Caller holds f->lock and has checked that they have
+ * not. Returns false (nothing registered) without memory. */
+bool waiter_add(struct sfs_pf_file *f, struct pf_chunk *c, uint64_t off, uint64_t end,
+		sfs_pf_read_done done, const void *arg, size_t arg_len)
+{
+	struct pf_waiter *w = malloc(sizeof(*w));
+
+	assert(c->refs > 0 && !chunk_range_ready(c, off, end));
+	if (!w)
+		return false;
+	*w = (struct pf_waiter){.next = f->waiters, .c = c, .off = off, .end = end};
+	answer_set(&w->answer, done, arg, arg_len);
+	f->waiters = w;
+	file_get_locked(f);
+	return true;
+}
+
+/* Waiters of chunk c whose range is ready, unlinked. Caller holds f->lock. */
+struct pf_waiter *waiters_ready(struct sfs_pf_file *f, struct pf_chunk *c)
+{
+	struct pf_waiter *ready = NULL, **p = &f->waiters;
+
+	while (*p) {
+		struct pf_waiter *w = *p;
+		if (w->c == c && chunk_range_ready(c, w->off, w->end)) {
+			*p = w->next;
+			w->next = ready;
+			ready = w;
+		} else {
+			p = &w->next;
+		}
+	}
+	return ready;
+}
+
+/* Answer waiters whose range is ready (from waiters_ready), without the
+ * lock held: each reply goes out from this thread. */
+void waiters_answer(struct sfs_pf_file *f, struct pf_waiter *ready)
+{
+	while (ready) {
+		struct pf_waiter *w = ready;
+		struct sfs_pf_view v = {0};
+		ready = w->next;
+		pthread_mutex_lock(&f->lock);
+		assert(w->c->refs > 0 && chunk_range_ready(w->c, w->off, w->end));
+		ssize_t n = fill_view(f, w->off, w->end, &w->c, 1, &v); /* ready: no wait */
+		if (v.n_pins)
+			file_get_locked(f); /* the view's reference, as in chunk_read */
+		pthread_mutex_unlock(&f->lock);
+		read_account(f, n, v.cache_bytes);
+		w->answer.done(w->answer.arg, n, &v);
+		sfs_pf_view_release(f, &v);
+		free(w);
+		sfs_pf_file_unref(f); /* the waiter's reference */
+	}
 }

@@ -1,21 +1,26 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * prefetch/prefetch — the pool and its file versions: open (which starts the
- * pump and loader threads), stop, close and stats of the pool; a version's
- * fetch state made, referenced and freed with its last reference; opens
- * (sfs_pf_file_opened, and the whole-file fetch it starts in SHARD mode),
- * the passthrough backing fd, warm-ups, the bytes cached; and load_chunk,
- * one chunk read from the store and checked, else fetched.
- * Not here: reads, readahead and the last close (direct.c), the chunks,
- * their fetches, the shard pump and the loader threads (chunks.c), the
- * buffers (buffers.c), the version table and hints (hinted.c).
+ * prefetch/prefetch — the pool and the life of a file version's fetch
+ * state: the pool opened (with its pump and loader threads), stopped,
+ * closed, and its stats; a version's fetch state made (or found in the
+ * version table), referenced, and freed with its last reference
+ * (file_free); its opens and their end (sfs_pf_file_opened,
+ * sfs_pf_file_drop_idle) with the store object it holds while open; the
+ * passthrough backing fd and the bytes cached.
+ * Not here: reads and views (read.c); chunks, their loading and waiters
+ * (chunks.c); readahead, the shard pump and warm-ups (readahead.c); the
+ * offer to the store (offer.c); buffers and scratch (buffers.c); the
+ * version table (vtable.c); hints (hinted.c).
  *
  * Threading: any thread; each function takes the locks it needs, in the
- * order of prefetch_int.h (which has the data structures).
+ * order of prefetch_int.h (which has the data structures). file_free runs
+ * on the thread that dropped the last reference, with no lock held.
  */
 #include "prefetch_int.h"
 
-/* --- public API ----------------------------------------------------------- */
+#include <sched.h>
+
+/* --- the pool ---------------------------------------------------------------- */
 
 int sfs_prefetch_open(const struct sfs_prefetch_conf *conf, sfs_origin *origin, sfs_prefetch **out)
 {
@@ -153,6 +158,8 @@ void sfs_prefetch_get_stats(sfs_prefetch *pf, struct sfs_prefetch_stats *out)
 	pthread_mutex_unlock(&pf->buf_lock);
 }
 
+/* --- a version's fetch state ------------------------------------------------- */
+
 int sfs_pf_file_open_version(sfs_prefetch *pf, const struct sfs_fh *fh,
 			     const struct sfs_file_version *v, sfs_pf_file **out)
 {
@@ -190,37 +197,50 @@ int sfs_pf_file_open_version(sfs_prefetch *pf, const struct sfs_fh *fh,
 void sfs_pf_file_ref(sfs_pf_file *f)
 {
 	pthread_mutex_lock(&f->lock);
-	f->refs++;
+	file_get_locked(f);
 	pthread_mutex_unlock(&f->lock);
 }
 
 void sfs_pf_file_unref(sfs_pf_file *f)
 {
 	pthread_mutex_lock(&f->lock);
-	bool last = --f->refs == 0;
+	bool last = file_put_locked(f);
 	pthread_mutex_unlock(&f->lock);
 	if (last)
 		file_free(f);
 }
 
-/* Start the whole-file fetch, or with rescan, go over the file again from
- * its first chunk even while a fetch runs. */
-static void start_shard(struct sfs_pf_file *f, bool rescan)
+void file_free(struct sfs_pf_file *f)
 {
-	struct pf_chunk *started[SFS_PF_MAX_WINDOW];
-	size_t n = 0;
+	sfs_prefetch *pf = f->pf;
 
-	pthread_mutex_lock(&f->lock);
-	if (!f->shard || rescan) {
-		if (!f->shard)
-			count(&f->pf->stats.shard_files, 1);
-		f->shard = true;
-		f->shard_next = 0;
-	}
-	shard_pump(f, started, &n, SFS_PF_MAX_WINDOW);
-	pthread_mutex_unlock(&f->lock);
-	submit_chunks(f, started, n);
+	pthread_mutex_lock(&pf->files_lock);
+	if (f->prev)
+		f->prev->next = f->next;
+	else
+		pf->files = f->next;
+	if (f->next)
+		f->next->prev = f->prev;
+	vtable_remove(pf, f);
+	pthread_mutex_unlock(&pf->files_lock);
+	/* Unlinked: no new pin; one taken before may still look at f. */
+	while (__atomic_load_n(&f->vpins, __ATOMIC_ACQUIRE))
+		sched_yield();
+	/* Nothing holds f any more: no open, hold, view, waiter, chunk in
+	 * flight or write (each holds a reference), so every chunk is idle. */
+	assert(f->refs == 0 && !f->waiters && !f->pre_busy);
+	assert(__atomic_load_n(&f->hint_holds, __ATOMIC_RELAXED) == 0);
+	while (f->n_chunks)
+		chunk_free(f, f->n_chunks - 1);
+	if (f->obj)
+		sfs_store_obj_put(f->obj);
+	free(f->chunks);
+	pthread_cond_destroy(&f->cond);
+	pthread_mutex_destroy(&f->lock);
+	free(f);
 }
+
+/* --- opens ------------------------------------------------------------------- */
 
 void sfs_pf_file_opened_no_prefetch(sfs_pf_file *f)
 {
@@ -232,21 +252,47 @@ void sfs_pf_file_opened_no_prefetch(sfs_pf_file *f)
 	pthread_mutex_unlock(&f->lock);
 }
 
-void sfs_pf_file_prefetch_whole(sfs_pf_file *f)
-{
-	sfs_prefetch *pf = f->pf;
-
-	/* Only with a store: without one, fetched chunks would have nowhere
-	 * to go but memory, and the readahead window does that job. */
-	if (pf->conf.mode == SFS_PREFETCH_SHARD && pf->conf.store &&
-	    f->size <= pf->conf.shard_max_bytes && f->size > SFS_CHUNK_BYTES)
-		start_shard(f, false);
-}
-
 void sfs_pf_file_opened(sfs_pf_file *f)
 {
 	sfs_pf_file_opened_no_prefetch(f);
 	sfs_pf_file_prefetch_whole(f);
+}
+
+void sfs_pf_file_drop_idle(sfs_pf_file *f)
+{
+	struct sfs_seg_aio *pre = NULL;
+	void *pre_buf = NULL;
+
+	pthread_mutex_lock(&f->lock);
+	if (f->openers)
+		f->openers--;
+	sfs_store_obj *put = NULL;
+	if (f->openers == 0) {
+		pre = f->pre_aio; /* opened and never read: wait for it, drop it */
+		pre_buf = f->pre_buf;
+		f->pre_aio = NULL;
+		f->pre_buf = NULL;
+		f->shard = false; /* a file closed early does not keep the pool busy */
+		/* A closed file must not keep its cache object from eviction
+		 * (the inode keeps f until the kernel forgets it). Store writes
+		 * in flight hold their own reference. */
+		put = f->obj;
+		f->obj = NULL;
+	}
+	for (size_t i = 0; i < f->n_chunks;)
+		if (!chunk_busy(f->chunks[i]))
+			chunk_free(f, i);
+		else
+			i++;
+	pthread_mutex_unlock(&f->lock);
+	if (pre) {
+		const char *data;
+		sfs_store_read_finish(put, pre, 0, 0, &data);
+		scratch_give(pre_buf);
+		count(&f->pf->stats.preload_unread, 1);
+	}
+	if (put)
+		sfs_store_obj_put(put);
 }
 
 /* sfs_pf_file_backing_fd (want_fd) or _check. */
@@ -268,75 +314,10 @@ int sfs_pf_file_backing_fd(sfs_pf_file *f) { return backing(f, true); }
 
 int sfs_pf_file_backing_check(sfs_pf_file *f) { return backing(f, false); }
 
-int sfs_pf_file_warm(sfs_pf_file *f, bool *active)
-{
-	pthread_mutex_lock(&f->lock);
-	if (!f->obj) {
-		pthread_mutex_unlock(&f->lock);
-		return -ENOTSUP;
-	}
-	bool first = !f->warmed;
-	f->warmed = true;
-	if (first)
-		sfs_store_obj_wanted(f->obj); /* a warm-up is no first pass (auto) */
-	/* Chunks fetched before the warm-up and not cached (write_admitted)
-	 * go to the store now, and the pump goes over the file again for
-	 * those that left memory. */
-	for (size_t i = 0; first && i < f->n_chunks; i++) {
-		struct pf_chunk *c = f->chunks[i];
-		if (c->state == CHUNK_READY && chunk_storable(f, c) && chunk_offer(f, c))
-			f->refs++; /* the write's */
-		/* What the open's prefetch queued for a reader that has not read
-		 * is the warm-up's (the warm tool's own open started it). */
-		if (!f->read_seen && !c->used)
-			chunk_demote(c);
-	}
-	pthread_mutex_unlock(&f->lock);
-	if (first)
-		start_shard(f, true);
-	pthread_mutex_lock(&f->lock);
-	bool busy = f->shard;
-	for (size_t i = 0; i < f->n_chunks && !busy; i++)
-		busy = chunk_busy(f->chunks[i]);
-	pthread_mutex_unlock(&f->lock);
-	*active = busy;
-	return 0;
-}
-
 uint64_t sfs_pf_file_cached_bytes(sfs_pf_file *f)
 {
 	pthread_mutex_lock(&f->lock); /* then the store's lock: the lock order */
 	uint64_t n = f->obj ? sfs_store_obj_cached_bytes(f->obj) : 0;
 	pthread_mutex_unlock(&f->lock);
 	return n;
-}
-
-/* Read a PRESENT chunk from the store and check it; on failure fetch it from
- * the origin instead. Called without the file lock, on LOADING chunks. */
-void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c)
-{
-	/* c->obj: the store object, referenced when the load was started (the
-	 * file may be closed, and its f->obj dropped, before a queued load runs). */
-	ssize_t n = sfs_store_read_chunk(c->obj, (uint32_t)c->index, c->buf);
-	bool free_file = false;
-
-	sfs_store_obj_put(c->obj);
-	c->obj = NULL;
-
-	pthread_mutex_lock(&f->lock);
-	if (n == (ssize_t)c->fetch_len) {
-		c->in_store = c->loaded = true;
-		free_file = chunk_finish(f, c, false);
-		struct pf_waiter *ready = waiters_ready(f, c);
-		pthread_mutex_unlock(&f->lock);
-		waiters_answer(f, ready);
-	} else {
-		/* Missing, short or failed its checksum: a miss, never an error. */
-		c->state = CHUNK_FETCHING;
-		count(&f->pf->stats.inflight_bytes, c->fetch_len);
-		pthread_mutex_unlock(&f->lock);
-		submit_chunks(f, &c, 1);
-	}
-	if (free_file)
-		file_free(f);
 }

@@ -2,10 +2,16 @@
 /*
  * prefetch — chunk fetching, readahead, whole-shard prefetch and the glue
  * to the store. See prefetch.h for the contract (what it owns and does not).
- * Files: prefetch.c (the pool, file versions, opens, warm-ups), direct.c
- * (reads), chunks.c (chunks, their fetches and writes, the pump and the
- * loaders), buffers.c (buffers and scratch), hinted.c (the version table,
- * hints).
+ * This is the module's one private header: its structures, its lock order,
+ * and what each file owns (each file's header says more):
+ *   prefetch.c   the pool; a file version's fetch state, its opens, its end
+ *   read.c       the read plan (direct path, direct fetch, chunk path), views
+ *   chunks.c     a chunk's life: made, fetched, loaded, finished, freed; waiters
+ *   readahead.c  the readahead window, the shard pump, warm-ups, the pump thread
+ *   offer.c      the offer of fetched chunks to the store (write-behind)
+ *   vtable.c     the version table: one fetch state per version
+ *   hinted.c     fetching ahead for hint lists
+ *   buffers.c    chunk buffers and their budget, the direct path's scratch
  *
  *   sfs_prefetch ──buf_lock───> free list of SFS_CHUNK_BYTES buffers, and the bytes of
  *                              shorter chunks' buffers (budget: mem_bytes over both)
@@ -20,7 +26,7 @@
  * pinned until the write is durable). Small files and readers that jump
  * around take the direct path instead (sfs_pf_read): no chunk, the store's
  * 16 KiB blocks the read touches read and checked into a scratch buffer,
- * or without a store just the pages asked for fetched from the origin.
+ * or without a store just the bytes asked for fetched from the origin.
  * (Splicing the cache file into /dev/fuse was tried, to save a copy: libfuse
  * 3.14's splice path gave short replies under many concurrent readers,
  * which the kernel takes for EOF, and a spliced byte is never checked. One
@@ -135,6 +141,60 @@ struct sfs_pf_file {
 	unsigned vpins; /* atomic: vtable_find between files_lock and f->lock; file_free waits */
 };
 
+/*
+ * The invariants of chunks and files, stated as asserts at every change
+ * (as SQLite's pcache1 does); all of them with the file's lock held.
+ *
+ * A chunk's state changes only through chunk_move, which asserts where it
+ * comes from: LOADING -> READY (checked in the store), LOADING -> FETCHING
+ * (a miss), FETCHING -> READY or FAILED (its last part landed). READY and
+ * FAILED are terminal. A chunk's pins (refs: views, waiters, a store write)
+ * go through chunk_pin and chunk_unpin and never below zero; a file's
+ * references (openers' and holds' callers, chunks in flight, writes, views,
+ * waiters, fetches) through file_get_locked and file_put_locked, never
+ * taken on a file whose count reached zero (it is being freed). chunk_free
+ * asserts a terminal state, no pin and no waiter; file_free no reference,
+ * no waiter and no hint hold.
+ */
+static inline bool chunk_terminal(enum chunk_state s)
+{
+	return s == CHUNK_READY || s == CHUNK_FAILED;
+}
+
+static inline void chunk_move(struct pf_chunk *c, enum chunk_state from, enum chunk_state to)
+{
+	assert(c->state == from);
+	assert((from == CHUNK_LOADING && (to == CHUNK_READY || to == CHUNK_FETCHING)) ||
+	       (from == CHUNK_FETCHING && chunk_terminal(to)));
+	c->state = to;
+}
+
+static inline void chunk_pin(struct pf_chunk *c)
+{
+	c->refs++;
+	assert(c->refs != 0);
+}
+
+static inline void chunk_unpin(struct pf_chunk *c)
+{
+	assert(c->refs > 0);
+	c->refs--;
+}
+
+static inline void file_get_locked(struct sfs_pf_file *f)
+{
+	assert(f->refs > 0);
+	f->refs++;
+}
+
+/* Returns whether that was the last reference: the caller frees f
+ * (file_free) once it has let go of f->lock. */
+static inline bool file_put_locked(struct sfs_pf_file *f)
+{
+	assert(f->refs > 0);
+	return --f->refs == 0;
+}
+
 /* How an asynchronous read is answered: the caller's done() and its copy
  * of the caller's context (sfs_pf_read_async checked its length). */
 struct pf_answer {
@@ -228,98 +288,85 @@ static inline void count(uint64_t *c, int64_t n)
 	__atomic_fetch_add(c, (uint64_t)n, __ATOMIC_RELAXED);
 }
 
-/* Shared by the files of this module (prefetch); not for other modules. */
+/* --- Shared by the files of this module (prefetch); not for other modules. */
 
-uint32_t chunk_buf_bytes(uint32_t len);
-
-void *scratch_take(size_t need);
-
-void scratch_give(void *b);
-
-bool sized_keep(sfs_prefetch *pf, void *b, uint32_t bytes);
-
-void *sized_evict(sfs_prefetch *pf, uint64_t want);
-
-void sized_free_list(sfs_prefetch *pf, void *list);
-
-void *buf_get_sized(sfs_prefetch *pf, uint32_t bytes, bool demand);
-
-void *buf_get(sfs_prefetch *pf, uint32_t bytes, bool demand);
-
-bool buf_over_budget(sfs_prefetch *pf);
-
-void buf_put_sized(sfs_prefetch *pf, void *b, uint32_t bytes);
-
-void buf_put(sfs_prefetch *pf, void *b, uint32_t bytes);
-
-struct pf_chunk *chunk_find(struct sfs_pf_file *f, uint64_t index);
-
-bool chunk_busy(const struct pf_chunk *c);
-
-void chunk_free(struct sfs_pf_file *f, size_t slot);
-
-void chunk_free_ptr(struct sfs_pf_file *f, struct pf_chunk *c);
-
-unsigned read_parts(struct sfs_origin_req *r, const struct sfs_fh *fh, uint64_t from, uint64_t to,
-		    uint32_t max_read, char *buf);
-
-void chunk_place(struct sfs_origin_req *r, void *dst, const void *src, uint32_t n);
-
-uint32_t pf_max_read(sfs_prefetch *pf);
-
-unsigned parts_for(uint64_t from, uint64_t to, uint32_t max_read);
-/* A reader waits for c: if it is a warm-up's background fetch, its parts
- * not yet landed go ahead of the rest of the warm-up (sfs_origin_promote).
- * Caller holds c->file->lock. */
-void chunk_promote(struct pf_chunk *c);
-/* c, fetched for nobody yet, becomes a warm-up's (sfs_origin_demote).
- * Caller holds c->file->lock. */
-void chunk_demote(struct pf_chunk *c);
-
-struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint64_t cur, bool demand,
-			     bool loading, uint64_t head_from, uint64_t head_to);
-
+/* prefetch.c: a fetch state freed with its last reference (no lock held). */
 void file_free(struct sfs_pf_file *f);
 
-/* hinted.c: the version table (caller holds files_lock). */
+/* buffers.c: chunk buffers within the budget, and the direct path's scratch. */
+uint32_t chunk_buf_bytes(uint32_t len);
+void *scratch_take(size_t need);
+void scratch_give(void *b);
+bool sized_keep(sfs_prefetch *pf, void *b, uint32_t bytes);
+void *sized_evict(sfs_prefetch *pf, uint64_t want);
+void sized_free_list(sfs_prefetch *pf, void *list);
+void *buf_get_sized(sfs_prefetch *pf, uint32_t bytes, bool demand);
+void *buf_get(sfs_prefetch *pf, uint32_t bytes, bool demand);
+bool buf_over_budget(sfs_prefetch *pf);
+void buf_put_sized(sfs_prefetch *pf, void *b, uint32_t bytes);
+void buf_put(sfs_prefetch *pf, void *b, uint32_t bytes);
+
+/* read.c: wait for the wanted chunks (pinned) and point v at [off, end) in
+ * them. Caller holds f->lock. */
+ssize_t fill_view(struct sfs_pf_file *f, uint64_t off, uint64_t end, struct pf_chunk **want,
+		  int n_want, struct sfs_pf_view *v);
+/* read.c: count a read's bytes for its dataset. No lock held. */
+void read_account(struct sfs_pf_file *f, ssize_t n, size_t cache_bytes);
+
+/* chunks.c: a chunk's life (caller holds file->lock unless said). */
+struct pf_chunk *chunk_find(struct sfs_pf_file *f, uint64_t index);
+bool chunk_busy(const struct pf_chunk *c);
+enum sfs_chunk_state store_state(struct sfs_pf_file *f, uint64_t index);
+void chunk_free(struct sfs_pf_file *f, size_t slot);
+void chunk_free_ptr(struct sfs_pf_file *f, struct pf_chunk *c);
+bool chunk_awaits_reader(const struct sfs_pf_file *f, const struct pf_chunk *c);
+unsigned read_parts(struct sfs_origin_req *r, const struct sfs_fh *fh, uint64_t from, uint64_t to,
+		    uint32_t max_read, char *buf);
+uint32_t pf_max_read(sfs_prefetch *pf);
+unsigned parts_for(uint64_t from, uint64_t to, uint32_t max_read);
+struct pf_chunk *chunk_start(struct sfs_pf_file *f, uint64_t index, uint64_t cur, bool demand,
+			     bool loading, uint64_t head_from, uint64_t head_to);
+/* A reader waits for c: if it is a warm-up's background fetch, its parts
+ * not yet landed go ahead of the rest of the warm-up (sfs_origin_promote). */
+void chunk_promote(struct pf_chunk *c);
+/* c, fetched for nobody yet, becomes a warm-up's (sfs_origin_demote). */
+void chunk_demote(struct pf_chunk *c);
+/* No lock held. */
+void submit_chunks(struct sfs_pf_file *f, struct pf_chunk **started, size_t n);
+bool same_version(const struct sfs_file_version *v, const struct sfs_attr *a);
+bool chunk_finish(struct sfs_pf_file *f, struct pf_chunk *c, bool from_origin);
+/* No lock held. */
+void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c);
+void loader_queue(sfs_prefetch *pf, struct pf_chunk **c, size_t n);
+void *loader_main(void *arg);
+bool chunk_range_ready(const struct pf_chunk *c, uint64_t off, uint64_t end);
+bool waiter_add(struct sfs_pf_file *f, struct pf_chunk *c, uint64_t off, uint64_t end,
+		sfs_pf_read_done done, const void *arg, size_t arg_len);
+struct pf_waiter *waiters_ready(struct sfs_pf_file *f, struct pf_chunk *c);
+/* No lock held. */
+void waiters_answer(struct sfs_pf_file *f, struct pf_waiter *ready);
+
+/* readahead.c (caller holds file->lock, submits what they start). */
+void start_readahead(struct sfs_pf_file *f, uint64_t c0, uint64_t c1, struct pf_chunk **started,
+		     size_t *n_started, struct pf_chunk **ahead_loads, size_t *n_ahead_loads);
+void shard_pump(struct sfs_pf_file *f, struct pf_chunk **started, size_t *n, size_t cap);
+void *pump_main(void *arg);
+
+/* offer.c: the offer to the store (caller holds the chunk's file lock). */
+bool write_behind_full(sfs_prefetch *pf, uint32_t buf_bytes);
+bool write_admitted(sfs_prefetch *pf, const struct pf_chunk *c);
+bool hash_as_landed(const struct pf_chunk *c);
+/* An origin I/O thread, no lock (origin.h: place). */
+void chunk_place(struct sfs_origin_req *r, void *dst, const void *src, uint32_t n);
+bool chunk_storable(const struct sfs_pf_file *f, const struct pf_chunk *c);
+bool chunk_offer(struct sfs_pf_file *f, struct pf_chunk *c);
+
+/* vtable.c: the version table (insert and remove: caller holds files_lock). */
 void vtable_insert(sfs_prefetch *pf, struct sfs_pf_file *f);
 void vtable_remove(sfs_prefetch *pf, struct sfs_pf_file *f);
 /* A live file of version v with handle fh, referenced for the caller, or
  * NULL. Takes files_lock, then (not under it) the file's lock. */
 struct sfs_pf_file *vtable_find(sfs_prefetch *pf, const struct sfs_fh *fh,
 				const struct sfs_file_version *v);
-
-enum sfs_chunk_state store_state(struct sfs_pf_file *f, uint64_t index);
-
-void shard_pump(struct sfs_pf_file *f, struct pf_chunk **started, size_t *n, size_t cap);
-
-bool write_behind_full(sfs_prefetch *pf, uint32_t buf_bytes);
-
-bool write_admitted(sfs_prefetch *pf, const struct pf_chunk *c);
-
-bool chunk_storable(const struct sfs_pf_file *f, const struct pf_chunk *c);
-
-bool chunk_offer(struct sfs_pf_file *f, struct pf_chunk *c);
-
-bool chunk_finish(struct sfs_pf_file *f, struct pf_chunk *c, bool from_origin);
-
-void submit_chunks(struct sfs_pf_file *f, struct pf_chunk **started, size_t n);
-
-bool same_version(const struct sfs_file_version *v, const struct sfs_attr *a);
-
-void *pump_main(void *arg);
-
-void loader_queue(sfs_prefetch *pf, struct pf_chunk **c, size_t n);
-
-void *loader_main(void *arg);
-
-void load_chunk(struct sfs_pf_file *f, struct pf_chunk *c);
-
-ssize_t fill_view(struct sfs_pf_file *f, uint64_t off, uint64_t end, struct pf_chunk **want,
-		  int n_want, struct sfs_pf_view *v);
-
-struct pf_waiter *waiters_ready(struct sfs_pf_file *f, struct pf_chunk *c);
-
-void waiters_answer(struct sfs_pf_file *f, struct pf_waiter *ready);
 
 #endif /* SFS_PREFETCH_INT_H */

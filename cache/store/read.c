@@ -3,13 +3,14 @@
  * store/read — reads: a chunk or a range of a version read from its object file
  * or its packed record, every 16 KiB sub-block checked against its XXH3-64 (a
  * mismatch is a miss); the read of a packed version started ahead (preload);
- * the backing fd of a passthrough open; and the offer of a chunk to the cache
- * (write_refusal: whether it would be taken, policy.c deciding under auto;
- * then its write queued). Not here: the write itself and making room for it
- * (writer.c, index.c).
+ * the backing fd of a passthrough open. A range read's bytes are a
+ * reader's: counted for the version's dataset where they are found
+ * (served). Not here: the offer of a chunk and its write (writer.c),
+ * making room for it (index.c, policy.c), the dataset counters
+ * (policy.c, datasets.c).
  *
  * Threading: any thread. s->lock is taken only to plan and to record the
- * outcome (and to queue an offer), never across I/O.
+ * outcome, never across I/O.
  */
 #include "store_int.h"
 
@@ -384,6 +385,15 @@ int sfs_store_obj_backing_fd(sfs_store_obj *o)
 	return fd >= 0 ? fd : -errno;
 }
 
+/* A reader got n bytes of o (n <= 0: none) from the cache: counted for o's
+ * dataset (sfs_store_dataset_read) here, where they were found. Returns n. */
+static ssize_t served(sfs_store *s, const sfs_store_obj *o, ssize_t n)
+{
+	if (n > 0) /* o->dataset is set at creation: no lock */
+		sfs_store_dataset_read(s, o->dataset, (uint64_t)n, 0);
+	return n;
+}
+
 /* The sub-blocks [*start, *end) that a range read of [off, off + len)
  * (off < size, len > 0) reads and verifies, cut at the version's end. */
 static void range_blocks(const sfs_store_obj *o, uint64_t off, size_t len, uint64_t *start,
@@ -413,7 +423,7 @@ ssize_t sfs_store_read_range(sfs_store_obj *o, uint64_t off, size_t len, void *b
 		if (n < 0)
 			return n;
 		*data = d + off;
-		return (ssize_t)len;
+		return served(s, o, (ssize_t)len);
 	}
 	struct span sp = {0};
 	range_blocks(o, off, len, &sp.start, &sp.end);
@@ -423,7 +433,7 @@ ssize_t sfs_store_read_range(sfs_store_obj *o, uint64_t off, size_t len, void *b
 	if (n < 0)
 		return n;
 	*data = (const char *)buf + (off - sp.start);
-	return (ssize_t)len;
+	return served(s, o, (ssize_t)len);
 }
 
 int sfs_store_read_start(sfs_store_obj *o, void *buf, size_t buf_len, struct sfs_seg_aio **out)
@@ -451,7 +461,7 @@ ssize_t sfs_store_read_finish(sfs_store_obj *o, struct sfs_seg_aio *a, uint64_t 
 	if (off >= o->size || len == 0)
 		return 0;
 	*data = d + off;
-	return (ssize_t)(len < o->size - off ? len : o->size - off);
+	return served(s, o, (ssize_t)(len < o->size - off ? len : o->size - off));
 }
 
 size_t sfs_store_range_bytes(const sfs_store_obj *o, uint64_t off, size_t len)
@@ -464,85 +474,4 @@ size_t sfs_store_range_bytes(const sfs_store_obj *o, uint64_t off, size_t len)
 	uint64_t start, end;
 	range_blocks(o, off, len, &start, &end);
 	return (size_t)((end - start + 4095) & ~4095ull);
-}
-
-/* Whether write_chunk_hashed refuses: -EAGAIN, -EEXIST, -ENOSPC (pin, auto), or
- * 0. record: a real offer (auto counts and remembers it; see policy_admit).
- * Caller holds lock. */
-static int write_refusal(sfs_store *s, sfs_store_obj *o, uint32_t index, uint32_t len, bool record)
-{
-	uint64_t need = o->packed ? packed_bytes(len) : len;
-
-	if (!s->online || o->evicted)
-		return -EAGAIN;
-	if (o->state[index] != SFS_CHUNK_ABSENT)
-		return -EEXIST;
-	if (s->held_bytes + need > s->capacity_bytes)
-		return -ENOSPC; /* held versions alone fill it: served uncached */
-	if (s->conf.policy == SFS_STORE_PIN && used_total(s) + need > s->capacity_bytes)
-		return -ENOSPC;
-	if (s->conf.policy == SFS_STORE_AUTO)
-		return policy_admit(s, o, index, need, len, record);
-	return 0;
-}
-
-/* write_refusal of a real offer, counting what was not admitted. Caller
- * holds lock. */
-static int write_refused(sfs_store *s, sfs_store_obj *o, uint32_t index, uint32_t len)
-{
-	int rc = write_refusal(s, o, index, len, true);
-
-	if (rc == -ENOSPC)
-		count(&s->stats.not_admitted_bytes, len);
-	return rc;
-}
-
-bool sfs_store_would_take(sfs_store_obj *o, uint32_t index, uint32_t len)
-{
-	sfs_store *s = o->store;
-
-	if (index >= o->n_chunks)
-		return false;
-	pthread_mutex_lock(&s->lock);
-	bool take = write_refusal(s, o, index, len, false) == 0;
-	pthread_mutex_unlock(&s->lock);
-	return take;
-}
-
-int sfs_store_write_chunk_hashed(sfs_store_obj *o, uint32_t index, const void *buf, uint32_t len,
-				 const uint64_t *sub_xxh64, uint64_t known,
-				 void (*done)(void *arg, int err), void *arg)
-{
-	sfs_store *s = o->store;
-	struct write_job *j;
-
-	if (index >= o->n_chunks || len != chunk_len(o, index, s->chunk_shift))
-		return -EINVAL;
-	if (o->packed && packed_present(s, o))
-		return -EEXIST;
-	j = malloc(sizeof(*j));
-	if (!j)
-		return -ENOMEM;
-	pthread_mutex_lock(&s->lock);
-	int rc = write_refused(s, o, index, len);
-	if (rc) {
-		pthread_mutex_unlock(&s->lock);
-		free(j);
-		return rc;
-	}
-	o->state[index] = SFS_CHUNK_WRITING;
-	o->refs++;
-	s->queued_bytes += len;
-	*j = (struct write_job){
-	    o, index, len, buf, done, arg, NULL, sub_xxh64, sub_xxh64 ? known : 0};
-	if (s->jobs_tail)
-		s->jobs_tail->next = j;
-	else
-		s->jobs = j;
-	s->jobs_tail = j;
-	s->n_jobs++;
-	if (!s->gathering || gathered(s)) /* see writer_gather */
-		pthread_cond_signal(&s->work);
-	pthread_mutex_unlock(&s->lock);
-	return 0;
 }

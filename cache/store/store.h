@@ -210,8 +210,9 @@ bool sfs_store_would_take(sfs_store_obj *obj, uint32_t index, uint32_t len);
  * buf. Returns the bytes available (short only at the end of the version),
  * -ENOENT if a chunk of the range is not in the store (nothing was read),
  * -EBADMSG if a checksum failed (that chunk becomes ABSENT: a miss), or
- * another -errno for an I/O error. Takes the store lock only briefly, never
- * across I/O; any thread.
+ * another -errno for an I/O error. The bytes returned count as read from
+ * the cache by a reader of the version's dataset (sfs_store_dataset_read).
+ * Takes the store lock only briefly, never across I/O; any thread.
  */
 #define SFS_STORE_SUB_SHIFT	  14 /* 16 KiB verification blocks */
 #define SFS_STORE_RANGE_BUF_BYTES ((1u << 20) + (3u << SFS_STORE_SUB_SHIFT))
@@ -229,8 +230,9 @@ size_t sfs_store_range_bytes(const sfs_store_obj *obj, uint64_t off, size_t len)
  * begins reading it into buf (as sfs_store_read_range with off 0) and
  * returns at once; finish waits for it if needed, verifies it and returns
  * what sfs_store_read_range(obj, off, len, ...) would, *data pointing at
- * byte `off`. Every successful start is finished exactly once, with buf
- * valid until then. Start returns 0, -ENOTSUP (the version is not packed),
+ * byte `off` (its bytes counted as sfs_store_read_range's are). Every
+ * successful start is finished exactly once, with buf valid until then.
+ * Start returns 0, -ENOTSUP (the version is not packed),
  * -ENOENT (not in the store) or another -errno (no asynchronous read here,
  * too many in flight): nothing to finish then. Any threads: one may start
  * and another finish.

@@ -4,8 +4,8 @@
  * interface (store.h): prefetch and fs/ never know which one holds a chunk.
  * What the store owns and does not: store.h. Files: store.c (the API,
  * references, chunk states), index.c (index, LRU, making room), load.c and
- * migrate.c (opening a cache directory), read.c (reads, offers), writer.c
- * (the writer thread), policy.c (auto), by_dataset.c (listing and evicting
+ * migrate.c (opening a cache directory), read.c (reads), writer.c (offers
+ * and the writer thread), policy.c (auto), by_dataset.c (listing and evicting
  * by dataset), scrub.c (the scrubber), segment.c (packed versions),
  * datasets.c (dataset names and counters).
  *

@@ -1,13 +1,100 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * store/writer — the writer thread: batches of chunk writes and packed versions,
- * object files created, written and made durable before a chunk becomes
- * visible; control jobs (evictions, purges) run here too. Not here: the offer
- * of a chunk (read.c), the rules that admit and evict (index.c, policy.c),
- * reads. It does its file I/O without s->lock and never calls out with it
- * held.
+ * store/writer — the write entry and the writer thread: a chunk offered to
+ * the cache (sfs_store_write_chunk_hashed: whether it would be taken, policy.c
+ * deciding under auto, then its write queued); batches of chunk writes and
+ * packed versions, object files created, written and made durable before a
+ * chunk becomes visible; control jobs (evictions, purges) run here too. Not
+ * here: the rules that admit and evict (index.c, policy.c), reads (read.c).
+ *
+ * Threading: the write entry runs on any thread and takes s->lock only to
+ * decide and queue. The writer thread does its file I/O without s->lock and
+ * never calls out with it held; write completions run on it.
  */
 #include "store_int.h"
+
+/* --- the write entry: an offer of a chunk, queued for the writer ------------- */
+
+/* Whether write_chunk_hashed refuses: -EAGAIN, -EEXIST, -ENOSPC (pin, auto), or
+ * 0. record: a real offer (auto counts and remembers it; see policy_admit).
+ * Caller holds lock. */
+static int write_refusal(sfs_store *s, sfs_store_obj *o, uint32_t index, uint32_t len, bool record)
+{
+	uint64_t need = o->packed ? packed_bytes(len) : len;
+
+	if (!s->online || o->evicted)
+		return -EAGAIN;
+	if (o->state[index] != SFS_CHUNK_ABSENT)
+		return -EEXIST;
+	if (s->held_bytes + need > s->capacity_bytes)
+		return -ENOSPC; /* held versions alone fill it: served uncached */
+	if (s->conf.policy == SFS_STORE_PIN && used_total(s) + need > s->capacity_bytes)
+		return -ENOSPC;
+	if (s->conf.policy == SFS_STORE_AUTO)
+		return policy_admit(s, o, index, need, len, record);
+	return 0;
+}
+
+/* write_refusal of a real offer, counting what was not admitted. Caller
+ * holds lock. */
+static int write_refused(sfs_store *s, sfs_store_obj *o, uint32_t index, uint32_t len)
+{
+	int rc = write_refusal(s, o, index, len, true);
+
+	if (rc == -ENOSPC)
+		count(&s->stats.not_admitted_bytes, len);
+	return rc;
+}
+
+bool sfs_store_would_take(sfs_store_obj *o, uint32_t index, uint32_t len)
+{
+	sfs_store *s = o->store;
+
+	if (index >= o->n_chunks)
+		return false;
+	pthread_mutex_lock(&s->lock);
+	bool take = write_refusal(s, o, index, len, false) == 0;
+	pthread_mutex_unlock(&s->lock);
+	return take;
+}
+
+int sfs_store_write_chunk_hashed(sfs_store_obj *o, uint32_t index, const void *buf, uint32_t len,
+				 const uint64_t *sub_xxh64, uint64_t known,
+				 void (*done)(void *arg, int err), void *arg)
+{
+	sfs_store *s = o->store;
+	struct write_job *j;
+
+	if (index >= o->n_chunks || len != chunk_len(o, index, s->chunk_shift))
+		return -EINVAL;
+	if (o->packed && packed_present(s, o))
+		return -EEXIST;
+	j = malloc(sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	pthread_mutex_lock(&s->lock);
+	int rc = write_refused(s, o, index, len);
+	if (rc) {
+		pthread_mutex_unlock(&s->lock);
+		free(j);
+		return rc;
+	}
+	o->state[index] = SFS_CHUNK_WRITING;
+	o->refs++;
+	s->queued_bytes += len;
+	*j = (struct write_job){
+	    o, index, len, buf, done, arg, NULL, sub_xxh64, sub_xxh64 ? known : 0};
+	if (s->jobs_tail)
+		s->jobs_tail->next = j;
+	else
+		s->jobs = j;
+	s->jobs_tail = j;
+	s->n_jobs++;
+	if (!s->gathering || gathered(s)) /* see writer_gather */
+		pthread_cond_signal(&s->work);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
 
 /* --- the writer ----------------------------------------------------------- */
 

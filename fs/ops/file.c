@@ -4,7 +4,7 @@
  *
  * Owns: an open's decisions (revalidation and the kernel's page cache,
  * direct_io, passthrough, what prefetch starts) and its reply; a read's
- * reply and its accounting (per job, per dataset, the mount's counters);
+ * reply and its accounting (per job, the mount's counters);
  * a release's. Does not own: the open file's state (open_file.c), the
  * bytes (cache/prefetch), the stats file's opens (ctl.c).
  * Threading: FUSE workers. A READ whose bytes were not at hand (read_call,
@@ -140,18 +140,15 @@ struct read_call {
 	struct sfs_fs *fs;
 	fuse_req_t req;
 	struct sfs_job_read jr;
-	uint32_t dataset; /* the file's (cache/store/store.h), for its read counters */
 };
 
-/* Account a read's outcome (per job, per dataset) and reply with its bytes
- * or its error. */
-static void read_reply(struct sfs_fs *fs, fuse_req_t req, const struct sfs_job_read *jr,
-		       uint32_t dataset, ssize_t n, const struct sfs_pf_view *v)
+/* Account a read's outcome to its job and reply with its bytes or its
+ * error (the dataset's counters are kept where the bytes are found:
+ * prefetch and the store). */
+static void read_reply(struct sfs_fs *fs, fuse_req_t req, const struct sfs_job_read *jr, ssize_t n,
+		       const struct sfs_pf_view *v)
 {
 	sfs_jobs_read_end(fs->jobs, jr, n, v->cache_bytes);
-	if (fs->store && n > 0)
-		sfs_store_dataset_read(fs->store, dataset, v->cache_bytes,
-				       (uint64_t)n - v->cache_bytes);
 	if (n < 0) {
 		__atomic_fetch_add(&fs->read_errors, 1, __ATOMIC_RELAXED);
 		reply_err(req, (int)n);
@@ -173,7 +170,7 @@ static void read_done(void *arg, ssize_t n, const struct sfs_pf_view *v)
 {
 	struct read_call *c = arg;
 
-	read_reply(c->fs, c->req, &c->jr, c->dataset, n, v);
+	read_reply(c->fs, c->req, &c->jr, n, v);
 }
 
 void sfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
@@ -197,12 +194,11 @@ void sfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct 
 		__atomic_fetch_add(&of->direct_reads, 1, __ATOMIC_RELAXED);
 		__atomic_fetch_add(&of->direct_read_bytes, size, __ATOMIC_RELAXED);
 	}
-	uint32_t ds = __atomic_load_n(&i->dataset, __ATOMIC_RELAXED);
-	struct read_call c = {fs, req, sfs_fs_job_begin(fs, req), ds};
+	struct read_call c = {fs, req, sfs_fs_job_begin(fs, req)};
 	ssize_t n = sfs_pf_read_async(pf, (uint64_t)off, size, &v, read_done, &c, sizeof(c));
 	if (n == -EINPROGRESS)
 		return; /* read_done replies */
-	read_reply(fs, req, &c.jr, ds, n, &v);
+	read_reply(fs, req, &c.jr, n, &v);
 	sfs_pf_view_release(pf, &v);
 }
 

@@ -502,10 +502,11 @@ static void cache_ioctl(fuse_req_t req, struct sfs_fs *fs, unsigned int cmd, con
 	free(buf);
 }
 
-/* SHARDFS_IOC_STAGE on of, accounted to req's job and to the inode's
- * dataset. Returns 0 or -errno. FUSE worker, takes of->lock. */
-static int stage_call(fuse_req_t req, struct sfs_fs *fs, struct sfs_inode *i,
-		      struct sfs_open_file *of, struct shardfs_stage *s)
+/* SHARDFS_IOC_STAGE on of, accounted to req's job (its dataset's counters
+ * are kept where the bytes are found: prefetch and the store). Returns 0
+ * or -errno. FUSE worker, takes of->lock. */
+static int stage_call(fuse_req_t req, struct sfs_fs *fs, struct sfs_open_file *of,
+		      struct shardfs_stage *s)
 {
 	uint64_t cache_bytes = 0;
 	struct sfs_job_read jr = sfs_fs_job_begin(fs, req);
@@ -516,9 +517,6 @@ static int stage_call(fuse_req_t req, struct sfs_fs *fs, struct sfs_inode *i,
 	sfs_blocking_end();
 	pthread_mutex_unlock(&of->lock);
 	sfs_jobs_read_end(fs->jobs, &jr, rc < 0 ? rc : (ssize_t)s->bytes_placed, cache_bytes);
-	if (fs->store && rc == 0 && s->bytes_placed >= cache_bytes)
-		sfs_store_dataset_read(fs->store, __atomic_load_n(&i->dataset, __ATOMIC_RELAXED),
-				       cache_bytes, s->bytes_placed - cache_bytes);
 	return rc;
 }
 
@@ -575,7 +573,7 @@ static int file_ioctl(fuse_req_t req, struct sfs_fs *fs, struct sfs_inode *i,
 		return rc;
 	case SHARDFS_IOC_STAGE:
 		if (!(rc = take_in(&buf->s, sizeof(buf->s), in_buf, in_bufsz, out_bufsz, true)))
-			rc = stage_call(req, fs, i, of, &buf->s);
+			rc = stage_call(req, fs, of, &buf->s);
 		*out_len = sizeof(buf->s);
 		return rc;
 	case SHARDFS_IOC_UNREGISTER:

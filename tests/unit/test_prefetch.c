@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define MiB (1ull << 20)
@@ -1789,6 +1791,151 @@ static void test_warm_background(void)
 	store_teardown(store, dir);
 }
 
+/* --- per-dataset read counters, kept where the bytes are found ------------- */
+
+/* The hit and miss bytes the store counted for dataset id. */
+static void dataset_counts(sfs_store *store, uint32_t id, uint64_t *hit, uint64_t *miss)
+{
+	struct sfs_store_dataset *l;
+	size_t n;
+
+	*hit = *miss = UINT64_MAX;
+	if (sfs_store_list(store, &l, &n))
+		return;
+	for (size_t i = 0; i < n; i++)
+		if (l[i].id == id) {
+			*hit = l[i].hit_bytes;
+			*miss = l[i].miss_bytes;
+		}
+	free(l);
+}
+
+/* An open of file `seed` (size bytes) as a version of dataset ds. */
+static struct tfile topen_ds(uint32_t seed, uint64_t size, uint32_t ds)
+{
+	struct tfile t = {.seed = seed, .size = size, .server_size = size};
+	struct sfs_file_version v = {.fsid = 1, .fileid = seed, .size = size, .dataset = ds};
+	struct sfs_fh fh;
+
+	fake_fh(&fh, seed, size);
+	if (sfs_pf_file_open_version(pf, &fh, &v, &t.f)) {
+		printf("Bail out! sfs_pf_file_open_version\n");
+		exit(1);
+	}
+	sfs_pf_file_opened(t.f);
+	return t;
+}
+
+static void tclose(struct tfile *t)
+{
+	sfs_pf_file_drop_idle(t->f);
+	sfs_pf_file_unref(t->f);
+	fake_origin_drain(org);
+}
+
+/*
+ * A reader's bytes count for its dataset as prefetch or the store find
+ * them, each read once: a cold sequential pass (the chunk path, from the
+ * origin: misses), the same pass again (chunks loaded from the store:
+ * hits), and a record read by the direct path (the store counts it).
+ */
+static void test_dataset_reads(void)
+{
+	char dir[] = "/tmp/test_prefetch.XXXXXX", why[256] = "";
+	const uint64_t size = 3 * MiB + 5000;
+	sfs_store *store = store_setup(dir, 64 * MiB);
+	uint32_t ds = sfs_store_dataset(store, "/ifs/ds");
+	uint64_t hit, miss;
+	int bad = 0;
+
+	struct tfile t = topen_ds(31, size, ds);
+	for (uint64_t off = 0; off < size; off += 256 * KiB)
+		bad += read_check(&t, off, 256 * KiB, NULL, why, sizeof(why)) != 0;
+	dataset_counts(store, ds, &hit, &miss);
+	ok(bad == 0 && miss == size && hit == 0,
+	   "dataset reads: a cold pass counts its bytes as misses (%llu, hits %llu) %s",
+	   (unsigned long long)miss, (unsigned long long)hit, why);
+	ok(wait_cached(&t), "dataset reads: the file reaches the store");
+	tclose(&t);
+
+	t = topen_ds(31, size, ds);
+	for (uint64_t off = 0; off < size; off += 256 * KiB)
+		bad += read_check(&t, off, 256 * KiB, NULL, why, sizeof(why)) != 0;
+	dataset_counts(store, ds, &hit, &miss);
+	ok(bad == 0 && hit == size && miss == size,
+	   "dataset reads: a warm pass through chunks counts hits (%llu, misses %llu) %s",
+	   (unsigned long long)hit, (unsigned long long)miss, why);
+	tclose(&t);
+
+	t = topen_ds(31, size, ds);
+	uint64_t direct = pstats().direct_reads;
+	bad += read_check(&t, 2 * MiB + 100, 100 * KiB, NULL, why, sizeof(why)) != 0;
+	dataset_counts(store, ds, &hit, &miss);
+	ok(bad == 0 && pstats().direct_reads == direct + 1 && hit == size + 100 * KiB &&
+	       miss == size,
+	   "dataset reads: a record by the direct path counts as hits, once (%llu) %s",
+	   (unsigned long long)hit, why);
+	tclose(&t);
+
+	/* A cold record answered by the thread that lands its chunk (a waiter). */
+	struct async_out o = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+	o.t = topen_ds(32, 3 * MiB, ds);
+	ssize_t rc = async_read(&o, MiB + 100, 100 * KiB);
+	async_wait(&o, 1);
+	dataset_counts(store, ds, &hit, &miss);
+	ok(rc == -EINPROGRESS && o.n == 100 * KiB && !o.bad && miss == size + 100 * KiB &&
+	       hit == size + 100 * KiB,
+	   "dataset reads: a record answered from the I/O thread counts as a miss, once (rc %zd, "
+	   "misses %llu)",
+	   rc, (unsigned long long)miss);
+	tclose(&o.t);
+	store_teardown(store, dir);
+}
+
+/* --- the invariants are asserts, and they are compiled in ------------------ */
+
+/* In a child: a view released twice through a copy taken before the first
+ * release unpins its chunk a second time, which chunk_unpin must refuse
+ * (abort) rather than let the pin count wrap. */
+static void unpin_twice_child(void)
+{
+	setup(MiB, 0, 2, 4 * MiB, 1);
+	struct tfile t = topen(23, 8 * MiB, 8 * MiB);
+	struct sfs_pf_view v = {0};
+
+	/* From offset 0 (a sequential reader's first read): the chunk path,
+	 * and a range that does not end the chunk, so the chunk stays. */
+	if (sfs_pf_read(t.f, 1000, 64 * KiB, &v) != 64 * KiB || v.n_pins != 1)
+		_exit(2);
+	struct sfs_pf_view copy = v;
+	sfs_pf_view_release(t.f, &v);
+	sfs_pf_view_release(t.f, &copy); /* the pin is gone: must abort */
+	_exit(0);
+}
+
+static void test_invariants(void)
+{
+#ifdef NDEBUG
+	ok(0, "invariants: prefetch's asserts are compiled out (NDEBUG: keep meson's b_ndebug "
+	      "false)");
+#else
+	ok(1, "invariants: prefetch's asserts are compiled in (no NDEBUG)");
+#endif
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		if (!freopen("/dev/null", "w", stderr))
+			_exit(3);
+		unpin_twice_child();
+	}
+	int status = 0;
+	waitpid(pid, &status, 0);
+	ok(pid > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
+	   "invariants: a pin dropped twice aborts (child %s %d)",
+	   WIFSIGNALED(status) ? "signal" : "exit",
+	   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
 static const struct tap_test tests[] = {
     {"exact_1m", test_exact_1m},
     {"exact_256k", test_exact_256k},
@@ -1816,6 +1963,8 @@ static const struct tap_test tests[] = {
     {"place_100000", test_place_100000},
     {"hinted", test_hinted},
     {"warm_background", test_warm_background},
+    {"dataset_reads", test_dataset_reads},
+    {"invariants", test_invariants},
 };
 
 /* With no arguments, runs every test; otherwise only the named ones. */

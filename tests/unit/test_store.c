@@ -2247,6 +2247,30 @@ static bool ds_all(sfs_store *s, uint32_t ds, uint64_t fileid0, int n_big, int n
 	return good;
 }
 
+/* Reads 5000 bytes of version fileid (big, per-file) and of fileid + 1
+ * (packed) of dataset ds through read_range, after a read_chunk of the
+ * first. Returns the bytes the range reads returned. */
+static uint64_t ds_range_reads(sfs_store *s, uint32_t ds, uint64_t fileid)
+{
+	void *buf = aligned_alloc(4096, SFS_STORE_RANGE_BUF_BYTES);
+	uint64_t got = 0;
+	const char *data;
+	long bad;
+
+	for (int k = 0; k < 2; k++) {
+		struct sfs_file_version v = ds_version(fileid + (uint64_t)k, k == 0, ds);
+		sfs_store_obj *o = sfs_store_obj_get(s, &v);
+		if (k == 0)
+			read_check(o, (uint32_t)v.fileid, v.size, 0, &bad);
+		ssize_t n =
+		    sfs_store_read_range(o, 1000, 5000, buf, SFS_STORE_RANGE_BUF_BYTES, &data);
+		got += n > 0 ? (uint64_t)n : 0;
+		sfs_store_obj_put(o);
+	}
+	free(buf);
+	return got;
+}
+
 static void test_datasets(void)
 {
 	diag("datasets: list, evict one under a holder, restart, purge");
@@ -2272,6 +2296,16 @@ static void test_datasets(void)
 	   (unsigned long long)bytes_a, (unsigned long long)bytes_b);
 	ok(ea.hit_bytes == 3000 && ea.miss_bytes == 1000 && ea.last_use_s > 0,
 	   "read counters and last use");
+	/* A range read is a reader's: its bytes count for the version's
+	 * dataset, where the store finds them (a packed version and a
+	 * per-file one); a chunk read (a load, maybe ahead of any reader)
+	 * does not. */
+	uint64_t ranged = ds_range_reads(s, b, 200);
+	eb = ds_entry(s, "/ifs/b");
+	ok(ranged == 2 * 5000 && eb.hit_bytes == ranged && eb.miss_bytes == 0 &&
+	       ds_entry(s, "/ifs/a").hit_bytes == 3000,
+	   "range reads count their bytes as b's hits (%llu of %llu), chunk reads do not",
+	   (unsigned long long)eb.hit_bytes, (unsigned long long)ranged);
 
 	/* A holder of a's first big version, across the eviction. */
 	struct sfs_file_version hv = ds_version(100, true, a);

@@ -1,24 +1,28 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * prefetch/direct — reads (sfs_pf_read, sfs_pf_read_async, sfs_pf_read_into,
- * sfs_pf_view_release), the preload at open and the last close
- * (sfs_pf_file_drop_idle). Each read is planned here (sequential or not) and
- * takes one of two paths: the direct path for small files and random
- * readers, no chunk (the store's 16 KiB sub-blocks that the read touches,
- * read and checked into a scratch buffer, or, without a store, the bytes
- * asked for fetched from the origin, answered on the I/O thread); or the
- * chunk path (its chunks claimed, the readahead window started, then a
- * wait, or a waiter answered by whichever thread lands the bytes).
- * Not here: making, fetching and storing chunks (chunks.c).
+ * prefetch/read — the read plan and the views. Each read (sfs_pf_read,
+ * sfs_pf_read_async, sfs_pf_read_into) is planned once (plan_read: the
+ * sequential detector, then where its bytes come from) and takes one of
+ * three ways: the direct path (the store's 16 KiB sub-blocks that the read
+ * touches, read and checked into a scratch buffer, or the preload started
+ * at open); the direct fetch (without a store, or while the writes waiting
+ * hold the budget: just the bytes asked for from the origin, answered on
+ * the I/O thread when the caller takes answers there); or the chunk path
+ * (its chunks claimed and pinned, readahead started, then a wait, or a
+ * waiter answered by whichever thread lands the bytes, and the view filled
+ * from the chunks). Views are released here (sfs_pf_view_release).
+ * Not here: making, loading and freeing chunks, and answering waiters
+ * (chunks.c); readahead and the shard pump (readahead.c); scratch and
+ * buffers (buffers.c).
  *
  * Threading: reads run on the caller's thread and may block (an async one
- * that returns -EINPROGRESS does not); waiters are answered on origin I/O
- * threads, loader threads or the thread that loaded their chunk.
- * prefetch_int.h has the lock order.
+ * that returns -EINPROGRESS does not); a direct fetch answered from the I/O
+ * thread completes there (fetch_part_done). fill_view runs with f->lock
+ * held. prefetch_int.h has the lock order.
  */
 #include "prefetch_int.h"
 
-/* --- the direct path: cached bytes for small files and random readers ---- */
+/* --- the plan ---------------------------------------------------------------- */
 
 /*
  * Whether the reader of f reads sequentially: this read starts within two
@@ -41,6 +45,78 @@ static bool track_sequential(struct sfs_pf_file *f, uint64_t c0, uint64_t c1)
 	f->next_seq = c1 + 1;
 	return (c0 == 0 || f->seq_run >= 2) && f->rand_score < SEQ_MAX_RAND_SCORE;
 }
+
+/* Which path a read takes (see sfs_pf_read_async). */
+struct read_plan {
+	bool seq;	  /* the reader goes in order (track_sequential) */
+	bool direct;	  /* from the store, verified, no chunk */
+	bool fetch;	  /* from the origin into a scratch buffer, no chunk */
+	bool fetch_async; /* from the origin, answered from the I/O thread */
+	sfs_store_obj *obj;
+	struct sfs_seg_aio *pre; /* direct: the preload it takes over, or NULL */
+	void *pre_buf;
+};
+
+/* Classify a read of [off, end): track_sequential runs once per read. A
+ * fetch_async plan holds a reference on f for fetch_start. */
+static struct read_plan plan_read(struct sfs_pf_file *f, uint64_t off, uint64_t end, bool async)
+{
+	uint64_t c0 = off >> SFS_CHUNK_SHIFT, c1 = (end - 1) >> SFS_CHUNK_SHIFT;
+	struct read_plan p;
+
+	pthread_mutex_lock(&f->lock);
+	p.seq = track_sequential(f, c0, c1);
+	/* f->obj is dropped only when the last open ends; a reader holds one. */
+	p.obj = f->obj;
+	/* Up to a chunk, none of it in memory: the chunk path gains nothing. */
+	bool off_chunks =
+	    end - off <= SFS_CHUNK_BYTES && !chunk_find(f, c0) && (c1 == c0 || !chunk_find(f, c1));
+	bool small = f->size <= SFS_CHUNK_BYTES;
+	p.direct = p.obj && off_chunks && (small || !p.seq);
+	/* With a store, a random reader's chunk that the store lacks is
+	 * fetched whole so that the store gets it; but while the writes
+	 * waiting hold the budget it would be dropped uncached (write_admitted)
+	 * and its other ~9 records fetched whole again later: then the reader's
+	 * own bytes only, as without a store. */
+	bool uncachable = p.obj && off_chunks && !p.seq && !small &&
+			  write_behind_full(f->pf, SFS_CHUNK_BYTES) &&
+			  store_state(f, c0) == SFS_CHUNK_ABSENT &&
+			  (c1 == c0 || store_state(f, c1) == SFS_CHUNK_ABSENT);
+	/* Without a store: a random reader's own bytes only. Waiting for them
+	 * on this thread, a file of one chunk or less is read whole by the
+	 * chunk path; answered from the I/O thread, it is fetched as asked. */
+	p.fetch = (!p.obj && off_chunks && !p.seq && !small) || uncachable;
+	p.fetch_async = async && off_chunks && ((!p.obj && (!p.seq || small)) || uncachable);
+	if (p.fetch_async)
+		file_get_locked(f);
+	p.pre = NULL;
+	p.pre_buf = NULL;
+	if (p.direct && f->pre_aio) { /* this read takes the preload over */
+		p.pre = f->pre_aio;
+		p.pre_buf = f->pre_buf;
+		f->pre_aio = NULL;
+		f->pre_buf = NULL;
+	}
+	pthread_mutex_unlock(&f->lock);
+	return p;
+}
+
+/* What a reader got, counted for its dataset (store.h:
+ * sfs_store_dataset_read) where prefetch found the bytes: n bytes served
+ * (nothing for n <= 0), cache_bytes of them from chunks loaded from the
+ * store, the rest fetched from the origin. Only with a store. The direct
+ * path's bytes are counted by the store itself, which finds them
+ * (sfs_store_read_range). No lock held; any thread. */
+void read_account(struct sfs_pf_file *f, ssize_t n, size_t cache_bytes)
+{
+	sfs_store *s = f->pf->conf.store;
+
+	if (s && n > 0)
+		sfs_store_dataset_read(s, f->version.dataset, cache_bytes,
+				       (uint64_t)n - cache_bytes);
+}
+
+/* --- the direct path: cached bytes for small files and random readers -------- */
 
 /*
  * Serve [off, end) straight from the store, verified by this read: only the
@@ -84,6 +160,35 @@ static ssize_t direct_read(struct sfs_pf_file *f, sfs_store_obj *obj, uint64_t o
 	return n;
 }
 
+void sfs_pf_file_preload(sfs_pf_file *f)
+{
+	pthread_mutex_lock(&f->lock);
+	sfs_store_obj *obj = f->obj; /* kept while the caller's open lasts */
+	bool go = obj && f->size && f->size <= SFS_CHUNK_BYTES && !f->pre_aio && !f->pre_busy &&
+		  !f->n_chunks;
+	f->pre_busy = go;
+	pthread_mutex_unlock(&f->lock);
+	if (!go)
+		return;
+	size_t need = sfs_store_range_bytes(obj, 0, (size_t)f->size);
+	void *buf = need <= SCRATCH_BYTES ? scratch_take(need) : NULL;
+	struct sfs_seg_aio *a = NULL;
+	if (buf && sfs_store_read_start(obj, buf, need, &a) < 0) {
+		scratch_give(buf);
+		buf = NULL;
+		a = NULL;
+	}
+	pthread_mutex_lock(&f->lock);
+	f->pre_busy = false;
+	f->pre_aio = a;
+	f->pre_buf = buf;
+	pthread_mutex_unlock(&f->lock);
+	if (a)
+		count(&f->pf->stats.preloads, 1);
+}
+
+/* --- the direct fetch: the bytes asked for, from the origin ------------------ */
+
 #define DIRECT_FETCH_REQS 4
 
 /* The outcome of a direct fetch's n READs of [a0, ...) into buf, for the
@@ -119,17 +224,10 @@ static ssize_t fetch_result(struct sfs_pf_file *f, const struct sfs_origin_req *
 	v->n_iov = 1;
 	v->bytes = (size_t)(to - off);
 	count(&pf->stats.direct_fetches, 1);
+	read_account(f, (ssize_t)v->bytes, 0);
 	return (ssize_t)v->bytes;
 }
 
-/*
- * Without a store, a reader that jumps around gets exactly what it asked
- * for straight from the origin into a scratch buffer: a 1 MiB chunk per
- * record would fetch ~9x the bytes of 110 KB records and nothing would keep
- * the rest. Returns the bytes served, 0 at end of file, -errno (-ESTALE: the
- * file changed since open), or -1 when the chunk path must take it (no
- * scratch, a tiny rsize).
- */
 /* What a direct fetch of [off, end) asks for: those bytes, up to the file's
  * end, in n READs of max_read. Not rounded out to pages: nothing else reads
  * them (no store, or one that would refuse them), and the origin would
@@ -152,6 +250,14 @@ static bool fetch_span(const struct sfs_pf_file *f, uint64_t off, uint64_t end,
 	return sp->n <= DIRECT_FETCH_REQS && sp->a1 - sp->a0 <= SFS_STORE_RANGE_BUF_BYTES;
 }
 
+/*
+ * Without a store, a reader that jumps around gets exactly what it asked
+ * for straight from the origin into a scratch buffer: a whole chunk per
+ * record would fetch many times the record's bytes, and nothing would keep
+ * the rest. Returns the bytes served, 0 at end of file, -errno (-ESTALE: the
+ * file changed since open), or -1 when the chunk path must take it (no
+ * scratch, a tiny rsize).
+ */
 static ssize_t direct_fetch(struct sfs_pf_file *f, uint64_t off, uint64_t end,
 			    struct sfs_pf_view *v)
 {
@@ -175,8 +281,6 @@ static ssize_t direct_fetch(struct sfs_pf_file *f, uint64_t off, uint64_t end,
 		scratch_give(buf);
 	return n;
 }
-
-/* --- the direct fetch, answered from the I/O thread ------------------------ */
 
 /* A direct fetch in flight for sfs_pf_read_async: its READs, its buffer (a
  * sized buffer of the budget, counted in buffer_bytes) and the caller's
@@ -247,6 +351,8 @@ static bool fetch_start(struct sfs_pf_file *f, uint64_t off, uint64_t end, sfs_p
 	return true;
 }
 
+/* --- the chunk path ---------------------------------------------------------- */
+
 /* Wait on f->cond (a chunk landed, a pin was dropped), saying so
  * (blocking.h). Caller holds f->lock. */
 static void pf_wait(struct sfs_pf_file *f)
@@ -293,61 +399,11 @@ static int claim_chunks(struct sfs_pf_file *f, uint64_t off, uint64_t end, bool 
 			/* Out of memory or room: wait for a pin or fetch to end. */
 			pf_wait(f);
 		}
-		c->refs++;
+		chunk_pin(c);
 		c->used = true;
 		want[n_want++] = c;
 	}
 	return n_want;
-}
-
-/*
- * Step 2: the readahead window after c1 for a sequential reader: chunks the
- * store lacks are fetched (started[]), cached ones loaded by the loader
- * threads (ahead_loads[]). Caller holds f->lock.
- */
-static void start_readahead(struct sfs_pf_file *f, uint64_t c0, uint64_t c1,
-			    struct pf_chunk **started, size_t *n_started,
-			    struct pf_chunk **ahead_loads, size_t *n_ahead_loads)
-{
-	uint64_t last = (f->size - 1) >> SFS_CHUNK_SHIFT;
-
-	for (uint64_t ci = c1 + 1; ci <= c1 + f->pf->conf.window_chunks && ci <= last; ci++) {
-		if (chunk_find(f, ci))
-			continue;
-		enum sfs_chunk_state st = store_state(f, ci);
-		bool cached = st == SFS_CHUNK_PRESENT || st == SFS_CHUNK_VERIFIED;
-		if (st == SFS_CHUNK_WRITING || (cached && *n_ahead_loads == SFS_PF_MAX_WINDOW))
-			continue;
-		struct pf_chunk *c = chunk_start(f, ci, c0, false, cached, 0, 0);
-		if (!c)
-			break;
-		if (cached)
-			ahead_loads[(*n_ahead_loads)++] = c; /* read ahead from the cache too */
-		else
-			started[(*n_started)++] = c;
-	}
-}
-
-/*
- * Whether a reader of [off, end) may use chunk c now: it is READY or FAILED,
- * or still FETCHING without an error and every part that overlaps the range
- * has landed (a split fetch, chunk_start). A chunk with a failed part is
- * waited for until it is FAILED, so that the reader's -EIO drops it and its
- * retry starts a new fetch (never a second -EIO from the same fetch).
- * Caller holds f->lock.
- */
-static bool chunk_range_ready(const struct pf_chunk *c, uint64_t off, uint64_t end)
-{
-	if (c->state == CHUNK_READY || c->state == CHUNK_FAILED)
-		return true;
-	if (c->state == CHUNK_LOADING || c->err)
-		return false;
-	for (unsigned p = 0; p < c->n_parts; p++) {
-		const struct sfs_origin_req *r = &c->parts[p];
-		if (r->offset < end && r->offset + r->count > off && !(c->parts_done & (1ull << p)))
-			return false;
-	}
-	return true;
 }
 
 /*
@@ -361,9 +417,11 @@ ssize_t fill_view(struct sfs_pf_file *f, uint64_t off, uint64_t end, struct pf_c
 {
 	ssize_t ret = 0;
 
-	for (int i = 0; i < n_want; i++)
+	for (int i = 0; i < n_want; i++) {
+		assert(want[i]->refs > 0); /* pinned: claim_chunks, or a waiter */
 		while (!chunk_range_ready(want[i], off, end))
 			pf_wait(f);
+	}
 	for (int i = 0; i < n_want; i++) {
 		struct pf_chunk *c = want[i];
 		uint64_t cstart = c->index << SFS_CHUNK_SHIFT;
@@ -397,7 +455,7 @@ ssize_t fill_view(struct sfs_pf_file *f, uint64_t off, uint64_t end, struct pf_c
 		v->pins[v->n_pins++] = want[i];
 	if (ret < 0) {
 		for (int i = 0; i < v->n_pins; i++)
-			((struct pf_chunk *)v->pins[i])->refs--;
+			chunk_unpin(v->pins[i]);
 		v->n_pins = 0;
 		v->n_iov = 0;
 		v->bytes = 0;
@@ -409,60 +467,6 @@ ssize_t fill_view(struct sfs_pf_file *f, uint64_t off, uint64_t end, struct pf_c
 		pthread_cond_broadcast(&f->cond);
 	}
 	return ret < 0 ? ret : (ssize_t)v->bytes;
-}
-
-/* Waiters of chunk c whose range is ready, unlinked. Caller holds f->lock. */
-struct pf_waiter *waiters_ready(struct sfs_pf_file *f, struct pf_chunk *c)
-{
-	struct pf_waiter *ready = NULL, **p = &f->waiters;
-
-	while (*p) {
-		struct pf_waiter *w = *p;
-		if (w->c == c && chunk_range_ready(c, w->off, w->end)) {
-			*p = w->next;
-			w->next = ready;
-			ready = w;
-		} else {
-			p = &w->next;
-		}
-	}
-	return ready;
-}
-
-/* Answer waiters whose range is ready (from waiters_ready), without the
- * lock held: each reply goes out from this thread. */
-void waiters_answer(struct sfs_pf_file *f, struct pf_waiter *ready)
-{
-	while (ready) {
-		struct pf_waiter *w = ready;
-		struct sfs_pf_view v = {0};
-		ready = w->next;
-		pthread_mutex_lock(&f->lock);
-		ssize_t n = fill_view(f, w->off, w->end, &w->c, 1, &v); /* ready: no wait */
-		f->refs += v.n_pins ? 1 : 0; /* the view's reference, as in chunk_read */
-		pthread_mutex_unlock(&f->lock);
-		w->answer.done(w->answer.arg, n, &v);
-		sfs_pf_view_release(f, &v);
-		free(w);
-		sfs_pf_file_unref(f); /* the waiter's reference */
-	}
-}
-
-/* Register an answer of [off, end) in chunk c (pinned by claim_chunks) for
- * when its bytes land. Caller holds f->lock and has checked that they have
- * not. Returns false (nothing registered) without memory. */
-static bool waiter_add(struct sfs_pf_file *f, struct pf_chunk *c, uint64_t off, uint64_t end,
-		       sfs_pf_read_done done, const void *arg, size_t arg_len)
-{
-	struct pf_waiter *w = malloc(sizeof(*w));
-
-	if (!w)
-		return false;
-	*w = (struct pf_waiter){.next = f->waiters, .c = c, .off = off, .end = end};
-	answer_set(&w->answer, done, arg, arg_len);
-	f->waiters = w;
-	f->refs++;
-	return true;
 }
 
 /* The chunk path of a read: claim the chunks, start readahead, load or
@@ -493,7 +497,7 @@ static ssize_t chunk_read(struct sfs_pf_file *f, uint64_t off, uint64_t end, boo
 	 * and the kernel may then close the file and drop its last open before
 	 * this thread is done with f below: hold f until then. */
 	if (waiting)
-		f->refs++;
+		file_get_locked(f);
 	pthread_mutex_unlock(&f->lock);
 	submit_chunks(f, started, n_started);
 	loader_queue(f->pf, ahead_loads, n_ahead_loads);
@@ -509,65 +513,13 @@ static ssize_t chunk_read(struct sfs_pf_file *f, uint64_t off, uint64_t end, boo
 	/* A view holds its file: the kernel may see the reply and close the
 	 * file (and the last open may drop f) before the view is released. */
 	if (v->n_pins)
-		f->refs++;
+		file_get_locked(f);
 	pthread_mutex_unlock(&f->lock);
+	read_account(f, ret, v->cache_bytes);
 	return ret;
 }
 
-/* Which path a read takes (see sfs_pf_read_async). */
-struct read_plan {
-	bool seq;	  /* the reader goes in order (track_sequential) */
-	bool direct;	  /* from the store, verified, no chunk */
-	bool fetch;	  /* from the origin into a scratch buffer, no chunk */
-	bool fetch_async; /* from the origin, answered from the I/O thread */
-	sfs_store_obj *obj;
-	struct sfs_seg_aio *pre; /* direct: the preload it takes over, or NULL */
-	void *pre_buf;
-};
-
-/* Classify a read of [off, end): track_sequential runs once per read. A
- * fetch_async plan holds a reference on f for fetch_start. */
-static struct read_plan plan_read(struct sfs_pf_file *f, uint64_t off, uint64_t end, bool async)
-{
-	uint64_t c0 = off >> SFS_CHUNK_SHIFT, c1 = (end - 1) >> SFS_CHUNK_SHIFT;
-	struct read_plan p;
-
-	pthread_mutex_lock(&f->lock);
-	p.seq = track_sequential(f, c0, c1);
-	/* f->obj is dropped only when the last open ends; a reader holds one. */
-	p.obj = f->obj;
-	/* Up to a chunk, none of it in memory: the chunk path gains nothing. */
-	bool off_chunks =
-	    end - off <= SFS_CHUNK_BYTES && !chunk_find(f, c0) && (c1 == c0 || !chunk_find(f, c1));
-	bool small = f->size <= SFS_CHUNK_BYTES;
-	p.direct = p.obj && off_chunks && (small || !p.seq);
-	/* With a store, a random reader's chunk that the store lacks is
-	 * fetched whole so that the store gets it; but while the writes
-	 * waiting hold the budget it would be dropped uncached (write_admitted)
-	 * and its other ~9 records fetched whole again later: then the reader's
-	 * own bytes only, as without a store. */
-	bool uncachable = p.obj && off_chunks && !p.seq && !small &&
-			  write_behind_full(f->pf, SFS_CHUNK_BYTES) &&
-			  store_state(f, c0) == SFS_CHUNK_ABSENT &&
-			  (c1 == c0 || store_state(f, c1) == SFS_CHUNK_ABSENT);
-	/* Without a store: a random reader's own bytes only. Waiting for them
-	 * on this thread, a file of one chunk or less is read whole by the
-	 * chunk path; answered from the I/O thread, it is fetched as asked. */
-	p.fetch = (!p.obj && off_chunks && !p.seq && !small) || uncachable;
-	p.fetch_async = async && off_chunks && ((!p.obj && (!p.seq || small)) || uncachable);
-	if (p.fetch_async)
-		f->refs++;
-	p.pre = NULL;
-	p.pre_buf = NULL;
-	if (p.direct && f->pre_aio) { /* this read takes the preload over */
-		p.pre = f->pre_aio;
-		p.pre_buf = f->pre_buf;
-		f->pre_aio = NULL;
-		f->pre_buf = NULL;
-	}
-	pthread_mutex_unlock(&f->lock);
-	return p;
-}
+/* --- the entry points and views ---------------------------------------------- */
 
 /*
  * Where a read's bytes come from: a file of one chunk or less (read whole,
@@ -684,7 +636,7 @@ void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v)
 	pthread_mutex_lock(&f->lock);
 	for (int i = 0; i < v->n_pins; i++) {
 		struct pf_chunk *c = v->pins[i];
-		c->refs--;
+		chunk_unpin(c);
 		/* A sequential reader (and the kernel's page cache) will not ask
 		 * for a chunk read to its end again: free it now, not at eviction,
 		 * so finished chunks never hold the memory budget. */
@@ -693,72 +645,8 @@ void sfs_pf_view_release(sfs_pf_file *f, struct sfs_pf_view *v)
 	}
 	v->n_pins = 0;
 	pthread_cond_broadcast(&f->cond);
-	bool last = --f->refs == 0; /* the view's reference */
+	bool last = file_put_locked(f); /* the view's reference */
 	pthread_mutex_unlock(&f->lock);
 	if (last)
 		file_free(f);
-}
-
-void sfs_pf_file_preload(sfs_pf_file *f)
-{
-	pthread_mutex_lock(&f->lock);
-	sfs_store_obj *obj = f->obj; /* kept while the caller's open lasts */
-	bool go = obj && f->size && f->size <= SFS_CHUNK_BYTES && !f->pre_aio && !f->pre_busy &&
-		  !f->n_chunks;
-	f->pre_busy = go;
-	pthread_mutex_unlock(&f->lock);
-	if (!go)
-		return;
-	size_t need = sfs_store_range_bytes(obj, 0, (size_t)f->size);
-	void *buf = need <= SCRATCH_BYTES ? scratch_take(need) : NULL;
-	struct sfs_seg_aio *a = NULL;
-	if (buf && sfs_store_read_start(obj, buf, need, &a) < 0) {
-		scratch_give(buf);
-		buf = NULL;
-		a = NULL;
-	}
-	pthread_mutex_lock(&f->lock);
-	f->pre_busy = false;
-	f->pre_aio = a;
-	f->pre_buf = buf;
-	pthread_mutex_unlock(&f->lock);
-	if (a)
-		count(&f->pf->stats.preloads, 1);
-}
-
-void sfs_pf_file_drop_idle(sfs_pf_file *f)
-{
-	struct sfs_seg_aio *pre = NULL;
-	void *pre_buf = NULL;
-
-	pthread_mutex_lock(&f->lock);
-	if (f->openers)
-		f->openers--;
-	sfs_store_obj *put = NULL;
-	if (f->openers == 0) {
-		pre = f->pre_aio; /* opened and never read: wait for it, drop it */
-		pre_buf = f->pre_buf;
-		f->pre_aio = NULL;
-		f->pre_buf = NULL;
-		f->shard = false; /* a file closed early does not keep the pool busy */
-		/* A closed file must not keep its cache object from eviction
-		 * (the inode keeps f until the kernel forgets it). Store writes
-		 * in flight hold their own reference. */
-		put = f->obj;
-		f->obj = NULL;
-	}
-	for (size_t i = 0; i < f->n_chunks;)
-		if (!chunk_busy(f->chunks[i]))
-			chunk_free(f, i);
-		else
-			i++;
-	pthread_mutex_unlock(&f->lock);
-	if (pre) {
-		const char *data;
-		sfs_store_read_finish(put, pre, 0, 0, &data);
-		scratch_give(pre_buf);
-		count(&f->pf->stats.preload_unread, 1);
-	}
-	if (put)
-		sfs_store_obj_put(put);
 }
