@@ -10,7 +10,7 @@
  * SFS_HTAB_DEFINE(name, node_t, link, hash, max_load) declares struct name
  * and, for nodes of type node_t chained through their field `link` (a
  * node_t *), the static functions name_init, name_fini, name_head,
- * name_insert, name_unlink, name_remove and name_grow. hash is a function
+ * name_insert, name_insert_at, name_unlink, name_remove and name_grow. hash is a function
  * uint64_t hash(const node_t *) whose low bits pick a node's bucket (the
  * same node must always give the same value); max_load is how many nodes
  * per bucket, on average, the table holds before it doubles.
@@ -94,16 +94,22 @@
 		return true;                                                                       \
 	}                                                                                          \
                                                                                                    \
-	/* Puts x, on no chain of t, at the head of its chain; then doubles the                    \
-	 * array if the table is over max_load. */                                                 \
-	__attribute__((unused)) static void name##_insert(struct name *t, node_t *x)               \
+	/* Links x, on no chain of t, in at p: the head of x's chain or the link                   \
+	 * of a node on it (where a walk of the chain for x's key ended); then                     \
+	 * doubles the array if the table is over max_load. */                                     \
+	__attribute__((unused)) static void name##_insert_at(struct name *t, node_t **p,           \
+							     node_t *x)                            \
 	{                                                                                          \
-		node_t **head = name##_head(t, hash(x));                                           \
-                                                                                                   \
-		x->link = *head;                                                                   \
-		*head = x;                                                                         \
+		x->link = *p;                                                                      \
+		*p = x;                                                                            \
 		if (++t->n > t->n_buckets * (max_load))                                            \
 			name##_grow(t);                                                            \
+	}                                                                                          \
+                                                                                                   \
+	/* Puts x, on no chain of t, at the head of its chain; as insert_at. */                    \
+	__attribute__((unused)) static void name##_insert(struct name *t, node_t *x)               \
+	{                                                                                          \
+		name##_insert_at(t, name##_head(t, hash(x)), x);                                   \
 	}                                                                                          \
                                                                                                    \
 	/* Takes the node *p off its chain; p is the head of a chain of t or the                   \
