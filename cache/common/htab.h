@@ -2,7 +2,9 @@
 /*
  * htab — the bucket array of a chained hash table that grows by doubling,
  * for tables whose nodes carry their own chain link (no allocation per
- * node). Header only: SFS_HTAB_DEFINE generates the code for one node type.
+ * node). Header only: SFS_HTAB_DEFINE generates the code for one node type,
+ * as BSD's sys/tree.h does, so that each table keeps its nodes' own link
+ * field, of their own type, and nothing is cast through void *.
  *
  *   struct name ── buckets[n_buckets] ──> node ──link──> node ──link──> NULL
  *                  n: nodes on the chains
@@ -10,10 +12,11 @@
  * SFS_HTAB_DEFINE(name, node_t, link, hash, max_load) declares struct name
  * and, for nodes of type node_t chained through their field `link` (a
  * node_t *), the static functions name_init, name_fini, name_head,
- * name_insert, name_insert_at, name_unlink, name_remove and name_grow. hash is a function
- * uint64_t hash(const node_t *) whose low bits pick a node's bucket (the
- * same node must always give the same value); max_load is how many nodes
- * per bucket, on average, the table holds before it doubles.
+ * name_insert, name_insert_at, name_unlink, name_remove and name_grow.
+ * hash is a function uint64_t hash(const node_t *) whose low bits pick a
+ * node's bucket (the same node must always give the same value); max_load
+ * is how many nodes per bucket, on average, the table holds before it
+ * doubles.
  *
  * Owns: where a node's chain is, how many nodes the chains hold, and when
  * and how the bucket array doubles. Does not own: the nodes (their memory,
