@@ -4,9 +4,9 @@
  *
  * Data structures:
  *
- *   sfs_ns ──lock──> ebuckets[]: ns_ent -> ns_ent      keyed by (parent, name)
+ *   sfs_ns ──lock──> ents (htab.h): ns_ent -> ns_ent  keyed by (parent, name)
  *     │                 each ns_ent holds its record exactly as on disk
- *     ├──────────────> dbuckets[]: ns_dir -> ns_dir    keyed by directory fileid
+ *     ├──────────────> dirs (htab.h): ns_dir -> ns_dir  keyed by directory fileid
  *     │                 ns_dir.ents[]: its names in the order first seen
  *     │                 (readdir offset SFS_NS_INDEX_FIRST + i is ents[i])
  *     └──────────────> pend: records appended since the last flush
@@ -35,6 +35,7 @@
 #include "namespace.h"
 #include "../common/fileio.h"
 #include "../common/hash.h"
+#include "../common/htab.h"
 #include "../common/log.h"
 
 #include <errno.h>
@@ -82,6 +83,30 @@ struct ns_dir {
 	uint8_t fails;
 };
 
+/* The bucket of the name (parent, name[len]): the low bits of this. */
+static uint64_t name_hash(uint64_t parent, const char *name, size_t len)
+{
+	return XXH3_64bits_withSeed(name, len, parent);
+}
+
+/* The bucket of the directory fileid: the low bits of this. */
+static uint64_t dir_hash(uint64_t fileid) { return (fileid * 0x9e3779b97f4a7c15ull) >> 20; }
+
+static uint64_t ent_parent(const struct ns_ent *e);
+static const char *ent_name(const struct ns_ent *e, size_t *len);
+
+static uint64_t ent_hash(const struct ns_ent *e)
+{
+	size_t nl;
+	const char *name = ent_name(e, &nl);
+	return name_hash(ent_parent(e), name, nl);
+}
+
+static uint64_t ns_dir_hash(const struct ns_dir *d) { return dir_hash(d->fileid); }
+
+SFS_HTAB_DEFINE(ns_ents, struct ns_ent, hnext, ent_hash, 1);
+SFS_HTAB_DEFINE(ns_dirs, struct ns_dir, hnext, ns_dir_hash, 1);
+
 struct sfs_ns {
 	struct sfs_ns_conf conf; /* set at open; strings owned */
 	char *path, *tmp_path;	 /* set at open; NULL: memory only */
@@ -97,10 +122,9 @@ struct sfs_ns {
 	pthread_t flusher;
 	bool started, stopping, urgent; /* protected by lock */
 
-	struct ns_ent **ebuckets;
-	size_t n_ebuckets, n_entries;
-	struct ns_dir **dbuckets;
-	size_t n_dbuckets, n_dirs, n_complete;
+	struct ns_ents ents; /* every name, by (parent, name) */
+	struct ns_dirs dirs; /* every directory seen, by fileid */
+	size_t n_complete;
 	uint8_t *pend;
 	size_t pend_len, pend_cap;
 	uint64_t file_bytes, mem_bytes, dead_bytes;
@@ -279,19 +303,9 @@ static size_t rec_check(const uint8_t *p, size_t avail)
 
 static void listing_fail_locked(sfs_ns *ns, struct ns_dir *d);
 
-static size_t ebucket(const sfs_ns *ns, uint64_t parent, const char *name, size_t len)
-{
-	return (size_t)XXH3_64bits_withSeed(name, len, parent) & (ns->n_ebuckets - 1);
-}
-
-static size_t dbucket(const sfs_ns *ns, uint64_t fileid)
-{
-	return (size_t)((fileid * 0x9e3779b97f4a7c15ull) >> 20) & (ns->n_dbuckets - 1);
-}
-
 static struct ns_ent **ent_slot(sfs_ns *ns, uint64_t parent, const char *name, size_t len)
 {
-	struct ns_ent **p = &ns->ebuckets[ebucket(ns, parent, name, len)];
+	struct ns_ent **p = ns_ents_head(&ns->ents, name_hash(parent, name, len));
 
 	for (; *p; p = &(*p)->hnext) {
 		size_t nl;
@@ -304,58 +318,11 @@ static struct ns_ent **ent_slot(sfs_ns *ns, uint64_t parent, const char *name, s
 
 static struct ns_dir *dir_find(sfs_ns *ns, uint64_t fileid)
 {
-	struct ns_dir *d = ns->dbuckets[dbucket(ns, fileid)];
+	struct ns_dir *d = *ns_dirs_head(&ns->dirs, dir_hash(fileid));
 
 	while (d && d->fileid != fileid)
 		d = d->hnext;
 	return d;
-}
-
-/* Double a bucket array when its load passes 1; on ENOMEM keep long chains. */
-static void grow_ebuckets(sfs_ns *ns)
-{
-	size_t n = ns->n_ebuckets * 2;
-	struct ns_ent **nb;
-
-	if (ns->n_entries < ns->n_ebuckets || !(nb = calloc(n, sizeof(*nb))))
-		return;
-	struct ns_ent **old = ns->ebuckets;
-	size_t old_n = ns->n_ebuckets;
-	ns->ebuckets = nb;
-	ns->n_ebuckets = n;
-	for (size_t b = 0; b < old_n; b++)
-		for (struct ns_ent *e = old[b], *next; e; e = next) {
-			size_t nl;
-			const char *name = ent_name(e, &nl);
-			size_t k = ebucket(ns, ent_parent(e), name, nl);
-			next = e->hnext;
-			e->hnext = nb[k];
-			nb[k] = e;
-		}
-	free(old);
-	ns->mem_bytes += old_n * sizeof(*nb);
-}
-
-static void grow_dbuckets(sfs_ns *ns)
-{
-	size_t n = ns->n_dbuckets * 2;
-	struct ns_dir **nb;
-
-	if (ns->n_dirs < ns->n_dbuckets || !(nb = calloc(n, sizeof(*nb))))
-		return;
-	struct ns_dir **old = ns->dbuckets;
-	size_t old_n = ns->n_dbuckets;
-	ns->dbuckets = nb;
-	ns->n_dbuckets = n;
-	for (size_t b = 0; b < old_n; b++)
-		for (struct ns_dir *d = old[b], *next; d; d = next) {
-			size_t k = dbucket(ns, d->fileid);
-			next = d->hnext;
-			d->hnext = nb[k];
-			nb[k] = d;
-		}
-	free(old);
-	ns->mem_bytes += old_n * sizeof(*nb);
 }
 
 static struct ns_dir *dir_get(sfs_ns *ns, uint64_t fileid)
@@ -367,12 +334,8 @@ static struct ns_dir *dir_get(sfs_ns *ns, uint64_t fileid)
 	if (!(d = calloc(1, sizeof(*d))))
 		return NULL;
 	d->fileid = fileid;
-	size_t b = dbucket(ns, fileid);
-	d->hnext = ns->dbuckets[b];
-	ns->dbuckets[b] = d;
-	ns->n_dirs++;
+	ns_dirs_insert(&ns->dirs, d);
 	ns->mem_bytes += sizeof(*d);
-	grow_dbuckets(ns);
 	return d;
 }
 
@@ -410,7 +373,7 @@ static int index_put(sfs_ns *ns, const uint8_t *rec, size_t len)
 	struct ns_ent **slot = ent_slot(ns, parent, name, nl), *old = *slot;
 	if (old && ent_same(old->rec, old->len, rec, len))
 		return 1;
-	if (!old && ns->n_entries >= ns->conf.max_entries)
+	if (!old && ns->ents.n >= ns->conf.max_entries)
 		return -ENOSPC;
 	if (!(e = malloc(sizeof(*e) + len)))
 		return -ENOMEM;
@@ -435,10 +398,7 @@ static int index_put(sfs_ns *ns, const uint8_t *rec, size_t len)
 		free(e);
 		return -ENOMEM;
 	}
-	e->hnext = *slot;
-	*slot = e;
-	ns->n_entries++;
-	grow_ebuckets(ns);
+	ns_ents_insert_at(&ns->ents, slot, e);
 	return 0;
 }
 
@@ -631,13 +591,13 @@ static int rewrite(sfs_ns *ns)
 	}
 	size_t total = header_encode(ns, hdr);
 	rc = wbuf_add(fd, buf, &used, hdr, total);
-	for (size_t b = 0; b < ns->n_ebuckets && !rc; b++)
-		for (struct ns_ent *e = ns->ebuckets[b]; e && !rc; e = e->hnext) {
+	for (size_t b = 0; b < ns->ents.n_buckets && !rc; b++)
+		for (struct ns_ent *e = ns->ents.buckets[b]; e && !rc; e = e->hnext) {
 			rc = wbuf_add(fd, buf, &used, e->rec, e->len);
 			total += e->len;
 		}
-	for (size_t b = 0; b < ns->n_dbuckets && !rc; b++)
-		for (struct ns_dir *d = ns->dbuckets[b]; d && !rc; d = d->hnext) {
+	for (size_t b = 0; b < ns->dirs.n_buckets && !rc; b++)
+		for (struct ns_dir *d = ns->dirs.buckets[b]; d && !rc; d = d->hnext) {
 			if (!d->complete)
 				continue;
 			uint8_t *p = dd;
@@ -789,13 +749,11 @@ int sfs_ns_open(const struct sfs_ns_conf *conf, sfs_ns **out, char *err, size_t 
 	ns->conf.export_path = strdup(conf->export_path ? conf->export_path : "");
 	ns->conf.hosts = strdup(conf->hosts ? conf->hosts : "");
 	ns->conf.dir = dir ? strdup(dir) : NULL;
-	ns->n_ebuckets = ns->n_dbuckets = 1024;
-	ns->ebuckets = calloc(ns->n_ebuckets, sizeof(*ns->ebuckets));
-	ns->dbuckets = calloc(ns->n_dbuckets, sizeof(*ns->dbuckets));
-	if (!ns->conf.export_path || !ns->conf.hosts || (dir && !ns->conf.dir) || !ns->ebuckets ||
-	    !ns->dbuckets || strlen(ns->conf.export_path) > 1024 || strlen(ns->conf.hosts) > 1024)
+	if (!ns->conf.export_path || !ns->conf.hosts || (dir && !ns->conf.dir) ||
+	    ns_ents_init(&ns->ents, 1024) < 0 || ns_dirs_init(&ns->dirs, 1024) < 0 ||
+	    strlen(ns->conf.export_path) > 1024 || strlen(ns->conf.hosts) > 1024)
 		goto err_free;
-	ns->mem_bytes = sizeof(*ns) + 2048 * sizeof(void *);
+	ns->mem_bytes = sizeof(*ns); /* the bucket arrays are counted at sfs_ns_get_stats */
 	pthread_mutex_init(&ns->lock, NULL);
 	pthread_mutex_init(&ns->io_lock, NULL);
 	pthread_condattr_init(&ca);
@@ -811,8 +769,8 @@ int sfs_ns_open(const struct sfs_ns_conf *conf, sfs_ns **out, char *err, size_t 
 
 err_free:
 	snprintf(err, err_len, "namespace: out of memory or identity too long");
-	free(ns->ebuckets);
-	free(ns->dbuckets);
+	ns_ents_fini(&ns->ents);
+	ns_dirs_fini(&ns->dirs);
 	free((char *)ns->conf.export_path);
 	free((char *)ns->conf.hosts);
 	free((char *)ns->conf.dir);
@@ -830,23 +788,19 @@ bool sfs_ns_saved_root(sfs_ns *ns, struct sfs_fh *root)
 
 static void index_clear(sfs_ns *ns)
 {
-	for (size_t b = 0; b < ns->n_ebuckets; b++) {
-		for (struct ns_ent *e = ns->ebuckets[b], *next; e; e = next) {
-			next = e->hnext;
+	for (size_t b = 0; b < ns->ents.n_buckets; b++)
+		for (struct ns_ent *e; (e = ns->ents.buckets[b]);) {
+			ns_ents_unlink(&ns->ents, &ns->ents.buckets[b]);
 			free(e);
 		}
-		ns->ebuckets[b] = NULL;
-	}
-	for (size_t b = 0; b < ns->n_dbuckets; b++) {
-		for (struct ns_dir *d = ns->dbuckets[b], *next; d; d = next) {
-			next = d->hnext;
+	for (size_t b = 0; b < ns->dirs.n_buckets; b++)
+		for (struct ns_dir *d; (d = ns->dirs.buckets[b]);) {
+			ns_dirs_unlink(&ns->dirs, &ns->dirs.buckets[b]);
 			free(d->ents);
 			free(d);
 		}
-		ns->dbuckets[b] = NULL;
-	}
-	ns->n_entries = ns->n_dirs = ns->n_complete = 0;
-	ns->mem_bytes = sizeof(*ns) + (ns->n_ebuckets + ns->n_dbuckets) * sizeof(void *);
+	ns->n_complete = 0;
+	ns->mem_bytes = sizeof(*ns);
 }
 
 int sfs_ns_bind(sfs_ns *ns, const struct sfs_fh *root)
@@ -908,8 +862,8 @@ void sfs_ns_close(sfs_ns *ns)
 	if (ns->lock_fd >= 0)
 		close(ns->lock_fd);
 	free(ns->pend);
-	free(ns->ebuckets);
-	free(ns->dbuckets);
+	ns_ents_fini(&ns->ents);
+	ns_dirs_fini(&ns->dirs);
 	free(ns->path);
 	free(ns->tmp_path);
 	free((char *)ns->conf.export_path);
@@ -1029,10 +983,11 @@ int sfs_ns_readdir(sfs_ns *ns, uint64_t dir, uint64_t index, sfs_ns_dirent_fn fn
 void sfs_ns_get_stats(sfs_ns *ns, struct sfs_ns_stats *out)
 {
 	pthread_mutex_lock(&ns->lock);
-	*out = (struct sfs_ns_stats){.entries = ns->n_entries,
+	size_t bucket_bytes = (ns->ents.n_buckets + ns->dirs.n_buckets) * sizeof(void *);
+	*out = (struct sfs_ns_stats){.entries = ns->ents.n,
 				     .dirs_complete = ns->n_complete,
 				     .file_bytes = ns->fd >= 0 ? ns->file_bytes : 0,
-				     .mem_bytes = ns->mem_bytes,
+				     .mem_bytes = ns->mem_bytes + bucket_bytes,
 				     .hits = ns->hits,
 				     .misses = ns->misses,
 				     .not_recorded = ns->not_recorded,
@@ -1055,9 +1010,8 @@ static void dir_drop_names(sfs_ns *ns, struct ns_dir *d)
 		const char *name = ent_name(e, &nl);
 		struct ns_ent **slot = ent_slot(ns, d->fileid, name, nl);
 		if (*slot == e) /* (parent, name) is unique in the index */
-			*slot = e->hnext;
+			ns_ents_unlink(&ns->ents, slot);
 		ns->mem_bytes -= sizeof(*e) + e->len;
-		ns->n_entries--;
 		free(e);
 	}
 	ns->mem_bytes -= d->cap * sizeof(*d->ents);
@@ -1132,8 +1086,8 @@ bool sfs_ns_listing_wanted(sfs_ns *ns, uint64_t dir)
 		}
 		if (!d->failed && !d->complete &&
 		    (was_listed || ++d->misses >= SFS_NS_LIST_AFTER) &&
-		    ns->n_entries < ns->conf.max_entries) { /* full: it would fail */
-			dir_drop_names(ns, d);		    /* names a racing listing left */
+		    ns->ents.n < ns->conf.max_entries) { /* full: it would fail */
+			dir_drop_names(ns, d);		 /* names a racing listing left */
 			d->listing = true;
 			d->relisting = was_listed;
 			d->since_ms = now; /* answers are at most ttl_ms older than this */
@@ -1183,8 +1137,8 @@ uint64_t sfs_ns_expire(sfs_ns *ns)
 	if (!ns->conf.ttl_ms)
 		return 0;
 	pthread_mutex_lock(&ns->lock);
-	for (size_t b = 0; b < ns->n_dbuckets; b++)
-		for (struct ns_dir **p = &ns->dbuckets[b], *d; (d = *p);) {
+	for (size_t b = 0; b < ns->dirs.n_buckets; b++)
+		for (struct ns_dir **p = &ns->dirs.buckets[b], *d; (d = *p);) {
 			/* A failed directory is kept for twice its backoff, so that
 			 * it is still known when it fails again. */
 			uint64_t keep = d->failed ? 2 * dir_hold_ms(ns, d) : ns->conf.ttl_ms;
@@ -1192,10 +1146,9 @@ uint64_t sfs_ns_expire(sfs_ns *ns)
 				p = &d->hnext;
 				continue;
 			}
-			*p = d->hnext;
+			ns_dirs_unlink(&ns->dirs, p);
 			dropped += d->n;
 			dir_drop_names(ns, d);
-			ns->n_dirs--;
 			ns->mem_bytes -= sizeof(*d);
 			free(d);
 		}

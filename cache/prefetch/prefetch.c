@@ -122,7 +122,7 @@ void sfs_prefetch_close(sfs_prefetch *pf)
 		sfs_iobuf_put(pf->over_bufs[i]);
 	sized_free_list(pf, sized_evict(pf, UINT64_MAX));
 	free(pf->free_bufs);
-	free(pf->vtable);
+	pf_vtable_fini(&pf->vtable);
 	pthread_mutex_destroy(&pf->buf_lock);
 	pthread_mutex_destroy(&pf->files_lock);
 	pthread_cond_destroy(&pf->pump_cond);

@@ -49,6 +49,7 @@
 #include "../common/iobuf.h"
 #include "../common/blocking.h"
 #include "../common/hash.h"
+#include "../common/htab.h"
 #include "../common/log.h"
 
 #include <assert.h>
@@ -195,6 +196,19 @@ static inline bool file_put_locked(struct sfs_pf_file *f)
 	return --f->refs == 0;
 }
 
+/* The version table's bucket of (fsid, fileid): the low bits of this. */
+static inline uint64_t vtable_hash(uint64_t fsid, uint64_t fileid)
+{
+	return ((fileid ^ (fsid * 0x9E3779B97F4A7C15ull)) * 0xC2B2AE3D27D4EB4Full) >> 32;
+}
+
+static inline uint64_t vtable_file_hash(const struct sfs_pf_file *f)
+{
+	return vtable_hash(f->version.fsid, f->version.fileid);
+}
+
+SFS_HTAB_DEFINE(pf_vtable, struct sfs_pf_file, vnext, vtable_file_hash, 1);
+
 /* How an asynchronous read is answered: the caller's done() and its copy
  * of the caller's context (sfs_pf_read_async checked its length). */
 struct pf_answer {
@@ -240,9 +254,8 @@ struct sfs_prefetch {
 	struct sfs_pf_file *files;     /* protected by files_lock: every live file */
 	/* protected by files_lock: every live file by (fsid, fileid), chained
 	 * on vnext, so that every open of one version shares one fetch state
-	 * (a hint list's and the reader's); vcap is a power of two. */
-	struct sfs_pf_file **vtable;
-	size_t vcap, vcount;
+	 * (a hint list's and the reader's); no bucket array until the first. */
+	struct pf_vtable vtable;
 	sfs_pf_read_observer observer;	      /* set before reads start: hinted reads */
 	sfs_pf_fetch_observer fetch_observer; /* ... and hinted chunks fetched */
 	void *observer_arg;

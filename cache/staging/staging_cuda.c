@@ -6,12 +6,13 @@
  * The CUDA runtime (libcudart) is loaded with dlopen() at run time
  * (cudart_load.h) and never linked, so the one daemon binary starts where there is no GPU, no
  * driver or no CUDA library at all (that is zero GPUs, not an error). The few CUDA types and
- * constants used here are declared below; a build with the toolkit checks them against its headers
- * (SFS_CUDA_CHECK_TYPES, compiled by a meson check only). This is the only file that calls CUDA.
+ * constants used here are declared in cudart_load.h (the driver's two below); a build with the
+ * toolkit checks them against its headers (SFS_CUDA_CHECK_TYPES, compiled by a meson check only).
+ * This is the only file of the daemon that calls CUDA.
  * Does not own: regions and bounds (staging.c), the ioctl ABI (fs/).
  *
  *   struct sfs_cuda
- *     rt: libcudart functions, mem_get_address_range (libcuda)
+ *     rt: libcudart functions (cudart_load.h), mem_get_address_range (libcuda)
  *                                      set at open, then read-only
  *     gpus[n_gpus]: uuid, ordinal      set at open, then read-only
  *       lock ──> ready, stopping, buf[k].{host, stream}, free ──> buf ──> buf
@@ -70,103 +71,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* --- the part of the CUDA runtime API used here -------------------------- */
+/* --- the driver API: libcudart's own part is in cudart_load.h ------------- */
 
-typedef int sfs_cudart_err;			     /* cudaError_t (an int-sized enum) */
-typedef struct sfs_cudart_stream *sfs_cudart_stream; /* cudaStream_t */
-struct sfs_cudart_ipc_handle {			     /* cudaIpcMemHandle_t */
-	char reserved[64];
-};
-
-#define SFS_CUDART_SUCCESS			0
-#define SFS_CUDART_ERR_INVALID_VALUE		1
-#define SFS_CUDART_ERR_MEMORY_ALLOCATION	2
-#define SFS_CUDART_ERR_INVALID_DEVICE_POINTER	17
-#define SFS_CUDART_ERR_INVALID_DEVICE		101
-#define SFS_CUDART_ERR_DEVICE_UNINITIALIZED	201
-#define SFS_CUDART_ERR_MAP_BUFFER_OBJECT_FAILED 205
-#define SFS_CUDART_ERR_INVALID_RESOURCE_HANDLE	400
-#define SFS_CUDART_ERR_NOT_SUPPORTED		801
-#define SFS_CUDART_MEMCPY_H2D			1    /* cudaMemcpyHostToDevice */
-#define SFS_CUDART_IPC_LAZY_PEER		0x1u /* cudaIpcMemLazyEnablePeerAccess */
-#define SFS_CUDART_STREAM_NON_BLOCKING		0x1u /* cudaStreamNonBlocking */
-/* struct cudaDeviceProp starts with char name[256], then the 16-byte UUID,
- * in every version; its size changes between versions (1032 bytes in 12.x),
- * so it is received into a buffer much larger than any of them. */
-#define SFS_CUDART_PROP_UUID_OFFSET 256
-#define SFS_CUDART_PROP_BYTES	    8192
-
-typedef int sfs_cu_result;		     /* CUresult (driver API) */
+typedef int sfs_cu_result;		     /* CUresult */
 typedef unsigned long long sfs_cu_deviceptr; /* CUdeviceptr */
 
 #ifdef SFS_CUDA_CHECK_TYPES
-#include <cuda_runtime_api.h>
-_Static_assert(sizeof(cudaError_t) == sizeof(sfs_cudart_err), "cudaError_t");
-_Static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(struct sfs_cudart_ipc_handle), "IPC handle");
-_Static_assert(sizeof(cudaStream_t) == sizeof(sfs_cudart_stream), "cudaStream_t");
-_Static_assert(cudaSuccess == SFS_CUDART_SUCCESS, "cudaSuccess");
-_Static_assert(cudaErrorInvalidValue == SFS_CUDART_ERR_INVALID_VALUE, "errors");
-_Static_assert(cudaErrorMemoryAllocation == SFS_CUDART_ERR_MEMORY_ALLOCATION, "errors");
-_Static_assert(cudaErrorInvalidDevicePointer == SFS_CUDART_ERR_INVALID_DEVICE_POINTER, "errors");
-_Static_assert(cudaErrorInvalidDevice == SFS_CUDART_ERR_INVALID_DEVICE, "errors");
-_Static_assert(cudaErrorDeviceUninitialized == SFS_CUDART_ERR_DEVICE_UNINITIALIZED, "errors");
-_Static_assert(cudaErrorMapBufferObjectFailed == SFS_CUDART_ERR_MAP_BUFFER_OBJECT_FAILED, "errors");
-_Static_assert(cudaErrorInvalidResourceHandle == SFS_CUDART_ERR_INVALID_RESOURCE_HANDLE, "errors");
-_Static_assert(cudaErrorNotSupported == SFS_CUDART_ERR_NOT_SUPPORTED, "errors");
-_Static_assert(cudaMemcpyHostToDevice == SFS_CUDART_MEMCPY_H2D, "cudaMemcpyKind");
-_Static_assert(cudaIpcMemLazyEnablePeerAccess == SFS_CUDART_IPC_LAZY_PEER, "IPC flag");
-_Static_assert(cudaStreamNonBlocking == SFS_CUDART_STREAM_NON_BLOCKING, "stream flag");
-_Static_assert(offsetof(struct cudaDeviceProp, uuid) == SFS_CUDART_PROP_UUID_OFFSET, "prop uuid");
-_Static_assert(sizeof(((struct cudaDeviceProp *)0)->uuid) == 16, "prop uuid");
-_Static_assert(sizeof(struct cudaDeviceProp) <= SFS_CUDART_PROP_BYTES, "prop size");
 #include <cuda.h>
 _Static_assert(sizeof(CUresult) == sizeof(sfs_cu_result), "CUresult");
 _Static_assert(sizeof(CUdeviceptr) == sizeof(sfs_cu_deviceptr), "CUdeviceptr");
 #endif
-
-/* The runtime's functions; all set at open, then read-only. */
-struct sfs_cudart {
-	sfs_cudart_err (*get_device_count)(int *count);
-	sfs_cudart_err (*get_device_properties)(void *prop, int device);
-	sfs_cudart_err (*set_device)(int device);
-	sfs_cudart_err (*ipc_open_mem_handle)(void **ptr, struct sfs_cudart_ipc_handle handle,
-					      unsigned flags);
-	sfs_cudart_err (*ipc_close_mem_handle)(void *ptr);
-	sfs_cudart_err (*malloc_host)(void **ptr, size_t size);
-	sfs_cudart_err (*free_host)(void *ptr);
-	sfs_cudart_err (*stream_create_with_flags)(sfs_cudart_stream *stream, unsigned flags);
-	sfs_cudart_err (*stream_destroy)(sfs_cudart_stream stream);
-	sfs_cudart_err (*memcpy_async)(void *dst, const void *src, size_t n, int kind,
-				       sfs_cudart_stream stream);
-	sfs_cudart_err (*stream_synchronize)(sfs_cudart_stream stream);
-	const char *(*get_error_string)(sfs_cudart_err err);
-	sfs_cudart_err (*runtime_get_version)(int *version);
-	sfs_cudart_err (*driver_get_version)(int *version);
-	/* From libcuda (dlopen'ed too, never linked): an allocation's extent. */
-	sfs_cu_result (*mem_get_address_range)(sfs_cu_deviceptr *base, size_t *size,
-					       sfs_cu_deviceptr ptr);
-};
-
-/* Symbol names: the first one the library has is used. CUDA 12 keeps the
- * 11.x cudaDeviceProp layout under the old name and exports _v2; 13 has
- * only the plain name (both put the UUID at the same offset). */
-static const struct sfs_cudart_sym cudart_syms[] = {
-    {{"cudaGetDeviceCount"}, offsetof(struct sfs_cudart, get_device_count)},
-    {{"cudaGetDeviceProperties_v2", "cudaGetDeviceProperties"},
-     offsetof(struct sfs_cudart, get_device_properties)},
-    {{"cudaSetDevice"}, offsetof(struct sfs_cudart, set_device)},
-    {{"cudaIpcOpenMemHandle"}, offsetof(struct sfs_cudart, ipc_open_mem_handle)},
-    {{"cudaIpcCloseMemHandle"}, offsetof(struct sfs_cudart, ipc_close_mem_handle)},
-    {{"cudaMallocHost"}, offsetof(struct sfs_cudart, malloc_host)},
-    {{"cudaFreeHost"}, offsetof(struct sfs_cudart, free_host)},
-    {{"cudaStreamCreateWithFlags"}, offsetof(struct sfs_cudart, stream_create_with_flags)},
-    {{"cudaStreamDestroy"}, offsetof(struct sfs_cudart, stream_destroy)},
-    {{"cudaMemcpyAsync"}, offsetof(struct sfs_cudart, memcpy_async)},
-    {{"cudaStreamSynchronize"}, offsetof(struct sfs_cudart, stream_synchronize)},
-    {{"cudaGetErrorString"}, offsetof(struct sfs_cudart, get_error_string)},
-    {{"cudaRuntimeGetVersion"}, offsetof(struct sfs_cudart, runtime_get_version)},
-    {{"cudaDriverGetVersion"}, offsetof(struct sfs_cudart, driver_get_version)},
-};
 
 /* --- state --------------------------------------------------------------- */
 
@@ -213,8 +127,11 @@ struct sfs_cuda_import {
 };
 
 struct sfs_cuda {
-	void *lib;		   /* dlopen handle; set at open, then read-only */
-	struct sfs_cudart rt;	   /* set at open, then read-only */
+	struct sfs_cudart rt; /* set at open, then read-only */
+	/* From libcuda (dlopen'ed too, never linked): an allocation's extent.
+	 * Set at open, then read-only. */
+	sfs_cu_result (*mem_get_address_range)(sfs_cu_deviceptr *base, size_t *size,
+					       sfs_cu_deviceptr ptr);
 	unsigned n_gpus;	   /* set at open, then read-only */
 	struct sfs_cuda_gpu *gpus; /* [n_gpus]; see struct sfs_cuda_gpu */
 	pthread_mutex_t import_lock;
@@ -269,8 +186,7 @@ static int cuda_fail(struct sfs_cuda *cu, const char *what, unsigned gpu, sfs_cu
 static int load_runtime(struct sfs_cuda *cu)
 {
 	char why[256];
-	int rc = sfs_cudart_load(cudart_syms, sizeof(cudart_syms) / sizeof(cudart_syms[0]), &cu->rt,
-				 &cu->lib, why, sizeof(why));
+	int rc = sfs_cudart_open(&cu->rt, why, sizeof(why));
 
 	if (rc == -ENOENT)
 		sfs_log(SFS_LOG_INFO, "staging", "no CUDA runtime (%s): 0 GPUs", why);
@@ -296,7 +212,7 @@ static int load_driver_range(struct sfs_cuda *cu)
 			dlclose(drv);
 		return -ENOTSUP;
 	}
-	memcpy(&cu->rt.mem_get_address_range, &sym, sizeof(sym));
+	memcpy(&cu->mem_get_address_range, &sym, sizeof(sym));
 	dlclose(drv); /* NODELETE, and libcudart holds it anyway */
 	return 0;
 }
@@ -477,7 +393,7 @@ err_unload:
 	free(prop);
 	free(cu->gpus);
 	pthread_mutex_destroy(&cu->import_lock);
-	dlclose(cu->lib); /* RTLD_NODELETE: stays mapped */
+	sfs_cudart_close(&cu->rt);
 err_free:
 	free(cu);
 	return err;
@@ -510,7 +426,7 @@ void sfs_cuda_close(struct sfs_cuda *cu)
 	}
 	free(cu->gpus);
 	pthread_mutex_destroy(&cu->import_lock);
-	dlclose(cu->lib); /* RTLD_NODELETE: stays mapped */
+	sfs_cudart_close(&cu->rt);
 	free(cu);
 }
 
@@ -577,7 +493,7 @@ int sfs_cuda_import(struct sfs_cuda *cu, const uint8_t handle[64], const uint8_t
 	}
 	sfs_cu_deviceptr abase = 0;
 	sfs_cu_result r =
-	    cu->rt.mem_get_address_range(&abase, &im->bytes, (sfs_cu_deviceptr)(uintptr_t)im->base);
+	    cu->mem_get_address_range(&abase, &im->bytes, (sfs_cu_deviceptr)(uintptr_t)im->base);
 	if (r || abase != (sfs_cu_deviceptr)(uintptr_t)im->base || im->bytes == 0) {
 		if (sfs_log_ratelimit(&cu->warn_rl, 10000))
 			sfs_log(SFS_LOG_WARN, "staging",

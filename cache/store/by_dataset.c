@@ -51,8 +51,8 @@ int sfs_store_list(sfs_store *s, struct sfs_store_dataset **out, size_t *n_out)
 	if (!a.by_slot)
 		return -ENOMEM;
 	pthread_mutex_lock(&s->lock);
-	for (size_t b = 0; b < s->n_buckets; b++)
-		for (sfs_store_obj *o = s->buckets[b]; o; o = o->hnext)
+	for (size_t b = 0; b < s->index.n_buckets; b++)
+		for (sfs_store_obj *o = s->index.buckets[b]; o; o = o->hnext)
 			if (!o->packed && o->used_bytes) {
 				struct sfs_store_dataset *d = acc_of(&a, o->dataset);
 				d->bytes += o->used_bytes;
@@ -191,12 +191,12 @@ static int evict_index(sfs_store *s, sfs_seg_match_fn *match, void *arg,
 	size_t n_keys = 0;
 
 	pthread_mutex_lock(&s->lock);
-	if (s->n_indexed && !(keys = malloc(s->n_indexed * sizeof(*keys)))) {
+	if (s->index.n && !(keys = malloc(s->index.n * sizeof(*keys)))) {
 		pthread_mutex_unlock(&s->lock);
 		return -ENOMEM;
 	}
-	for (size_t b = 0; b < s->n_buckets; b++)
-		for (sfs_store_obj *o = s->buckets[b], *next; o; o = next) {
+	for (size_t b = 0; b < s->index.n_buckets; b++)
+		for (sfs_store_obj *o = s->index.buckets[b], *next; o; o = next) {
 			next = o->hnext;
 			if (!match || match(arg, o->dataset, o->key))
 				evict_one(s, o, r, &victims, keys, &n_keys);

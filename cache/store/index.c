@@ -45,56 +45,25 @@ void lru_touch(sfs_store *s, sfs_store_obj *o)
 
 sfs_store_obj *index_find(sfs_store *s, const uint8_t key[16])
 {
-	for (sfs_store_obj *o = s->buckets[bucket_of(s, key)]; o; o = o->hnext)
+	for (sfs_store_obj *o = *store_index_head(&s->index, key_hash(key)); o; o = o->hnext)
 		if (!memcmp(o->key, key, 16))
 			return o;
 	return NULL;
 }
 
-static void index_grow(sfs_store *s)
-{
-	size_t n = s->n_buckets * 2;
-	sfs_store_obj **nb = calloc(n, sizeof(*nb));
-
-	if (!nb)
-		return;
-	for (size_t i = 0; i < s->n_buckets; i++)
-		for (sfs_store_obj *x = s->buckets[i], *next; x; x = next) {
-			next = x->hnext;
-			uint64_t h;
-			memcpy(&h, x->key, sizeof(h));
-			x->hnext = nb[h & (n - 1)];
-			nb[h & (n - 1)] = x;
-		}
-	free(s->buckets);
-	s->buckets = nb;
-	s->n_buckets = n;
-}
-
 void index_add(sfs_store *s, sfs_store_obj *o)
 {
-	size_t b = bucket_of(s, o->key);
-	o->hnext = s->buckets[b];
-	s->buckets[b] = o;
+	store_index_insert(&s->index, o);
 	o->in_index = true;
-	s->n_indexed++;
 	s->n_objects += !o->packed;
 	s->mem_bytes += obj_mem_bytes(o);
 	lru_touch(s, o);
-	if (s->n_indexed > s->n_buckets * 2)
-		index_grow(s);
 }
 
 void index_remove(sfs_store *s, sfs_store_obj *o)
 {
-	for (sfs_store_obj **p = &s->buckets[bucket_of(s, o->key)]; *p; p = &(*p)->hnext)
-		if (*p == o) {
-			*p = o->hnext;
-			break;
-		}
-	o->hnext = NULL;
+	store_index_remove(&s->index, o);
 	o->in_index = false;
-	s->n_indexed--;
 	s->n_objects -= !o->packed;
 	s->mem_bytes -= obj_mem_bytes(o);
 	lru_unlink(s, o);

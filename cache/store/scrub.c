@@ -168,10 +168,10 @@ static uint8_t (*scrub_snapshot(sfs_store *s, size_t *n))[16]
 
 	*n = 0;
 	pthread_mutex_lock(&s->lock);
-	if (s->n_indexed)
-		keys = malloc(s->n_indexed * sizeof(*keys));
-	for (size_t b = 0; keys && b < s->n_buckets; b++)
-		for (sfs_store_obj *o = s->buckets[b]; o; o = o->hnext)
+	if (s->index.n)
+		keys = malloc(s->index.n * sizeof(*keys));
+	for (size_t b = 0; keys && b < s->index.n_buckets; b++)
+		for (sfs_store_obj *o = s->index.buckets[b]; o; o = o->hnext)
 			if (!o->packed && o->used_bytes)
 				memcpy(keys[(*n)++], o->key, 16);
 	pthread_mutex_unlock(&s->lock);

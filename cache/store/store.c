@@ -34,12 +34,11 @@ int sfs_store_open(const struct sfs_store_conf *conf, sfs_store **out, char *err
 	s->chunk_shift = (unsigned)__builtin_ctzll(conf->chunk_bytes);
 	s->capacity_bytes = conf->capacity_bytes;
 	s->lock_fd = -1;
-	s->n_buckets = 1024;
-	s->buckets = calloc(s->n_buckets, sizeof(*s->buckets));
+	int index_rc = store_index_init(&s->index, 1024);
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->work, NULL);
 	pthread_cond_init(&s->ctl_done, NULL);
-	if (!s->conf.dir || !s->buckets || policy_open(s) < 0) {
+	if (!s->conf.dir || index_rc < 0 || policy_open(s) < 0) {
 		rc = -ENOMEM;
 		goto err_free;
 	}
@@ -65,15 +64,15 @@ int sfs_store_open(const struct sfs_store_conf *conf, sfs_store **out, char *err
 err_free:
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);
-	for (size_t b = 0; s->buckets && b < s->n_buckets; b++)
-		for (sfs_store_obj *o = s->buckets[b], *next; o; o = next) {
+	for (size_t b = 0; b < s->index.n_buckets; b++)
+		for (sfs_store_obj *o = s->index.buckets[b], *next; o; o = next) {
 			next = o->hnext;
 			obj_free(o);
 		}
 	sfs_seg_close(s->seg);
 	sfs_dsets_close(s->dsets);
 	policy_close(s);
-	free(s->buckets);
+	store_index_fini(&s->index);
 	free((char *)s->conf.dir);
 	pthread_mutex_destroy(&s->lock);
 	pthread_cond_destroy(&s->work);
@@ -105,13 +104,13 @@ void sfs_store_close(sfs_store *s)
 	if (s->online)
 		sfs_dsets_save(s->dsets, false);
 	sfs_uring_close(s->ring);
-	for (size_t b = 0; b < s->n_buckets; b++)
-		for (sfs_store_obj *o = s->buckets[b], *next; o; o = next) {
+	for (size_t b = 0; b < s->index.n_buckets; b++)
+		for (sfs_store_obj *o = s->index.buckets[b], *next; o; o = next) {
 			next = o->hnext;
 			obj_free(o); /* objects still referenced leak their holders' view */
 		}
 	policy_close(s);
-	free(s->buckets);
+	store_index_fini(&s->index);
 	sfs_seg_close(s->seg);
 	sfs_dsets_close(s->dsets);
 	if (s->lock_fd >= 0)
@@ -145,7 +144,8 @@ void sfs_store_get_stats(sfs_store *s, struct sfs_store_stats *out)
 	out->objects = s->n_objects + gs.objects;
 	out->small_objects = gs.objects;
 	out->segments = gs.segments;
-	out->index_bytes = s->mem_bytes + s->n_buckets * sizeof(*s->buckets) + gs.index_bytes;
+	out->index_bytes =
+	    s->mem_bytes + s->index.n_buckets * sizeof(*s->index.buckets) + gs.index_bytes;
 	out->queued_bytes = s->queued_bytes;
 	out->online = s->online;
 	pthread_mutex_unlock(&s->lock);

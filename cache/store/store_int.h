@@ -94,6 +94,7 @@
 
 #include "store.h"
 #include "../common/hash.h"
+#include "../common/htab.h"
 #include "datasets.h"
 #include "../common/log.h"
 #include "segment.h"
@@ -184,6 +185,19 @@ struct sfs_store_obj {
 	struct sfs_store_obj *hnext, *lru_prev, *lru_next;
 };
 
+/* The index's bucket of a key: the low bits of its first 8 bytes (keys are
+ * hashes already). */
+static inline uint64_t key_hash(const uint8_t key[16])
+{
+	uint64_t h;
+	memcpy(&h, key, sizeof(h));
+	return h;
+}
+
+static inline uint64_t obj_hash(const sfs_store_obj *o) { return key_hash(o->key); }
+
+SFS_HTAB_DEFINE(store_index, sfs_store_obj, hnext, obj_hash, 2);
+
 /* A change to the cache that runs on the writer thread (sfs_store_evict,
  * sfs_store_evict_keys). */
 struct ctl_job {
@@ -245,10 +259,8 @@ struct sfs_store {
 
 	pthread_mutex_t lock;
 	pthread_cond_t work;		    /* jobs queued or stopping */
-	sfs_store_obj **buckets;	    /* protected by lock */
-	size_t n_buckets;		    /* protected by lock */
-	size_t n_indexed;		    /* protected by lock: objects in buckets */
-	size_t n_objects;		    /* protected by lock: per-file objects in buckets */
+	struct store_index index;	    /* protected by lock: every object, by key */
+	size_t n_objects;		    /* protected by lock: per-file objects in index */
 	uint64_t mem_bytes;		    /* protected by lock: objects' structs, states, recs */
 	sfs_store_obj *lru_head, *lru_tail; /* protected by lock; head = coldest */
 	uint64_t used_bytes;		    /* protected by lock: object files' chunk bytes */
@@ -328,13 +340,6 @@ static inline void key_hex(const uint8_t key[16], char out[33])
 static inline bool size_packed(const sfs_store *s, uint64_t size)
 {
 	return size > 0 && size <= SFS_SEG_MAX_OBJECT && size <= (1ull << s->chunk_shift);
-}
-
-static inline size_t bucket_of(const sfs_store *s, const uint8_t key[16])
-{
-	uint64_t h;
-	memcpy(&h, key, sizeof(h));
-	return (size_t)h & (s->n_buckets - 1);
 }
 
 /* Where "SFSOBJS4" object files began their chunk bytes (migrate.c). */

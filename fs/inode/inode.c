@@ -3,6 +3,7 @@
  * inode — open hash of inodes keyed by (fsid, fileid). See inode.h.
  */
 #include "inode.h"
+#include "../../cache/common/htab.h"
 #include "inode_slab.h"
 
 #include <errno.h>
@@ -26,12 +27,22 @@
  */
 #define SLAB_FH_SMALL 36u
 
+/* The bucket of an inode keyed (fsid, fileid): the low bits of this. */
+static uint64_t key_hash(uint64_t fsid, uint64_t fileid)
+{
+	return ((fileid ^ (fsid * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull) >> 17;
+}
+
+static uint64_t inode_hash(const struct sfs_inode *ino) { return key_hash(ino->fsid, ino->fileid); }
+
+SFS_HTAB_DEFINE(inode_by_key, struct sfs_inode, hash_next, inode_hash, 2);
+
 struct sfs_inode_table {
 	struct sfs_inode_slab slab;
 	pthread_mutex_t lock;
-	struct sfs_inode **buckets; /* protected by lock */
-	size_t n_buckets, n_inodes; /* protected by lock */
-	uint64_t bytes;		    /* protected by lock: of the inodes in buckets and orphans */
+	struct inode_by_key by_key; /* protected by lock: every inode but root and orphans */
+	size_t n_inodes;	    /* protected by lock: in by_key and orphans */
+	uint64_t bytes;		    /* protected by lock: of the inodes in by_key and orphans */
 	struct sfs_inode *orphans;  /* protected by lock: replaced inodes the kernel
 				       still holds (fileid reused), via hash_next */
 	struct sfs_inode *root;	    /* freed at close; nlookup is not counted */
@@ -161,12 +172,6 @@ static pthread_mutex_t *lock_of(const struct sfs_inode *ino)
 void sfs_inode_lock(const struct sfs_inode *ino) { pthread_mutex_lock(lock_of(ino)); }
 void sfs_inode_unlock(const struct sfs_inode *ino) { pthread_mutex_unlock(lock_of(ino)); }
 
-static size_t bucket_of(const sfs_inode_table *t, uint64_t fsid, uint64_t fileid)
-{
-	uint64_t h = (fileid ^ (fsid * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull;
-	return (size_t)(h >> 17) & (t->n_buckets - 1);
-}
-
 /* A table around an opened or adopted slab: buckets and locks. Returns
  * NULL on ENOMEM. */
 static sfs_inode_table *table_new(void)
@@ -175,9 +180,7 @@ static sfs_inode_table *table_new(void)
 
 	if (!t)
 		return NULL;
-	t->n_buckets = 1024;
-	t->buckets = calloc(t->n_buckets, sizeof(*t->buckets));
-	if (!t->buckets) {
+	if (inode_by_key_init(&t->by_key, 1024) < 0) {
 		free(t);
 		return NULL;
 	}
@@ -188,7 +191,7 @@ static sfs_inode_table *table_new(void)
 
 static void table_free(sfs_inode_table *t)
 {
-	free(t->buckets);
+	inode_by_key_fini(&t->by_key);
 	free(t->closed);
 	free(t->adopted_pt);
 	pthread_mutex_destroy(&t->lock);
@@ -221,7 +224,6 @@ err_table:
 }
 
 static struct sfs_inode *find_locked(sfs_inode_table *t, const struct inode_key *k);
-static void maybe_grow(sfs_inode_table *t);
 
 /* Note an adopted inode with passthrough opens for
  * sfs_inode_each_adopted_passthrough. False on ENOMEM. */
@@ -270,13 +272,10 @@ static bool adopt_slot(void *slot, void *arg)
 		ino->hash_next = t->orphans;
 		t->orphans = ino;
 	} else {
-		size_t b = bucket_of(t, k.fsid, k.fileid);
-		ino->hash_next = t->buckets[b];
-		t->buckets[b] = ino;
+		inode_by_key_insert(&t->by_key, ino);
 	}
 	t->n_inodes++;
 	t->bytes += inode_size(ino->fh_len);
-	maybe_grow(t);
 	return true;
 }
 
@@ -294,7 +293,7 @@ int sfs_inode_table_adopt(int region_fd, const struct sfs_fh *root_fh, sfs_inode
 		err = -ESTALE; /* another export's inodes: leave them as they are */
 		goto err_slab;
 	}
-	/* Single-threaded until returned: find_locked and maybe_grow need no lock. */
+	/* Single-threaded until returned: find_locked and the inserts need no lock. */
 	sfs_inode_slab_rebuild(&t->slab, adopt_slot, t);
 	*out = t;
 	return 0;
@@ -355,8 +354,8 @@ void sfs_inode_table_close(sfs_inode_table *t)
 {
 	if (!t)
 		return;
-	for (size_t b = 0; b < t->n_buckets; b++)
-		for (struct sfs_inode *i = t->buckets[b]; i; i = i->hash_next)
+	for (size_t b = 0; b < t->by_key.n_buckets; b++)
+		for (struct sfs_inode *i = t->by_key.buckets[b]; i; i = i->hash_next)
 			if (i->pf)
 				sfs_pf_file_unref(i->pf);
 	for (struct sfs_inode *i = t->orphans; i; i = i->hash_next)
@@ -395,34 +394,11 @@ static bool kick_due(sfs_inode_table *t)
 /* The inode of a key, if the table still has it. Caller holds lock. */
 static struct sfs_inode *find_locked(sfs_inode_table *t, const struct inode_key *k)
 {
-	struct sfs_inode *ino = t->buckets[bucket_of(t, k->fsid, k->fileid)];
+	struct sfs_inode *ino = *inode_by_key_head(&t->by_key, key_hash(k->fsid, k->fileid));
 
 	while (ino && (ino->fileid != k->fileid || ino->fsid != k->fsid))
 		ino = ino->hash_next;
 	return ino;
-}
-
-/* Double the bucket array once the table is twice as full. Caller holds lock. */
-static void maybe_grow(sfs_inode_table *t)
-{
-	if (t->n_inodes < t->n_buckets * 2)
-		return;
-	size_t n = t->n_buckets * 2;
-	struct sfs_inode **nb = calloc(n, sizeof(*nb));
-	if (!nb)
-		return; /* keep the longer chains */
-	struct sfs_inode **old = t->buckets;
-	size_t old_n = t->n_buckets;
-	t->buckets = nb;
-	t->n_buckets = n;
-	for (size_t b = 0; b < old_n; b++)
-		for (struct sfs_inode *i = old[b], *next; i; i = next) {
-			next = i->hash_next;
-			size_t k = bucket_of(t, i->fsid, i->fileid);
-			i->hash_next = nb[k];
-			nb[k] = i;
-		}
-	free(old);
 }
 
 /* Whether ino must give way to a new inode for the same file: its
@@ -459,10 +435,7 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 		 * a new file (or passthrough readers hold an older version of
 		 * it). Unhook the old one; the kernel's references to it stay
 		 * valid until forgotten, and it is freed then. */
-		struct sfs_inode **p = &t->buckets[bucket_of(t, attr->fsid, attr->fileid)];
-		while (*p != ino)
-			p = &(*p)->hash_next;
-		*p = ino->hash_next;
+		inode_by_key_remove(&t->by_key, ino);
 		ino->orphaned = true; /* never matches again; freed on forget */
 		ino->hash_next = t->orphans;
 		t->orphans = ino;
@@ -476,13 +449,10 @@ struct sfs_inode *sfs_inode_get(sfs_inode_table *t, const struct sfs_fh *fh,
 		}
 		ino->fsid = attr->fsid;
 		ino->fileid = attr->fileid;
-		size_t b = bucket_of(t, attr->fsid, attr->fileid);
-		ino->hash_next = t->buckets[b];
-		t->buckets[b] = ino;
+		inode_by_key_insert(&t->by_key, ino);
 		t->n_inodes++;
 		t->bytes += inode_size(ino->fh_len);
 		count_changed(t);
-		maybe_grow(t);
 	}
 	ino->nlookup++;
 	bool kick = kick_due(t);
@@ -593,11 +563,12 @@ size_t sfs_inode_prune_pick(sfs_inode_table *t, uint64_t target, uint64_t *ids, 
 	pick_closed(t, ids, &n, max);
 	/* Two turns of the hand at most: the first clears what was looked up
 	 * since the last pass, the second takes it if it was not again. */
-	size_t left = t->n_buckets * 2;
+	size_t left = t->by_key.n_buckets * 2;
 	while (n < max && left) {
 		for (size_t k = 0; k < PRUNE_SCAN_BUCKETS && n < max && left; k++, left--) {
-			size_t b = t->hand++ & (t->n_buckets - 1);
-			for (struct sfs_inode *i = t->buckets[b]; i && n < max; i = i->hash_next)
+			size_t b = t->hand++ & (t->by_key.n_buckets - 1);
+			for (struct sfs_inode *i = t->by_key.buckets[b]; i && n < max;
+			     i = i->hash_next)
 				if (prune_candidate(i, true))
 					ids[n++] = sfs_inode_id(t, i);
 		}
@@ -618,12 +589,18 @@ void sfs_inode_forget(sfs_inode_table *t, struct sfs_inode *ino, uint64_t n)
 		pthread_mutex_unlock(&t->lock);
 		return;
 	}
-	struct sfs_inode **p =
-	    ino->orphaned ? &t->orphans : &t->buckets[bucket_of(t, ino->fsid, ino->fileid)];
-	while (*p && *p != ino)
-		p = &(*p)->hash_next;
-	if (*p) {
-		*p = ino->hash_next;
+	bool found;
+	if (ino->orphaned) {
+		struct sfs_inode **p = &t->orphans;
+		while (*p && *p != ino)
+			p = &(*p)->hash_next;
+		found = *p != NULL;
+		if (found)
+			*p = ino->hash_next;
+	} else {
+		found = inode_by_key_remove(&t->by_key, ino);
+	}
+	if (found) {
 		t->n_inodes--;
 		t->bytes -= inode_size(ino->fh_len);
 		count_changed(t);

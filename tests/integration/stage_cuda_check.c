@@ -63,32 +63,15 @@
 #include "cudart_load.h"
 #include <shardfs/shardfs_ioctl.h>
 
-#define MIB		(1ull << 20)
-#define REGION_BYTES	(48 * MIB) /* the view staged into */
-#define VIEW_OFFSET	12347	   /* where the view starts in the allocation */
-#define TAIL_BYTES	65536	   /* allocation bytes after the view */
-#define POISON		0xA5
-#define MAX_PROCS	16
-#define MAX_EXPLICIT	16
-#define CUDA_H2D	1
-#define CUDA_D2H	2
-#define CUDA_PROP_BYTES 8192 /* > sizeof(struct cudaDeviceProp) of any version */
-#define CUDA_PROP_UUID	256  /* offset of the UUID, after char name[256] */
+#define MIB	     (1ull << 20)
+#define REGION_BYTES (48 * MIB) /* the view staged into */
+#define VIEW_OFFSET  12347	/* where the view starts in the allocation */
+#define TAIL_BYTES   65536	/* allocation bytes after the view */
+#define POISON	     0xA5
+#define MAX_PROCS    16
+#define MAX_EXPLICIT 16
 
-struct cudart {
-	void *lib;
-	int (*get_device_count)(int *n);
-	const char *(*get_error_string)(int e);
-	int (*set_device)(int d);
-	int (*malloc)(void **p, size_t n);
-	int (*free)(void *p);
-	int (*memset)(void *p, int v, size_t n);
-	int (*memcpy)(void *dst, const void *src, size_t n, int kind);
-	int (*device_synchronize)(void);
-	int (*ipc_get_mem_handle)(void *handle64, void *p);
-	int (*get_device_properties)(void *prop, int d);
-};
-static struct cudart cu;
+static struct sfs_cudart cu; /* cudart_load.h */
 
 enum expect { EXPECT_ANY, EXPECT_NFS, EXPECT_CACHE };
 
@@ -195,28 +178,6 @@ static void stage_stats(const char *stats, struct stage_stats *s)
 	}
 }
 
-/* Loads the runtime; returns 0, or -1 with why filled. */
-static int cudart_open(char *why, size_t why_len)
-{
-	static const struct sfs_cudart_sym syms[] = {
-	    {{"cudaGetDeviceCount"}, offsetof(struct cudart, get_device_count)},
-	    {{"cudaGetErrorString"}, offsetof(struct cudart, get_error_string)},
-	    {{"cudaSetDevice"}, offsetof(struct cudart, set_device)},
-	    {{"cudaMalloc"}, offsetof(struct cudart, malloc)},
-	    {{"cudaFree"}, offsetof(struct cudart, free)},
-	    {{"cudaMemset"}, offsetof(struct cudart, memset)},
-	    {{"cudaMemcpy"}, offsetof(struct cudart, memcpy)},
-	    {{"cudaDeviceSynchronize"}, offsetof(struct cudart, device_synchronize)},
-	    {{"cudaIpcGetMemHandle"}, offsetof(struct cudart, ipc_get_mem_handle)},
-	    {{"cudaGetDeviceProperties_v2", "cudaGetDeviceProperties"},
-	     offsetof(struct cudart, get_device_properties)},
-	};
-
-	int rc = sfs_cudart_load(syms, sizeof(syms) / sizeof(syms[0]), &cu, &cu.lib, why, why_len);
-
-	return rc < 0 ? -1 : 0;
-}
-
 /* Reads the whole of path into ref / ref_size. Returns 0 or -1 after a
  * message. */
 static int load_ref(const char *path)
@@ -275,7 +236,7 @@ static int query_mount(int fd, const uint8_t uuid[16])
  * message). */
 static int target_open(const struct opts *o, struct target *t)
 {
-	static uint8_t prop[CUDA_PROP_BYTES];
+	static uint8_t prop[SFS_CUDART_PROP_BYTES];
 	int e, rc;
 
 	memset(t, 0, sizeof(*t));
@@ -287,7 +248,7 @@ static int target_open(const struct opts *o, struct target *t)
 		printf("# GPU %d: %s\n", o->gpu, cu.get_error_string(e));
 		return 1;
 	}
-	memcpy(t->uuid, prop + CUDA_PROP_UUID, 16);
+	memcpy(t->uuid, prop + SFS_CUDART_PROP_UUID_OFFSET, 16);
 	t->host = malloc(t->alloc_bytes);
 	if (!t->host)
 		return 1;
@@ -463,7 +424,7 @@ static bool one_call(const struct opts *o, const char *label, int c, uint64_t *r
 		       s->bytes_placed, want_total);
 		ok = false;
 	}
-	if ((e = cu.memcpy(t->host, t->dev, t->alloc_bytes, CUDA_D2H))) {
+	if ((e = cu.memcpy(t->host, t->dev, t->alloc_bytes, SFS_CUDART_MEMCPY_D2H))) {
 		printf("# %s: read back: %s\n", label, cu.get_error_string(e));
 		ok = false;
 	} else if (!bytes_exact(label, t, s)) {
@@ -564,7 +525,7 @@ static void refusals(const struct opts *o, struct target *t)
 	tap(stage_rc < 0 && stage_errno == ERANGE, o->label,
 	    "a range one byte past the region: the whole STAGE refused with ERANGE (%s)",
 	    stage_rc < 0 ? strerror(stage_errno) : "placed");
-	bool untouched = !cu.memcpy(t->host, t->dev, t->alloc_bytes, CUDA_D2H);
+	bool untouched = !cu.memcpy(t->host, t->dev, t->alloc_bytes, SFS_CUDART_MEMCPY_D2H);
 	for (size_t k = 0; untouched && k < t->alloc_bytes; k++)
 		untouched = t->host[k] == POISON;
 	tap(untouched, o->label, "... and neither wrote a byte of the allocation");
@@ -781,7 +742,7 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (cudart_open(why, sizeof(why)) < 0) {
+	if (sfs_cudart_open(&cu, why, sizeof(why)) < 0) {
 		printf("# no CUDA runtime here: %s\n", why);
 		return 77;
 	}

@@ -42,46 +42,19 @@ extern char **environ;
 #define ALLOC_BYTES (40u << 20)
 #define FILL	    0xAB
 
-/* --- the few runtime functions the test uses itself ---------------------- */
+/* --- the runtime, for what the test does itself -------------------------- */
 
-struct rt {
-	void *lib;
-	int (*get_device_count)(int *n);
-	const char *(*get_error_string)(int e);
-	int (*set_device)(int d);
-	int (*malloc)(void **p, size_t n);
-	int (*free)(void *p);
-	int (*memset)(void *p, int v, size_t n);
-	int (*memcpy)(void *dst, const void *src, size_t n, int kind);
-	int (*device_synchronize)(void);
-	int (*ipc_get_mem_handle)(void *handle64, void *p);
-	int (*get_device_properties)(void *prop, int d);
-};
-static struct rt rt;
+static struct sfs_cudart rt;
 
 /* Loads libcudart as staging_cuda.c does (cudart_load.h), once. Returns 0,
  * or -1 with *why set (static text). */
 static int rt_load(const char **why)
 {
-	static const struct sfs_cudart_sym syms[] = {
-	    {{"cudaGetDeviceCount"}, offsetof(struct rt, get_device_count)},
-	    {{"cudaGetErrorString"}, offsetof(struct rt, get_error_string)},
-	    {{"cudaSetDevice"}, offsetof(struct rt, set_device)},
-	    {{"cudaMalloc"}, offsetof(struct rt, malloc)},
-	    {{"cudaFree"}, offsetof(struct rt, free)},
-	    {{"cudaMemset"}, offsetof(struct rt, memset)},
-	    {{"cudaMemcpy"}, offsetof(struct rt, memcpy)},
-	    {{"cudaDeviceSynchronize"}, offsetof(struct rt, device_synchronize)},
-	    {{"cudaIpcGetMemHandle"}, offsetof(struct rt, ipc_get_mem_handle)},
-	    {{"cudaGetDeviceProperties_v2", "cudaGetDeviceProperties"},
-	     offsetof(struct rt, get_device_properties)},
-	};
 	static char msg[256];
 	static int rc = 1; /* not tried yet */
 
 	if (rc > 0)
-		rc = sfs_cudart_load(syms, sizeof(syms) / sizeof(syms[0]), &rt, &rt.lib, msg,
-				     sizeof(msg));
+		rc = sfs_cudart_open(&rt, msg, sizeof(msg));
 	*why = msg;
 	return rc < 0 ? -1 : 0;
 }
@@ -122,7 +95,7 @@ static int exporter_main(int argc, char **argv)
 		return 2;
 	int ord = atoi(argv[2]);
 	size_t size = strtoull(argv[3], NULL, 10);
-	unsigned char *prop = calloc(1, 8192);
+	unsigned char *prop = calloc(1, SFS_CUDART_PROP_BYTES);
 	if (!prop)
 		return 1;
 	if (rt_load(&why) < 0) {
@@ -136,7 +109,7 @@ static int exporter_main(int argc, char **argv)
 	    (step = "cudaDeviceSynchronize", e = rt.device_synchronize()) == 0 &&
 	    (step = "cudaIpcGetMemHandle", e = rt.ipc_get_mem_handle(h.handle, p)) == 0 &&
 	    (step = "cudaGetDeviceProperties", e = rt.get_device_properties(prop, ord)) == 0)
-		memcpy(h.uuid, prop + 256, 16); /* cudaDeviceProp.uuid follows char name[256] */
+		memcpy(h.uuid, prop + SFS_CUDART_PROP_UUID_OFFSET, 16);
 	free(prop);
 	if (e) {
 		h.status = e;
@@ -148,7 +121,7 @@ static int exporter_main(int argc, char **argv)
 	char cmd;
 	while (read_all(0, &cmd, 1) == 0 && cmd == 'R') {
 		uint8_t *buf = malloc(size);
-		int32_t st = buf ? rt.memcpy(buf, p, size, 2 /* cudaMemcpyDeviceToHost */) : -1;
+		int32_t st = buf ? rt.memcpy(buf, p, size, SFS_CUDART_MEMCPY_D2H) : -1;
 		if (sfs_write_all(1, &st, sizeof(st)) < 0 ||
 		    (st == 0 && sfs_write_all(1, buf, size) < 0))
 			break;

@@ -73,51 +73,9 @@
 
 static const char *prog = "shardfs-stage-bench";
 
-/* --- the CUDA runtime, loaded at run time ------------------------------- */
+/* --- the CUDA runtime, loaded at run time (cudart_load.h) ----------------- */
 
-struct cudart {
-	void *lib;
-	int (*get_device_count)(int *n);
-	const char *(*get_error_string)(int e);
-	int (*set_device)(int d);
-	int (*malloc)(void **p, size_t n);
-	int (*free)(void *p);
-	int (*malloc_host)(void **p, size_t n);
-	int (*free_host)(void *p);
-	int (*memcpy)(void *dst, const void *src, size_t n, int kind);
-	int (*device_synchronize)(void);
-	int (*ipc_get_mem_handle)(void *handle64, void *p);
-	int (*get_device_properties)(void *prop, int d);
-};
-#define CUDA_H2D	      1
-#define CUDA_D2H	      2
-#define CUDA_PROP_BYTES	      8192 /* > sizeof(struct cudaDeviceProp) of any version */
-#define CUDA_PROP_UUID_OFFSET 256  /* after char name[256] */
-
-static struct cudart cu;
-
-/* Returns 0, or -1 with why filled (cudart_load.h). */
-static int cudart_load(char *why, size_t why_len)
-{
-	static const struct sfs_cudart_sym syms[] = {
-	    {{"cudaGetDeviceCount"}, offsetof(struct cudart, get_device_count)},
-	    {{"cudaGetErrorString"}, offsetof(struct cudart, get_error_string)},
-	    {{"cudaSetDevice"}, offsetof(struct cudart, set_device)},
-	    {{"cudaMalloc"}, offsetof(struct cudart, malloc)},
-	    {{"cudaFree"}, offsetof(struct cudart, free)},
-	    {{"cudaMallocHost"}, offsetof(struct cudart, malloc_host)},
-	    {{"cudaFreeHost"}, offsetof(struct cudart, free_host)},
-	    {{"cudaMemcpy"}, offsetof(struct cudart, memcpy)},
-	    {{"cudaDeviceSynchronize"}, offsetof(struct cudart, device_synchronize)},
-	    {{"cudaIpcGetMemHandle"}, offsetof(struct cudart, ipc_get_mem_handle)},
-	    {{"cudaGetDeviceProperties_v2", "cudaGetDeviceProperties"},
-	     offsetof(struct cudart, get_device_properties)},
-	};
-
-	return sfs_cudart_load(syms, sizeof(syms) / sizeof(syms[0]), &cu, &cu.lib, why, why_len) < 0
-		   ? -1
-		   : 0;
-}
+static struct sfs_cudart cu;
 
 /* --- helpers ------------------------------------------------------------- */
 
@@ -347,7 +305,7 @@ static int64_t read_file(struct bench *b, const struct file *f, enum baseline ho
 		if (how == B_MEMCPY) {
 			memcpy(b->shm_map + roff, buf, want);
 		} else {
-			int e = cu.memcpy((char *)b->dev + roff, buf, want, CUDA_H2D);
+			int e = cu.memcpy((char *)b->dev + roff, buf, want, SFS_CUDART_MEMCPY_H2D);
 			if (e) {
 				fprintf(stderr, "%s: cudaMemcpy: %s\n", prog,
 					cu.get_error_string(e));
@@ -415,7 +373,7 @@ static int verify(struct bench *b, enum target t)
 	}
 	if (t == T_SHM)
 		memset(b->shm_map, 0x5a, b->region_bytes);
-	else if (cu.memcpy(b->dev, memset(want, 0x5a, n), n, CUDA_H2D)) { /* scrub */
+	else if (cu.memcpy(b->dev, memset(want, 0x5a, n), n, SFS_CUDART_MEMCPY_H2D)) { /* scrub */
 		fprintf(stderr, "%s: cudaMemcpy for verify failed\n", prog);
 		goto out;
 	}
@@ -426,7 +384,7 @@ static int verify(struct bench *b, enum target t)
 		goto out;
 	}
 	if (t == T_GPU) {
-		int e = cu.memcpy(got, b->dev, n, CUDA_D2H);
+		int e = cu.memcpy(got, b->dev, n, SFS_CUDART_MEMCPY_D2H);
 		if (e) {
 			fprintf(stderr, "%s: cudaMemcpy: %s\n", prog, cu.get_error_string(e));
 			goto out;
@@ -466,7 +424,7 @@ static int gpu_setup(struct bench *b, const struct shardfs_query *q, char *why, 
 			 q->caps, q->n_gpus);
 		return -1;
 	}
-	if (cudart_load(cwhy, sizeof(cwhy)) < 0) {
+	if (sfs_cudart_open(&cu, cwhy, sizeof(cwhy)) < 0) {
 		snprintf(why, why_len, "no CUDA runtime here: %s", cwhy);
 		return -1;
 	}
@@ -478,14 +436,14 @@ static int gpu_setup(struct bench *b, const struct shardfs_query *q, char *why, 
 		snprintf(why, why_len, "no CUDA device %d here (%d devices)", b->gpu, n);
 		return -1;
 	}
-	uint8_t *prop = calloc(1, CUDA_PROP_BYTES);
+	uint8_t *prop = calloc(1, SFS_CUDART_PROP_BYTES);
 	if (!prop || (e = cu.get_device_properties(prop, b->gpu))) {
 		snprintf(why, why_len, "cudaGetDeviceProperties: %s",
 			 prop ? cu.get_error_string(e) : "out of memory");
 		free(prop);
 		return -1;
 	}
-	memcpy(b->gpu_uuid, prop + CUDA_PROP_UUID_OFFSET, 16);
+	memcpy(b->gpu_uuid, prop + SFS_CUDART_PROP_UUID_OFFSET, 16);
 	prop[255] = 0;
 	uuid_str(b->gpu_uuid, us);
 	bool known = false;
@@ -547,7 +505,7 @@ static double pass_h2d(struct bench *b)
 		size_t n =
 		    b->total_bytes - done < b->range_bytes ? b->total_bytes - done : b->range_bytes;
 		if (cu.memcpy((char *)b->dev + (k % slots) * b->range_bytes, b->pinned, n,
-			      CUDA_H2D))
+			      SFS_CUDART_MEMCPY_H2D))
 			return -1;
 		done += n;
 	}
