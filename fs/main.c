@@ -447,9 +447,9 @@ static int open_modules(struct sfs_fs *fs, struct sfs_options *o, char **addrs, 
 					    .policy = o->cache_policy,
 					    .idle_ms = o->cache_idle_s * 1000ull,
 					    .chunk_bytes = SFS_CHUNK_BYTES,
-					    /* passthrough=off: every read checked */
-					    .trust_verified =
-						o->passthrough != SFS_PASSTHROUGH_OFF};
+					    /* the scrubber checks what was verified;
+					       without one every read is checked */
+					    .trust_verified = o->scrub_interval_s > 0};
 		rc = sfs_store_open(&sc, &fs->store, err, sizeof(err));
 		if (rc < 0) { /* another daemon owns it, or a bad path: refuse */
 			fprintf(stderr, "shardfs: %s\n", err[0] ? err : strerror(-rc));

@@ -91,8 +91,9 @@ struct sfs_store_conf {
 	/* A per-file chunk already VERIFIED (written by this daemon, or checked
 	 * whole since the cache was loaded) is read without checking it again:
 	 * the trade passthrough makes (checked at fill and by the scrubber, not
-	 * per read), for the daemon's own reads. false: every read checks
-	 * every sub-block. Packed versions are checked at every read either way. */
+	 * per read), for the daemon's own reads; the daemon sets it where the
+	 * scrubber runs. false: every read checks every sub-block. Packed
+	 * versions are checked at every read either way. */
 	bool trust_verified;
 };
 

@@ -189,6 +189,24 @@ def settle(m, warn=True):
         log("warning: cache write queue not empty 60 s after the pass")
 
 
+# The daemon's read path as the defaults run it, without the kernel's
+# passthrough: the mount options of a row that measures the daemon on a
+# cache (verified chunks read unchecked, the scrubber checks them; with
+# passthrough=off alone every read would be checked, which no default mount
+# does).
+DAEMON_PATH = "passthrough=off,scrub_interval=86400"
+
+
+def scrubbed(m):
+    """Wait (up to 120 s) for the scrubber's first pass, the one at mount,
+    so that a row measures reads, not the pass beside them."""
+    for _ in range(1200):
+        if m.stats().get("shardfs_cache_scrub_passes_total", 0) >= 1:
+            return
+        time.sleep(0.1)
+    log("warning: the scrubber's first pass did not end within 120 s")
+
+
 def fresh_cache(cache_dir, size_bytes):
     """Empty cache_dir; the cache options for a mount on it."""
     shutil.rmtree(cache_dir, ignore_errors=True)

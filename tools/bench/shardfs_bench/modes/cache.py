@@ -17,7 +17,7 @@ from ..common import ARGS, MiB, log
 from ..data import local_shards, make_files
 from ..disk import disk_billing, disk_limits, limit_note
 from ..mode import Mode
-from ..mount import Mount, settle
+from ..mount import DAEMON_PATH, Mount, settle
 from ..passes import measure, mount_pass, raw_pass
 from ..perf import fmt_split
 from ..report import counts_per_item, stat_delta
@@ -58,6 +58,8 @@ def epochs(cluster, names, sizes, opts, n_epochs, label):
     hit ratio, bytes from NFS, bytes written to the cache, cache used, bytes
     hit)."""
     rows = []
+    if "cache_dir=" in opts:  # the daemon's path, also for warm epochs
+        opts = f"{opts},{DAEMON_PATH}"
     with Mount(cluster, cluster.addrs, ARGS.mnt, ARGS.nconnect, opts) as m:
         for e in range(n_epochs):
             log(f"{label}: epoch {e + 1}/{n_epochs}")

@@ -4,7 +4,8 @@ shards (--files x --file-mib) read whole by --readers dd and then by one, and
 shuffled records of one file (--rr-*) by --rr-threads threads.
 
 Baselines: the same files on local disk, and the daemon's own path (the same
-cache, mounted without passthrough). Does not measure the cold epoch: it only
+cache, mounted with mount.DAEMON_PATH: no passthrough, verified chunks read
+unchecked as under the defaults; measured after the scrubber's pass at mount). Does not measure the cold epoch: it only
 fills the cache (and shardfs-warm completes every file). Threading: the main
 thread.
 """
@@ -15,7 +16,7 @@ import shutil
 from ..common import ARGS, GiB, MiB, log, run, tool
 from ..data import local_shards, make_files, record_setup
 from ..mode import item_mode
-from ..mount import Mount, settle
+from ..mount import DAEMON_PATH, Mount, scrubbed, settle
 from ..passes import item_pass, measure, mount_pass, smallread_argv
 from ..report import stat_delta
 
@@ -47,7 +48,8 @@ def bench(cluster, out):
                f"{T} readers, then 1: a single cat), and {n} shuffled records of "
                f"{ARGS.rr_record_kb}+-10 KB in one {rsize / GiB:.2f} GiB file ({R} threads); "
                f"warm (in the cache), page caches dropped before every pass; cache and local "
-               f"copies on {ARGS.cache_base}; -o {copts}{',' + ARGS.mount_opts if ARGS.mount_opts else ''}")
+               f"copies on {ARGS.cache_base}; -o {copts}{',' + ARGS.mount_opts if ARGS.mount_opts else ''}"
+               f" (+passthrough, or +{DAEMON_PATH} for the daemon's rows)")
 
     def passes(mnt, subdir, rdir, m=None):
         pid = m.pid if m else None
@@ -74,8 +76,9 @@ def bench(cluster, out):
         settle(m)
         log("passthrough: warm passes")
         pt = passes(ARGS.mnt, "shards", ARGS.mnt, m)
-    with Mount(cluster, hosts, ARGS.mnt, ARGS.nconnect, copts) as m:
+    with Mount(cluster, hosts, ARGS.mnt, ARGS.nconnect, f"{copts},{DAEMON_PATH}") as m:
         log("passthrough: the same cache without passthrough")
+        scrubbed(m)
         today = passes(ARGS.mnt, "shards", ARGS.mnt, m)
     shutil.rmtree(cache_dir, ignore_errors=True)
 

@@ -19,7 +19,7 @@ from ..data import record_setup
 from ..disk import disk_limits, limit_note
 from ..floor import fuse_floor_pass
 from ..mode import item_mode
-from ..mount import Mount, prefetch_max
+from ..mount import DAEMON_PATH, Mount, prefetch_max
 from ..passes import item_pass, smallread_argv
 from ..perf import fmt_split
 from ..report import (ceiling_line, counts_per_item, family_sum, fmt_mib, fuse_calls,
@@ -61,7 +61,8 @@ def run_passes(cluster, name, size, local_dir, lst, n, served):
     log("random records: the cache disk's O_DIRECT write rate")
     os.makedirs(ARGS.cache_base, exist_ok=True)
     P["dwrite"] = disk_limits(ARGS.cache_base, size)
-    with Mount(cluster, cluster.addrs, ARGS.mnt, ARGS.nconnect, cache_opts) as m:
+    with Mount(cluster, cluster.addrs, ARGS.mnt, ARGS.nconnect,
+               f"{cache_opts},{DAEMON_PATH}") as m:
         log("random records: epoch 1 (cold)")
         P["e1"] = item_pass(cluster, argv, n, served, mount=m, prewarm_bytes=size, drain=True)
         log("random records: epoch 2 (warm)")
