@@ -268,6 +268,16 @@ typedef void (*sfs_pf_read_done)(void *arg, ssize_t n, const struct sfs_pf_view 
 ssize_t sfs_pf_read_async(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v,
 			  sfs_pf_read_done done, const void *arg, size_t arg_len);
 
+/*
+ * sfs_pf_read_async whose outcome always goes to done: at once, on this
+ * thread, when the bytes are at hand (their view released here after done
+ * returns), else later as sfs_pf_read_async says. The caller's read is
+ * answered without another call into prefetch. arg_len as for
+ * sfs_pf_read_async (done gets the caller's arg when it runs here).
+ */
+void sfs_pf_read_answer(sfs_pf_file *f, uint64_t off, size_t len, sfs_pf_read_done done, void *arg,
+			size_t arg_len);
+
 /* arg_len at most this (a longer one is answered as sfs_pf_read would):
  * sfs_pf_read_async keeps a copy of the caller's context with the fetch (no
  * allocation of the caller's own per read). */

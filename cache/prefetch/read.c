@@ -566,6 +566,18 @@ ssize_t sfs_pf_read_async(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_p
 	return chunk_read(f, off, end, p.seq, v, done, arg, arg_len);
 }
 
+void sfs_pf_read_answer(sfs_pf_file *f, uint64_t off, size_t len, sfs_pf_read_done done, void *arg,
+			size_t arg_len)
+{
+	struct sfs_pf_view v;
+	ssize_t n = sfs_pf_read_async(f, off, len, &v, done, arg, arg_len);
+
+	if (n == -EINPROGRESS)
+		return; /* done runs on the thread that lands the bytes */
+	done(arg, n, &v);
+	sfs_pf_view_release(f, &v);
+}
+
 ssize_t sfs_pf_read(sfs_pf_file *f, uint64_t off, size_t len, struct sfs_pf_view *v)
 {
 	return sfs_pf_read_async(f, off, len, v, NULL, NULL, 0);

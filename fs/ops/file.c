@@ -161,7 +161,8 @@ static void read_reply(struct sfs_fs *fs, fuse_req_t req, const struct sfs_job_r
 		fuse_reply_buf(req, NULL, 0);
 }
 
-/* Runs on the thread that lands the read's bytes (sfs_pf_read_async): an
+/* Runs on this FUSE worker when the bytes are at hand, else on the thread
+ * that lands them (sfs_pf_read_answer): an
  * origin I/O thread (a fetch, or a chunk fetched from the origin), a loader
  * thread or another FUSE worker (a chunk loaded from the cache), or a thread
  * submitting READs while the origin pool closes (this read's own, among
@@ -188,18 +189,13 @@ void sfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct 
 		reply_err(req, -ENOMEM);
 		return;
 	}
-	sfs_pf_file *pf = of->pf;
-	struct sfs_pf_view v;
 	if (of->direct) { /* what its reader asks for (pagecache.h) */
 		__atomic_fetch_add(&of->direct_reads, 1, __ATOMIC_RELAXED);
 		__atomic_fetch_add(&of->direct_read_bytes, size, __ATOMIC_RELAXED);
 	}
+	/* read_done replies: here, or on the thread that lands the bytes. */
 	struct read_call c = {fs, req, sfs_fs_job_begin(fs, req)};
-	ssize_t n = sfs_pf_read_async(pf, (uint64_t)off, size, &v, read_done, &c, sizeof(c));
-	if (n == -EINPROGRESS)
-		return; /* read_done replies */
-	read_reply(fs, req, &c.jr, n, &v);
-	sfs_pf_view_release(pf, &v);
+	sfs_pf_read_answer(of->pf, (uint64_t)off, size, read_done, &c, sizeof(c));
 }
 
 void sfs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
