@@ -68,6 +68,7 @@ class Mount:
             opts += "," + ARGS.mount_opts
         if self.extra_opts:
             opts += "," + self.extra_opts
+        opts = for_daemon(opts)
         src = ",".join(self.hosts) + ":/ifs"
         argv = self.cluster.exec_argv([ARGS.shardfs, src, self.mnt, "-o", opts], self.client)
         if self.log_path:
@@ -197,12 +198,34 @@ def settle(m, warn=True):
 DAEMON_PATH = "passthrough=off,scrub_interval=86400"
 
 
+def for_daemon(opts):
+    """opts for the daemon --shardfs names: one from before passthrough=auto
+    (an older build in an A/B) reads through itself with no option, and
+    checks every read without a scrubber, so DAEMON_PATH is left out."""
+    if DAEMON_PATH not in opts or passthrough_choices():
+        return opts
+    return ",".join(o for o in opts.split(",") if o not in DAEMON_PATH.split(","))
+
+
+_choices = {}
+
+
+def passthrough_choices():
+    """Whether the daemon takes passthrough=auto|off (its --help says so)."""
+    if ARGS.shardfs not in _choices:
+        out = subprocess.run([ARGS.shardfs, "--help"], capture_output=True, text=True)
+        _choices[ARGS.shardfs] = "passthrough=auto|off" in out.stdout + out.stderr
+    return _choices[ARGS.shardfs]
+
+
 def scrubbed(m):
     """Wait (up to 120 s) for the scrubber's first pass, the one at mount,
     so that a row measures reads, not the pass beside them."""
     for _ in range(1200):
-        if m.stats().get("shardfs_cache_scrub_passes_total", 0) >= 1:
-            return
+        st = m.stats()
+        if (not st.get("shardfs_cache_scrub_interval_seconds", 0) or
+                st.get("shardfs_cache_scrub_passes_total", 0) >= 1):
+            return  # no scrubber (an older daemon, or none asked for), or its pass ended
         time.sleep(0.1)
     log("warning: the scrubber's first pass did not end within 120 s")
 
