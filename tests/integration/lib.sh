@@ -158,6 +158,9 @@ counter() { local v; v=$(stat_value "$1"); echo "${v:-0}"; }
 # verified files from the cache: their reads never reach the daemon, so no
 # per-read counter moves and a cached byte is not checked per read).
 pt_on() { [ "$(counter shardfs_passthrough_enabled)" = 1 ]; }
+# from_cache: bytes readers got from the local cache so far: the daemon's
+# hits, and the versions opened through passthrough (counted whole at open).
+from_cache() { echo $(($(counter shardfs_cache_hit_bytes_total) + $(counter shardfs_passthrough_open_bytes_total))); }
 # fetched: bytes fetched from NFS so far
 fetched() { stat_value shardfs_prefetch_fetched_bytes_total; }
 # settled: no chunk is in flight and nothing waits to be written, twice
