@@ -7,6 +7,16 @@ set -u
 
 SRC_ROOT=${SFS_SRC_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 SHARDFS=${SFS_SHARDFS:-$SRC_ROOT/build/fs/shardfs}
+# SFS_PASSTHROUGH=off: every mount of the suite with passthrough=off (the
+# daemon path, verified per read), through pt-off/shardfs.
+case ${SFS_PASSTHROUGH:-} in
+'' | auto) ;;
+off)
+	export SFS_REAL_SHARDFS=$SHARDFS
+	SHARDFS=$SRC_ROOT/tests/integration/pt-off/shardfs
+	;;
+*) echo "Bail out! SFS_PASSTHROUGH='$SFS_PASSTHROUGH': want off or auto"; exit 1 ;;
+esac
 CLUSTER=$SRC_ROOT/tools/testbed/shardfs-cluster
 GENDATA=$SRC_ROOT/tools/testbed/shardfs-gendata
 TEST_NAME=$(basename "$0" .sh)
@@ -27,7 +37,7 @@ sfs_require() {
 	[ -c /dev/fuse ] || skip "no /dev/fuse"
 	command -v ganesha.nfsd >/dev/null || skip "nfs-ganesha is not installed"
 	command -v rpcbind >/dev/null || [ -x /usr/sbin/rpcbind ] || skip "rpcbind is not installed"
-	[ -x "$SHARDFS" ] || skip "daemon not built: $SHARDFS"
+	[ -x "${SFS_REAL_SHARDFS:-$SHARDFS}" ] || skip "daemon not built: ${SFS_REAL_SHARDFS:-$SHARDFS}"
 	unshare --net true 2>/dev/null || skip "cannot create network namespaces"
 }
 
@@ -144,6 +154,13 @@ same_bytes() { cmp -s "$1" "$2"; }
 stat_value() { awk -v m="$1 " 'index($0, m) == 1 { print $2; exit }' "$MNT/.shardfs/stats"; }
 # counter NAME: a counter's value, 0 when the daemon does not export it
 counter() { local v; v=$(stat_value "$1"); echo "${v:-0}"; }
+# pt_on: passthrough is on for this mount (the kernel reads wholly cached,
+# verified files from the cache: their reads never reach the daemon, so no
+# per-read counter moves and a cached byte is not checked per read).
+pt_on() { [ "$(counter shardfs_passthrough_enabled)" = 1 ]; }
+# from_cache: bytes readers got from the local cache so far: the daemon's
+# hits, and the versions opened through passthrough (counted whole at open).
+from_cache() { echo $(($(counter shardfs_cache_hit_bytes_total) + $(counter shardfs_passthrough_open_bytes_total))); }
 # fetched: bytes fetched from NFS so far
 fetched() { stat_value shardfs_prefetch_fetched_bytes_total; }
 # settled: no chunk is in flight and nothing waits to be written, twice

@@ -3,11 +3,13 @@
 # Random-offset records in one big file against a real 4-node cluster: a
 # file larger than prefetch_max and prefetch_mem read with shuffled preads
 # of 110 KB records and odd lengths (across 16 KiB and 1 MiB boundaries, at
-# and past EOF), cold then warm (served straight from the cache, verified
+# and past EOF), cold then warm (served straight from the cache: by the
+# kernel from the cache file under passthrough, else by the daemon, verified
 # per 16 KiB sub-block), by 8 concurrent readers, with one sub-block of the
 # cached object corrupted and with its short last chunk corrupted, and with
-# direct_io (every pread reaches the daemon at its own offset and length),
-# and without a cache (a reader that jumps around fetches its own bytes).
+# direct_io (every pread reaches the daemon at its own offset and length;
+# these three with passthrough=off), and without a cache (a reader that
+# jumps around fetches its own bytes).
 # Every pread is compared with the same pread on the export; the stats file
 # tells what came from NFS.
 . "$(dirname "$0")/lib.sh"
@@ -112,16 +114,33 @@ check "cold epoch: the whole file is cached ($(counter shardfs_cache_used_bytes)
 check "cold epoch: no checksum failures" [ "$(counter shardfs_cache_checksum_failures_total)" = 0 ]
 
 drop_caches
+# With passthrough on and the file wholly cached (its xattr says how much),
+# the kernel reads it from the cache file: the daemon sees one open, counted
+# as the file's bytes from the cache, and no read. Otherwise (passthrough=off,
+# or a chunk left uncached) the daemon reads the cache, verifying as it reads.
+cached=$(getfattr --only-values -n user.shardfs.cached "$MNT/records.bin" 2>/dev/null)
+pt_whole=$(pt_on && [ "${cached:-0}" = "$SIZE" ] && echo 1)
 d1=$(counter shardfs_cache_direct_reads_total)
 h1=$(counter shardfs_cache_hit_bytes_total)
 w1=$(counter shardfs_cache_write_bytes_total)
+o1=$(counter shardfs_passthrough_open_bytes_total)
+r1=$(counter shardfs_fuse_read_bytes_total)
 check "warm epoch: every pread byte-exact" epoch 2 1
 check "warm epoch: nothing fetched from NFS but what was not cached ($f1 -> $(fetched), $s1)" \
 	le $(($(fetched) - f1)) "$s1"
 d2=$(counter shardfs_cache_direct_reads_total)
 h2=$(counter shardfs_cache_hit_bytes_total)
-check "warm epoch: served by direct reads from the cache ($((d2 - d1)))" le 1 $((d2 - d1))
-check "warm epoch: hits cover the file ($((h2 - h1)) >= $SIZE)" le "$SIZE" $((h2 - h1))
+o2=$(counter shardfs_passthrough_open_bytes_total)
+r2=$(counter shardfs_fuse_read_bytes_total)
+if [ -n "$pt_whole" ]; then
+	check "warm epoch, passthrough: opened as a passthrough of the cache file ($((o2 - o1)) bytes)" \
+		[ $((o2 - o1)) = "$SIZE" ]
+	check "warm epoch, passthrough: no read reached the daemon ($((r2 - r1)) bytes)" [ "$r2" = "$r1" ]
+else
+	diag "warm epoch through the daemon: passthrough $(counter shardfs_passthrough_enabled), $cached of $SIZE bytes cached"
+	check "warm epoch: served by direct reads from the cache ($((d2 - d1)))" le 1 $((d2 - d1))
+	check "warm epoch: hits cover the file ($((h2 - h1)) >= $SIZE)" le "$SIZE" $((h2 - h1))
+fi
 check "warm epoch: nothing written to the cache" [ "$(counter shardfs_cache_write_bytes_total)" = "$w1" ]
 check "warm epoch: no checksum failures" [ "$(counter shardfs_cache_checksum_failures_total)" = 0 ]
 sfs_umount
@@ -186,7 +205,10 @@ base=$(( (CHUNK << 20) + (SUB << 14) ))
 at=$(flip "${objs[0]:-/nonexistent}" $((base + 100)) $((base + 8000)) $((base + 16000)))
 diag "flipped 3 bytes at ${at:-?} of the object"
 check "corrupted the object" [ -n "$at" ]
-sfs_mount "$OPTS"
+# passthrough=off here and for the last chunk: what is checked is the
+# per-read verification (a passthrough open reads the cache file unchecked;
+# its scrubber would evict the whole version instead).
+sfs_mount "$OPTS,passthrough=off"
 drop_caches
 f0=$(fetched)
 check "corrupted sub-block: the record that covers it is byte-exact" pread_exact $((base - 20000)) 110000
@@ -208,7 +230,7 @@ section "a corrupted last chunk"
 LAST=$(( (SIZE >> 20) << 20 ))
 at=$(flip "${objs[0]:-/nonexistent}" $((SIZE - 10)) $((LAST + 5)))
 check "corrupted the last chunk (${at:-?})" [ -n "$at" ]
-sfs_mount "$OPTS"
+sfs_mount "$OPTS,passthrough=off"
 drop_caches
 f0=$(fetched)
 check "corrupted last chunk: a pread at EOF is byte-exact" pread_exact $((SIZE - 100)) 1000
@@ -223,7 +245,10 @@ sfs_umount
 
 # --- direct_io: every pread reaches the daemon at its own offset and length --------------
 section "direct_io"
-sfs_mount "$OPTS,direct_io"
+# passthrough=off: a passthrough open is never direct_io (the kernel reads
+# the cache file), and what is checked here is the daemon's answer to each
+# pread and to mappings of direct_io files.
+sfs_mount "$OPTS,direct_io,passthrough=off"
 d1=$(counter shardfs_cache_direct_reads_total)
 check "direct_io, warm, 8 readers: every pread byte-exact" epoch 6 8
 check "direct_io, warm: nothing fetched from NFS ($(fetched))" [ "$(fetched)" = 0 ]
