@@ -68,9 +68,9 @@ enum chunk_state { CHUNK_LOADING, CHUNK_FETCHING, CHUNK_READY, CHUNK_FAILED };
 /* 1 MiB buffers that readers' own chunks took past the budget, kept for the
  * next such chunk instead of unmapped: when cache writes hold the budget,
  * readers fetch their chunks themselves (demand), and a fresh mmap'd buffer
- * per chunk cost 256 page faults (zeroed pages) plus an munmap each, with
- * page zeroing a visible share of the daemon's CPU. At most this many MiB
- * stay past the budget (released with the pool when idle). */
+ * per chunk costs a page fault and a zeroed page per 4 KiB, and an munmap.
+ * At most this many MiB stay past the budget (released with the pool when
+ * idle). */
 #define SFS_PF_OVER_BUFS 32
 
 struct pf_chunk {
