@@ -21,7 +21,8 @@
  *
  * Where a read's chunk comes from, in order: a chunk in memory (being
  * fetched, or fetched and not yet dropped); the store, read into a buffer
- * and checked against its XXH3-64 every time it is loaded; else the origin.
+ * and checked against its XXH3-64 every time it is loaded (but a VERIFIED
+ * chunk where the scrubber runs: store.h, trust_verified); else the origin.
  * Chunks from the origin go to the store (write-behind; the buffer stays
  * pinned until the write is durable). Small files and readers that jump
  * around take the direct path instead (sfs_pf_read): no chunk, the store's
