@@ -643,9 +643,8 @@ static int run_loop(struct fuse_session *se, const struct sfs_options *o, bool k
 			return 1;
 		fuse_loop_cfg_set_max_threads(lc, o->max_threads);
 		/* Workers never exit once started: with fewer idle threads kept
-		 * than readers in flight, libfuse created and destroyed a thread
-		 * every few requests, a visible share of the daemon's CPU on
-		 * small files. */
+		 * than readers in flight, libfuse creates and destroys a thread
+		 * every few requests. */
 		fuse_loop_cfg_set_idle_threads(lc, o->max_threads);
 		/* A cloned fd's unanswered requests fail when it closes: with a
 		 * keeper, every request must come through the fd the keeper holds. */

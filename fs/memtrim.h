@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SFS_MEMTRIM_MIN 4096 /* freed blocks (inodes: ~2 MiB) worth a trim */
+#define SFS_MEMTRIM_MIN 4096 /* freed blocks worth a trim */
 
 /* Fixed malloc thresholds instead of glibc's moving ones, before any
  * thread starts (main): blocks up to SFS_MEMTRIM_MMAP_MAX come from the
@@ -31,7 +31,7 @@
  * that a buffer freed and allocated again is not unmapped and faulted in
  * again (each fault a VM exit on a paravirtualised guest); this thread's
  * trims give the memory back once reads stop. What it saves and costs is
- * in tools/bench/benchmarks.md (sixteenth round). */
+ * in tools/bench/benchmarks.md. */
 #define SFS_MEMTRIM_MMAP_MAX (4u << 20)
 #define SFS_MEMTRIM_KEEP_TOP (16u << 20)
 /* Under a small memory budget (mem_max) what the arenas keep is a share of

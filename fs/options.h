@@ -23,7 +23,8 @@
  * [DEFAULT_MIN, DEFAULT_MAX]; less than SFS_MEM_MAX_MIN is refused. The
  * bounds it derives count SFS_MEM_INODE_BYTES per kernel-held inode and
  * SFS_MEM_NAME_BYTES per name (listings, the immutable namespace): what
- * each costs the daemon in all, from packaging/doc/benchmarks.md. */
+ * each costs the daemon in all (tools/bench/benchmarks.md, memory per
+ * file). */
 #define SFS_MEM_MAX_SHARE	16
 #define SFS_MEM_MAX_DEFAULT_MIN (256ull << 20)
 #define SFS_MEM_MAX_DEFAULT_MAX (8ull << 30)

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /* hash_avx2 — XXH3-64 from libxxhash's header, built with -mavx2 (meson):
  * called only after hash.c saw the CPU has AVX2. Nothing else lives here,
- * as the compiler may use AVX2 anywhere in this file. */
+ * as the compiler may use AVX2 anywhere in this file; the choice is
+ * hash.c's. Threading: a pure function; any thread. */
 #include "hash_int.h"
 
 #include <stddef.h>

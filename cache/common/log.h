@@ -30,7 +30,7 @@ extern int sfs_log_max_level;
 void sfs_log_use_syslog(void);
 
 /* Start stderr lines with the UTC time, to the millisecond
- * ("2026-11-24T00:12:05.123Z shardfs: ..."): for a daemon running in the
+ * ("YYYY-MM-DDThh:mm:ss.mmmZ shardfs: ..."): for a daemon running in the
  * foreground, whose stderr is a log (journald, kubectl logs). Call before
  * threads start; syslog lines carry syslog's own time. */
 void sfs_log_use_timestamps(void);

@@ -44,10 +44,10 @@ static uint64_t buf_budget(const sfs_prefetch *pf)
 
 /* Scratch of the direct path: a direct read takes one for its view and
  * sfs_pf_view_release gives it back, so there are as many as direct reads
- * in flight, not one per thread that ever read (a worker pool of 64 kept
- * 64). Its bytes lie in a 2 MiB transparent huge page, so that its O_DIRECT
- * reads pin one page and hand the disk one segment (iobuf.h: random records
- * come from the cache faster than with 4 KiB pages). A read that needs
+ * in flight, not one per thread that ever read (a pool of 64 workers would
+ * keep 64). Its bytes lie in a 2 MiB transparent huge page, so that its
+ * O_DIRECT reads pin one page and hand the disk one segment (iobuf.h), not
+ * one per 4 KiB page. A read that needs
  * at most SCRATCH_SLOT_BYTES (a small file's packed object, a record's
  * 16 KiB blocks: sfs_store_range_bytes, or a direct fetch's span) takes a
  * slot of a page shared by SCRATCH_SLOTS such reads; a larger one a page of
@@ -57,7 +57,8 @@ static uint64_t buf_budget(const sfs_prefetch *pf)
  * record in one 16 KiB block) takes a tiny slot of one 2 MiB mapping of
  * plain 4 KiB pages: resident as touched, and the lowest free slot is
  * taken, so 16 reads of 1 KiB files in flight hold 64-256 KiB, not 4 MiB;
- * a 16 KiB read is 4 pages to the disk, which costs nothing measurable.
+ * a read of at most 16 KiB is at most 4 pages to the disk, so a huge page
+ * would save it little.
  * Whole pages, up to SCRATCH_KEEP, and slot pages are kept for reuse while
  * reads come; sfs_prefetch_release_idle frees them. The pool is the
  * process's, not a prefetch's: a view holds no reference on its file (its
@@ -271,11 +272,11 @@ static void bufs_free(sfs_prefetch *pf, void **b, size_t n)
  * Sized buffers freed are kept for reuse, a LIFO stack per length (4 KiB
  * steps, linked through each buffer's first word), up to the budget /
  * SIZED_KEEP_SHARE in all. A folder of small files allocates one per file
- * (its fetch's or its chunk's buffer, 100-130 KB for ImageNet's JPEGs):
- * from malloc that was an aligned_alloc searching the arena's bins, freed
- * on another thread, and that search was a visible share of a cold small
- * file's CPU. Kept buffers stay in sized_bytes, so they count against the
- * budget like the pool's idle buffers, and like them give way:
+ * (its fetch's or its chunk's buffer, the file's size rounded up to 4 KiB):
+ * from malloc that is an aligned_alloc that searches the arena's bins, per
+ * file, freed on another thread; from a stack, a pop. Kept buffers stay in
+ * sized_bytes, so they count against the budget like the pool's idle
+ * buffers, and like them give way:
  * a get that would not fit frees them first (sized_evict), and
  * buf_over_budget does not count them. sfs_prefetch_release_idle frees
  * them once buffers go unused.

@@ -21,7 +21,8 @@
  *
  * Where a read's chunk comes from, in order: a chunk in memory (being
  * fetched, or fetched and not yet dropped); the store, read into a buffer
- * and checked against its XXH3-64 every time it is loaded; else the origin.
+ * and checked against its XXH3-64 every time it is loaded (but a VERIFIED
+ * chunk where the scrubber runs: store.h, trust_verified); else the origin.
  * Chunks from the origin go to the store (write-behind; the buffer stays
  * pinned until the write is durable). Small files and readers that jump
  * around take the direct path instead (sfs_pf_read): no chunk, the store's
@@ -68,9 +69,9 @@ enum chunk_state { CHUNK_LOADING, CHUNK_FETCHING, CHUNK_READY, CHUNK_FAILED };
 /* 1 MiB buffers that readers' own chunks took past the budget, kept for the
  * next such chunk instead of unmapped: when cache writes hold the budget,
  * readers fetch their chunks themselves (demand), and a fresh mmap'd buffer
- * per chunk cost 256 page faults (zeroed pages) plus an munmap each, with
- * page zeroing a visible share of the daemon's CPU. At most this many MiB
- * stay past the budget (released with the pool when idle). */
+ * per chunk costs a page fault and a zeroed page per 4 KiB, and an munmap.
+ * At most this many MiB stay past the budget (released with the pool when
+ * idle). */
 #define SFS_PF_OVER_BUFS 32
 
 struct pf_chunk {

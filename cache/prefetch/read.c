@@ -382,8 +382,8 @@ static int claim_chunks(struct sfs_pf_file *f, uint64_t off, uint64_t end, bool 
 				chunk_promote(c); /* a warm-up's: a reader waits now */
 				break;
 			}
-			/* In the store: read and check it (every chunk is verified
-			 * each time it is loaded: XXH3 costs far less than the read). */
+			/* In the store: read it, checked as the store checks a load
+			 * (every time, but a VERIFIED chunk under trust_verified). */
 			enum sfs_chunk_state st = store_state(f, ci);
 			bool load = st == SFS_CHUNK_PRESENT || st == SFS_CHUNK_VERIFIED;
 			/* A sequential reader wants the whole chunk anyway; one that

@@ -16,6 +16,8 @@
  * key: it is discarded. No step ever makes a .sums describe bytes at other
  * offsets than the ones it checks, and every chunk is still verified by
  * its checksums before it is served.
+ * Not here: finding the files and loading what they hold (load.c), the
+ * checks of the bytes (read.c).
  */
 #include "store_int.h"
 

@@ -4,7 +4,7 @@
  * dataset, and the per-dataset counters a user reads the decisions from.
  *
  * lru and pin are rules of capacity alone (make_room in index.c,
- * write_refusal in read.c). auto (store.h) decides by dataset, from what
+ * write_refusal in writer.c). auto (store.h) decides by dataset, from what
  * this file keeps per dataset (struct pol_ds, by the dataset table's slot):
  *
  *   held     its per-file objects' bytes (kept as they change) plus the
@@ -30,6 +30,8 @@
  * remembers a sample of what was refused or evicted lately, which is all
  * that telling reuse from a one-off pass needs.
  *
+ * Not here: the evictions themselves (index.c, the writer), the dataset
+ * names and read counters (datasets.c).
  * Threading: see the fields of struct pol_ds; every function says whether
  * the caller holds s->lock.
  */

@@ -67,18 +67,18 @@ static void chunk_fail(sfs_store *s, sfs_store_obj *o, uint32_t index, const uin
  * Where the sub-block hashes come from: the object's recs while it is
  * referenced (read from the file once per chunk, then from memory), not a
  * pread of the record at every read. The record's pread comes from the page
- * cache and costs little beside the data's O_DIRECT pread and its XXH3, so
- * memory wins by only a little per read, at a record per chunk read while
- * the object is held; the table goes with the last reference, and objects
- * whose table would pass RECS_TABLE_MAX read their records every time.
- * (read_chunk for the same records costs several times the CPU and the
- * wall time of a range read.)
+ * cache and is cheap beside the data's O_DIRECT pread and its XXH3, so the
+ * table saves little per read and costs a record per chunk read while the
+ * object is held; it goes with the last reference, and objects whose table
+ * would pass RECS_TABLE_MAX read their records every time. A range read
+ * reads and hashes only the sub-blocks its bytes lie in; read_chunk would
+ * read and hash the whole chunk.
  *
- * Why 16 KiB sub-blocks rather than 64 KiB: the span rounds a read out to
- * whole sub-blocks, and random 110 KB records are disk-bound on the warm
- * pass; smaller sub-blocks read fewer disk bytes per byte served, warm and
- * cold. The price: 520 B of records per chunk instead of 136 (0.05% of the
- * chunk on disk), and 4x the XXH3 calls of a chunk at the same bytes.
+ * Why sub-blocks of SUB_BYTES (16 KiB): the span rounds a read out to whole
+ * sub-blocks, so the smaller they are, the fewer disk bytes a record read
+ * at random costs per byte served, warm and cold. The price is in the
+ * records: one XXH3-64 per sub-block (520 B per 1 MiB chunk), and more
+ * XXH3 calls for the same bytes. tools/bench/benchmarks.md has the figures.
  */
 struct span {
 	uint64_t start, end;

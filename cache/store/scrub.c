@@ -15,6 +15,9 @@
  * but not verified since the load (sfs_store_obj_backing_fd), verified
  * ahead of the pass. The rate applies to both.
  *
+ * Owns: the thread, its pace and its queue. Does not own: the checks
+ * (read.c), the eviction of a version that fails (sfs_store_evict_keys, on
+ * the writer thread), the passthrough opens it protects (fs/kernel).
  * Lock order: sc->lock is a leaf, taken under s->lock by scrub_queue; the
  * thread never holds it across I/O or while taking s->lock.
  */

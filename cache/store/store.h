@@ -3,43 +3,47 @@
  * store — the local NVMe chunk cache.
  *
  * Owns: cached file versions ("objects") under cache_dir, in two layouts
- * that callers never see: a version larger than one chunk has a file of its
- * own (a header with one record per 1 MiB chunk: its length, a valid mark,
- * one XXH3-64 per 16 KiB sub-block; then the chunk bytes, chunk after
- * chunk); a version of one chunk or less (1 byte to SFS_SEG_MAX_OBJECT) is
- * packed as one record among many in append-only segment files (segment.h),
- * so a million small files make a few hundred files, not a million. A
- * version is named by XXH3-128 of (fsid, fileid, size, mtime, ctime) —
- * never by path — so a changed file is a new object and old bytes can
- * never be served for it. Also owns: the in-memory index, recovery at
- * startup, the writer thread (io_uring batches and segment flushes,
- * fdatasync before a chunk becomes visible), eviction (lru: the colder of
- * the least recently used file nobody holds and the least recently used
- * segment) or admission control (pin) under cache_size, the lock that
- * keeps a second daemon off the same cache_dir, and degrading to "no
- * cache" when the directory is missing, full or failing. And the cache's
- * lifecycle: the dataset every object was cached for (datasets.h), the
- * listing per dataset, and evicting datasets, single versions or
- * everything, on the writer thread (sfs_store_evict); a tool that opens an
- * unmounted cache_dir with sfs_store_open gets the same, under the lock.
+ * that callers never see: a version larger than one chunk has a data file
+ * of its own, byte x of the version at offset x (a passthrough open's
+ * backing file), and its checksums beside it (KEY.sums: a header, then one
+ * record per 1 MiB chunk: its length, a valid mark, one XXH3-64 per 16 KiB
+ * sub-block; store_int.h); a version of one chunk or less (1 byte to
+ * SFS_SEG_MAX_OBJECT) is packed as one record among many in append-only
+ * segment files (segment.h), so a million small files make a few hundred
+ * files, not a million. A version is named by XXH3-128 of (fsid, fileid,
+ * size, mtime, ctime) — never by path — so a changed file is a new object
+ * and old bytes can never be served for it. Also owns: the in-memory index,
+ * recovery at startup, the writer thread (io_uring batches and segment
+ * flushes, fdatasync before a chunk becomes visible), eviction (lru: the
+ * colder of the least recently used file nobody holds and the least
+ * recently used segment; auto: by dataset, below) or admission control
+ * (pin) under cache_size, the scrubber, the lock that keeps a second
+ * daemon off the same cache_dir, and degrading to "no cache" when the
+ * directory is missing, full or failing. And the cache's lifecycle: the
+ * dataset every object was cached for (datasets.h), the listing per
+ * dataset, and evicting datasets, single versions or everything, on the
+ * writer thread (sfs_store_evict); a tool that opens an unmounted cache_dir
+ * with sfs_store_open gets the same, under the lock.
+ * Does not own: what is fetched and when (cache/prefetch), file versions'
+ * identity (the caller's sfs_file_version), the origin.
  *
  * Chunk states: ABSENT -> WRITING -> VERIFIED (written by us this run), or
  * PRESENT (found on disk at startup) -> VERIFIED on the first read whose
  * checksum matches; a mismatch makes it ABSENT again (a miss, never an
- * error). Every read checks what it reads: read_chunk all sub-blocks of a chunk,
- * read_range only the sub-blocks its range touches (a range read leaves a
- * PRESENT chunk PRESENT). A packed version's one chunk is ABSENT, WRITING
- * (queued) or PRESENT (durable in a segment), never VERIFIED: each read
- * checks it whole; a segment evicted under its holders makes it ABSENT (a
- * miss).
+ * error). Every read checks what it reads, except a VERIFIED chunk's under
+ * conf.trust_verified (where the scrubber runs): read_chunk all sub-blocks
+ * of a chunk, read_range only the sub-blocks its range touches (a range
+ * read leaves a PRESENT chunk PRESENT). A packed version's one chunk is
+ * ABSENT, WRITING (queued) or PRESENT (durable in a segment), never
+ * VERIFIED: each read checks it whole; a segment evicted under its holders
+ * makes it ABSENT (a miss).
  *
  * Memory: a per-file object nobody holds costs its struct (~150 bytes) and
  * one byte per chunk; while it is referenced, also its open fds and 520
  * bytes per chunk it has read (the records; none for objects over ~2 GiB,
  * whose records are read from the page cache each time), until the last
- * reference goes. A packed version costs one segment index entry (16 bytes, 20-32 with
- * the table's load) and
- * nothing else unless referenced.
+ * reference goes. A packed version costs one segment index entry (16
+ * bytes, 20-32 with the table's load) and nothing else unless referenced.
  *
  * Threading: every function may be called from any thread. One lock
  * (store->lock) protects the index and every object's chunk table; under it

@@ -562,9 +562,9 @@ bool gathered(const sfs_store *s)
  * GATHER_MS or until a batch's worth is queued (gathered()): one segment
  * flush (one write, one fdatasync) then serves them all. Jobs queued
  * meanwhile do not wake the writer (s->gathering) until there are enough:
- * a wake-up per job cost more than the flush it saved, and gathering this
- * way cuts the fdatasyncs and futex calls per file several-fold, and the
- * writer's CPU per file with them. A deep queue never waits; prefetch
+ * a wake-up per job costs more than the flush it saves, and gathering this
+ * way makes one fdatasync and one wake-up serve many files. A deep queue
+ * never waits; prefetch
  * keeps serving the bytes from memory meanwhile. Caller holds lock.
  */
 void writer_gather(sfs_store *s)

@@ -3,11 +3,10 @@
  * fuse_uring — FUSE requests over io_uring (Linux 6.14+, FUSE protocol
  * 7.42), under libfuse 3.14, which speaks only /dev/fuse.
  *
- * EXPERIMENTAL: used by tools/bench/shardfs-fusefloor --uring to measure what the
- * transport saves; the daemon does not use it. The ring lowered the floor
- * a little, per random record and per small file, and a daemon prototype
- * (threads per CPU, one entry each) gained nothing measurable over
- * /dev/fuse, cold or warm. Where its replies come from an I/O thread's
+ * EXPERIMENTAL: used by tools/bench/shardfs-fusefloor --uring to compare the
+ * transport with /dev/fuse; the daemon does not use it (what the floor and
+ * a daemon prototype, threads per CPU with one entry each, showed is in
+ * tools/bench/benchmarks.md). Where its replies come from an I/O thread's
  * callback (lent libnfs buffers), the ring costs a copy into the entry's
  * payload that writev() did not, and a commit from that thread makes the
  * kernel deliver the entry's next request as task work to it (interrupting

@@ -17,9 +17,18 @@
  *   is written, and every reply is offered to its reply hook before
  *   /dev/fuse. This module does not link a transport (fs/kernel/fuse_uring.c is
  *   one; tools/bench/shardfs-fusefloor registers it, the daemon does not).
+ *   FUSE_PASSTHROUGH (Linux 6.9+), where sfs_fusedev_want_passthrough
+ *   asked for it: an OPEN reply may then name a backing file
+ *   (sfs_fusedev_reply_open), registered here (sfs_fusedev_backing_open).
  * Every other request and reply passes through unchanged: one read() or
  * writev() of the device, as libfuse makes them without hooks. Splice is
  * left to libfuse (no splice hooks: it uses plain splice()).
+ *
+ * Owns: the device I/O hooks, the extended INIT flags, the kernel's INIT
+ * request kept for a resumed server (keeper.h), and the calls on the
+ * device that libfuse 3.14 lacks (backing files, FUSE_NOTIFY_PRUNE).
+ * Does not own: the requests' handling (libfuse, fs/ops), which opens are
+ * passthrough (passthrough.h), a ring transport (fuse_uring.h).
  *
  * Threading: the kernel sends nothing before INIT is answered, so INIT is
  * read and answered before any other request; the state is atomics only.

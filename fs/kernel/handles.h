@@ -6,10 +6,14 @@
  * process's epoch (keeper.h: 1 for the first server of a mount, +1 per
  * restart; 0 without a keeper) in its top 16 bits, so that a resumed
  * server tells a handle of a dead process (whose address means nothing
- * here) from its own with one compare. fs/ops (open_file.c, dir.c) rebuilds the state of such
- * a stale handle on its first use (a READ, a READDIR after a restart) and
- * keeps it here, adopted, under the old fh until the kernel releases it.
+ * here) from its own with one compare. fs/ops (open_file.c, dir.c)
+ * rebuilds the state of such a stale handle on its first use (a READ, a
+ * READDIR after a restart) and keeps it here, adopted, under the old fh
+ * until the kernel releases it.
  *
+ * Owns: the fh encoding (address, flag bits, epoch tag) and the table of
+ * adopted handles. Does not own: the states the handles point to (fs/ops),
+ * the epoch (the keeper's state page, set here once at start).
  * Threading: make and get are pure; the adopted handles are under one
  * lock, taken only for handles of a dead process.
  */

@@ -14,17 +14,21 @@
  *
  * Without the kernel's readahead, a direct_io reader pays a FUSE round trip
  * per read() it makes: small reads run slower direct_io than buffered,
- * while reads of 128 KiB and more run faster direct_io, at less daemon CPU
- * per byte. So the mount learns its readers: a direct_io open that made at
- * least SFS_PC_MIN_READS reads averaging under SFS_PC_SMALL_READ scores as
- * small (a moving share, 1/8 per open); while most recent ones were small,
- * first epochs go through the page cache too, except every
- * SFS_PC_PROBE_EVERY-th, which goes direct_io to see whether the readers
- * changed.
+ * while large ones run faster direct_io, at less daemon CPU per byte
+ * (tools/bench/benchmarks.md). So the mount learns its readers: a direct_io
+ * open that made at least SFS_PC_MIN_READS reads averaging under
+ * SFS_PC_SMALL_READ scores as small (a moving share, 1/8 per open); while
+ * most recent ones were small, first epochs go through the page cache too,
+ * except every SFS_PC_PROBE_EVERY-th, which goes direct_io to see whether
+ * the readers changed.
  *
  * Files of one chunk or less always go through the page cache: the kernel
  * reads such a file whole in one request and knows where it ends.
  *
+ * Owns: the decision at each open and the mount's moving score of its
+ * readers. Does not own: whether an open is in a file's first epoch (the
+ * caller tracks it per inode: fs/ops/open_file.c), counting an open's
+ * reads (fs/ops/file.c), the reply.
  * Threading: any thread; the policy's state is atomics (its updates may
  * race and lose one score step, which the next open makes up).
  */

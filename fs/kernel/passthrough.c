@@ -204,7 +204,7 @@ static int pt_register(struct sfs_pt *pt, sfs_pf_file *pf, uint64_t size, int *b
 		return fd;
 	/* A shard read whole: its pages are asked for now, all at once, as the
 	 * daemon's own prefetch would fetch it (the kernel's readahead alone
-	 * keeps one window in flight, and reads a shard several times slower). */
+	 * keeps one window in flight). */
 	if (size <= pt->willneed_max)
 		posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
 	int id = sfs_fusedev_backing_open(fd);

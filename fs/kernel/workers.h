@@ -6,7 +6,7 @@
  * libfuse's own loop (fuse_session_loop_mt) starts a worker whenever none
  * is free and keeps every one it started reading /dev/fuse; the kernel then
  * wakes a sleeping worker for nearly every request (a context switch each,
- * the largest cost of a cached small file on a VM). Here at most `active`
+ * on a request that the cache answers at once). Here at most `active`
  * workers that are not waiting take requests; a worker about to wait for
  * NFS or for a chunk (sfs_blocking_begin, cache/common/blocking.h) wakes a parked
  * worker, or starts one, up to max_threads, when no other worker is free to

@@ -8,7 +8,7 @@
  * a release's. Does not own: the open file's state (open_file.c), the
  * bytes (cache/prefetch), the stats file's opens (ctl.c).
  * Threading: FUSE workers. A READ whose bytes were not at hand (read_call,
- * sfs_pf_read_async) is answered by the thread that lands them: the origin
+ * sfs_pf_read_answer) is answered by the thread that lands them: the origin
  * I/O thread for bytes fetched, a loader thread or another worker for a
  * chunk loaded from the cache. Replies are sent with no lock held.
  */
@@ -133,9 +133,9 @@ static void open_reply(struct sfs_fs *fs, fuse_req_t req, struct fuse_file_info 
 	}
 }
 
-/* A read answered from the thread that got its bytes (a fetch without a
- * chunk, or the chunk it waited for: see sfs_pf_read_async), which keeps
- * the copy. */
+/* What read_done needs to answer a read: on this worker, or on the thread
+ * that got its bytes (a fetch without a chunk, or the chunk it waited for:
+ * see sfs_pf_read_answer), which keeps a copy. */
 struct read_call {
 	struct sfs_fs *fs;
 	fuse_req_t req;

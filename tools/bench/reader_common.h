@@ -4,6 +4,11 @@
  * shardfs-smallread) share: the first-error report, fatal exits, libnfs
  * error text and a monotonic clock. Header-only, static: each tool defines
  * `static const char *prog` before including it, after <nfsc/libnfs.h>.
+ *
+ * Owns: the run's failed flag and the lock that lets only its first error
+ * through. Does not own: the readers' work, contexts or counts (each tool's).
+ * Threading: fail() and now_s() from any thread; die() only before the
+ * workers start.
  */
 #ifndef SFS_READER_COMMON_H
 #define SFS_READER_COMMON_H

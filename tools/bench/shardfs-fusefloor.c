@@ -23,6 +23,9 @@
  * paths). Runs in the foreground until unmounted or signalled. Exit
  * status: 0, 1 on a failure, 2 for bad usage.
  *
+ * Owns: the tree and its replies. Does not own: the worker pool or the
+ * device hooks (the daemon's own fs/kernel code, linked as it is), and it
+ * fetches and caches nothing.
  * Threading: the tree is built before the loop starts and only read after.
  */
 #define FUSE_USE_VERSION 314

@@ -13,6 +13,12 @@
  * (and the shardfs daemon) must do with libnfs 4.0.
  *
  * Last line on stdout: bytes=N seconds=S MBps=X (MB = 1e6 bytes).
+ *
+ * Owns: the contexts, the slots and their buffers, the work cursor. Does
+ * not check the bytes it reads nor cache them. Threading: each context and
+ * its slots belong to the one thread that polls them; the file cursor is
+ * shared under a lock; contexts are made and mounted on the main thread,
+ * one at a time, before the clock starts.
  */
 #include <errno.h>
 #include <getopt.h>

@@ -16,6 +16,10 @@
  *
  * Exit status: 0 done; 1 the operation failed or matched nothing; 2 bad
  * usage. Errors are one line on stderr.
+ *
+ * Owns: the command line and the output. Does not own: the cache (the
+ * store's, through the daemon or opened here). Threading: the tool's main
+ * thread; an opened store runs its own writer thread.
  */
 #include "log.h"
 #include <shardfs/shardfs_ioctl.h>

@@ -14,7 +14,11 @@
  * bad usage; 77 when FILE is not on a shardfs mount with staging (ENOTTY).
  *
  * Build: cc -O2 -I/usr/local/include/shardfs stage_shm.c -lshardfs
- * (in the tree, meson builds it as tools/stage_shm).
+ * (in the tree, meson builds it as build/tools/stage_shm).
+ *
+ * Owns: its shared-memory buffer and region. Does not own: the placement
+ * and its checks (the mount's), the ioctls (libshardfs). Threading: one
+ * thread.
  */
 #include <errno.h>
 #include <fcntl.h>

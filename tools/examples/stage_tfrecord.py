@@ -18,6 +18,10 @@ are checked against os.pread and their data CRC.
 --make-sample writes a valid TFRecord file of random records (to put in a test export).
 Exit status: 0 all placed and verified, 1 a failure, 2 bad usage, 77 SHARD is not on a
 shardfs mount with staging.
+
+Owns: the walk of the shard, the batches and the staging buffer it allocates. Does not
+own: the bytes' placement and their checks (the mount's), the ioctl layout (the shardfs
+module). Threading: one thread.
 """
 import argparse
 import errno

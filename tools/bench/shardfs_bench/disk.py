@@ -24,8 +24,8 @@ def disk_write_mbps(directory, nbytes, sync_bytes=0):
     cache's filesystem), then fdatasync, as MB/s; the file is removed. With
     sync_bytes, an fdatasync after every sync_bytes as well: the pace of the
     cache's writer, which makes each batch of chunks durable before they
-    count as cached (on this VM a flush makes the host write its cache out,
-    so this rate can be well under the other)."""
+    count as cached (on a VM a flush can make the host write its own cache
+    out, so this rate can be well under the other)."""
     path = os.path.join(directory, f".disk-write-{os.getpid()}")
     buf = mmap.mmap(-1, MiB)  # page-aligned, as O_DIRECT wants
     buf.write(os.urandom(MiB))
@@ -89,7 +89,7 @@ def disk_billing(directory, nbytes):
     """CPU-s per GiB written that the machine bills to tasks other than the
     writer while the cache disk takes O_DIRECT writes: spinners pinned on
     every CPU are billed more CPU time per block of work than on a quiet
-    machine. On this VM (no steal time reported) the host's work for the
+    machine. On a VM that reports no steal time the host's work for the
     virtual disk and the guest's disk interrupts land there: a daemon
     billed for them did not run its code in that time, and perf, whose
     samples stop while the vCPU is away, does not see it."""

@@ -36,7 +36,7 @@ def perf_start():
 
 
 # Where a process's samples land (perf_stop's split), by leaf: three kernel
-# functions where this VM pays the host, then the rest of the kernel, then
+# functions where a (PVM) guest pays its host, then the rest of the kernel, then
 # user space by library. pvm_irq_enable: a PVM guest re-enabling interrupts
 # takes the interrupts and IPIs (wake-ups) that waited, so samples of the
 # host's event delivery land there; iowrite16: a virtio queue's notify, a
@@ -67,8 +67,8 @@ def perf_stop(prof, pid=None):
     """Stop perf; with pid, returns the CPU seconds its samples put on that
     process over the recording (the sum of their periods; a Sampled, with
     where they landed), else None. Beside utime+stime: time the vCPU spent
-    away (the host's work billed to the task that ran, on this VM without
-    steal time) has no samples."""
+    away (the host's work billed to the task that ran, on a VM that reports
+    no steal time) has no samples."""
     if not prof:
         return None
     prof.send_signal(signal.SIGINT)

@@ -30,6 +30,14 @@ shardfs.torch (imported only when asked for) wraps a PyTorch sampler so that eac
 epoch's order is hinted.
 Refusals of the mount raise OSError with its errno (see shardfs_ioctl.h);
 bad Python arguments raise ValueError or TypeError.
+
+Owns: packing the ioctl structs, this process's table of the regions it
+registered (so that a region lost with a serving process that died is
+registered again), and the shared-memory objects ShmRegion creates. Does not
+own: the regions and hint lists (the open file's, on the mount), the GPU
+memory (the caller's tensor or allocation), the bytes (the mount places them).
+Threading: any thread; the region table is under one lock, and the daemon
+serialises the ioctls of one open file.
 """
 
 import bisect

@@ -14,6 +14,12 @@ without hints, a malformed item) the sampler warns once and yields the same indi
 
 Imported only on request (import shardfs does not import it); `import torch` here is
 the real torch.
+
+Owns: each sampler's packed items and its open descriptor of the mount's root
+(the hint list's owner). Does not own: the order (the wrapped sampler's), the
+fetching (the mount's), the ioctl packing (shardfs). Threading: a sampler is
+iterated by one thread at a time (the DataLoader's main process iterates it);
+it keeps no shared state.
 """
 
 import errno
