@@ -127,6 +127,7 @@ if [ -x "$BENCH" ]; then
 		check "stage-bench: cuFile rate a number ($(key cufile_MBps))" num "$(key cufile_MBps)"
 	fi
 	check "stage-bench: verify ok" grep -q '^gpu  verify  *ok' <<<"$out"
+	grep -E '^(daemon:|GPU:|gpu )' <<<"$out" | while IFS= read -r l; do diag "$l"; done
 	[ "$rc" = 0 ] || diag "$(tail -n 20 <<<"$out")"
 else
 	diag "shardfs-stage-bench not built ($BENCH): its rows not checked"

@@ -1215,20 +1215,21 @@ static int run_shm(struct bench *b, int passes, uint8_t *heap, struct rates *r)
 	return 0;
 }
 
-/* "   0.123 s" for a CPU figure, or "  unknown" (-1: no daemon pid). */
-static const char *cpu_str(double cpu_s_per_gib)
+/* A CPU figure for a row, "    0.123 s" or "  unknown" (-1: no daemon pid),
+ * into buf (at least 32 bytes); returns buf. */
+static const char *cpu_str(double cpu_s_per_gib, char *buf)
 {
-	static char buf[32];
-
 	if (cpu_s_per_gib < 0)
-		return "  unknown";
-	snprintf(buf, sizeof(buf), "%9.3f s", cpu_s_per_gib);
+		return strcpy(buf, "  unknown");
+	snprintf(buf, 32, "%9.3f s", cpu_s_per_gib);
 	return buf;
 }
 
 /* The ceilings and STAGE's ratios to them (GPU half). */
 static void print_ceilings(const struct bench *b, struct rates *r)
 {
+	char c1[32], c2[32];
+
 	if (b->cache_dir)
 		r->disk = odirect_rate(b->cache_dir, b->total_bytes);
 	double link = r->h2d, lim = r->disk > 0 && r->disk < link ? r->disk : link;
@@ -1241,7 +1242,7 @@ static void print_ceilings(const struct bench *b, struct rates *r)
 	if (r->disk > 0)
 		printf("gpu  STAGE / disk                  %9.2f\n", r->gpu_stage / r->disk);
 	printf("gpu  STAGE / min(link, disk)       %9.2f\n", r->gpu_stage / lim);
-	printf("gpu  daemon CPU per GiB staged     %s\n", cpu_str(r->cpu_s_per_gib));
+	printf("gpu  daemon CPU per GiB staged     %s\n", cpu_str(r->cpu_s_per_gib, c1));
 	if (r->procs > 0) {
 		printf("gpu  %2d procs STAGE, aggregate     %9.1f MB/s\n", b->procs, r->procs);
 		printf("gpu  %2d procs read()+cudaMemcpy    %9.1f MB/s   (pinned, aggregate)\n",
@@ -1250,20 +1251,22 @@ static void print_ceilings(const struct bench *b, struct rates *r)
 		       r->procs / r->procs_read);
 		printf("gpu  %2d procs / min(link, disk)    %9.2f\n", b->procs, r->procs / lim);
 		printf("gpu  %2d procs daemon CPU per GiB   %s   (read()+cudaMemcpy: %s)\n",
-		       b->procs, cpu_str(r->procs_cpu_s), cpu_str(r->procs_read_cpu_s));
+		       b->procs, cpu_str(r->procs_cpu_s, c1), cpu_str(r->procs_read_cpu_s, c2));
 	}
 }
 
 /* The cuFile row: its rate beside STAGE's, or why it was skipped. */
 static void print_cufile(const struct rates *r)
 {
+	char c[32];
+
 	if (r->cufile_skipped[0]) {
 		printf("gpu  cuFile compat, O_DIRECT       skipped (%s)\n", r->cufile_skipped);
 		return;
 	}
 	printf("gpu  cuFile compat, O_DIRECT       %9.1f MB/s\n", r->cufile);
 	printf("gpu  STAGE / cuFile                %9.2f\n", r->gpu_stage / r->cufile);
-	printf("gpu  cuFile daemon CPU per GiB     %s\n", cpu_str(r->cufile_cpu_s));
+	printf("gpu  cuFile daemon CPU per GiB     %s\n", cpu_str(r->cufile_cpu_s, c));
 }
 
 /*
@@ -1381,25 +1384,15 @@ static void shm_free(struct bench *b, uint8_t *heap)
 int main(int argc, char **argv)
 {
 	struct bench b = {.gpu = 0, .range_bytes = 1u << 20, .procs = 1};
-	struct rates r = {.shm_stage = -1,
-			  .shm_read = -1,
-			  .gpu_stage = -1,
-			  .gpu_pinned = -1,
-			  .gpu_pageable = -1,
-			  .h2d = -1,
-			  .disk = -1,
-			  .cpu_s_per_gib = -1,
-			  .procs = -1,
-			  .procs_cpu_s = -1,
-			  .procs_read = -1,
-			  .procs_read_cpu_s = -1,
-			  .cufile = -1,
-			  .cufile_cpu_s = -1};
+	struct rates r = {0};
 	struct shardfs_query q;
 	int passes = 1, status, sfd;
 	uint64_t largest;
 	uint8_t *heap = NULL;
 
+	r.shm_stage = r.shm_read = r.gpu_stage = r.gpu_pinned = r.gpu_pageable = r.h2d = r.disk =
+	    r.cpu_s_per_gib = r.procs = r.procs_cpu_s = r.procs_read = r.procs_read_cpu_s =
+		r.cufile = r.cufile_cpu_s = -1; /* not measured */
 	status = parse_args(argc, argv, &b, &passes);
 	if (status >= 0)
 		return status;

@@ -10,7 +10,8 @@
 # caller's cleanup removes it) and the /etc/netconfig it may install. The
 # caller sets G (the bundle), START (SECONDS at its start), BUDGET (seconds)
 # and RESERVE (seconds kept for its cleanup) before calling anything here,
-# and runs it all in one shell, one step at a time.
+# and runs it all in one shell, one step at a time; its stdout and stderr go
+# through a tee (pid TEE_PID) to its log in OUT.
 
 SUMMARY=()
 # shellcheck disable=SC2034 # read by the caller's cleanup
@@ -93,4 +94,24 @@ machine_facts() {
 	grep -E '^(PRETTY_NAME|VERSION_ID)=' /etc/os-release 2>/dev/null
 	echo "cpus: $(nproc)  glibc: $(getconf GNU_LIBC_VERSION 2>/dev/null)  bash: $BASH_VERSION  id: $(id -u)"
 	free -m | head -2
+}
+
+# finish_log: the steps' summary, the time taken, and the end of the log's
+# tee (TEE_PID): the last thing the caller's cleanup does.
+finish_log() {
+	local l
+	log "== summary"
+	for l in "${SUMMARY[@]}"; do log "   $l"; done
+	log "done in $((SECONDS - START))s; logs in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+	exec >&- 2>&-
+	wait "$TEE_PID" 2>/dev/null
+}
+
+# trap_cleanup: the caller's cleanup() on exit, and an exit on the signals
+# that stop a run (so that the cleanup runs then too).
+trap_cleanup() {
+	trap cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	trap 'exit 129' HUP
 }

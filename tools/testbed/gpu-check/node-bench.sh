@@ -98,17 +98,9 @@ cleanup() {
 	fi
 	rm -rf "$DATA"
 	((MADE_MTAB)) && rm -f /etc/mtab
-	log "== summary"
-	local l
-	for l in "${SUMMARY[@]}"; do log "   $l"; done
-	log "done in $((SECONDS - START))s; logs in $OUT"
-	exec >&- 2>&-
-	wait "$TEE_PID" 2>/dev/null
+	finish_log
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+trap_cleanup
 
 # --- the machine, the daemons ---------------------------------------------------
 

@@ -77,17 +77,9 @@ cleanup() {
 		timeout 60 rm -rf "$W"
 	fi
 	((MADE_MTAB)) && rm -f /etc/mtab
-	log "== summary"
-	local l
-	for l in "${SUMMARY[@]}"; do log "   $l"; done
-	log "done in $((SECONDS - START))s; logs in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
-	exec >&- 2>&-
-	wait "$TEE_PID" 2>/dev/null
+	finish_log
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+trap_cleanup
 
 # --- 1. the machine -----------------------------------------------------------
 
