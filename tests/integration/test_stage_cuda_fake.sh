@@ -11,11 +11,14 @@
 # Cold (from NFS), 4 trainers at once on one GPU (cold, then warm), warm
 # (from the cache, read straight into the pinned buffers), a byte flipped in
 # the cache file (a miss: refetched, counted), the refusals of a region that
-# claims more than its allocation, and the staging stats.
+# claims more than its allocation, the staging stats, and shardfs-stage-bench's
+# GPU rows (STAGE, N processes staging and N doing read()+cudaMemcpy, cuFile;
+# the daemon's CPU per GiB found in cluster mode).
 . "$(dirname "$0")/lib.sh"
 sfs_require
 CHECK=${SFS_STAGE_CUDA_CHECK:-$(dirname "$SHARDFS")/../tests/integration/stage_cuda_check}
 FAKE=${SFS_FAKE_CUDART_DIR:-$(dirname "$SHARDFS")/../tests/unit}
+BENCH=$(dirname "$SHARDFS")/../tools/shardfs-stage-bench
 [ -x "$CHECK" ] || skip "trainer not built: $CHECK"
 [ -e "$FAKE/libcudart.so.13" ] && [ -e "$FAKE/libcuda.so.1" ] ||
 	skip "fake CUDA runtime not built in $FAKE"
@@ -93,6 +96,42 @@ check "warm, 4 at once: nothing fetched from NFS" [ "$(fetched)" = "$f0" ]
 e1=$(($(counter shardfs_cache_errors_total) + $(counter shardfs_cache_checksum_failures_total)))
 check "warm: no cache read error or checksum failure ($e0 -> $e1)" [ "$e1" = "$e0" ]
 check "GPUs 0 and 1 staged to: two pools ($(pinned))" [ "$(pinned)" = $((2 * POOL)) ]
+
+# --- shardfs-stage-bench on the warm files: its GPU rows against the fake -------
+# The daemon runs behind `shardfs-cluster exec` and forks its serving process:
+# the bench finds that process in the stats file, so its CPU figures are
+# numbers. The cuFile row runs where a libcufile loads, else says why not.
+if [ -x "$BENCH" ]; then
+	out=$(env LD_LIBRARY_PATH="$FAKE" "$BENCH" --procs 2 --cache-dir "$CACHE" \
+		"$MNT/big" "$MNT/shared" 2>&1)
+	rc=$?
+	check "stage-bench: exit 0 ($rc)" [ "$rc" = 0 ]
+	keys=$(tail -n 1 <<<"$out")
+	key() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$keys"; }
+	num() { [[ $1 =~ ^[0-9]+(\.[0-9]+)?$ ]]; }
+	spid=$(stat_value shardfs_serving_pid)
+	check "stage-bench: the daemon is the serving process ($spid)" \
+		grep -q "^daemon: pid $spid (shardfs_serving_pid of $MNT/.shardfs/stats)" <<<"$out"
+	for k in gpu_stage_MBps daemon_cpu_s_per_GiB procs_stage_MBps procs_cpu_s_per_GiB \
+		procs_read_MBps procs_read_cpu_s_per_GiB; do
+		check "stage-bench: $k is a number ($(key "$k"))" num "$(key "$k")"
+	done
+	check "stage-bench: the procs row of read()+cudaMemcpy" \
+		grep -Eq '^gpu   2 procs read\(\)\+cudaMemcpy +[0-9.]+ MB/s' <<<"$out"
+	if grep -q '^gpu  cuFile compat, O_DIRECT  *skipped' <<<"$out"; then
+		check "stage-bench: the cuFile row says why it is skipped" \
+			grep -Eq '^gpu  cuFile compat, O_DIRECT +skipped \(.*(libcufile|cuFile).*\)$' <<<"$out"
+		check "stage-bench: cufile_MBps=-1.0 when skipped ($(key cufile_MBps))" \
+			[ "$(key cufile_MBps)" = -1.0 ]
+	else
+		check "stage-bench: cuFile rate a number ($(key cufile_MBps))" num "$(key cufile_MBps)"
+	fi
+	check "stage-bench: verify ok" grep -q '^gpu  verify  *ok' <<<"$out"
+	grep -E '^(daemon:|GPU:|gpu )' <<<"$out" | while IFS= read -r l; do diag "$l"; done
+	[ "$rc" = 0 ] || diag "$(tail -n 20 <<<"$out")"
+else
+	diag "shardfs-stage-bench not built ($BENCH): its rows not checked"
+fi
 sfs_umount
 
 # --- a byte flipped in the cache file: a miss, refetched, counted ----------------

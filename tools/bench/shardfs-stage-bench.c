@@ -22,6 +22,13 @@
  *   gpu  read()+cudaMemcpy   pread() into a pinned (cudaMallocHost) buffer,
  *                            cudaMemcpy() to the same device memory; and
  *                            the same from a pageable (malloc'd) buffer
+ *   gpu  cuFile compat       cuFileRead() of the same ranges into the same
+ *                            device memory, each file opened O_RDONLY |
+ *                            O_DIRECT, with CUFILE_FORCE_COMPAT_MODE=true:
+ *                            what torch.cuda.gds.GdsFile, KvikIO or DALI do
+ *                            on a FUSE mount (libcufile.so.0 by dlopen; where
+ *                            it does not load or open, the row says
+ *                            "skipped" and why)
  *
  * Every pass opens each file afresh, registers its region (regions belong to
  * the open file) and counts that in its time. Before each pass the kernel
@@ -31,27 +38,37 @@
  * CUDA runtime loads here (dlopen: this program links no CUDA and builds
  * without its headers); otherwise it prints "GPU: skipped (reason)". After
  * the timed passes, the first region's worth of the first file is staged
- * once more into each target and compared with pread().
+ * (and read with cuFile) once more into each target and compared with
+ * pread().
  *
  * The GPU half also prints the two ceilings STAGE is held to, from the same
  * run: pinned cudaMemcpy host-to-device from RAM (the link) and, with
  * --cache-dir, the O_DIRECT read rate of the daemon's cache files (the
- * disk); STAGE's rate as a ratio of each and of their minimum; and, with
- * --daemon-pid, the daemon's CPU-seconds (utime + stime from
- * /proc/PID/stat) per GiB staged. --procs N (N > 1) adds N processes that
- * stage the files to the same GPU at once (each its own cudaMalloc'd
- * target, started together; forked before this process touches CUDA):
- * their aggregate rate against min(link, cache read).
+ * disk); STAGE's rate as a ratio of each and of their minimum; and the
+ * daemon's CPU-seconds (utime + stime from /proc/PID/stat) per GiB moved by
+ * each GPU measurement. The daemon is the mount's serving process, as
+ * MOUNT/.shardfs/stats names it (shardfs_serving_pid), or --daemon-pid.
+ * --procs N (N > 1) adds N processes that stage the files to the same GPU
+ * at once (each its own cudaMalloc'd target, started together; forked
+ * before this process touches CUDA), then N that read() them into pinned
+ * buffers and cudaMemcpy() them (what a user would run instead), passes
+ * alternated: each's aggregate rate, STAGE's against min(link, cache read)
+ * and against the other's.
  *
  * --passes N runs each measurement N times, interleaved, and reports the
  * best. MB = 1e6 bytes. Last line on stdout: key=value pairs for scripts.
  * Exit status: 0, 1 on a failure or a mismatch, 2 for bad usage, 77 when
  * FILE is not on a shardfs mount with staging.
+ *
+ * Threading: one thread; the --procs workers are forked processes, each
+ * with its own CUDA context and targets, reporting through pipes.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -357,9 +374,12 @@ static double pass_read(struct bench *b, enum baseline how, void *heap)
 	return (double)bytes / 1e6 / (now_s() - t0);
 }
 
-/* Stage the first region's worth of the first file and compare it with
- * pread(). Returns 0, or -1 after a message. */
-static int verify(struct bench *b, enum target t)
+static int64_t cufile_file(struct bench *b, const struct file *f, uint64_t limit);
+
+/* Stage the first region's worth of the first file (with cufile, read it
+ * with cuFile into the GPU target instead) and compare it with pread().
+ * Returns 0, or -1 after a message. */
+static int verify(struct bench *b, enum target t, bool cufile)
 {
 	const struct file *f = &b->files[0];
 	uint64_t n = f->size < b->region_bytes ? f->size : b->region_bytes;
@@ -377,7 +397,7 @@ static int verify(struct bench *b, enum target t)
 		fprintf(stderr, "%s: cudaMemcpy for verify failed\n", prog);
 		goto out;
 	}
-	if (stage_file(b, f, t, n, &path) != (int64_t)n)
+	if ((cufile ? cufile_file(b, f, n) : stage_file(b, f, t, n, &path)) != (int64_t)n)
 		goto out;
 	if ((fd = open_file(f->path)) < 0 || pread_full(fd, want, n, 0) != (ssize_t)n) {
 		fprintf(stderr, "%s: %s: pread for verify failed\n", prog, f->path);
@@ -395,7 +415,11 @@ static int verify(struct bench *b, enum target t)
 		i++;
 	if (i < n) {
 		fprintf(stderr, "%s: %s: %s target differs from pread() at byte %" PRIu64 "\n",
-			prog, f->path, t == T_SHM ? "shm" : "GPU", i);
+			prog, f->path,
+			t == T_SHM ? "shm"
+			: cufile   ? "cuFile's GPU"
+				   : "GPU",
+			i);
 		goto out;
 	}
 	rc = 0;
@@ -494,6 +518,45 @@ static double cpu_seconds(int pid)
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
+/* The daemon's CPU over some passes: the CPU-seconds it used and the bytes
+ * moved meanwhile; `unknown` once a reading failed. */
+struct cpu_acc {
+	double cpu_s;
+	uint64_t bytes;
+	bool unknown;
+};
+
+/* Adds one pass to a: readings c0 and c1 of cpu_seconds() around it, and
+ * the bytes it moved. */
+static void cpu_add(struct cpu_acc *a, double c0, double c1, uint64_t bytes)
+{
+	if (c0 < 0 || c1 < 0)
+		a->unknown = true;
+	a->cpu_s += c1 - c0;
+	a->bytes += bytes;
+}
+
+/* The daemon's CPU-seconds per GiB over a's passes, or -1 (unknown). */
+static double cpu_per_gib(const struct cpu_acc *a)
+{
+	if (a->unknown || a->bytes == 0)
+		return -1;
+	return a->cpu_s / ((double)a->bytes / (1u << 30));
+}
+
+/* The best rates of the run, MB/s, and the daemon's CPU-seconds per GiB
+ * over each measurement's passes; -1 where not measured (or unknown). */
+struct rates {
+	double shm_stage, shm_read;
+	double gpu_stage, gpu_pinned, gpu_pageable;
+	double h2d, disk;	   /* the ceilings: link, cache disk (O_DIRECT); -1 unknown */
+	double cpu_s_per_gib;	   /* over the GPU STAGE passes */
+	double procs, procs_cpu_s; /* --procs: N processes staging, aggregate */
+	double procs_read, procs_read_cpu_s; /* --procs: N doing read()+pinned cudaMemcpy */
+	double cufile, cufile_cpu_s;	     /* cuFile in compat mode, O_DIRECT opens */
+	char cufile_skipped[300];	     /* why the cuFile row was not measured, or "" */
+};
+
 /* Pinned cudaMemcpy host-to-device of total_bytes in range_bytes copies,
  * from RAM (no read): the link's rate. Returns MB/s, or -1. */
 static double pass_h2d(struct bench *b)
@@ -561,6 +624,169 @@ static double odirect_rate(const char *dir, uint64_t want)
 	return (double)odirect.bytes / 1e6 / dt;
 }
 
+/* --- cuFile in compat mode (libcufile, loaded at run time) ----------------- */
+
+/*
+ * What a trainer reading with torch.cuda.gds.GdsFile (or KvikIO, DALI) does
+ * instead of STAGE: cuFile reads into device memory from a file opened
+ * O_RDONLY | O_DIRECT. In compat mode (CUFILE_FORCE_COMPAT_MODE=true, what
+ * a FUSE mount gets: no nvidia-fs path through it) cuFile reads into its own
+ * pinned buffers and copies them to the GPU. The few cufile.h types passed
+ * are declared here, as cudart_load.h does for the runtime's: this program
+ * builds without the toolkit.
+ */
+struct cufile_err { /* CUfileError_t */
+	int err;    /* CUfileOpError; 0: CU_FILE_SUCCESS */
+	int cu_err; /* CUresult */
+};
+struct cufile_descr { /* CUfileDescr_t */
+	int type;     /* CUfileFileHandleType */
+	union {
+		int fd;
+		void *handle;
+	} handle;
+	const void *fs_ops;
+};
+#define CUFILE_HANDLE_TYPE_OPAQUE_FD 1
+#define CUFILE_ALIGN		     4096u /* O_DIRECT: offsets and lengths */
+
+/* libcufile's functions, set by cufile_open; lib NULL until then. */
+static struct {
+	void *lib;
+	struct cufile_err (*driver_open)(void);
+	struct cufile_err (*driver_close)(void);
+	struct cufile_err (*handle_register)(void **fh, struct cufile_descr *descr);
+	void (*handle_deregister)(void *fh);
+	struct cufile_err (*buf_register)(const void *base, size_t n, int flags);
+	struct cufile_err (*buf_deregister)(const void *base);
+	ssize_t (*read)(void *fh, void *base, size_t n, off_t file_offset, off_t base_offset);
+} cf;
+
+/* Each function of cf: its names in libcufile (names[1]: an older one, or
+ * NULL) and where in cf its address goes. */
+static const struct {
+	const char *names[2];
+	size_t off;
+} cufile_syms[] = {
+    {{"cuFileDriverOpen"}, offsetof(__typeof__(cf), driver_open)},
+    {{"cuFileDriverClose_v2", "cuFileDriverClose"}, offsetof(__typeof__(cf), driver_close)},
+    {{"cuFileHandleRegister"}, offsetof(__typeof__(cf), handle_register)},
+    {{"cuFileHandleDeregister"}, offsetof(__typeof__(cf), handle_deregister)},
+    {{"cuFileBufRegister"}, offsetof(__typeof__(cf), buf_register)},
+    {{"cuFileBufDeregister"}, offsetof(__typeof__(cf), buf_deregister)},
+    {{"cuFileRead"}, offsetof(__typeof__(cf), read)},
+};
+
+/*
+ * Loads libcufile (the soname through the loader's path, then the toolkit's
+ * place), forces compat mode, opens the driver and registers b->dev (the
+ * GPU target, region_bytes). Returns 0, or -1 with why (why_len bytes)
+ * saying what failed: the first dlopen()'s error where none loads.
+ */
+static int cufile_open(struct bench *b, char *why, size_t why_len)
+{
+	static const char *const paths[] = {"libcufile.so.0",
+					    "/usr/local/cuda/lib64/libcufile.so.0"};
+	struct cufile_err e;
+
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]) && !cf.lib; i++) {
+		cf.lib = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+		const char *de = cf.lib ? NULL : dlerror();
+		if (i == 0 && de)
+			snprintf(why, why_len, "%s", de);
+	}
+	if (!cf.lib)
+		return -1;
+	for (size_t i = 0; i < sizeof(cufile_syms) / sizeof(cufile_syms[0]); i++) {
+		void *sym = NULL;
+		for (int j = 0; j < 2 && !sym && cufile_syms[i].names[j]; j++)
+			sym = dlsym(cf.lib, cufile_syms[i].names[j]);
+		if (!sym) {
+			snprintf(why, why_len, "libcufile has no %s", cufile_syms[i].names[0]);
+			dlclose(cf.lib);
+			cf.lib = NULL;
+			return -1;
+		}
+		memcpy((char *)&cf + cufile_syms[i].off, &sym, sizeof(sym));
+	}
+	setenv("CUFILE_FORCE_COMPAT_MODE", "true", 1);
+	if ((e = cf.driver_open()).err) {
+		snprintf(why, why_len, "cuFileDriverOpen: error %d (CUresult %d)", e.err, e.cu_err);
+		return -1;
+	}
+	if ((e = cf.buf_register(b->dev, b->region_bytes, 0)).err) {
+		snprintf(why, why_len, "cuFileBufRegister: error %d (CUresult %d)", e.err,
+			 e.cu_err);
+		cf.driver_close();
+		return -1;
+	}
+	return 0;
+}
+
+/* Undoes cufile_open's registration and driver open (the library stays). */
+static void cufile_close(struct bench *b)
+{
+	cf.buf_deregister(b->dev);
+	cf.driver_close();
+}
+
+/*
+ * [0, limit) of file f into the GPU target with cuFileRead, range k to slot
+ * k % slots, through an O_RDONLY | O_DIRECT open of the file. A range at the
+ * end of the file asks for a 4 KiB multiple, as an O_DIRECT read must, and
+ * gets the file's rest. Returns bytes read, or -1 after a message.
+ */
+static int64_t cufile_file(struct bench *b, const struct file *f, uint64_t limit)
+{
+	uint64_t slots = b->region_bytes / b->range_bytes, k = 0, done = 0;
+	struct cufile_descr d = {.type = CUFILE_HANDLE_TYPE_OPAQUE_FD};
+	void *fh = NULL;
+	struct cufile_err e;
+	int fd = open(f->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+
+	if (fd < 0) {
+		fprintf(stderr, "%s: %s: open O_DIRECT: %s\n", prog, f->path, strerror(errno));
+		return -1;
+	}
+	d.handle.fd = fd;
+	if ((e = cf.handle_register(&fh, &d)).err) {
+		fprintf(stderr, "%s: %s: cuFileHandleRegister: error %d (CUresult %d)\n", prog,
+			f->path, e.err, e.cu_err);
+		close(fd);
+		return -1;
+	}
+	for (uint64_t off = 0; off < limit; k++) {
+		uint64_t want = limit - off < b->range_bytes ? limit - off : b->range_bytes;
+		uint64_t ask = (want + CUFILE_ALIGN - 1) / CUFILE_ALIGN * CUFILE_ALIGN;
+		if (ask > b->range_bytes || off + want < f->size)
+			ask = want; /* not the file's end, or no room: as it is */
+		ssize_t n =
+		    cf.read(fh, b->dev, ask, (off_t)off, (off_t)((k % slots) * b->range_bytes));
+		if (n != (ssize_t)want) {
+			fprintf(stderr, "%s: %s: cuFileRead of %" PRIu64 " at %" PRIu64 ": %zd\n",
+				prog, f->path, ask, off, n);
+			done = 0;
+			break;
+		}
+		off += want;
+		done += want;
+	}
+	cf.handle_deregister(fh);
+	close(fd);
+	return done == limit ? (int64_t)done : -1;
+}
+
+/* One timed cuFile pass over all files; returns MB/s, or -1. */
+static double pass_cufile(struct bench *b)
+{
+	double t0 = now_s();
+
+	for (int i = 0; i < b->n_files; i++)
+		if (cufile_file(b, &b->files[i], b->files[i].size) < 0)
+			return -1;
+	return (double)b->total_bytes / 1e6 / (now_s() - t0);
+}
+
 /* What a --procs child reports. */
 struct proc_result {
 	double t0, t1; /* CLOCK_MONOTONIC: system-wide */
@@ -568,9 +794,13 @@ struct proc_result {
 	int ok;
 };
 
-/* A --procs child: its own GPU target, then, at the parent's word, `passes`
- * passes of GPU STAGE; the result to out_fd. Never returns. */
-static void proc_child(struct bench *b, const struct shardfs_query *q, int passes, int go_fd,
+/* What the --procs children do: stage with the ioctl, or what a trainer
+ * does without shardfs, read() into a pinned buffer + cudaMemcpy. */
+enum proc_work { W_STAGE, W_READ };
+
+/* A --procs child: its own GPU target, then, at the parent's word, one pass
+ * of `w` over all files; the result to out_fd. Never returns. */
+static void proc_child(struct bench *b, const struct shardfs_query *q, enum proc_work w, int go_fd,
 		       int ready_fd, int out_fd)
 {
 	struct proc_result res = {0};
@@ -583,10 +813,11 @@ static void proc_child(struct bench *b, const struct shardfs_query *q, int passe
 	if (write(ready_fd, &c, 1) != 1 || read(go_fd, &g, 1) < 0)
 		res.ok = 0;
 	res.t0 = now_s();
-	for (int p = 0; p < passes && res.ok; p++) {
-		double r = pass_stage(b, T_GPU, &path);
+	if (res.ok) {
+		double r =
+		    w == W_STAGE ? pass_stage(b, T_GPU, &path) : pass_read(b, B_CUDA_PINNED, NULL);
 		res.ok = r > 0;
-		res.bytes += b->total_bytes;
+		res.bytes = b->total_bytes;
 	}
 	res.t1 = now_s();
 	if (write(out_fd, &res, sizeof(res)) != (ssize_t)sizeof(res))
@@ -594,30 +825,32 @@ static void proc_child(struct bench *b, const struct shardfs_query *q, int passe
 	_exit(res.ok ? 0 : 1);
 }
 
-/*
- * --procs: b->procs processes stage all files to the GPU at once (forked
- * here, before this process has touched CUDA: it does not survive fork).
- * Returns the aggregate MB/s (all their bytes over the span from the first
- * start to the last end), 0 when the GPU half is skipped, or -1; *cpu_s:
- * the daemon's CPU-seconds meanwhile (-1 unknown).
- */
-static double run_procs(struct bench *b, const struct shardfs_query *q, int passes, double *cpu_s)
+/* Forks b->procs children doing w into *n, all waiting on go[0]. Returns 0,
+ * or -1 (the pipes closed, no child left waiting: they see EOF on go). */
+static int procs_start(struct bench *b, const struct shardfs_query *q, enum proc_work w, int go[2],
+		       int ready[2], int out[2], int *n)
 {
-	int go[2], ready[2], out[2], n = 0;
-	double t0 = 1e300, t1 = 0, mb = 0;
-	bool ok = true;
-
-	*cpu_s = -1;
-	if (!(q->caps & SHARDFS_CAP_CUDA_IPC) || q->n_gpus == 0)
-		return 0;
-	if (pipe(go) || pipe(ready) || pipe(out))
+	*n = 0;
+	if (pipe(go))
 		return -1;
+	if (pipe(ready)) {
+		close(go[0]);
+		close(go[1]);
+		return -1;
+	}
+	if (pipe(out)) {
+		close(go[0]);
+		close(go[1]);
+		close(ready[0]);
+		close(ready[1]);
+		return -1;
+	}
 	fflush(stdout);
-	for (; n < b->procs; n++) {
+	for (; *n < b->procs; (*n)++) {
 		pid_t pid = fork();
 		if (pid == 0) {
 			close(go[1]);
-			proc_child(b, q, passes, go[0], ready[1], out[1]);
+			proc_child(b, q, w, go[0], ready[1], out[1]);
 		}
 		if (pid < 0)
 			break;
@@ -625,6 +858,28 @@ static double run_procs(struct bench *b, const struct shardfs_query *q, int pass
 	close(go[0]);
 	close(ready[1]);
 	close(out[1]);
+	return 0;
+}
+
+/*
+ * One pass of w by b->procs processes at once (forked here, before this
+ * process has touched CUDA: it does not survive fork), each with its own
+ * GPU target. Returns the aggregate MB/s (all their bytes over the span
+ * from the first start to the last end), or -1 after a message; adds the
+ * daemon's CPU meanwhile to *cpu.
+ */
+static double run_procs(struct bench *b, const struct shardfs_query *q, enum proc_work w,
+			struct cpu_acc *cpu)
+{
+	int go[2], ready[2], out[2], n;
+	double t0 = 1e300, t1 = 0;
+	uint64_t bytes = 0;
+	bool ok = true;
+
+	if (procs_start(b, q, w, go, ready, out, &n) < 0) {
+		fprintf(stderr, "%s: pipe: %s\n", prog, strerror(errno));
+		return -1;
+	}
 	for (int i = 0; i < n; i++) {
 		char c;
 		if (read(ready[0], &c, 1) != 1)
@@ -640,22 +895,47 @@ static double run_procs(struct bench *b, const struct shardfs_query *q, int pass
 		}
 		t0 = r.t0 < t0 ? r.t0 : t0;
 		t1 = r.t1 > t1 ? r.t1 : t1;
-		mb += (double)r.bytes / 1e6;
+		bytes += r.bytes;
 	}
-	double cpu1 = cpu_seconds(b->daemon_pid);
+	cpu_add(cpu, cpu0, cpu_seconds(b->daemon_pid), bytes);
 	while (wait(NULL) > 0)
 		;
 	close(ready[0]);
 	close(out[0]);
 	if (!ok || n < b->procs) {
-		fprintf(stderr, "%s: --procs %d: a staging process failed\n", prog, b->procs);
+		fprintf(stderr, "%s: --procs %d: a %s process failed\n", prog, b->procs,
+			w == W_STAGE ? "staging" : "read()+cudaMemcpy");
 		return -1;
 	}
-	if (cpu0 >= 0 && cpu1 >= 0)
-		*cpu_s = (cpu1 - cpu0) / (mb * 1e6 / (1u << 30));
-	return mb / (t1 - t0);
+	return (double)bytes / 1e6 / (t1 - t0);
 }
 
+/*
+ * --procs: `passes` rounds of b->procs processes staging at once, then as
+ * many doing read()+cudaMemcpy from pinned buffers, alternated; the best
+ * aggregate rate of each, and the daemon's CPU per GiB over each, into r.
+ * Nothing when the daemon stages to no GPU. Returns 0, or -1 after a
+ * message.
+ */
+static int run_procs_passes(struct bench *b, const struct shardfs_query *q, int passes,
+			    struct rates *r)
+{
+	struct cpu_acc stage = {0}, rd = {0};
+
+	if (!(q->caps & SHARDFS_CAP_CUDA_IPC) || q->n_gpus == 0)
+		return 0;
+	for (int p = 0; p < passes; p++) {
+		double s = run_procs(b, q, W_STAGE, &stage);
+		double d = s < 0 ? -1 : run_procs(b, q, W_READ, &rd);
+		if (s < 0 || d < 0)
+			return -1;
+		r->procs = best(r->procs, s);
+		r->procs_read = best(r->procs_read, d);
+	}
+	r->procs_cpu_s = cpu_per_gib(&stage);
+	r->procs_read_cpu_s = cpu_per_gib(&rd);
+	return 0;
+}
 static void usage(FILE *to)
 {
 	fprintf(to,
@@ -665,9 +945,11 @@ static void usage(FILE *to)
 		"  --gpu N        CUDA device for the GPU half (default 0)\n"
 		"  --range BYTES  bytes per staged range and per read() (default 1M)\n"
 		"  --passes N     repeat each measurement, report the best (default 1)\n"
-		"  --procs N      also N processes staging to the GPU at once (default 1: no)\n"
+		"  --procs N      also N processes staging to the GPU at once, then N doing\n"
+		"                 read()+cudaMemcpy (default 1: no)\n"
 		"  --cache-dir DIR  the daemon's cache_dir: O_DIRECT read rate of its files\n"
-		"  --daemon-pid PID the daemon: its CPU-seconds per GiB staged to the GPU\n",
+		"  --daemon-pid PID the daemon whose CPU-seconds per GiB are reported (default:\n"
+		"                 shardfs_serving_pid in the mount's .shardfs/stats)\n",
 		prog);
 }
 
@@ -775,6 +1057,66 @@ static int load_files(struct bench *b, char **paths, int n, uint64_t *largest)
 }
 
 /*
+ * The process serving the mount that holds path, as the mount's stats file
+ * names it (shardfs_serving_pid in MOUNT/.shardfs/stats, MOUNT being the top
+ * directory above path on path's filesystem): where the daemon runs behind
+ * a wrapper (shardfs-cluster exec) and forks its serving process, no pid the
+ * caller holds is that process. Returns the pid, or 0 when there is no
+ * stats file or no such line in it; *mnt (mnt_len bytes) gets MOUNT, or "".
+ */
+static int serving_pid(const char *path, char *mnt, size_t mnt_len)
+{
+	char *top = realpath(path, NULL), line[256];
+	struct stat sb, up;
+	int pid = 0;
+
+	*mnt = 0;
+	if (!top || stat(top, &sb) < 0)
+		goto out;
+	for (char *slash; (slash = strrchr(top, '/')) && slash != top;) {
+		*slash = 0;
+		if (stat(top, &up) < 0 || up.st_dev != sb.st_dev) {
+			*slash = '/';
+			break;
+		}
+	}
+	snprintf(mnt, mnt_len, "%s", top);
+	snprintf(line, sizeof(line), "%s/.shardfs/stats", top);
+	FILE *f = fopen(line, "re");
+	if (!f)
+		goto out;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "shardfs_serving_pid %d", &pid) == 1)
+			break;
+	fclose(f);
+out:
+	free(top);
+	return pid > 0 ? pid : 0;
+}
+
+/* Sets b->daemon_pid, unless --daemon-pid gave it, to the serving process
+ * of the first file's mount, and prints where the CPU figures come from. */
+static void find_daemon(struct bench *b)
+{
+	char mnt[PATH_MAX];
+
+	if (b->daemon_pid) {
+		printf("daemon: pid %d (--daemon-pid), CPU from /proc/%d/stat\n", b->daemon_pid,
+		       b->daemon_pid);
+		return;
+	}
+	b->daemon_pid = serving_pid(b->files[0].path, mnt, sizeof(mnt));
+	if (b->daemon_pid)
+		printf("daemon: pid %d (shardfs_serving_pid of %s/.shardfs/stats), CPU from "
+		       "/proc/%d/stat\n",
+		       b->daemon_pid, mnt, b->daemon_pid);
+	else
+		printf("daemon: not found (no shardfs_serving_pid in %s/.shardfs/stats): no CPU "
+		       "figures\n",
+		       mnt);
+}
+
+/*
  * Asks the mount of the first file what it can do, into *q. Returns 0 when
  * it stages into shm, else main's exit status after a message: 77 when the
  * file is not on a shardfs mount with shm staging, 1 on another error.
@@ -846,15 +1188,6 @@ static int shm_create(struct bench *b)
 	return sfd;
 }
 
-/* The best rates of the run, MB/s; -1 where not measured. */
-struct rates {
-	double shm_stage, shm_read;
-	double gpu_stage, gpu_pinned, gpu_pageable;
-	double h2d, disk;	   /* the ceilings: link, cache disk (O_DIRECT); -1 unknown */
-	double cpu_s_per_gib;	   /* the daemon's, over the GPU STAGE passes; -1 unknown */
-	double procs, procs_cpu_s; /* --procs: aggregate MB/s; daemon CPU-s per GiB */
-};
-
 /*
  * The shm half: passes of STAGE and of read()+memcpy (via heap, range_bytes),
  * their best rates into r and printed, then the verify. Returns 0, or -1
@@ -876,15 +1209,27 @@ static int run_shm(struct bench *b, int passes, uint8_t *heap, struct rates *r)
 	       path_str(shm_path));
 	printf("shm  read() + memcpy               %9.1f MB/s\n", r->shm_read);
 	printf("shm  STAGE / read()                %9.2f\n", r->shm_stage / r->shm_read);
-	if (verify(b, T_SHM) < 0)
+	if (verify(b, T_SHM, false) < 0)
 		return -1;
 	printf("shm  verify                        ok\n");
 	return 0;
 }
 
+/* A CPU figure for a row, "    0.123 s" or "  unknown" (-1: no daemon pid),
+ * into buf (at least 32 bytes); returns buf. */
+static const char *cpu_str(double cpu_s_per_gib, char *buf)
+{
+	if (cpu_s_per_gib < 0)
+		return strcpy(buf, "  unknown");
+	snprintf(buf, 32, "%9.3f s", cpu_s_per_gib);
+	return buf;
+}
+
 /* The ceilings and STAGE's ratios to them (GPU half). */
 static void print_ceilings(const struct bench *b, struct rates *r)
 {
+	char c1[32], c2[32];
+
 	if (b->cache_dir)
 		r->disk = odirect_rate(b->cache_dir, b->total_bytes);
 	double link = r->h2d, lim = r->disk > 0 && r->disk < link ? r->disk : link;
@@ -897,62 +1242,105 @@ static void print_ceilings(const struct bench *b, struct rates *r)
 	if (r->disk > 0)
 		printf("gpu  STAGE / disk                  %9.2f\n", r->gpu_stage / r->disk);
 	printf("gpu  STAGE / min(link, disk)       %9.2f\n", r->gpu_stage / lim);
-	if (r->cpu_s_per_gib >= 0)
-		printf("gpu  daemon CPU per GiB staged     %9.3f s\n", r->cpu_s_per_gib);
+	printf("gpu  daemon CPU per GiB staged     %s\n", cpu_str(r->cpu_s_per_gib, c1));
 	if (r->procs > 0) {
 		printf("gpu  %2d procs STAGE, aggregate     %9.1f MB/s\n", b->procs, r->procs);
+		printf("gpu  %2d procs read()+cudaMemcpy    %9.1f MB/s   (pinned, aggregate)\n",
+		       b->procs, r->procs_read);
+		printf("gpu  %2d procs STAGE / read()       %9.2f\n", b->procs,
+		       r->procs / r->procs_read);
 		printf("gpu  %2d procs / min(link, disk)    %9.2f\n", b->procs, r->procs / lim);
-		if (r->procs_cpu_s >= 0)
-			printf("gpu  %2d procs daemon CPU per GiB   %9.3f s\n", b->procs,
-			       r->procs_cpu_s);
+		printf("gpu  %2d procs daemon CPU per GiB   %s   (read()+cudaMemcpy: %s)\n",
+		       b->procs, cpu_str(r->procs_cpu_s, c1), cpu_str(r->procs_read_cpu_s, c2));
 	}
+}
+
+/* The cuFile row: its rate beside STAGE's, or why it was skipped. */
+static void print_cufile(const struct rates *r)
+{
+	char c[32];
+
+	if (r->cufile_skipped[0]) {
+		printf("gpu  cuFile compat, O_DIRECT       skipped (%s)\n", r->cufile_skipped);
+		return;
+	}
+	printf("gpu  cuFile compat, O_DIRECT       %9.1f MB/s\n", r->cufile);
+	printf("gpu  STAGE / cuFile                %9.2f\n", r->gpu_stage / r->cufile);
+	printf("gpu  cuFile daemon CPU per GiB     %s\n", cpu_str(r->cufile_cpu_s, c));
+}
+
+/*
+ * One round of the GPU half's passes: STAGE, the link, read()+cudaMemcpy
+ * from a pinned and a pageable buffer, and cuFile where it opened; the
+ * best rates into r, the daemon's CPU into *stage_cpu and *cufile_cpu.
+ * Returns 0, or -1 after a message.
+ */
+static int gpu_round(struct bench *b, bool cufile, struct rates *r, uint32_t *gpu_path,
+		     struct cpu_acc *stage_cpu, struct cpu_acc *cufile_cpu)
+{
+	double c0 = cpu_seconds(b->daemon_pid);
+	double s = pass_stage(b, T_GPU, gpu_path);
+	cpu_add(stage_cpu, c0, cpu_seconds(b->daemon_pid), b->total_bytes);
+	double h = s < 0 ? -1 : pass_h2d(b);
+	double r1 = h < 0 ? -1 : pass_read(b, B_CUDA_PINNED, NULL);
+	double r2 = r1 < 0 ? -1 : pass_read(b, B_CUDA_PAGEABLE, NULL);
+	if (s < 0 || h < 0 || r1 < 0 || r2 < 0)
+		return -1;
+	r->gpu_stage = best(r->gpu_stage, s);
+	r->h2d = best(r->h2d, h);
+	r->gpu_pinned = best(r->gpu_pinned, r1);
+	r->gpu_pageable = best(r->gpu_pageable, r2);
+	if (!cufile)
+		return 0;
+	c0 = cpu_seconds(b->daemon_pid);
+	double c = pass_cufile(b);
+	cpu_add(cufile_cpu, c0, cpu_seconds(b->daemon_pid), b->total_bytes);
+	if (c < 0)
+		return -1;
+	r->cufile = best(r->cufile, c);
+	return 0;
 }
 
 /*
  * The GPU half, when gpu_setup allows it (else it prints why it is
- * skipped): passes of STAGE and of read()+cudaMemcpy from a pinned and a
- * pageable buffer, their best rates into r and printed, then the verify.
- * Returns 0 (run or skipped), or -1 after a message. What gpu_setup
- * allocated, even when it fails, is the caller's to free.
+ * skipped): rounds of gpu_round (cuFile where libcufile loads and opens,
+ * else its row says why not), the best rates into r and printed, then the
+ * verifies. Returns 0 (run or skipped), or -1 after a message. What
+ * gpu_setup allocated, even when it fails, is the caller's to free.
  */
 static int run_gpu(struct bench *b, const struct shardfs_query *q, int passes, struct rates *r)
 {
+	struct cpu_acc stage_cpu = {0}, cufile_cpu = {0};
 	char why[300];
 	uint32_t gpu_path = 0;
+	int rc = -1;
 
 	if (gpu_setup(b, q, why, sizeof(why)) < 0) {
 		printf("GPU: skipped (%s)\n", why);
 		return 0;
 	}
-	double cpu = 0, gib = 0;
-	for (int p = 0; p < passes; p++) {
-		double c0 = cpu_seconds(b->daemon_pid);
-		double s = pass_stage(b, T_GPU, &gpu_path);
-		double c1 = cpu_seconds(b->daemon_pid);
-		cpu += c1 - c0;
-		gib += (double)b->total_bytes / (1u << 30);
-		r->cpu_s_per_gib = c0 >= 0 && c1 >= 0 ? cpu / gib : -1;
-		double h = s < 0 ? -1 : pass_h2d(b);
-		r->h2d = best(r->h2d, h);
-		double r1 = s < 0 || h < 0 ? -1 : pass_read(b, B_CUDA_PINNED, NULL);
-		double r2 = r1 < 0 ? -1 : pass_read(b, B_CUDA_PAGEABLE, NULL);
-		if (s < 0 || r1 < 0 || r2 < 0)
-			return -1;
-		r->gpu_stage = best(r->gpu_stage, s);
-		r->gpu_pinned = best(r->gpu_pinned, r1);
-		r->gpu_pageable = best(r->gpu_pageable, r2);
-	}
+	bool cufile = cufile_open(b, r->cufile_skipped, sizeof(r->cufile_skipped)) == 0;
+	for (int p = 0; p < passes; p++)
+		if (gpu_round(b, cufile, r, &gpu_path, &stage_cpu, &cufile_cpu) < 0)
+			goto out;
+	r->cpu_s_per_gib = cpu_per_gib(&stage_cpu);
+	r->cufile_cpu_s = cpu_per_gib(&cufile_cpu);
 	printf("gpu  STAGE ioctl                   %9.1f MB/s   path: %s\n", r->gpu_stage,
 	       path_str(gpu_path));
 	printf("gpu  read() + cudaMemcpy, pinned   %9.1f MB/s\n", r->gpu_pinned);
 	printf("gpu  read() + cudaMemcpy, pageable %9.1f MB/s\n", r->gpu_pageable);
 	printf("gpu  STAGE / read()+pinned         %9.2f\n", r->gpu_stage / r->gpu_pinned);
 	printf("gpu  STAGE / read()+pageable       %9.2f\n", r->gpu_stage / r->gpu_pageable);
+	print_cufile(r);
 	print_ceilings(b, r);
-	if (verify(b, T_GPU) < 0)
-		return -1;
-	printf("gpu  verify                        ok\n");
-	return 0;
+	if (verify(b, T_GPU, false) < 0 || (cufile && verify(b, T_GPU, true) < 0))
+		goto out;
+	printf("gpu  verify                        ok%s\n", cufile ? " (STAGE and cuFile)" : "");
+	rc = 0;
+out:
+	if (cufile)
+		cufile_close(b);
+	return rc;
 }
 
 /* Prints the last line: key=value pairs for scripts (GPU ones if run). */
@@ -962,12 +1350,14 @@ static void print_keys(const struct bench *b, const struct rates *r)
 	       b->total_bytes, b->range_bytes, r->shm_stage, r->shm_read);
 	if (r->gpu_stage >= 0)
 		printf(" gpu_stage_MBps=%.1f gpu_read_pinned_MBps=%.1f gpu_read_pageable_MBps=%.1f"
-		       " h2d_MBps=%.1f disk_MBps=%.1f daemon_cpu_s_per_GiB=%.3f",
+		       " h2d_MBps=%.1f disk_MBps=%.1f daemon_cpu_s_per_GiB=%.3f"
+		       " cufile_MBps=%.1f cufile_cpu_s_per_GiB=%.3f",
 		       r->gpu_stage, r->gpu_pinned, r->gpu_pageable, r->h2d, r->disk,
-		       r->cpu_s_per_gib);
+		       r->cpu_s_per_gib, r->cufile, r->cufile_cpu_s);
 	if (r->procs > 0)
-		printf(" procs=%d procs_stage_MBps=%.1f procs_cpu_s_per_GiB=%.3f", b->procs,
-		       r->procs, r->procs_cpu_s);
+		printf(" procs=%d procs_stage_MBps=%.1f procs_cpu_s_per_GiB=%.3f"
+		       " procs_read_MBps=%.1f procs_read_cpu_s_per_GiB=%.3f",
+		       b->procs, r->procs, r->procs_cpu_s, r->procs_read, r->procs_read_cpu_s);
 	printf("\n");
 }
 
@@ -994,12 +1384,15 @@ static void shm_free(struct bench *b, uint8_t *heap)
 int main(int argc, char **argv)
 {
 	struct bench b = {.gpu = 0, .range_bytes = 1u << 20, .procs = 1};
-	struct rates r = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+	struct rates r = {0};
 	struct shardfs_query q;
 	int passes = 1, status, sfd;
 	uint64_t largest;
 	uint8_t *heap = NULL;
 
+	r.shm_stage = r.shm_read = r.gpu_stage = r.gpu_pinned = r.gpu_pageable = r.h2d = r.disk =
+	    r.cpu_s_per_gib = r.procs = r.procs_cpu_s = r.procs_read = r.procs_read_cpu_s =
+		r.cufile = r.cufile_cpu_s = -1; /* not measured */
 	status = parse_args(argc, argv, &b, &passes);
 	if (status >= 0)
 		return status;
@@ -1009,6 +1402,7 @@ int main(int argc, char **argv)
 	if (status)
 		return status;
 	plan(&b, &q, largest, passes);
+	find_daemon(&b);
 
 	/* The shm target. */
 	status = 1;
@@ -1027,7 +1421,7 @@ int main(int argc, char **argv)
 
 	if (run_shm(&b, passes, heap, &r) < 0)
 		goto out_shm;
-	if (b.procs > 1 && (r.procs = run_procs(&b, &q, passes, &r.procs_cpu_s)) < 0)
+	if (b.procs > 1 && run_procs_passes(&b, &q, passes, &r) < 0)
 		goto out_shm;
 	if (run_gpu(&b, &q, passes, &r) < 0)
 		goto out_gpu;

@@ -1,17 +1,21 @@
 #!/bin/bash
 # Builds the GPU-machine bundle in .gpu/ at the repository's root from this
 # Debian 12 machine: built binaries of build/ and build-asan/, the NFS
-# cluster's daemons and tools, every non-glibc shared library they need, and
-# run.sh (the checks to run there). See tools/testbed/gpu-check/README.md.
+# cluster's daemons and tools, every non-glibc shared library they need,
+# run.sh (the CUDA checks to run there), node-bench.sh with node-table.py
+# (shardfs-bench on that machine's cores) and common.sh (what both use), and
+# under .gpu/bench/ the tree shardfs-bench runs from (its package, the
+# cluster script, shardfs-warm, and build/ wrappers of its C readers and the
+# daemon). See tools/testbed/gpu-check/README.md.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
 G=$ROOT/.gpu
 mkdir -p "$G"
-grep -qx '/.gpu/' "$ROOT/.git/info/exclude" 2>/dev/null || echo '/.gpu/' >>"$ROOT/.git/info/exclude"
-cp -p "$HERE/run.sh" "$G/run.sh"
+# (.gpu/ is in .gitignore: a device run carries it by name)
+for f in run.sh common.sh node-bench.sh node-table.py; do cp -p "$HERE/$f" "$G/$f"; done
 cp -p /etc/netconfig "$G/netconfig" # libtirpc (rpcbind, ganesha) needs it; Ubuntu images lack it
-rm -rf "${G:?}/libexec" "${G:?}/lib" "$G/lib-asan" "$G/lib-compat" "$G/cuda" "$G/ganesha" "${G:?}/bin" "$G/fallback"
+rm -rf "${G:?}/libexec" "${G:?}/lib" "$G/lib-asan" "$G/lib-compat" "$G/cuda" "$G/ganesha" "${G:?}/bin" "$G/fallback" "$G/bench"
 mkdir -p "$G/libexec" "$G/lib" "$G/lib-asan" "$G/lib-compat" "$G/cuda" "$G/ganesha" "${G:?}/bin" "$G/fallback"
 
 # name -> source
@@ -20,17 +24,29 @@ declare -A OURS=(
 	[test_staging_cuda]=$ROOT/build/tests/unit/test_staging_cuda
 	[test_staging_cuda_asan]=$ROOT/build-asan/tests/unit/test_staging_cuda
 	[shardfs-stage-bench]=$ROOT/build/tools/shardfs-stage-bench
+	[shardfs-rawread]=$ROOT/build/tools/shardfs-rawread
+	[shardfs-smallread]=$ROOT/build/tools/shardfs-smallread
+	[shardfs-fusefloor]=$ROOT/build/tools/shardfs-fusefloor
 )
 # An older daemon beside it, for an A/B in one device call (run.sh's
-# SFS_GPU_DAEMONS="shardfs shardfs-old").
-if [[ -n ${SFS_GPU_OLD_DAEMON:-} ]]; then OURS[shardfs-old]=$SFS_GPU_OLD_DAEMON; fi
+# SFS_GPU_DAEMONS="shardfs shardfs-old", node-bench.sh by default). It keeps
+# the name shardfs in a folder of its own: shardfs-bench finds a daemon by
+# its process name.
+if [[ -n ${SFS_GPU_OLD_DAEMON:-} ]]; then OURS[old/shardfs]=$SFS_GPU_OLD_DAEMON; fi
 # Always ours, first on PATH (LD_LIBRARY_PATH wrappers): not on the target.
 ALWAYS=(ganesha.nfsd rpcbind rpcinfo fusermount3)
 # Only used where the target lacks them (ld.so --library-path wrappers, so
 # that what they exec does not inherit our LD_LIBRARY_PATH).
 FALLBACK=(ip tc nsenter unshare setsid flock mountpoint)
 
-for n in "${!OURS[@]}"; do cp -p "${OURS[$n]}" "$G/libexec/$n"; done
+for n in "${!OURS[@]}"; do
+	if [[ $n == test_staging_cuda_asan && ! -e ${OURS[$n]} ]]; then
+		echo "warning: ${OURS[$n]} not built (ninja -C build-asan): run.sh's ASan step will fail" >&2
+		continue
+	fi
+	mkdir -p "$(dirname "$G/libexec/$n")"
+	cp -p "${OURS[$n]}" "$G/libexec/$n"
+done
 for n in "${ALWAYS[@]}" "${FALLBACK[@]}"; do cp -pL "$(command -v "$n")" "$G/libexec/$n"; done
 cp -pL /usr/lib/x86_64-linux-gnu/ganesha/*.so "$G/ganesha/"
 cp -pL /usr/local/cuda/lib/libcudart.so.13 "$G/cuda/" 2>/dev/null ||
@@ -40,7 +56,8 @@ cp -pL /usr/local/cuda/lib/libcudart.so.13 "$G/cuda/" 2>/dev/null ||
 # libstdc++/libgcc_s go to lib-compat, used only where the target lacks them;
 # the sanitizer runtimes to lib-asan (only the ASan test's path).
 GLIBC_RE='^(libc|libm|libpthread|libdl|librt|libresolv|libutil|libanl|libmvec|libnss_[a-z]+|libBrokenLocale|ld-linux-x86-64)\.so'
-for f in "$G"/libexec/* "$G"/ganesha/*.so; do
+for f in "$G"/libexec/* "$G"/libexec/*/* "$G"/ganesha/*.so; do
+	[[ -f $f ]] || continue
 	ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r soname path; do
 	if [[ $soname =~ $GLIBC_RE ]]; then continue; fi
@@ -51,16 +68,26 @@ done | sort -u | while read -r soname path; do
 	esac
 done
 
-# Wrappers.
-for n in "${ALWAYS[@]}" shardfs ${SFS_GPU_OLD_DAEMON:+shardfs-old}; do
-	cat >"$G/bin/$n" <<W
+# wrap PATH TARGET UP: a wrapper at PATH (UP folders below .gpu/) that runs
+# .gpu/libexec/TARGET with the bundle's libraries, exec'd in place (same pid;
+# the process name is TARGET's file name).
+wrap() {
+	local dots=.. i
+	for ((i = 1; i < $3; i++)); do dots+=/..; done
+	mkdir -p "$(dirname "$1")"
+	cat >"$1" <<W
 #!/bin/bash
-# bundle wrapper: runs .gpu/libexec/$n with the bundle's libraries
-G=\$(cd "\$(dirname "\$(readlink -f "\${BASH_SOURCE[0]}")")/.." && pwd)
+# bundle wrapper: runs .gpu/libexec/$2 with the bundle's libraries
+G=\$(cd "\$(dirname "\$(readlink -f "\${BASH_SOURCE[0]}")")/$dots" && pwd)
 export LD_LIBRARY_PATH=\$G/lib\${SFS_GPU_EXTRA_LIBS:+:\$SFS_GPU_EXTRA_LIBS}
-exec "\$G/libexec/$n" "\$@"
+exec "\$G/libexec/$2" "\$@"
 W
-done
+	chmod 755 "$1"
+}
+
+# Wrappers.
+for n in "${ALWAYS[@]}" shardfs; do wrap "$G/bin/$n" "$n" 1; done
+if [[ -n ${SFS_GPU_OLD_DAEMON:-} ]]; then wrap "$G/bin/shardfs-old" old/shardfs 1; fi
 # ganesha: plugins from the bundle, no libnfsidmap plugins (see the wrapper).
 cat >"$G/bin/ganesha.nfsd" <<'W'
 #!/bin/bash
@@ -115,15 +142,30 @@ W
 done
 chmod 755 "$G"/bin/* "$G"/fallback/*
 
+# The tree shardfs-bench runs from: its paths are relative to its root
+# (tools/..., build/tools/NAME, build/fs/shardfs), so .gpu/bench/ is laid out
+# as a source tree with wrappers where the build's programs would be.
+B=$G/bench
+mkdir -p "$B/tools/bench" "$B/tools/testbed" "$B/tools/cmd" "$B/tools/client/python/shardfs"
+cp -p "$ROOT/tools/bench/shardfs-bench" "$B/tools/bench/"
+cp -pr "$ROOT/tools/bench/shardfs_bench" "$B/tools/bench/"
+find "$B" -name __pycache__ -prune -exec rm -rf {} +
+cp -p "$ROOT/tools/testbed/shardfs-cluster" "$B/tools/testbed/"
+cp -p "$ROOT/tools/cmd/shardfs-warm" "$B/tools/cmd/"
+cp -p "$ROOT"/tools/client/python/shardfs/*.py "$B/tools/client/python/shardfs/"
+wrap "$B/build/fs/shardfs" shardfs 3
+for n in shardfs-rawread shardfs-smallread shardfs-fusefloor; do wrap "$B/build/tools/$n" "$n" 3; done
+
 {
 	echo "bundle made $(date -u '+%F %T') UTC on $(hostname) from $(git -C "$ROOT" rev-parse HEAD)$(git -C "$ROOT" diff --quiet HEAD -- || echo ' (tracked files modified: check that build/ matches)')"
 	echo "sha256 of the copied binaries:"
-	(cd "$G/libexec" && sha256sum shardfs test_staging_cuda test_staging_cuda_asan shardfs-stage-bench)
+	(cd "$G/libexec" && for n in "${!OURS[@]}"; do [[ ! -e $n ]] || sha256sum "$n"; done | sort -k 2)
 } >"$G/BUILD-INFO"
 
 # Check: every library of every bundled ELF resolves in the bundle or glibc.
 bad=0
-for f in "$G"/libexec/* "$G"/ganesha/*.so "$G"/lib/*.so* "$G"/lib-asan/*.so*; do
+for f in "$G"/libexec/* "$G"/libexec/*/* "$G"/ganesha/*.so "$G"/lib/*.so* "$G"/lib-asan/*.so*; do
+	[[ -f $f ]] || continue
 	out=$(LD_LIBRARY_PATH=$G/lib:$G/lib-asan:$G/lib-compat ldd "$f" 2>&1) || true
 	while read -r soname arrow path _; do
 		[[ $arrow == "=>" ]] || continue

@@ -7,7 +7,8 @@
 #  2. test_staging_cuda, plain and ASan        -> staging_cuda.log, staging_cuda_asan.log
 #  3. NFS cluster (tools/testbed/shardfs-cluster), files in its export, a shardfs
 #     mount with cache_dir on a tmpfs, warmed, shardfs-stage-bench --passes 3
-#     (default range and --range 16 MiB); again with the cache on disk
+#     (default range and --range 16 MiB) and --procs 8 (STAGE, read() +
+#     cudaMemcpy, cuFile in compat mode); again with the cache on disk
 #                                              -> stage_bench.log, stats_tmpfs.txt, stats_disk.txt
 #  4. test_staging_cuda under compute-sanitizer, if there is one, with the time left
 #                                              -> staging_cuda_sanitizer.log
@@ -46,47 +47,14 @@ START=$SECONDS
 exec > >(tee -a "$OUT/run.log") 2>&1
 TEE_PID=$!
 
-# (in case the copy to this machine lost the executable bits)
-chmod a+x "$G"/bin/* "$G"/fallback/* "$G"/libexec/* 2>/dev/null
+# shellcheck source=common.sh
+. "$G/common.sh"
+gpu_path_setup
 
-export PATH=$G/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin}:$G/fallback
-export SHARDFS_CLUSTER_GANESHA=$G/bin/ganesha.nfsd
-export SHARDFS_CLUSTER_RPCBIND=$G/bin/rpcbind
-unset LD_LIBRARY_PATH LD_PRELOAD
-
-log() { printf '[%4ds] %s\n' $((SECONDS - START)) "$*" >&2; }
-left() { echo $((BUDGET - (SECONDS - START))); }
-SUMMARY=()
-
-# run_step NAME MAX_S CMD...: CMD under timeout (MAX_S, or less when the
-# budget is short); logs its status and time. Returns CMD's status.
-run_step() {
-	local name=$1 max=$2 t s rc
-	shift 2
-	t=$(($(left) - RESERVE))
-	((t > max)) && t=$max
-	if ((t < 5)); then
-		log "SKIP $name: out of time"
-		SUMMARY+=("$name: skipped (no time left)")
-		return 124
-	fi
-	log "== $name (timeout ${t}s): $*"
-	s=$SECONDS
-	timeout -k 5 "$t" "$@"
-	rc=$?
-	log "-- $name: rc=$rc ($((SECONDS - s))s)"
-	SUMMARY+=("$name: rc=$rc ($((SECONDS - s))s)")
-	return $rc
-}
-
-# tap_summary FILE: ok / not ok / skip counts of a TAP log, and its last lines
 tap_summary() {
 	log "   $(grep -c '^ok' "$1") ok, $(grep -c '^not ok' "$1") not ok; last lines of ${1##*/}:"
 	tail -n 6 "$1" | sed 's/^/   | /' >&2
 }
-
-alive() { [[ -n ${1:-} && -e /proc/$1 ]] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
-is_mounted() { awk -v m="$1" '$2 == m { f = 1 } END { exit !f }' /proc/self/mounts; }
 
 # --- cleanup -----------------------------------------------------------------
 
@@ -109,29 +77,15 @@ cleanup() {
 		timeout 60 rm -rf "$W"
 	fi
 	((MADE_MTAB)) && rm -f /etc/mtab
-	log "== summary"
-	local l
-	for l in "${SUMMARY[@]}"; do log "   $l"; done
-	log "done in $((SECONDS - START))s; logs in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
-	exec >&- 2>&-
-	wait "$TEE_PID" 2>/dev/null
+	finish_log
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+trap_cleanup
 
 # --- 1. the machine -----------------------------------------------------------
 
 log "== machine"
-[ -e /etc/netconfig ] || { cp "$G/netconfig" /etc/netconfig && echo "installed /etc/netconfig (libtirpc needs it)"; }
 {
-	cat "$G/BUILD-INFO" 2>/dev/null | head -2
-	date -u
-	uname -a
-	grep -E '^(PRETTY_NAME|VERSION_ID)=' /etc/os-release 2>/dev/null
-	echo "cpus: $(nproc)  glibc: $(getconf GNU_LIBC_VERSION 2>/dev/null)  bash: $BASH_VERSION  id: $(id -u)"
-	free -m | head -2
+	machine_facts
 	if command -v nvidia-smi >/dev/null; then
 		timeout 30 nvidia-smi -L || echo "nvidia-smi -L failed: $?"
 		timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total,pci.bus_id --format=csv,noheader
@@ -162,22 +116,7 @@ log "libcuda.so.1 (driver): $(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 / {
 CUDA_ENV=(env)
 [[ -n $CUDA_LIBS ]] && CUDA_ENV=(env LD_LIBRARY_PATH="$CUDA_LIBS")
 
-# FUSE
-if [[ ! -c /dev/fuse ]]; then
-	log "/dev/fuse missing: mknod c 10 229"
-	mknod -m 0666 /dev/fuse c 10 229 || log "mknod /dev/fuse failed"
-fi
-grep -qw fuse /proc/filesystems || { log "fuse not in /proc/filesystems: modprobe fuse"; modprobe fuse 2>&1 | head -2 >&2; }
-log "/dev/fuse: $(ls -l /dev/fuse 2>&1); /proc/filesystems fuse: $(grep -cw fuse /proc/filesystems)"
-# POSIX shm (the bench's shm target) and /etc/mtab (ganesha's VFS reads it)
-if ! awk '$2 == "/dev/shm" { f = 1 } END { exit !f }' /proc/self/mounts; then
-	log "/dev/shm is not a mount: mounting a tmpfs there"
-	mkdir -p /dev/shm && mount -t tmpfs -o mode=1777 tmpfs /dev/shm || log "mount /dev/shm failed"
-fi
-if [[ ! -e /etc/mtab ]]; then
-	log "/etc/mtab missing: symlink to /proc/self/mounts (removed at the end)"
-	ln -s ../proc/self/mounts /etc/mtab && MADE_MTAB=1
-fi
+machine_prep
 # network namespaces and veth (tools/testbed/shardfs-cluster needs both)
 NETNS_OK=0
 probe=sfsgpuprobe$$
@@ -376,21 +315,21 @@ warm() {
 	fi
 }
 
-# bench TAG: stage-bench with the default range, 16 MiB ranges, and 4
-# processes at once; each beside the cache's O_DIRECT rate and the daemon's
-# CPU per GiB (DPID is the daemon's pid where it runs here, not in cluster
-# mode: there the CPU figure is the wrapper's and is left out)
+# bench TAG: stage-bench with the default range, 16 MiB ranges, and 8
+# processes at once (staging, then doing read()+cudaMemcpy); each beside the
+# cache's O_DIRECT rate, cuFile in compat mode, and the daemon's CPU per GiB
+# (the bench finds the serving process in the mount's stats file)
 bench() {
 	local tag=$1 m=() f args from extra
 	for f in "${FILES[@]}"; do m+=("$MNT/${f##*/}"); done
 	from=$(wc -l <"$BENCH" 2>/dev/null || echo 0) # this call's lines are echoed below
 	extra="--cache-dir $CACHE"
-	[[ $MODE == cluster ]] || extra+=" --daemon-pid $DPID"
-	for args in "--passes 3" "--passes 3 --range 16777216" "--passes 2 --procs 4"; do
+	for args in "--passes 3" "--passes 3 --range 16777216" "--passes 2 --procs 8"; do
 		# shellcheck disable=SC2086
 		{
 			echo "=== [$tag] shardfs-stage-bench $args $extra ${m[*]}"
-			run_step "bench_${tag}_${args// /_}" 120 "${CUDA_ENV[@]}" "$G/libexec/shardfs-stage-bench" $args $extra "${m[@]}" 2>&1
+			run_step "bench_${tag}_${args// /_}" 120 "${CUDA_ENV[@]}" CUFILE_LOGFILE_PATH="$OUT/cufile.log" \
+				"$G/libexec/shardfs-stage-bench" $args $extra "${m[@]}" 2>&1
 			echo "=== rc=$?"
 			echo
 		} >>"$BENCH"
