@@ -138,7 +138,10 @@ check "second read: byte-exact" [ "$e2" = 0 ]
 check_kept "second read: through the page cache (no direct_io open: $d1 -> $d2)" [ "$d2" = "$d1" ]
 check "second read: the daemon served it (the page cache had none of it)" [ $((r2 - r1)) -ge "$PC_BYTES" ]
 check "third read: byte-exact" [ "$e3" = 0 ]
-check_kept "third read: from the page cache (the daemon served $((r3 - r2)) bytes)" [ "$r3" = "$r2" ]
+# (a page the kernel reclaimed meanwhile, under the memory pressure of the
+# suites beside this one, is read again: at most 1% of the file may be)
+check_kept "third read: from the page cache (the daemon served $((r3 - r2)) bytes)" \
+	[ $((r3 - r2)) -le $((PC_BYTES / 100)) ]
 check "the kernel forgets every inode again" forget_all
 d3=$(opens)
 check "two overlapping opens of a forgotten file, MAP_SHARED mmap of one: byte-exact" \
