@@ -251,7 +251,7 @@ def torch_batches(w, files, rank, n, steps, seed):
     [(path, size)] in list order, one sample per file."""
     lo, hi = rank * len(files) // n, (rank + 1) * len(files) // n
     block = files[lo:hi]
-    spe = steps_per_epoch(len(files), w.batch, n)
+    spe = steps_per_epoch(w, len(files), n)
     out = []
     epoch = 0
     while len(out) < steps:
@@ -274,12 +274,12 @@ def tf_files(w, files, rank, n, epochs, seed):
     return out
 
 
-def trial_steps(w, spec, n_samples):
+def trial_steps(w, spec):
     """The steps every rank takes: enough for spec's compute seconds after
     the excluded first step, within epochs_max epochs when set."""
     steps = math.ceil(spec["compute_target_s"] / w.compute_s) + 1
     if spec.get("epochs_max"):
-        steps = min(steps, steps_per_epoch(n_samples, w.batch, spec["n"]) * spec["epochs_max"])
+        steps = min(steps, steps_per_epoch(w, len(spec["files"]), spec["n"]) * spec["epochs_max"])
     return steps
 
 
@@ -290,8 +290,7 @@ def make_loader(w, spec, rank, steps):
         return TorchLoader(w, torch_batches(w, files, rank, n, steps, seed))
     files = [(os.path.join(root, rel), size, record_on_disk(w, rec))
              for rel, size, rec in spec["files"]]
-    n_samples = len(files) * w.samples_per_file
-    spe = steps_per_epoch(n_samples, w.batch, n)
+    spe = steps_per_epoch(w, len(files), n)
     epochs = spec.get("epochs_max") or (steps // max(spe, 1) + 2)
     return TFLoader(w, tf_files(w, files, rank, n, epochs, seed))
 
@@ -366,10 +365,10 @@ def run_trial(spec):
     first rank's error."""
     w = Workload(**spec["workload"])
     n = spec["n"]
-    n_samples = len(spec["files"]) * w.samples_per_file
-    if steps_per_epoch(n_samples, w.batch, n) < 1:
-        raise RuntimeError(f"{n_samples} samples make no batch of {w.batch} for each of {n} ranks")
-    steps = trial_steps(w, spec, n_samples)
+    if steps_per_epoch(w, len(spec["files"]), n) < 1:
+        raise RuntimeError(f"{len(spec['files'])} files make no batch of {w.batch} for each of "
+                           f"{n} ranks")
+    steps = trial_steps(w, spec)
     if steps < 2:
         raise RuntimeError(f"the data set gives {n} ranks {steps} step(s) an epoch; at least 2 "
                            f"are needed (the first is not measured)")

@@ -120,7 +120,10 @@ def mean_sample_bytes(w, specs):
     return sum(s for _, s, _ in specs) / (len(specs) * w.samples_per_file)
 
 
-def steps_per_epoch(total_samples, batch, ranks):
-    """DLIO's steps of one epoch, the same for every rank:
-    floor(samples / batch / ranks)."""
-    return total_samples // (batch * ranks)
+def steps_per_epoch(w, n_files, ranks):
+    """The steps of one epoch, the same for every rank: the batches of the
+    rank with the fewest files (floor(files / ranks) of them: DLIO's index
+    sampler and tf.data's shard both split within one file of even). DLIO
+    runs floor(samples / batch / ranks), which can be one more than that
+    rank has; it reads on into the next epoch, one-epoch trials cannot."""
+    return (n_files // ranks) * w.samples_per_file // w.batch

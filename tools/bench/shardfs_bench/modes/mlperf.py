@@ -41,8 +41,8 @@ MODE = Mode("--mlperf", header="rows", cache_base=True, tools=("shardfs", "small
 # The run without --mlperf-smoke, and the smoke's (explicit options win over both).
 DEFAULTS = {"mlperf_n": "1,2,4", "mlperf_mem_mib": 512, "mlperf_dataset_x": 5.0,
             "mlperf_compute_s": 60.0, "mlperf_trial_s": 30.0, "mlperf_trials": 1}
-SMOKE = {"mlperf_n": "1,2", "mlperf_mem_mib": 384, "mlperf_dataset_x": 1.0,
-         "mlperf_compute_s": 1.0, "mlperf_trial_s": 2.0, "mlperf_trials": 1}
+SMOKE = {"mlperf_n": "1,2", "mlperf_mem_mib": 384, "mlperf_dataset_x": 0.25,
+         "mlperf_compute_s": 0.5, "mlperf_trial_s": 1.5, "mlperf_trials": 1}
 # --mlperf-smoke's scale per workload: files of a few MB each.
 SMOKE_SCALE = {"unet3d": 1 / 64, "resnet50": 1 / 64, "cosmoflow": 1.0}
 
@@ -139,7 +139,7 @@ class Plan:
         self.ns = n_list(ARGS.mlperf_n)
         self.mem = ARGS.mlperf_mem_mib * MiB
         # Every N gets at least one step an epoch.
-        min_files = math.ceil(self.ns[-1] * w.batch / w.samples_per_file)
+        min_files = self.ns[-1] * math.ceil(w.batch / w.samples_per_file)
         specs = dataset_specs(w, int(ARGS.mlperf_dataset_x * self.mem), min_files, ARGS.seed)
         tag = "x1" if self.scale == 1 else f"x{self.scale:.6g}"
         self.work = os.path.dirname(ARGS.mnt)
@@ -198,7 +198,7 @@ def cold_paced(cluster, cg, plan, rows):
     most, a fresh daemon and cache per trial."""
     w, ds = plan.w, plan.ds
     for n in plan.ns:
-        if steps_per_epoch(len(ds.specs) * w.samples_per_file, w.batch, n) < 2:
+        if steps_per_epoch(w, len(ds.specs), n) < 2:
             rows.skipped("mount cold", n, "one epoch gives fewer than 2 steps a rank")
             continue
         trials = []
