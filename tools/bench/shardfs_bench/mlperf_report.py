@@ -51,17 +51,22 @@ class Rows:
         """Every pass as JSON-ready dicts."""
         p = self.plan
         head = {"workload": p.w.name, "scale": p.scale, "au_threshold": p.w.au,
+                "mem_limit_bytes": p.mem,
                 "demand_bytes_s": p.demand, "batch": p.w.batch, "compute_s": p.w.compute_s,
                 "sample_bytes": p.sample_bytes, "files": len(p.ds.specs), "bytes": p.ds.total}
         out = []
         for label, c in self.cap.items():
+            d = c.delta
             out.append(dict(head, kind="capacity", source=label, items=c.items, nbytes=c.nbytes,
-                            seconds=c.secs, n=p.n_cap(c), daemon_cpu_s=c.daemon_cpu))
+                            seconds=c.secs, n=p.n_cap(c), daemon_cpu_s=c.daemon_cpu,
+                            nfs_bytes=family_sum(d, "shardfs_node_read_bytes_total"),
+                            cache_hit_bytes=d.get("shardfs_cache_hit_bytes_total", 0.0),
+                            passthrough_opens=d.get("shardfs_passthrough_opens_total", 0.0)))
         for (label, n), (fig, trials) in self.pace.items():
             out.append(dict(head, kind="paced", source=label, n=n, mean=fig._asdict(), trials=[
                 {"figures": t.fig._asdict(), "ranks": t.ranks, "bytes_read": t.bytes_read,
                  "daemon_cpu_s": t.daemon_cpu, "steps_planned": t.steps_planned,
-                 "stopped_by_wall": t.by_wall} for t in trials]))
+                 "stopped_by_wall": t.by_wall, "cgroup_peak_bytes": t.peak} for t in trials]))
         for label in self.sources():
             e = self.estimate(label)
             out.append(dict(head, kind="estimate", source=label, **e._asdict()))
