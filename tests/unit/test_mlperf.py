@@ -15,7 +15,8 @@
     consumed, the sleeps last the compute time, proc = wait + sleep, and the
     figures follow from the records.
 
-Run by meson (tests/unit/meson.build) with PYTHONPATH at tools/bench. TAP.
+Run by meson (tests/unit/meson.build) with PYTHONPATH at tools/bench and
+tests/integration (tapcheck). TAP.
 """
 import math
 import os
@@ -23,22 +24,12 @@ import shutil
 import sys
 import tempfile
 
+import tapcheck as T  # tests/integration: the TAP lines of the Python checks
 from shardfs_bench import mlperf_loader as L
 from shardfs_bench import mlperf_metrics as M
 from shardfs_bench import mlperf_workloads as W
 
-N_TESTS = 0
-FAILED = 0
-
-
-def ok(cond, what, detail=""):
-    global N_TESTS, FAILED
-    N_TESTS += 1
-    FAILED += not cond
-    print(("ok" if cond else "not ok"), N_TESTS, "-", what, flush=True)
-    if not cond and detail:
-        for line in str(detail).splitlines():
-            print("#", line, flush=True)
+ok = T.ok
 
 
 def close(a, b, rel=1e-9):
@@ -222,8 +213,8 @@ def main():
     test_metrics()
     test_workloads()
     test_loader()
-    print(f"1..{N_TESTS}")
-    return 1 if FAILED else 0
+    print(f"1..{T._n}")
+    return 1 if T.failed else 0
 
 
 if __name__ == "__main__":
