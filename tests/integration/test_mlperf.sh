@@ -50,16 +50,19 @@ for wl in ("unet3d", "resnet50", "cosmoflow"):
     ok(all(c["items"] == c["files"] and c["nbytes"] == c["bytes"] for c in cap.values()),
        f"{wl}: every capacity pass read the whole data set")
     cold, warm = cap["mount cold, empty cache_dir"], cap["mount warm, remounted"]
-    ok(cold["nfs_bytes"] >= cold["bytes"], f"{wl}: cold, all of it from NFS ({cold['nfs_bytes']:.0f})")
+    ok(cold["nfs_bytes"] >= cold["bytes"],
+       f"{wl}: cold, all of it from NFS ({cold['nfs_bytes']:.0f})")
     ok(warm["nfs_bytes"] == 0 and (warm["cache_hit_bytes"] > 0 or warm["passthrough_opens"] > 0),
        f"{wl}: warm, nothing from NFS, all from the cache "
        f"(hits {warm['cache_hit_bytes']:.0f}, passthrough opens {warm['passthrough_opens']:.0f})")
     e2 = cap["data set = 2 x cache, epoch 2"]
-    ok(0 < e2["nfs_bytes"] < e2["bytes"] and (e2["cache_hit_bytes"] > 0 or e2["passthrough_opens"] > 0),
+    ok(0 < e2["nfs_bytes"] < e2["bytes"]
+       and (e2["cache_hit_bytes"] > 0 or e2["passthrough_opens"] > 0),
        f"{wl}: twice the cache, epoch 2 from both NFS ({e2['nfs_bytes']:.0f}) and the cache")
     for r in rs:
         if r["kind"] == "capacity":
-            ok(close(r["n"], r["nbytes"] / r["seconds"] / (r["au_threshold"] * r["demand_bytes_s"])),
+            mbps = r["nbytes"] / r["seconds"]
+            ok(close(r["n"], mbps / (r["au_threshold"] * r["demand_bytes_s"])),
                f"{wl}: {r['source']}: N = MB/s / (AU threshold x demand)")
     paced = [r for r in rs if r["kind"] == "paced"]
     ok({(r["source"], r["n"]) for r in paced} == {(s, n) for s in ("local copy", "mount warm",

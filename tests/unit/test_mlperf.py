@@ -95,7 +95,8 @@ def test_metrics():
     ok(close(e.n, 1.2 / 0.9) and e.from_n == 2 and not e.lower_bound,
        "N from the highest bytes/s (N=2 failed the threshold: the source saturated)")
     e1 = M.n_from_trials([a], 0.9, d)
-    ok(e1.lower_bound and M.fmt_n(e1).startswith(">= "), "every trial held the threshold: a lower bound")
+    ok(e1.lower_bound and M.fmt_n(e1).startswith(">= "),
+       "every trial held the threshold: a lower bound")
 
 
 def test_workloads():
@@ -155,7 +156,8 @@ def check_trial(w, spec, res, what):
     eps = 1e-6
     ok(all(s >= w.compute_s - eps for r in ranks for s in r["sleep"]),
        f"{what}: every sleep lasted the compute time")
-    ok(all(abs(p - (ld + s)) < eps for r in ranks for p, ld, s in zip(r["proc"], r["load"], r["sleep"])),
+    ok(all(abs(p - (ld + s)) < eps
+           for r in ranks for p, ld, s in zip(r["proc"], r["load"], r["sleep"])),
        f"{what}: proc = wait + sleep")
     ok(all(n == w.batch for r in ranks for n in r["samples"]), f"{what}: batches of {w.batch}")
     ok(all(r["bytes_read"] >= sum(r["bytes"]) for r in ranks),

@@ -156,7 +156,8 @@ def paced_lines(plan, rows):
                        f"{(str(peak >> 20) + ' MiB') if peak else '?':>13}")
             first = False
         e = rows.estimate(label)
-        out.append(f"      N at AU {w.au:.2f}: {fmt_n(e)} ({e.bytes_s / 1e6:,.0f} MB/s at N={e.from_n}"
+        out.append(f"      N at AU {w.au:.2f}: {fmt_n(e)} ({e.bytes_s / 1e6:,.0f} MB/s at "
+                   f"N={e.from_n}"
                    + (", which held the threshold: more were not tried" if e.lower_bound else "")
                    + ")")
     for label, n, why in rows.skips:

@@ -53,23 +53,16 @@ def add_arguments(ap):
                     "a comma list, or all; H100 configurations) as DLIO reads them: N "
                     "simulated accelerators at the AU threshold through the mount cold and "
                     "warm, a local copy, raw libnfs, and a data set twice the cache")
-    # Unset options take SMOKE's value with --mlperf-smoke, else DEFAULTS'
-    # (configure); argparse.SUPPRESS keeps them out of ARGS until then.
-    def opt(name, metavar, kind, what):
-        key = name[2:].replace("-", "_")
-        shown = [f"{p[key]:g}" if isinstance(p[key], float) else p[key] for p in (DEFAULTS, SMOKE)]
-        ap.add_argument(name, metavar=metavar, type=kind, default=argparse.SUPPRESS,
-                        help=f"--mlperf: {what} (default {shown[0]}; with --mlperf-smoke "
-                        f"{shown[1]})")
-    opt("--mlperf-n", "LIST", str, "simulated accelerators per paced trial, a comma list")
-    opt("--mlperf-mem-mib", "M", int, "the client's memory in MiB: the limit of the cgroup of "
+    opt = preset_option
+    opt(ap, "--mlperf-n", "LIST", str, "simulated accelerators per paced trial, a comma list")
+    opt(ap, "--mlperf-mem-mib", "M", int, "the client's memory in MiB: the limit of the cgroup of "
         "the readers and the daemon (whose mem_max is then its default on a machine of M)")
-    opt("--mlperf-dataset-x", "X", float, "the data set is at least X times the memory limit "
+    opt(ap, "--mlperf-dataset-x", "X", float, "the data set is at least X times the memory limit "
         "(MLPerf: 5)")
-    opt("--mlperf-compute-s", "S", float, "compute seconds per accelerator a paced trial aims at "
-        "(MLPerf: at least 60)")
-    opt("--mlperf-trial-s", "S", float, "wall seconds after which a paced trial stops anyway")
-    opt("--mlperf-trials", "T", int, "paced trials per source and N, their mean reported, "
+    opt(ap, "--mlperf-compute-s", "S", float, "compute seconds per accelerator a paced trial "
+        "aims at (MLPerf: at least 60)")
+    opt(ap, "--mlperf-trial-s", "S", float, "wall seconds after which a paced trial stops anyway")
+    opt(ap, "--mlperf-trials", "T", int, "paced trials per source and N, their mean reported, "
         "1 to 5 (MLPerf: 5)")
     ap.add_argument("--mlperf-scale", metavar="F", type=float, default=1.0,
                     help="--mlperf: samples and compute time per batch multiplied by F (the "
@@ -80,6 +73,16 @@ def add_arguments(ap):
     ap.add_argument("--mlperf-json", metavar="PATH", default=None,
                     help="--mlperf: also write every pass's figures and the ranks' step "
                     "records to PATH (JSON)")
+
+
+def preset_option(ap, name, metavar, kind, what):
+    """An option whose default is SMOKE's with --mlperf-smoke, else
+    DEFAULTS' (configure sets it; argparse.SUPPRESS keeps it out of ARGS
+    until then, so that a value given explicitly is told apart)."""
+    key = name[2:].replace("-", "_")
+    shown = [f"{p[key]:g}" if isinstance(p[key], float) else p[key] for p in (DEFAULTS, SMOKE)]
+    ap.add_argument(name, metavar=metavar, type=kind, default=argparse.SUPPRESS,
+                    help=f"--mlperf: {what} (default {shown[0]}; with --mlperf-smoke {shown[1]})")
 
 
 def configure(args):
