@@ -71,6 +71,11 @@ def test_metrics():
     ok(M.rank_figures(rank_record([0.5], 0.3, 7, 1), 0.3).au == 0.0,
        "one step only: nothing measured, AU 0")
     ok(close(M.rank_figures(r, 0.3, exclude=0).au, 3.0 / 5.8), "exclude=0: every step counts")
+    # A warm-up of 4 steps: the first waited 1.0 s, the 3 read meanwhile 0.0.
+    r4 = rank_record([1.0, 0.0, 0.0, 0.0] + [0.2] * 6, 0.3, 7, 1000)
+    ok(close(M.rank_figures(r4, 0.3, exclude=4).au, 1.8 / 3.0)
+       and close(M.rank_figures(r4, 0.3).au, 2.7 / (r4["wall_s"] - 1.3)),
+       "excluding the warm-up: 6 steps of 0.5 s, AU 0.6 (DLIO's one step: higher)")
 
     # A trial: the mean AU, the sums of the rates.
     slow = rank_record([1.0] + [0.7] * 9, 0.3, 7, 1000)   # window 9 s, AU 0.3
@@ -130,6 +135,9 @@ def test_workloads():
     u = W.scaled(w["unet3d"], 1 / 64)
     ok(close(u.record_bytes / u.compute_s, w["unet3d"].record_bytes / w["unet3d"].compute_s),
        "scaled: the demand unchanged")
+    ok((W.warmup_steps(w["unet3d"]), W.warmup_steps(w["resnet50"]),
+        W.warmup_steps(w["cosmoflow"])) == (4, 3, 5),
+       "warm-up: 4 batches handed to unet3d's workers, 3 of resnet50's records, 5 of cosmoflow's")
     ok(W.steps_per_epoch(w["unet3d"], 30, 2) == 2 and W.steps_per_epoch(w["resnet50"], 9, 2) == 12
        and W.steps_per_epoch(w["cosmoflow"], 9, 4) == 2,
        "steps per epoch: the batches of the rank with the fewest files")
@@ -163,8 +171,9 @@ def check_trial(w, spec, res, what):
     ok(all(r["bytes_read"] >= sum(r["bytes"]) for r in ranks),
        f"{what}: the readers read at least what the steps consumed")
     ok(all(r["wall_s"] >= sum(r["proc"]) - eps for r in ranks), f"{what}: wall >= the steps' procs")
-    f = M.trial_figures(ranks, w.compute_s)
-    want = sum((len(r["proc"]) - 1) * w.compute_s / (r["wall_s"] - r["proc"][0])
+    x = res["warmup_steps"]
+    f = M.trial_figures(ranks, w.compute_s, x)
+    want = sum((len(r["proc"]) - x) * w.compute_s / (r["wall_s"] - sum(r["proc"][:x]))
                for r in ranks) / len(ranks)
     ok(close(f.au, want) and 0 < f.au <= 1.0 + eps, f"{what}: AU {f.au:.3f} from the records")
 
@@ -174,8 +183,9 @@ def test_loader():
     try:
         for name, scale in SMALLEST.items():
             w = W.scaled(W.WORKLOADS[name], scale)
-            # Two ranks of two steps an epoch at least.
-            specs = W.dataset_specs(w, 2 << 20, 4 * math.ceil(w.batch / w.samples_per_file), 1)
+            # Two ranks, each an epoch of twice the warm-up at least.
+            per_rank = math.ceil(2 * W.warmup_steps(w) * w.batch / w.samples_per_file)
+            specs = W.dataset_specs(w, 2 << 20, 2 * per_rank, 1)
             root = os.path.join(tmp, name)
             write_files(root, specs)
             for n in (1, 2):

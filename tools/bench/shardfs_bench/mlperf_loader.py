@@ -49,7 +49,8 @@ import sys
 import threading
 import time
 
-from .mlperf_workloads import READ_BYTES, Workload, record_on_disk, steps_per_epoch
+from .mlperf_workloads import (READ_BYTES, Workload, record_on_disk, steps_per_epoch,
+                               tf_ahead_records, torch_window_batches, warmup_steps)
 
 # The bytes in front of an .npz's array: the zip local header of x.npy (30 +
 # its name) and the .npy header (128); and behind it, the y.npy member's
@@ -132,7 +133,7 @@ class TorchLoader(Loader):
     def __init__(self, w, batches):
         super().__init__(w.read_threads)
         self.batches = batches
-        self.window = w.read_threads * math.ceil(w.prefetch_size / w.read_threads)
+        self.window = torch_window_batches(w)
         self.consumed = 0   # protected by cond
         self.ready = {}     # batch -> (samples, bytes); protected by cond
 
@@ -178,8 +179,7 @@ class TFLoader(Loader):
         self.next_file = 0  # protected by cond
         self.done = 0       # reader threads that ran out of files; protected by cond
         self.records = collections.deque()  # on-disk sizes of records read; protected by cond
-        self.ahead = ((w.shuffle_size if w.sample_shuffle else 0) + w.prefetch_size * w.batch
-                      + w.batch)
+        self.ahead = tf_ahead_records(w)
 
     def reader(self, i, buf):
         try:
@@ -276,8 +276,8 @@ def tf_files(w, files, rank, n, epochs, seed):
 
 def trial_steps(w, spec):
     """The steps every rank takes: enough for spec's compute seconds after
-    the excluded first step, within epochs_max epochs when set."""
-    steps = math.ceil(spec["compute_target_s"] / w.compute_s) + 1
+    the warm-up steps, within epochs_max epochs when set."""
+    steps = math.ceil(spec["compute_target_s"] / w.compute_s) + warmup_steps(w)
     if spec.get("epochs_max"):
         steps = min(steps, steps_per_epoch(w, len(spec["files"]), spec["n"]) * spec["epochs_max"])
     return steps
@@ -361,17 +361,17 @@ def collect(procs, out):
 
 def run_trial(spec):
     """Run spec's trial; returns {"ranks": [records by rank], "steps":
-    planned steps, "stopped_by_wall": bool} or raises RuntimeError with the
-    first rank's error."""
+    planned steps, "warmup_steps": those not to measure, "stopped_by_wall":
+    bool} or raises RuntimeError with the first rank's error."""
     w = Workload(**spec["workload"])
     n = spec["n"]
     if steps_per_epoch(w, len(spec["files"]), n) < 1:
         raise RuntimeError(f"{len(spec['files'])} files make no batch of {w.batch} for each of "
                            f"{n} ranks")
     steps = trial_steps(w, spec)
-    if steps < 2:
-        raise RuntimeError(f"the data set gives {n} ranks {steps} step(s) an epoch; at least 2 "
-                           f"are needed (the first is not measured)")
+    if steps <= warmup_steps(w):
+        raise RuntimeError(f"the data set gives {n} ranks {steps} step(s) an epoch; more than "
+                           f"{warmup_steps(w)} are needed (the warm-up is not measured)")
     ctx = multiprocessing.get_context("fork")
     stop = ctx.Value("i", 0)
     deadline = ctx.Value("d", 0.0)
@@ -405,7 +405,7 @@ def run_trial(spec):
     if errors:
         raise RuntimeError(errors[0])
     return {"ranks": sorted(recs, key=lambda r: r["rank"]), "steps": steps,
-            "stopped_by_wall": bool(stop.value)}
+            "warmup_steps": warmup_steps(w), "stopped_by_wall": bool(stop.value)}
 
 
 def main(argv):

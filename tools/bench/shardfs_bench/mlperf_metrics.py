@@ -14,13 +14,17 @@ wall time less the proc of the excluded first steps
 (metric_exclude_start_steps, 1 by default). A trial's AU is the mean over
 its ranks; its samples/s and bytes/s the sum.
 
-One difference: DLIO adds up the sleeps as it measured them; here the
-compute of a step is the workload's compute time per batch, and how long
-the sleeps took is kept beside it (sleep_ratio). On a machine whose CPUs
-are busy a sleep overruns; the overrun is the machine's delay, not the
-accelerator's work, and counting it would raise AU above what the samples
-delivered can sustain (AU x batch / compute time = samples/s per rank holds
-exactly this way).
+Two differences. The steps not measured are the warm-up
+(mlperf_workloads.warmup_steps): DLIO's first step and the batches the
+loader read ahead while it waited, which the next steps find ready; in a
+trial of a few tens of steps they would weigh on AU, in DLIO's 60-second
+trials they hardly do (the functions take the count; DLIO's is 1). And DLIO
+adds up the sleeps as it measured them; here the compute of a step is the
+workload's compute time per batch, and how long the sleeps took is kept
+beside it (sleep_ratio). On a machine whose CPUs are busy a sleep overruns;
+the overrun is the machine's delay, not the accelerator's work, and counting
+it would raise AU above what the samples delivered can sustain (AU x batch /
+compute time = samples/s per rank holds exactly this way).
 """
 
 from typing import NamedTuple

@@ -41,14 +41,16 @@ def capacity_pass(cluster, cg, ds, source, lst, threads, mount=None, in_ns=False
 
 
 class PacedPass:
-    """One trial of the DLIO emulation: fig (mlperf_metrics.TrialFigures), the
-    ranks' records, the bytes the readers read (read ahead included), the
+    """One trial of the DLIO emulation: fig (mlperf_metrics.TrialFigures, over
+    the steps after the warm-up), the ranks' records, the warm-up steps
+    (exclude), the bytes the readers read (read ahead included), the
     daemon's CPU seconds over them (None without a mount), the stats deltas,
     whether the wall-clock limit ended it, and the cgroup's peak."""
 
     def __init__(self, w, result, daemon_cpu, delta, peak):
         self.ranks = result["ranks"]
-        self.fig = trial_figures(self.ranks, w.compute_s)
+        self.exclude = result["warmup_steps"]
+        self.fig = trial_figures(self.ranks, w.compute_s, self.exclude)
         self.steps_planned = result["steps"]
         self.by_wall = result["stopped_by_wall"]
         self.bytes_read = sum(r["bytes_read"] for r in self.ranks)

@@ -10,6 +10,7 @@ import json
 
 from .common import GiB
 from .mlperf_metrics import fmt_n, n_from_trials
+from .mlperf_workloads import warmup_steps
 from .report import daemon_log_lines, family_sum
 
 # The goals of issue 53, as ratios of N (the same demand: ratios of MB/s).
@@ -64,7 +65,8 @@ class Rows:
                             passthrough_opens=d.get("shardfs_passthrough_opens_total", 0.0)))
         for (label, n), (fig, trials) in self.pace.items():
             out.append(dict(head, kind="paced", source=label, n=n, mean=fig._asdict(), trials=[
-                {"figures": t.fig._asdict(), "ranks": t.ranks, "bytes_read": t.bytes_read,
+                {"figures": t.fig._asdict(), "ranks": t.ranks, "exclude": t.exclude,
+                 "bytes_read": t.bytes_read,
                  "daemon_cpu_s": t.daemon_cpu, "steps_planned": t.steps_planned,
                  "stopped_by_wall": t.by_wall, "cgroup_peak_bytes": t.peak} for t in trials]))
         for label in self.sources():
@@ -134,7 +136,8 @@ def paced_lines(plan, rows):
     w = plan.w
     out = [f"  DLIO emulation: N accelerators in lockstep (each {w.read_threads} reader threads, "
            f"{w.compute_s:.4g} s of sleep per batch of {w.batch}, a barrier per step); AU, "
-           f"samples/s and MB/s over the measured steps (the first excluded), mean of "
+           f"samples/s and MB/s over the steps after the warm-up (the first "
+           f"{warmup_steps(w)}: the first and those it read ahead), mean of "
            f"{len(next(iter(rows.pace.values()))[1]) if rows.pace else 0} trial(s)",
            f"    {'source':<16}{'N':>3}{'AU (min)':>15}{'samples/s':>11}{'MB/s':>8}{'steps':>7}"
            f"{'compute-s':>10}{'wall-s':>8}{'sleep x':>8}{'daemon CPU-s/GiB':>18}"

@@ -120,6 +120,30 @@ def mean_sample_bytes(w, specs):
     return sum(s for _, s, _ in specs) / (len(specs) * w.samples_per_file)
 
 
+def torch_window_batches(w):
+    """PyTorch's DataLoader: the batches handed to its workers and not yet
+    consumed, read_threads x prefetch_factor, where DLIO sets
+    prefetch_factor = ceil(prefetch_size / read_threads)."""
+    return w.read_threads * math.ceil(w.prefetch_size / w.read_threads)
+
+
+def tf_ahead_records(w):
+    """tf.data: the records read and not yet consumed, at most: the shuffle
+    buffer (when the workload shuffles samples), the batch being built and
+    prefetch_size batches."""
+    return (w.shuffle_size if w.sample_shuffle else 0) + (w.prefetch_size + 1) * w.batch
+
+
+def warmup_steps(w):
+    """The steps a trial does not measure: the first (DLIO's
+    metric_exclude_start_steps) and the batches its loader read ahead while
+    that first one waited, which the next steps then find ready: the read-
+    ahead in batches, at least 1."""
+    if w.framework == "pytorch":
+        return max(1, torch_window_batches(w))
+    return max(1, math.ceil(tf_ahead_records(w) / w.batch))
+
+
 def steps_per_epoch(w, n_files, ranks):
     """The steps of one epoch, the same for every rank: the batches of the
     rank with the fewest files (floor(files / ranks) of them: DLIO's index

@@ -32,7 +32,7 @@ from ..mlperf_metrics import demand_bytes_s, mean_trials, n_at_threshold
 from ..mlperf_passes import capacity_pass, paced_pass
 from ..mlperf_report import Rows, workload_lines, write_json
 from ..mlperf_workloads import (dataset_specs, mean_sample_bytes, parse_workloads, scaled,
-                                steps_per_epoch)
+                                steps_per_epoch, warmup_steps)
 from ..mode import Mode
 from ..mount import Mount, fresh_cache, settle
 
@@ -43,8 +43,9 @@ DEFAULTS = {"mlperf_n": "1,2,4", "mlperf_mem_mib": 512, "mlperf_dataset_x": 5.0,
             "mlperf_compute_s": 60.0, "mlperf_trial_s": 30.0, "mlperf_trials": 1}
 SMOKE = {"mlperf_n": "1,2", "mlperf_mem_mib": 384, "mlperf_dataset_x": 0.25,
          "mlperf_compute_s": 0.5, "mlperf_trial_s": 1.5, "mlperf_trials": 1}
-# --mlperf-smoke's scale per workload: files of a few MB each.
-SMOKE_SCALE = {"unet3d": 1 / 64, "resnet50": 1 / 64, "cosmoflow": 1.0}
+# --mlperf-smoke's scale per workload: files of a few MB at most, enough of
+# them for a cold trial of 2 accelerators twice as long as its warm-up.
+SMOKE_SCALE = {"unet3d": 1 / 256, "resnet50": 1 / 64, "cosmoflow": 1.0}
 
 
 def add_arguments(ap):
@@ -201,8 +202,10 @@ def cold_paced(cluster, cg, plan, rows):
     most, a fresh daemon and cache per trial."""
     w, ds = plan.w, plan.ds
     for n in plan.ns:
-        if steps_per_epoch(w, len(ds.specs), n) < 2:
-            rows.skipped("mount cold", n, "one epoch gives fewer than 2 steps a rank")
+        spe, warm = steps_per_epoch(w, len(ds.specs), n), warmup_steps(w)
+        if spe < 2 * warm:
+            rows.skipped("mount cold", n, f"one epoch is {spe} steps a rank, fewer than twice "
+                         f"the {warm} of the warm-up")
             continue
         trials = []
         for t in range(ARGS.mlperf_trials):
