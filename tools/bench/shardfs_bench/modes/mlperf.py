@@ -25,7 +25,7 @@ import os
 import re
 import shutil
 
-from ..common import ARGS, GiB, MiB, log, run, tool
+from ..common import ARGS, BenchError, GiB, MiB, log, run, tool
 from ..mlperf_cgroup import ClientCgroup
 from ..mlperf_data import DataSet
 from ..mlperf_metrics import demand_bytes_s, mean_trials, n_at_threshold
@@ -170,7 +170,11 @@ class Plan:
         m = Mount(cluster, cluster.addrs, ARGS.mnt, ARGS.nconnect, opts, log_path=log_path)
         self.logs.append((label, m))
         with m:
-            cg.adopt(daemon_pids(m))
+            pids = daemon_pids(m)
+            # The serving process is the one whose CPU the passes count
+            # (Mount's pid, found by its command line, can miss it).
+            m.pid = pids[0]
+            cg.adopt(pids)
             yield m
 
     def paced(self, cg, root, n, mount=None, epochs_max=0, drain=False):
@@ -182,9 +186,12 @@ class Plan:
 
 
 def daemon_pids(m):
-    """The mount's serving process (the stats file names it) and its keeper
-    (its parent, which starts a new one if it dies), else Mount's pid."""
+    """The mount's serving process (the stats file names it; else Mount's
+    pid) and its keeper (its parent, which starts a new one if it dies).
+    Raises BenchError when there is neither."""
     serving = int(m.stats().get("shardfs_serving_pid", 0)) or m.pid
+    if not serving:
+        raise BenchError(f"{ARGS.mnt}: no daemon process found")
     pids = [serving]
     try:
         with open(f"/proc/{serving}/stat") as f:
