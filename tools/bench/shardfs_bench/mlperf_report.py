@@ -62,7 +62,9 @@ class Rows:
                             seconds=c.secs, n=p.n_cap(c), daemon_cpu_s=c.daemon_cpu,
                             nfs_bytes=family_sum(d, "shardfs_node_read_bytes_total"),
                             cache_hit_bytes=d.get("shardfs_cache_hit_bytes_total", 0.0),
-                            passthrough_opens=d.get("shardfs_passthrough_opens_total", 0.0)))
+                            passthrough_opens=d.get("shardfs_passthrough_opens_total", 0.0),
+                            unverified_opens=d.get("shardfs_passthrough_unverified_opens_total",
+                                                   0.0)))
         for (label, n), (fig, trials) in self.pace.items():
             out.append(dict(head, kind="paced", source=label, n=n, mean=fig._asdict(), trials=[
                 {"figures": t.fig._asdict(), "ranks": t.ranks, "exclude": t.exclude,
@@ -125,8 +127,10 @@ def capacity_lines(plan, rows):
             hit = d.get("shardfs_cache_hit_bytes_total", 0.0)
             miss = d.get("shardfs_cache_miss_bytes_total", 0.0)
             pt = d.get("shardfs_passthrough_opens_total", 0.0)
+            unv = d.get("shardfs_passthrough_unverified_opens_total", 0.0)
             tail = (f"{nfs:.2f}" + (f", hit ratio {hit / (hit + miss):.2f}" if hit + miss else "")
-                    + (f", passthrough opens {pt:.0f}" if pt else ""))
+                    + (f", passthrough opens {pt:.0f}" if pt else "")
+                    + (f", not yet verified {unv:.0f}" if unv else ""))
         out.append(f"    {label:<32}{c.mbps:7.0f}{c.rate:9.1f}{p.n_cap(c):8.2f}  {ratio:<28}"
                    f"{cpu_gib(c.daemon_cpu, c.nbytes):>17}  {tail}")
     return out
