@@ -249,9 +249,18 @@ def cold_and_warm(cluster, cg, plan, rows):
                       capacity_pass(cluster, cg, ds, ARGS.mnt, ds.lst_mnt, plan.threads, m,
                                     drain=True))
         log(f"mlperf {w.name}: completing the cache (shardfs-warm)")
-        run([tool("shardfs-warm", "cmd"), "-q", os.path.join(ARGS.mnt, ds.name)])
+        run([warm_tool(), "-q", os.path.join(ARGS.mnt, ds.name)])
         settle(m)
     warm_passes(cluster, cg, plan, rows, opts)
+
+
+def warm_tool():
+    """shardfs-warm: the source tree's (tools/cmd), else the installed one
+    on PATH (the packages put it in /usr/bin, not beside the bench)."""
+    exe = tool("shardfs-warm", "cmd")
+    if os.access(exe, os.X_OK):
+        return exe
+    return shutil.which("shardfs-warm") or exe
 
 
 def twice_the_cache(cluster, cg, plan, rows):
