@@ -30,14 +30,14 @@ data.py (data sets written once), disk.py and floor.py (limits and floors).
 Threading: the registry is built at import and then only read.
 """
 
-from . import (cache, fleet, fleet_warm, hints, memory, passthrough, policy, random_records,
-               sf_rss, slow_node, small_files, stall, striping)
+from . import (cache, fleet, fleet_warm, hints, memory, mlperf, passthrough, policy,
+               random_records, sf_rss, slow_node, small_files, stall, striping)
 
 DEFAULT = striping
 
 # The order of --help and, within a group, of the runs and their tables.
 MODES = [cache, policy, memory, small_files, random_records, passthrough, sf_rss, hints, stall,
-         slow_node, fleet, fleet_warm]
+         slow_node, fleet, fleet_warm, mlperf]
 
 REQUIRED = ("MODE", "add_arguments", "bench")
 for _m in [DEFAULT] + MODES:
