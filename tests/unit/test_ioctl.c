@@ -65,7 +65,7 @@ int fuse_reply_ioctl(fuse_req_t req, int result, const void *buf, size_t size)
 	req->replies++;
 	req->err = 0;
 	req->out_len = size;
-	if (size <= sizeof(req->out))
+	if (size && size <= sizeof(req->out)) /* an empty reply may have no buffer */
 		memcpy(&req->out, buf, size);
 	(void)result;
 	return 0;
