@@ -46,7 +46,7 @@
  * --cache-dir, the O_DIRECT read rate of the daemon's cache files (the
  * disk); STAGE's rate as a ratio of each and of their minimum; and the
  * daemon's CPU-seconds (utime + stime from /proc/PID/stat) per GiB moved by
- * each GPU measurement. The daemon is the mount's serving process, as
+ * each GPU row. The daemon is the mount's serving process, as
  * MOUNT/.shardfs/stats names it (shardfs_serving_pid), or --daemon-pid.
  * --procs N (N > 1) adds N processes that stage the files to the same GPU
  * at once (each its own cudaMalloc'd target, started together; forked
@@ -545,7 +545,7 @@ static double cpu_per_gib(const struct cpu_acc *a)
 }
 
 /* The best rates of the run, MB/s, and the daemon's CPU-seconds per GiB
- * over each measurement's passes; -1 where not measured (or unknown). */
+ * over each row's passes; -1 where the row did not run (or unknown). */
 struct rates {
 	double shm_stage, shm_read;
 	double gpu_stage, gpu_pinned, gpu_pageable;
@@ -554,7 +554,7 @@ struct rates {
 	double procs, procs_cpu_s; /* --procs: N processes staging, aggregate */
 	double procs_read, procs_read_cpu_s; /* --procs: N doing read()+pinned cudaMemcpy */
 	double cufile, cufile_cpu_s;	     /* cuFile in compat mode, O_DIRECT opens */
-	char cufile_skipped[300];	     /* why the cuFile row was not measured, or "" */
+	char cufile_skipped[300];	     /* why the cuFile row did not run, or "" */
 };
 
 /* Pinned cudaMemcpy host-to-device of total_bytes in range_bytes copies,
@@ -1392,7 +1392,7 @@ int main(int argc, char **argv)
 
 	r.shm_stage = r.shm_read = r.gpu_stage = r.gpu_pinned = r.gpu_pageable = r.h2d = r.disk =
 	    r.cpu_s_per_gib = r.procs = r.procs_cpu_s = r.procs_read = r.procs_read_cpu_s =
-		r.cufile = r.cufile_cpu_s = -1; /* not measured */
+		r.cufile = r.cufile_cpu_s = -1; /* the row did not run */
 	status = parse_args(argc, argv, &b, &passes);
 	if (status >= 0)
 		return status;
