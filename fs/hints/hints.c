@@ -22,6 +22,7 @@
 #include "hint_resolve.h"
 #include "../../cache/common/log.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -99,7 +100,8 @@ struct sfs_hints {
 	struct flight {
 		struct hint_list *L;
 		uint64_t idx;
-	} * flight;	  /* those items (conf.fetchers of room), for the fetch observer */
+	} * flight;	   /* those items, for the fetch observer */
+	unsigned flight_cap; /* room in flight: see flight_room */
 	unsigned waiting; /* fetchers waiting for work */
 	uint64_t list_mem;
 	struct sfs_hints_stats st;
@@ -239,6 +241,23 @@ static void pending_drop(sfs_hints *h, struct hint_pending **p)
 
 static void *fetcher_main(void *arg);
 
+/* How many fetcher threads a pool of conf->fetchers runs. */
+static unsigned fetcher_threads(const struct sfs_hints_conf *conf)
+{
+	return conf->fetchers < SFS_HINT_THREADS ? conf->fetchers : SFS_HINT_THREADS;
+}
+
+/* Room the flight array needs. An item is taken only while in_flight <
+ * fetchers, but it joins the flight when its fetch returns, and meanwhile
+ * the other threads' items may have joined: at the last moment in_flight
+ * was below fetchers, at most fetchers - 1 were in flight and each thread
+ * held at most one item taken before, so in_flight <= fetchers - 1 +
+ * threads. */
+static unsigned flight_room(const struct sfs_hints_conf *conf)
+{
+	return conf->fetchers + fetcher_threads(conf);
+}
+
 /* Start the fetchers with the first list. Caller holds h->lock. */
 static int start_fetchers(sfs_hints *h)
 {
@@ -246,7 +265,7 @@ static int start_fetchers(sfs_hints *h)
 		return 0;
 	/* A thread waits only for a LOOKUP or for budget: a few start what
 	 * fetchers many items have in flight. */
-	unsigned n = h->conf.fetchers < SFS_HINT_THREADS ? h->conf.fetchers : SFS_HINT_THREADS;
+	unsigned n = fetcher_threads(&h->conf);
 	h->threads = calloc(n, sizeof(*h->threads));
 	if (!h->threads)
 		return -ENOMEM;
@@ -865,6 +884,7 @@ static void item_finish(sfs_hints *h, struct hint_list *L, uint64_t idx, struct 
 		}
 	} else if (sfs_pf_file_range_busy(r->pf, r->off, r->end)) {
 		s->state = SLOT_FLIGHT; /* observe_fetched ends it (checked under h->lock) */
+		assert(h->in_flight < h->flight_cap);
 		h->flight[h->in_flight++] = (struct flight){.L = L, .idx = idx};
 	} else {
 		slot_fetched(h, L, s);
@@ -923,7 +943,8 @@ int sfs_hints_open(const struct sfs_hints_handles *hh, const struct sfs_hints_co
 		h->conf.window = 1;
 	if (!h->conf.fetchers)
 		h->conf.fetchers = 1;
-	if (!(h->flight = calloc(h->conf.fetchers, sizeof(*h->flight)))) {
+	h->flight_cap = flight_room(&h->conf);
+	if (!(h->flight = calloc(h->flight_cap, sizeof(*h->flight)))) {
 		free(h);
 		return -ENOMEM;
 	}

@@ -5,7 +5,8 @@
  * within the window, held until read; the items skipped (missing, not a
  * file, denied, cached); a list cancelled with items held unread (waste);
  * a reader that opens an item ahead of the fetch (the fetch skips there);
- * chunks that land later (the fetch observer); the datasets named; the
+ * chunks that land later (the fetch observer), for more items than
+ * fetchers at once; the datasets named; the
  * lookups that miss a listing starting it; refusals.
  *
  * Linked with the hints wing (sfs_hints) and the log. Its neighbours are
@@ -301,6 +302,29 @@ bool sfs_pf_file_range_busy(sfs_pf_file *f, uint64_t off, uint64_t end)
 	return busy;
 }
 
+/* Every fetch lands only when the test says so (test_flight_full). */
+static bool all_slow;
+/* The gate (test_flight_full): fetches after the first gate_free wait
+ * until gate_n of them are waiting together, then all go on. */
+static unsigned gate_free, gate_n, gate_calls, gate_waiting;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+
+/* Called with fake_lock held. Returns whether gate_n fetches met. */
+static bool gate_pass(void)
+{
+	if (!gate_n || ++gate_calls <= gate_free)
+		return true;
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10; /* a generous bound: a hang becomes a failure */
+	gate_waiting++;
+	pthread_cond_broadcast(&gate_cond);
+	while (gate_waiting < gate_n)
+		if (pthread_cond_timedwait(&gate_cond, &fake_lock, &until) == ETIMEDOUT)
+			return false;
+	return true;
+}
+
 /* "cached" is in the store; "slow" lands only when the test says so. */
 int sfs_pf_file_fetch_ahead(sfs_pf_file *f, uint64_t off, uint64_t end, unsigned wait_ms,
 			    struct sfs_pf_ahead *out)
@@ -309,7 +333,8 @@ int sfs_pf_file_fetch_ahead(sfs_pf_file *f, uint64_t off, uint64_t end, unsigned
 
 	*out = (struct sfs_pf_ahead){.cached = cached, .started_bytes = cached ? 0 : end - off};
 	pthread_mutex_lock(&fake_lock);
-	f->busy = f == &pf_files[SLOW];
+	gate_pass();
+	f->busy = f == &pf_files[SLOW] || all_slow;
 	out->busy = f->busy;
 	pthread_mutex_unlock(&fake_lock);
 	return 0;
@@ -581,6 +606,60 @@ static void test_late_chunks(void)
 	ok(holds_of(SLOW) == 0, "close lets every hold go");
 }
 
+static bool gate_met(sfs_hints *h, uint64_t n)
+{
+	(void)h;
+	pthread_mutex_lock(&fake_lock);
+	bool met = gate_waiting >= n;
+	pthread_mutex_unlock(&fake_lock);
+	return met;
+}
+
+/* Every fetcher returns with an item whose chunks are still coming while
+ * fetchers - 1 items are in flight already: all of them join the flight
+ * (more than fetchers at once), and all are held once their chunks land. */
+static void test_flight_full(void)
+{
+	enum { FETCHERS = 4, ITEMS = 2 * FETCHERS - 1 };
+	pthread_mutex_lock(&fake_lock);
+	all_slow = true;
+	gate_free = FETCHERS - 1, gate_n = FETCHERS, gate_calls = gate_waiting = 0;
+	pthread_mutex_unlock(&fake_lock);
+	sfs_hints *h = open_hints(16, FETCHERS, false, 1 << 20);
+	struct batch b = {0};
+	uint64_t n = 0;
+	char path[32];
+
+	for (int i = 0; i < ITEMS; i++) {
+		snprintf(path, sizeof(path), "d/f%03d", i);
+		put(&b, path, SHARDFS_HINT_FILE, 0, 0);
+	}
+	ok(send_list(h, 6, 0, &b, &n) == 0 && n == ITEMS, "a list of %d slow files", ITEMS);
+	ok(wait_for(h, gate_met, FETCHERS), "%d fetches at once with %d items in flight", FETCHERS,
+	   FETCHERS - 1);
+	ok(wait_for(h, in_flight, (uint64_t)ITEMS * FILE_BYTES), "all %d items in flight", ITEMS);
+	ok(stats(h).all.fetched_items == 0, "none fetched before its chunks land");
+	pthread_mutex_lock(&fake_lock);
+	for (int i = 0; i < ITEMS; i++)
+		pf_files[FILE0 + i].busy = false;
+	pthread_mutex_unlock(&fake_lock);
+	for (int i = 0; i < ITEMS; i++)
+		fetch_obs(obs_arg, &pf_files[FILE0 + i]);
+	struct sfs_hints_stats t = stats(h);
+	ok(t.all.fetched_items == ITEMS && t.held_bytes == (uint64_t)ITEMS * FILE_BYTES,
+	   "their chunks landed: all fetched and held (%llu)",
+	   (unsigned long long)t.all.fetched_items);
+	sfs_hints_close(h);
+	bool none = true;
+	for (int i = 0; i < ITEMS; i++)
+		none = none && holds_of(FILE0 + i) == 0;
+	ok(none, "close lets every hold go");
+	pthread_mutex_lock(&fake_lock);
+	all_slow = false;
+	gate_n = 0;
+	pthread_mutex_unlock(&fake_lock);
+}
+
 /* A lookup that misses a directory's listing starts the listing, with
  * the directory's handle and namespace key. */
 static void test_listing(void)
@@ -642,6 +721,7 @@ int main(int argc, char **argv)
 						{"skips_and_cancel", test_skips_and_cancel},
 						{"reader_ahead", test_reader_ahead},
 						{"late_chunks", test_late_chunks},
+						{"flight_full", test_flight_full},
 						{"listing", test_listing},
 						{"refusals", test_refusals}};
 
