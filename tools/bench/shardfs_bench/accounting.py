@@ -57,6 +57,23 @@ def machine_busy_s():
     return (total - idle) / CLK_TCK, total / CLK_TCK
 
 
+def machine_steal_s():
+    """CPU seconds the hypervisor took from this machine since boot (the
+    steal column of /proc/stat; 0 where none is reported)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (v[7] if len(v) > 7 else 0) / CLK_TCK
+
+
+STEAL_AT_START = machine_steal_s()
+
+
+def steal_note():
+    """The steal time this machine reported since the bench started, as a
+    phrase for the disk billing lines (the billing figures assume none)."""
+    return f"steal time reported since the bench started: {machine_steal_s() - STEAL_AT_START:.1f} s"
+
+
 def children_cpu_s():
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime

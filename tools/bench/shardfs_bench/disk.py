@@ -89,8 +89,8 @@ def disk_billing(directory, nbytes):
     """CPU-s per GiB written that the machine bills to tasks other than the
     writer while the cache disk takes O_DIRECT writes: spinners pinned on
     every CPU are billed more CPU time per block of work than on a quiet
-    machine. On a VM that reports no steal time the host's work for the
-    virtual disk and the guest's disk interrupts land there: a daemon
+    machine. On a VM that reports no steal time (steal_note prints what it
+    reported) the host's work for the virtual disk and the guest's disk interrupts land there: a daemon
     billed for them did not run its code in that time, and perf, whose
     samples stop while the vCPU is away, does not see it."""
     _, lost = billed_beside(lambda: disk_write_mbps(directory, nbytes))

@@ -13,6 +13,7 @@ or policies in one mount (--policy). Threading: the main thread.
 import os
 import shutil
 
+from ..accounting import steal_note
 from ..common import ARGS, MiB, log
 from ..data import local_shards, make_files
 from ..disk import disk_billing, disk_limits, limit_note
@@ -118,7 +119,7 @@ def cold_epoch_lines(p, written, hit, ref):
     extra = ref.billed * written / (1 << 30) * share / (p.nbytes / (1 << 30))
     out.append(f"           the cache disk's writes bill {ref.billed:.2f} CPU-s per GiB "
                f"written to whatever runs (measured beside with a spinner per CPU; "
-               f"no steal time on this VM): up to {extra:.2f} CPU-s/GiB of the "
+               f"{steal_note()}): up to {extra:.2f} CPU-s/GiB of the "
                f"daemon's figure, at its {share:.0%} of the busy time, is the disk's "
                f"work billed to it (an estimate: perf samples bound it from below)")
     return out

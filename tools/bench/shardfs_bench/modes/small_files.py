@@ -16,6 +16,7 @@ import os
 import random
 import shutil
 
+from ..accounting import steal_note
 from ..common import ARGS, MiB, log
 from ..data import copy_tree_once, imagenet_specs, make_tree, write_list
 from ..disk import disk_limits, disk_read_billing, limit_note
@@ -190,8 +191,8 @@ def bench(cluster, out):
     rate, billed = disk_read_billing(ARGS.cache_base, total // N)
     out.append(f"  the cache disk's O_DIRECT reads of {total // N // 1000} KB (one per warm file) "
                f"bill {1e6 * billed:.0f} us of CPU per read to whatever runs ({rate:.0f} reads/s "
-               f"from one thread; a spinner per CPU, quiet and during the reads; this VM reports no "
-               f"steal time): the warm passes' CPU per file above includes up to that much of the "
+               f"from one thread; a spinner per CPU, quiet and during the reads; {steal_note()}): "
+               f"the warm passes' CPU per file above includes up to that much of the "
                f"host's disk work")
     # No ceiling line here: raw's opens cost the servers more than the
     # mount's (the mount answers LOOKUPs from its listings), so raw's CPU
