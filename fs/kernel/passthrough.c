@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /* passthrough — see passthrough.h. */
 #include "passthrough.h"
+#include "../../cache/common/htab.h"
 #include "../../cache/common/log.h"
 #include "../../cache/prefetch/prefetch.h"
 #include "../../cache/store/store.h"
@@ -20,8 +21,21 @@ struct pt_hold {
 	const struct sfs_inode *ino;
 	sfs_store_obj *obj;    /* referenced; NULL: orphan_bytes instead */
 	uint64_t orphan_bytes; /* counted by sfs_store_held_add */
-	struct pt_hold *next;
+	struct pt_hold *next;  /* the table's chain */
 };
+
+static uint64_t ino_hash(const struct sfs_inode *i)
+{
+	uint64_t x = (uint64_t)(uintptr_t)i;
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	return x ^ (x >> 33);
+}
+static uint64_t hold_hash(const struct pt_hold *h) { return ino_hash(h->ino); }
+
+/* The holds by inode: one node per inode with passthrough opens. */
+SFS_HTAB_DEFINE(pt_hold_table, struct pt_hold, next, hold_hash, 2);
+#define PT_HOLD_BUCKETS0 64 /* the table doubles as inodes are held */
 
 static void add(uint64_t *c, int64_t n) { __atomic_fetch_add(c, (uint64_t)n, __ATOMIC_RELAXED); }
 
@@ -29,12 +43,22 @@ void sfs_pt_start(struct sfs_pt *pt, sfs_store *store)
 {
 	pt->store = store;
 	pthread_mutex_init(&pt->hold_lock, NULL);
+	pt->holds = malloc(sizeof(*pt->holds));
+	if (pt->holds && pt_hold_table_init(pt->holds, PT_HOLD_BUCKETS0) < 0) {
+		free(pt->holds);
+		pt->holds = NULL;
+	}
+	if (!pt->holds)
+		sfs_log(SFS_LOG_WARN, "fuse",
+			"passthrough: no memory for the table of held versions: versions "
+			"evicted under passthrough readers are not counted as held");
 }
 
+/* Where i's hold is, or would be linked, on its chain. Caller holds
+ * hold_lock; pt->holds is set. */
 static struct pt_hold **hold_slot(struct sfs_pt *pt, const struct sfs_inode *i)
 {
-	uint64_t h = (uint64_t)(uintptr_t)i * 0x9E3779B97F4A7C15ull;
-	struct pt_hold **p = &pt->holds[h >> 54]; /* SFS_PT_HOLD_BUCKETS: 10 bits */
+	struct pt_hold **p = pt_hold_table_head(pt->holds, ino_hash(i));
 
 	while (*p && (*p)->ino != i)
 		p = &(*p)->next;
@@ -46,20 +70,20 @@ static struct pt_hold **hold_slot(struct sfs_pt *pt, const struct sfs_inode *i)
 static void hold_add(struct sfs_pt *pt, const struct sfs_inode *i, sfs_store_obj *obj,
 		     uint64_t orphan_bytes)
 {
-	struct pt_hold *h = malloc(sizeof(*h));
+	struct pt_hold *h = pt->holds ? malloc(sizeof(*h)) : NULL;
 
 	if (h) {
 		*h = (struct pt_hold){.ino = i, .obj = obj, .orphan_bytes = orphan_bytes};
 		pthread_mutex_lock(&pt->hold_lock);
 		struct pt_hold **p = hold_slot(pt, i);
 		if (!*p) {
-			*p = h;
+			pt_hold_table_insert_at(pt->holds, p, h);
 			h = NULL;
 		}
 		pthread_mutex_unlock(&pt->hold_lock);
+		if (!h)
+			return;
 	}
-	if (!h)
-		return;
 	if (obj) /* ENOMEM, or held already: unheld is only unaccounted */
 		sfs_store_obj_put(obj);
 	else
@@ -72,10 +96,12 @@ static void hold_add(struct sfs_pt *pt, const struct sfs_inode *i, sfs_store_obj
  * before this one is out. */
 static struct pt_hold *hold_take(struct sfs_pt *pt, const struct sfs_inode *i)
 {
+	if (!pt->holds)
+		return NULL;
 	pthread_mutex_lock(&pt->hold_lock);
 	struct pt_hold **p = hold_slot(pt, i), *h = *p;
 	if (h)
-		*p = h->next;
+		pt_hold_table_unlink(pt->holds, p);
 	pthread_mutex_unlock(&pt->hold_lock);
 	return h;
 }

@@ -58,8 +58,6 @@ typedef struct sfs_pf_file sfs_pf_file;
 typedef struct sfs_store sfs_store;
 typedef struct sfs_store_obj sfs_store_obj;
 
-#define SFS_PT_HOLD_BUCKETS 1024
-
 struct sfs_pt_stats {
 	uint64_t opens;		 /* answered with passthrough */
 	uint64_t open_bytes;	 /* the sizes of the versions they opened */
@@ -85,8 +83,11 @@ struct sfs_pt {
 	/* The version each inode's passthrough opens read, held in the store
 	 * from the first of them to the last release (sfs_pt_start). */
 	sfs_store *store;
-	pthread_mutex_t hold_lock;		    /* a leaf */
-	struct pt_hold *holds[SFS_PT_HOLD_BUCKETS]; /* protected by hold_lock, by inode */
+	pthread_mutex_t hold_lock; /* a leaf */
+	/* Protected by hold_lock: the holds by inode, a table that doubles as
+	 * more inodes are held (NULL: no memory at start; holds are dropped,
+	 * uncounted). */
+	struct pt_hold_table *holds;
 };
 
 /* Before any open: the store whose versions passthrough opens read (NULL:
