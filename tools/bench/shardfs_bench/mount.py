@@ -20,13 +20,23 @@ from .common import ARGS, BenchError, GiB, MiB, log, run
 
 
 def find_daemon(mnt):
-    """pid of the shardfs daemon serving mnt (it daemonizes)."""
+    """pid of the process serving mnt: the stats file's shardfs_serving_pid
+    (a keeper's child, or the daemon itself; whatever the binary is named),
+    else a process named as --shardfs's binary with mnt on its command line
+    (a daemon too old to report it). None when neither is found."""
+    try:
+        pid = int(read_stats(mnt).get("shardfs_serving_pid", 0))
+        if pid and os.path.exists(f"/proc/{pid}"):
+            return pid
+    except OSError:
+        pass
+    name = os.path.basename(ARGS.shardfs or "shardfs")[:15]  # comm's length
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             with open(f"/proc/{d}/comm") as f:
-                if f.read().strip() != "shardfs":
+                if f.read().strip() not in (name, "shardfs"):
                     continue
             with open(f"/proc/{d}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
