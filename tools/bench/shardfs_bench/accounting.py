@@ -48,6 +48,57 @@ def proc_switches_faults(pid):
         return None
 
 
+def thread_times(pid):
+    """{tid: (name, CPU s, s waited for a CPU)} of pid's live threads (the
+    name from comm, the wait from schedstat: time runnable but not running);
+    {} when pid is gone."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                head, tail = f.read().rsplit(")", 1)
+            fields = tail.split()
+            wait = 0.0
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    wait = int(f.read().split()[1]) / 1e9
+            except (OSError, IndexError, ValueError):
+                pass  # no schedstats in this kernel
+            out[tid] = (head.split("(", 1)[1], (int(fields[11]) + int(fields[12])) / CLK_TCK, wait)
+        except (OSError, IndexError, ValueError):
+            pass  # a thread that exited meanwhile
+    return out
+
+
+def thread_split(before, after, secs):
+    """The daemon's threads over a pass of secs seconds, from two
+    thread_times: [(name, threads, CPU s, busiest thread's share of the
+    pass, s waited for a CPU)], by CPU, largest first. Threads with the same
+    name (the FUSE workers carry the daemon's) form one row; a thread that
+    started during the pass counts from zero."""
+    rows = {}
+    for tid, (name, cpu, wait) in after.items():
+        _, cpu0, wait0 = before.get(tid, (name, 0.0, 0.0))
+        r = rows.setdefault(name, [0, 0.0, 0.0, 0.0])
+        r[0] += 1
+        r[1] += cpu - cpu0
+        r[2] = max(r[2], (cpu - cpu0) / secs if secs > 0 else 0.0)
+        r[3] += wait - wait0
+    return sorted(((n, r[0], r[1], r[2], r[3]) for n, r in rows.items()),
+                  key=lambda x: -x[2])
+
+
+def fmt_thread_split(split, top=5):
+    """One line of thread_split's rows (the top ones)."""
+    return "; ".join(f"{name} x{n}: {cpu:.2f} CPU-s (busiest {share:.0%} of the pass), "
+                     f"{wait:.2f} s waiting for a CPU"
+                     for name, n, cpu, share, wait in split[:top] if cpu > 0 or wait > 0)
+
+
 def machine_busy_s():
     """(busy, total) CPU seconds of the whole machine since boot."""
     with open("/proc/stat") as f:

@@ -18,7 +18,7 @@ import threading
 import time
 
 from .accounting import (children_cpu_s, machine_busy_s, proc_cpu_s, proc_status,
-                         proc_switches_faults, reset_hwm)
+                         proc_switches_faults, reset_hwm, thread_split, thread_times)
 from .common import ARGS, BenchError, run
 from .mount import settle
 from .perf import perf_start, perf_stop
@@ -76,6 +76,7 @@ class Pass:
         self.avail = avail
         self.daemon_cpu = daemon_cpu
         self.daemon_cpu_sampled = None  # with --perf: the daemon's CPU-s in perf's samples
+        self.threads = []  # the daemon's threads over the pass (accounting.thread_split)
 
 
 def measure(cluster, fn, nbytes, daemon_pid=None):
@@ -87,6 +88,7 @@ def measure(cluster, fn, nbytes, daemon_pid=None):
     g0 = sum(proc_cpu_s(p) or 0 for p in gpids)
     d0 = proc_cpu_s(daemon_pid) if daemon_pid else 0
     k0 = proc_switches_faults(daemon_pid) if daemon_pid else None
+    th0 = thread_times(daemon_pid) if daemon_pid else {}
     c0 = children_cpu_s()
     prof = perf_start() if daemon_pid else None
     b0, t0 = machine_busy_s()
@@ -95,12 +97,14 @@ def measure(cluster, fn, nbytes, daemon_pid=None):
     sampled = perf_stop(prof, daemon_pid)
     c1 = children_cpu_s()
     k1 = proc_switches_faults(daemon_pid) if daemon_pid else None
+    th1 = thread_times(daemon_pid) if daemon_pid else {}
     d1 = proc_cpu_s(daemon_pid) if daemon_pid else 0
     g1 = sum(proc_cpu_s(p) or 0 for p in gpids)
     daemon = (d1 or 0) - (d0 or 0)
     counts = (k1[0] - k0[0], k1[1] - k0[1]) if k0 and k1 else None
     p = Pass(nbytes, secs, (c1 - c0) + daemon, g1 - g0, b1 - b0, t1 - t0, daemon, counts)
     p.daemon_cpu_sampled = sampled
+    p.threads = thread_split(th0, th1, secs) if th1 else []
     return p
 
 

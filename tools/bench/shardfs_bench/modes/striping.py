@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 
+from ..accounting import fmt_thread_split
 from ..common import ARGS, GiB, MiB, ROOT, log
 from ..data import make_files, write_list
 from ..floor import FloorMount
@@ -115,6 +116,8 @@ def uncapped_lines(key, hosts, res, names, sizes):
     goal = " (goal >= 0.80)" if key == "all" else ""
     out.append(row("shardfs mount", mps, f"ratio {ratio:.2f}{goal}"))
     out.append(f"  {'':<28}{'':7}        {fmt_pass_list(mps):<20} {cpu_note(mps)}")
+    if mps and mps[-1].threads:
+        out.append(f"    the daemon's threads, last pass: {fmt_thread_split(mps[-1].threads)}")
     if always:
         r = median_mbps(always) / median_mbps(raw)
         out.append(row("mount, page_cache=always", always,
