@@ -50,8 +50,9 @@ def proc_switches_faults(pid):
 
 def thread_times(pid):
     """{tid: (name, CPU s, s waited for a CPU)} of pid's live threads (the
-    name from comm, the wait from schedstat: time runnable but not running);
-    {} when pid is gone."""
+    name from comm; CPU and wait from schedstat, in nanoseconds, else CPU
+    from stat's clock ticks); {} when pid is gone. A thread that exits
+    during a pass takes its time with it."""
     out = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
@@ -62,13 +63,14 @@ def thread_times(pid):
             with open(f"/proc/{pid}/task/{tid}/stat") as f:
                 head, tail = f.read().rsplit(")", 1)
             fields = tail.split()
-            wait = 0.0
-            try:
+            cpu, wait = (int(fields[11]) + int(fields[12])) / CLK_TCK, 0.0
+            try:  # nanoseconds on a CPU and runnable, where the kernel keeps them
                 with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                    wait = int(f.read().split()[1]) / 1e9
-            except (OSError, IndexError, ValueError):
-                pass  # no schedstats in this kernel
-            out[tid] = (head.split("(", 1)[1], (int(fields[11]) + int(fields[12])) / CLK_TCK, wait)
+                    on_cpu, waited = f.read().split()[:2]
+                cpu, wait = int(on_cpu) / 1e9, int(waited) / 1e9
+            except (OSError, ValueError):
+                pass  # no schedstats in this kernel: clock ticks, no wait
+            out[tid] = (head.split("(", 1)[1], cpu, wait)
         except (OSError, IndexError, ValueError):
             pass  # a thread that exited meanwhile
     return out
@@ -96,7 +98,7 @@ def fmt_thread_split(split, top=5):
     """One line of thread_split's rows (the top ones)."""
     return "; ".join(f"{name} x{n}: {cpu:.2f} CPU-s (busiest {share:.0%} of the pass), "
                      f"{wait:.2f} s waiting for a CPU"
-                     for name, n, cpu, share, wait in split[:top] if cpu > 0 or wait > 0)
+                     for name, n, cpu, share, wait in split[:top] if cpu >= 0.005 or wait >= 0.005)
 
 
 def machine_busy_s():
