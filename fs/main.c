@@ -860,19 +860,21 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	sfs_memtrim_tune(o.mem_max); /* before any thread starts */
-	if (o.help) {
-		sfs_options_usage(stdout, "shardfs");
-		return 0;
-	}
-	if (o.version) {
-		printf("shardfs %s\n", SFS_VERSION);
-		return 0;
+	if (o.help || o.version) {
+		if (o.help)
+			sfs_options_usage(stdout, "shardfs");
+		else
+			printf("shardfs %s\n", SFS_VERSION);
+		status = 0;
+		goto out_opts;
 	}
 	if (o.debug)
 		sfs_log_max_level = SFS_LOG_DEBUG;
 	const char *check = getenv(SFS_CHECK_RESUME_ENV);
-	if (check)
-		return check_resume(check, fault);
+	if (check) {
+		status = check_resume(check, fault);
+		goto out_opts;
+	}
 	if (o.takeover && !mode.resume) {
 		/* Canonical, as the keeper has it; a path the caller may not
 		 * resolve (another user's mount) is taken as given. */
@@ -915,6 +917,7 @@ out_modules:
 	fuse_opt_free_args(&args);
 	close_origin(&fs);
 	sfs_inode_table_close(fs.inodes);
+	sfs_pt_close(fs.pt); /* its holds are store references */
 	free(fs.ctl_dir);
 	free(fs.stats_file);
 	sfs_store_close(fs.store); /* finishes queued writes, whose callbacks too */

@@ -118,6 +118,22 @@ static void hold_free(struct sfs_pt *pt, struct pt_hold *h)
 	free(h);
 }
 
+void sfs_pt_close(struct sfs_pt *pt)
+{
+	if (!pt->holds)
+		return;
+	for (size_t b = 0; b < pt->holds->n_buckets; b++)
+		while (pt->holds->buckets[b]) {
+			struct pt_hold *h = pt->holds->buckets[b];
+			pt_hold_table_unlink(pt->holds, &pt->holds->buckets[b]);
+			hold_free(pt, h);
+		}
+	pt_hold_table_fini(pt->holds);
+	free(pt->holds);
+	pt->holds = NULL;
+	pthread_mutex_destroy(&pt->hold_lock);
+}
+
 void sfs_pt_adopted(struct sfs_pt *pt, struct sfs_inode *i)
 {
 	sfs_inode_lock(i);

@@ -98,6 +98,11 @@ struct sfs_pt {
  * the kernel lets go of the file. */
 void sfs_pt_start(struct sfs_pt *pt, sfs_store *store);
 
+/* After the FUSE loop, before the store closes: let every hold still in the
+ * table go (files the kernel still had open when the loop ended) and free
+ * the table. pt may never have been started. */
+void sfs_pt_close(struct sfs_pt *pt);
+
 /* Resumed (fs/restart/keeper.h): an inode a dead server left with
  * passthrough opens: its last opened version is held again as though its
  * opens were this server's (or, evicted by the dead server, its size is
