@@ -13,6 +13,9 @@
 #   --cache        epochs through a cache_dir (lru), then pin
 #   --small-files  an ImageNet-like tree, cold and warm
 #   --passthrough  warm shards and records: the kernel's path and the daemon's
+#   mlperf         (only when SFS_NODE_PLAN names it, e.g. mlperf:disk) shardfs-bench
+#                  --mlperf unet3d with 16-core sizes, the bundle's daemon only;
+#                  its own table is in its log, not in node-table.md
 # the last three with --cache-base (the cache and the local-disk copies) on a
 # tmpfs, standing in for an NVMe RAID, and then on the machine's disk. The
 # export is on /dev/shm. Each run's output goes to
@@ -33,7 +36,9 @@
 # SFS_NODE_FILES (8), SFS_NODE_FILE_MIB (128: default's shards),
 # SFS_NODE_CACHE_FILE_MIB (64: --cache's and --passthrough's),
 # SFS_NODE_EPOCHS (2), SFS_NODE_SF_FILES (8000), SFS_NODE_SF_DIRS (100),
-# SFS_NODE_RR_GIB (0.25), SFS_NODE_WORK (/var/tmp/shardfs-node.PID: the disk
+# SFS_NODE_RR_GIB (0.25), SFS_NODE_MLPERF (unet3d), SFS_NODE_MLPERF_N (1,2,4,8),
+# SFS_NODE_MLPERF_MEM_MIB (4096: the readers' cgroup; the data set is 5 x),
+# SFS_NODE_MLPERF_TRIAL_S (20), SFS_NODE_MLPERF_S (360: its run's most), SFS_NODE_WORK (/var/tmp/shardfs-node.PID: the disk
 # cache-base), SFS_NODE_EXTRA (more shardfs-bench options, every run).
 set -u
 
@@ -173,7 +178,16 @@ bench_args() {
 	cache) echo "--cache --epochs ${SFS_NODE_EPOCHS:-2} --files $FILES --file-mib $CACHE_MIB" ;;
 	small-files) echo "--small-files --sf-files ${SFS_NODE_SF_FILES:-8000} --sf-dirs ${SFS_NODE_SF_DIRS:-100}" ;;
 	passthrough) echo "--passthrough --files $FILES --file-mib $CACHE_MIB --rr-gib ${SFS_NODE_RR_GIB:-0.25}" ;;
+	mlperf) echo "--mlperf ${SFS_NODE_MLPERF:-unet3d} --mlperf-n ${SFS_NODE_MLPERF_N:-1,2,4,8} --mlperf-mem-mib ${SFS_NODE_MLPERF_MEM_MIB:-4096} --mlperf-trial-s ${SFS_NODE_MLPERF_TRIAL_S:-20}" ;;
 	*) return 1 ;;
+	esac
+}
+
+# step_s WORKLOAD: the most one run of it may take.
+step_s() {
+	case $1 in
+	mlperf) echo "${SFS_NODE_MLPERF_S:-360}" ;;
+	*) echo "$STEP_S" ;;
 	esac
 }
 
@@ -189,7 +203,7 @@ one_run() {
 	f=$OUT/nb-$wl-$where-$d.log
 	s=$SECONDS
 	# shellcheck disable=SC2086
-	STEP_OUT=$f run_step "$wl-$where-$d" "$STEP_S" python3 "$BENCH" --id "$BENCH_ID" \
+	STEP_OUT=$f run_step "$wl-$where-$d" "$(step_s "$wl")" python3 "$BENCH" --id "$BENCH_ID" \
 		--nodes "${SFS_NODE_NODES:-4}" --reps 1 --data-dir "$DATA" --cache-base "$base" \
 		--shardfs "${SHIM[$d]}" $args ${SFS_NODE_EXTRA:-}
 	rc=$?
@@ -204,6 +218,8 @@ i=0
 for item in "${PLAN[@]}"; do
 	order=()
 	for d in "${DAEMONS[@]}"; do [[ -n ${SHIM[$d]:-} ]] && order+=("$d"); done
+	# MLPerf runs for minutes: the bundle's daemon only.
+	[[ ${item%%:*} == mlperf ]] && order=("${order[@]:0:1}")
 	if ((i % 2)); then
 		for ((k = 0, j = ${#order[@]} - 1; k < j; k++, j--)); do
 			t=${order[k]}
