@@ -18,6 +18,7 @@
 #include "../../cache/common/log.h"
 #include "../hints/hints.h"
 #include "../kernel/handles.h"
+#include "../kernel/kernel_order.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -84,6 +85,7 @@ static int dir_add(struct dir_fill *d, const char *name, uint64_t cookie,
 		if (i) {
 			inode_set_dataset(i, sfs_ops_child_dataset(d->fs, d->dir, name, attr));
 			sfs_ops_fill_entry(d->fs, &e, i, attr);
+			sfs_kernel_before(i); /* handed out with this listing's reply */
 		}
 	}
 	if (d->plus)
@@ -166,6 +168,7 @@ void sfs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * actimeo old (GETATTR when older), is the one it was read at. */
 	fi->cache_readdir = 1;
 	fi->keep_cache = 1;
+	sfs_kernel_before(h);
 	if (fuse_reply_open(req, fi) != 0)
 		free(h);
 }
@@ -184,8 +187,10 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_err(req, -ENOMEM);
 		return;
 	}
+	sfs_kernel_after(h);
 	d.buf = malloc(size);
 	if (!d.buf) {
+		sfs_kernel_before(h);
 		reply_err(req, -ENOMEM);
 		return;
 	}
@@ -221,6 +226,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		int rc = sfs_origin_call(fs->origin, &r);
 		if (rc < 0) {
 			free(d.buf);
+			sfs_kernel_before(h);
 			reply_err(req, rc);
 			return;
 		}
@@ -231,6 +237,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				sfs_ns_dir_complete(fs->ns, d.ns_dir, h->n_seen);
 		}
 	}
+	sfs_kernel_before(h);
 	fuse_reply_buf(req, d.buf, d.used);
 	free(d.buf);
 }
@@ -254,6 +261,9 @@ void sfs_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	op_count(fs, SFS_OP_RELEASEDIR);
 	sfs_hints_release(fs->hints, fi->fh); /* hint lists sent on the directory */
 	void *h = sfs_handle_get(fi->fh);
-	free(h ? h : sfs_handle_drop(fi->fh));
+	if (!h)
+		h = sfs_handle_drop(fi->fh);
+	sfs_kernel_after(h);
+	free(h);
 	fuse_reply_err(req, 0);
 }

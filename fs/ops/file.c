@@ -18,6 +18,7 @@
 #include "../kernel/fusedev.h"
 #include "../kernel/passthrough.h"
 #include "../kernel/handles.h"
+#include "../kernel/kernel_order.h"
 #include "../kernel/pagecache.h"
 
 #include <errno.h>
@@ -126,6 +127,7 @@ static void open_reply(struct sfs_fs *fs, fuse_req_t req, struct fuse_file_info 
 		if (fs->store)
 			sfs_store_dataset_read(fs->store, v->dataset, v->size, 0);
 	}
+	sfs_kernel_before(of);
 	if (sfs_fusedev_reply_open(req, fi, pt == SFS_PT_OPEN ? backing_id : 0) != 0) {
 		if (pt == SFS_PT_OPEN)
 			sfs_pt_release(fs->pt, i);
@@ -140,7 +142,10 @@ struct read_call {
 	struct sfs_fs *fs;
 	fuse_req_t req;
 	struct sfs_job_read jr;
+	struct sfs_open_file *of; /* for kernel_order.h only */
 };
+_Static_assert(sizeof(struct read_call) <= SFS_PF_ASYNC_ARG_MAX,
+	       "a read_call fits where prefetch keeps it (else every read is answered inline)");
 
 /* Account a read's outcome to its job and reply with its bytes or its
  * error (the dataset's counters are kept where the bytes are found:
@@ -171,6 +176,7 @@ static void read_done(void *arg, ssize_t n, const struct sfs_pf_view *v)
 {
 	struct read_call *c = arg;
 
+	sfs_kernel_before(c->of);
 	read_reply(c->fs, c->req, &c->jr, n, v);
 }
 
@@ -189,12 +195,13 @@ void sfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct 
 		reply_err(req, -ENOMEM);
 		return;
 	}
+	sfs_kernel_after(of);
 	if (of->direct) { /* what its reader asks for (pagecache.h) */
 		__atomic_fetch_add(&of->direct_reads, 1, __ATOMIC_RELAXED);
 		__atomic_fetch_add(&of->direct_read_bytes, size, __ATOMIC_RELAXED);
 	}
 	/* read_done replies: here, or on the thread that lands the bytes. */
-	struct read_call c = {fs, req, sfs_fs_job_begin(fs, req)};
+	struct read_call c = {fs, req, sfs_fs_job_begin(fs, req), of};
 	sfs_pf_read_answer(of->pf, (uint64_t)off, size, read_done, &c, sizeof(c));
 }
 
@@ -214,6 +221,7 @@ void sfs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			fuse_reply_err(req, 0);
 			return;
 		}
+		sfs_kernel_after(of);
 		sfs_open_file_drop_regions(of);	      /* regions belong to the open file */
 		sfs_hints_release(fs->hints, fi->fh); /* and so do hint lists */
 		if (of->direct)

@@ -22,6 +22,7 @@
  */
 #include "ops.h"
 #include "../hints/hints.h"
+#include "../kernel/kernel_order.h"
 #include <shardfs/shardfs_ioctl.h>
 #include "../../cache/common/blocking.h"
 #include "../../cache/common/log.h"
@@ -713,12 +714,15 @@ void sfs_op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		fuse_reply_err(req, ENOTTY);
 		return;
 	}
+	sfs_kernel_after(of);
 	union file_ioctl_buf *buf = malloc(sizeof(*buf));
 	if (!buf) {
+		sfs_kernel_before(of);
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
 	int rc = file_ioctl(req, fs, i, of, cmd, buf, in_buf, in_bufsz, out_bufsz, &out_len);
+	sfs_kernel_before(of);
 	if (rc >= 0)
 		fuse_reply_ioctl(req, 0, out_len ? (void *)buf : NULL, out_len);
 	else if (cmd == SHARDFS_IOC_REGISTER || cmd == SHARDFS_IOC_STAGE ||

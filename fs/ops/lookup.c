@@ -72,6 +72,7 @@ static void reply_child(struct sfs_fs *fs, fuse_req_t req, struct sfs_inode *p, 
 		e.entry_timeout = timeout_left(fs, seen_ms);
 		e.attr_timeout = timeout_left(fs, attr_ms);
 	}
+	sfs_kernel_before(child); /* the kernel's requests on it come after */
 	if (fuse_reply_entry(req, &e) != 0)
 		sfs_inode_forget(fs->inodes, child, 1);
 }

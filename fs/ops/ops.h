@@ -23,14 +23,20 @@
 
 #include "../fs.h"
 #include "open_file.h"
+#include "../kernel/kernel_order.h"
 
 #include <sys/stat.h>
 
 static inline struct sfs_fs *FS(fuse_req_t req) { return fuse_req_userdata(req); }
 
+/* The inode of a request's node id: handed to the kernel by an entry reply
+ * (kernel_order.h: that reply's work happens before this request's). */
 static inline struct sfs_inode *I(struct sfs_fs *fs, fuse_ino_t ino)
 {
-	return sfs_fs_inode(fs, ino);
+	struct sfs_inode *i = sfs_fs_inode(fs, ino);
+
+	sfs_kernel_after(i);
+	return i;
 }
 
 static inline fuse_ino_t INO(struct sfs_fs *fs, struct sfs_inode *i) { return sfs_fs_ino(fs, i); }
