@@ -403,6 +403,17 @@ static void put(struct batch *b, const char *path, uint16_t kind, uint64_t off, 
 	b->a.n_items++;
 }
 
+/* The files d/f000 .. d/f(n-1), whole, into b. */
+static void put_files(struct batch *b, int n)
+{
+	char path[32];
+
+	for (int i = 0; i < n; i++) {
+		snprintf(path, sizeof(path), "d/f%03d", i);
+		put(b, path, SHARDFS_HINT_FILE, 0, 0);
+	}
+}
+
 static int send_list(sfs_hints *h, uint64_t owner, uid_t uid, struct batch *b, uint64_t *n)
 {
 	struct sfs_hint_sender s = {.uid = uid, .gid = uid};
@@ -474,12 +485,8 @@ static void test_fetch_and_read(void)
 	sfs_hints *h = open_hints(16, 1, false, 1 << 20);
 	struct batch b = {0};
 	uint64_t n = 0;
-	char path[32];
 
-	for (int i = 0; i < N_FILES; i++) {
-		snprintf(path, sizeof(path), "d/f%03d", i);
-		put(&b, path, SHARDFS_HINT_FILE, 0, 0);
-	}
+	put_files(&b, N_FILES);
 	ok(send_list(h, 1, 0, &b, &n) == 0 && n == N_FILES, "a list of %d files committed",
 	   N_FILES);
 	ok(wait_for(h, fetched_at_least, 4), "the first items fetched ahead, before any read");
@@ -628,12 +635,8 @@ static void test_flight_full(void)
 	sfs_hints *h = open_hints(16, FETCHERS, false, 1 << 20);
 	struct batch b = {0};
 	uint64_t n = 0;
-	char path[32];
 
-	for (int i = 0; i < ITEMS; i++) {
-		snprintf(path, sizeof(path), "d/f%03d", i);
-		put(&b, path, SHARDFS_HINT_FILE, 0, 0);
-	}
+	put_files(&b, ITEMS);
 	ok(send_list(h, 6, 0, &b, &n) == 0 && n == ITEMS, "a list of %d slow files", ITEMS);
 	ok(wait_for(h, gate_met, FETCHERS), "%d fetches at once with %d items in flight", FETCHERS,
 	   FETCHERS - 1);
