@@ -100,9 +100,9 @@ struct sfs_hints {
 	struct flight {
 		struct hint_list *L;
 		uint64_t idx;
-	} * flight;	   /* those items, for the fetch observer */
+	} * flight;	     /* those items, for the fetch observer */
 	unsigned flight_cap; /* room in flight: see flight_room */
-	unsigned waiting; /* fetchers waiting for work */
+	unsigned waiting;    /* fetchers waiting for work */
 	uint64_t list_mem;
 	struct sfs_hints_stats st;
 	struct sfs_hint_job_counts jobs[SFS_HINT_JOBS_MAX];
