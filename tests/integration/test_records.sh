@@ -93,10 +93,15 @@ le() { [ "$1" -le "$2" ]; }
 epoch() { $REC "$1" "$2" "$MNT/records.bin" "$EXPORT/records.bin"; }
 section() { diag "--- $1 (at ${SECONDS}s)"; }
 BOUND=$((SIZE * 11 / 10))
-# skipped: bytes the daemon fetched but did not cache because the cache writes
-# waiting held prefetch_mem (this disk's fdatasync can lag 8 readers): a chunk
-# may then be fetched again, and only then.
-skipped() { counter shardfs_cache_write_skipped_bytes_total; }
+# skipped: bytes the daemon fetched but did not cache: because the cache
+# writes waiting held prefetch_mem (this disk's fdatasync can lag 8 readers),
+# or because cache_policy=auto did not admit them (any dataset, any reason):
+# a chunk may then be fetched again, and only then.
+refused() {
+	awk 'index($0, "shardfs_cache_dataset_refused_bytes_total{") == 1 { s += $2 } END { print s + 0 }' \
+		"$MNT/.shardfs/stats"
+}
+skipped() { echo $(($(counter shardfs_cache_write_skipped_bytes_total) + $(refused))); }
 
 # --- cold, then warm ---------------------------------------------------------------
 section "cold and warm epochs"
