@@ -101,10 +101,17 @@ def fmt_thread_split(split, top=5):
                      for name, n, cpu, share, wait in split[:top] if cpu >= 0.005 or wait >= 0.005)
 
 
+def machine_ticks():
+    """The columns of /proc/stat's "cpu" line: the whole machine's clock
+    ticks since boot (user, nice, system, idle, iowait, irq, softirq,
+    steal, ...)."""
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:]]
+
+
 def machine_busy_s():
     """(busy, total) CPU seconds of the whole machine since boot."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
+    v = machine_ticks()
     idle = v[3] + v[4]
     total = sum(v[:8])
     return (total - idle) / CLK_TCK, total / CLK_TCK
@@ -112,9 +119,8 @@ def machine_busy_s():
 
 def machine_steal_s():
     """CPU seconds the hypervisor took from this machine since boot (the
-    steal column of /proc/stat; 0 where none is reported)."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
+    steal column; 0 where none is reported)."""
+    v = machine_ticks()
     return (v[7] if len(v) > 7 else 0) / CLK_TCK
 
 
